@@ -1,0 +1,57 @@
+# adk-mesh — one entry point for development and CI. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BUF := node_modules/.bin/buf
+PROTO_FILES := $(wildcard protos/adk_mesh/v1/*.proto)
+
+.PHONY: help install proto proto-check lint format typecheck test bench demo clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+$(BUF): package.json
+	npm install --no-audit --no-fund --silent
+	@touch $(BUF)
+
+install: $(STAMP) ## Create .venv and install adk-mesh with its dev extras
+
+proto: $(STAMP) ## Regenerate adk_mesh/v1 from protos/
+	$(PY) scripts/gen_protos.py --out .
+
+proto-check: $(STAMP) ## Fail if the committed generated code differs from a fresh generation
+	@tmp=$$(mktemp -d) && $(PY) scripts/gen_protos.py --out $$tmp \
+	  && diff -r -x __pycache__ $$tmp/adk_mesh/v1 adk_mesh/v1 \
+	  && echo "generated code is up to date"; rc=$$?; rm -rf $$tmp; exit $$rc
+
+lint: $(STAMP) $(BUF) ## ruff check, ruff format --check, buf lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(BUF) lint
+
+format: $(STAMP) ## Apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+typecheck: $(STAMP) ## mypy --strict over adk_mesh (generated code excluded)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) ## Run the test suite (installs first if needed)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP) ## Run the benchmarks in bench/ (not tests; prints figures)
+	$(PY) -m pip install -q -e '.[bench]'
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean: ## Remove the virtualenv, caches and local state
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis .adk-mesh

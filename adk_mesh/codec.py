@@ -1,0 +1,424 @@
+"""The codec: the one place where the pydantic types and the protobuf messages meet.
+
+Every conversion is lossless for what the wire can carry:
+
+* JSON values (function-call args, responses, state deltas) travel as
+  ``google.protobuf.Value``. Protobuf has a single number type (a double), so integers come
+  back as ``int`` when the double is integral and within +-2**53, the range a double holds
+  exactly; other numbers come back as ``float``. ``2.0`` therefore returns as ``2``, which
+  compares equal. Integers outside that range cannot be carried exactly and are refused with
+  :class:`~adk_mesh.errors.AdkJSONError` rather than silently rounded.
+* Optional scalars (``FunctionCall.id``, error codes, ...) use proto3 ``optional`` so that
+  ``None`` and ``""`` stay distinct; optional messages use message presence.
+* Timestamps keep their microseconds; they always come back timezone-aware in UTC.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import struct_pb2, timestamp_pb2
+
+from adk_mesh.errors import AdkJSONError
+from adk_mesh.types import (
+    Blob,
+    Content,
+    Event,
+    EventActions,
+    FileData,
+    FinishReason,
+    FunctionCall,
+    FunctionResponse,
+    LlmResponse,
+    Part,
+    ToolDeclaration,
+    UsageMetadata,
+)
+from adk_mesh.v1 import content_pb2, event_pb2, tool_pb2
+
+__all__ = [
+    "actions_from_proto",
+    "actions_to_proto",
+    "content_from_proto",
+    "content_to_proto",
+    "declaration_from_proto",
+    "declaration_to_proto",
+    "event_from_proto",
+    "event_to_proto",
+    "json_from_value",
+    "json_to_value",
+    "llm_response_from_proto",
+    "llm_response_to_proto",
+    "part_from_proto",
+    "part_to_proto",
+    "struct_from_dict",
+    "struct_to_dict",
+    "timestamp_from_datetime",
+    "timestamp_to_datetime",
+    "usage_from_proto",
+    "usage_to_proto",
+]
+
+_MAX_EXACT_INT = 2**53
+
+# --- JSON values ---------------------------------------------------------------------------
+
+
+def _fill_value(target: struct_pb2.Value, value: Any) -> None:
+    if value is None:
+        target.null_value = struct_pb2.NULL_VALUE
+    elif value is True or value is False:
+        target.bool_value = value
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, int):
+        if -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
+            target.number_value = value
+        else:
+            raise AdkJSONError(
+                f"integer {value} is outside +-2**53 and cannot be carried exactly as a JSON number"
+            )
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise AdkJSONError(f"{value} is not a JSON number")
+        target.number_value = value
+    elif isinstance(value, Mapping):
+        _fill_struct(target.struct_value, value)
+    elif isinstance(value, list | tuple):
+        _fill_list(target.list_value, value)
+    else:
+        raise AdkJSONError(f"a value of type {type(value).__name__} is not JSON")
+
+
+def _fill_struct(target: struct_pb2.Struct, mapping: Mapping[str, Any]) -> None:
+    fields = target.fields
+    for key, item in mapping.items():
+        if not isinstance(key, str):
+            raise AdkJSONError(f"JSON object keys are strings, not {type(key).__name__}")
+        _fill_value(fields[key], item)
+    if not mapping:
+        # Mark presence of an empty object so that {} is not read back as "absent".
+        target.SetInParent()
+
+
+def _fill_list(target: struct_pb2.ListValue, items: Iterable[Any]) -> None:
+    values = target.values
+    for item in items:
+        _fill_value(values.add(), item)
+    target.SetInParent()
+
+
+def json_to_value(value: Any) -> struct_pb2.Value:
+    """Any JSON value to a ``google.protobuf.Value``."""
+    message = struct_pb2.Value()
+    _fill_value(message, value)
+    return message
+
+
+def json_from_value(message: struct_pb2.Value) -> Any:
+    """A ``google.protobuf.Value`` back to a JSON value (see the module doc for numbers)."""
+    kind = message.WhichOneof("kind")
+    if kind == "string_value":
+        return message.string_value
+    if kind == "number_value":
+        number = message.number_value
+        if number.is_integer() and -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT:
+            return int(number)
+        return number
+    if kind == "bool_value":
+        return message.bool_value
+    if kind == "struct_value":
+        return struct_to_dict(message.struct_value)
+    if kind == "list_value":
+        return [json_from_value(item) for item in message.list_value.values]
+    return None
+
+
+def struct_from_dict(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    _fill_struct(message, mapping)
+    return message
+
+
+def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
+    return {key: json_from_value(value) for key, value in message.fields.items()}
+
+
+def _state_to_map(target: Any, state: Mapping[str, Any]) -> None:
+    for key, value in state.items():
+        _fill_value(target[key], value)
+
+
+def _state_from_map(source: Mapping[str, struct_pb2.Value]) -> dict[str, Any]:
+    return {key: json_from_value(value) for key, value in source.items()}
+
+
+# --- timestamps ----------------------------------------------------------------------------
+
+
+def timestamp_from_datetime(value: datetime) -> timestamp_pb2.Timestamp:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    delta = value - _EPOCH
+    seconds = delta.days * 86_400 + delta.seconds
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=delta.microseconds * 1000)
+
+
+def timestamp_to_datetime(message: timestamp_pb2.Timestamp) -> datetime:
+    return datetime.fromtimestamp(message.seconds, UTC).replace(microsecond=message.nanos // 1000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# --- content -------------------------------------------------------------------------------
+
+
+def part_to_proto(part: Part) -> content_pb2.Part:
+    message = content_pb2.Part(thought=part.thought)
+    if part.thought_signature is not None:
+        message.thought_signature = part.thought_signature
+    if part.text is not None:
+        message.text = part.text
+    elif part.inline_data is not None:
+        message.inline_data.mime_type = part.inline_data.mime_type
+        message.inline_data.data = part.inline_data.data
+    elif part.file_data is not None:
+        message.file_data.mime_type = part.file_data.mime_type
+        message.file_data.file_uri = part.file_data.file_uri
+    elif part.function_call is not None:
+        call = part.function_call
+        target = message.function_call
+        target.name = call.name
+        if call.id is not None:
+            target.id = call.id
+        _fill_struct(target.args, call.args)
+    elif part.function_response is not None:
+        response = part.function_response
+        reply = message.function_response
+        reply.name = response.name
+        if response.id is not None:
+            reply.id = response.id
+        _fill_struct(reply.response, response.response)
+    return message
+
+
+def part_from_proto(message: content_pb2.Part) -> Part:
+    kind = message.WhichOneof("data")
+    signature = message.thought_signature if message.HasField("thought_signature") else None
+    fields: dict[str, Any] = {"thought": message.thought, "thought_signature": signature}
+    if kind == "text":
+        fields["text"] = message.text
+    elif kind == "inline_data":
+        blob = message.inline_data
+        fields["inline_data"] = Blob(mime_type=blob.mime_type, data=blob.data)
+    elif kind == "file_data":
+        file = message.file_data
+        fields["file_data"] = FileData(mime_type=file.mime_type, file_uri=file.file_uri)
+    elif kind == "function_call":
+        call = message.function_call
+        fields["function_call"] = FunctionCall(
+            name=call.name,
+            args=struct_to_dict(call.args),
+            id=call.id if call.HasField("id") else None,
+        )
+    elif kind == "function_response":
+        reply = message.function_response
+        fields["function_response"] = FunctionResponse(
+            name=reply.name,
+            response=struct_to_dict(reply.response),
+            id=reply.id if reply.HasField("id") else None,
+        )
+    else:
+        from adk_mesh.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            "a Part must set one of text, inline_data, file_data, "
+            "function_call or function_response; this one sets none"
+        )
+    return Part(**fields)
+
+
+def content_to_proto(content: Content) -> content_pb2.Content:
+    return content_pb2.Content(
+        role=content.role, parts=[part_to_proto(part) for part in content.parts]
+    )
+
+
+def content_from_proto(message: content_pb2.Content) -> Content:
+    return Content(role=message.role, parts=[part_from_proto(part) for part in message.parts])
+
+
+# --- events --------------------------------------------------------------------------------
+
+_FINISH_TO_PROTO: dict[FinishReason, int] = {
+    reason: event_pb2.FinishReason.Value(f"FINISH_REASON_{reason.value}") for reason in FinishReason
+}
+_FINISH_FROM_PROTO: dict[int, FinishReason] = {
+    number: reason for reason, number in _FINISH_TO_PROTO.items()
+}
+
+
+def usage_to_proto(usage: UsageMetadata) -> event_pb2.UsageMetadata:
+    message = event_pb2.UsageMetadata(
+        prompt_token_count=usage.prompt_token_count,
+        candidates_token_count=usage.candidates_token_count,
+        total_token_count=usage.total_token_count,
+    )
+    if usage.cached_content_token_count is not None:
+        message.cached_content_token_count = usage.cached_content_token_count
+    if usage.thoughts_token_count is not None:
+        message.thoughts_token_count = usage.thoughts_token_count
+    return message
+
+
+def usage_from_proto(message: event_pb2.UsageMetadata) -> UsageMetadata:
+    return UsageMetadata(
+        prompt_token_count=message.prompt_token_count,
+        candidates_token_count=message.candidates_token_count,
+        total_token_count=message.total_token_count,
+        cached_content_token_count=(
+            message.cached_content_token_count
+            if message.HasField("cached_content_token_count")
+            else None
+        ),
+        thoughts_token_count=(
+            message.thoughts_token_count if message.HasField("thoughts_token_count") else None
+        ),
+    )
+
+
+def _fill_llm_response(message: event_pb2.LlmResponse, response: LlmResponse) -> None:
+    if response.content is not None:
+        message.content.CopyFrom(content_to_proto(response.content))
+    if response.usage_metadata is not None:
+        message.usage_metadata.CopyFrom(usage_to_proto(response.usage_metadata))
+    if response.finish_reason is not None:
+        message.finish_reason = _FINISH_TO_PROTO[response.finish_reason]  # type: ignore[assignment]
+    message.partial = response.partial
+    message.turn_complete = response.turn_complete
+    message.interrupted = response.interrupted
+    if response.error_code is not None:
+        message.error_code = response.error_code
+    if response.error_message is not None:
+        message.error_message = response.error_message
+    if response.grounding_metadata is not None:
+        _fill_struct(message.grounding_metadata, response.grounding_metadata)
+    if response.model_version is not None:
+        message.model_version = response.model_version
+
+
+def llm_response_to_proto(response: LlmResponse) -> event_pb2.LlmResponse:
+    message = event_pb2.LlmResponse()
+    _fill_llm_response(message, response)
+    return message
+
+
+def llm_response_from_proto(message: event_pb2.LlmResponse) -> LlmResponse:
+    return LlmResponse(
+        content=content_from_proto(message.content) if message.HasField("content") else None,
+        usage_metadata=(
+            usage_from_proto(message.usage_metadata) if message.HasField("usage_metadata") else None
+        ),
+        finish_reason=_FINISH_FROM_PROTO.get(message.finish_reason),
+        partial=message.partial,
+        turn_complete=message.turn_complete,
+        interrupted=message.interrupted,
+        error_code=message.error_code if message.HasField("error_code") else None,
+        error_message=message.error_message if message.HasField("error_message") else None,
+        grounding_metadata=(
+            struct_to_dict(message.grounding_metadata)
+            if message.HasField("grounding_metadata")
+            else None
+        ),
+        model_version=message.model_version if message.HasField("model_version") else None,
+    )
+
+
+def _fill_actions(message: event_pb2.EventActions, actions: EventActions) -> None:
+    _state_to_map(message.state_delta, actions.state_delta)
+    for name, version in actions.artifact_delta.items():
+        message.artifact_delta[name] = version
+    message.skip_summarization = actions.skip_summarization
+    if actions.transfer_to_agent is not None:
+        message.transfer_to_agent = actions.transfer_to_agent
+    message.escalate = actions.escalate
+
+
+def actions_to_proto(actions: EventActions) -> event_pb2.EventActions:
+    message = event_pb2.EventActions()
+    _fill_actions(message, actions)
+    return message
+
+
+def actions_from_proto(message: event_pb2.EventActions) -> EventActions:
+    return EventActions(
+        state_delta=_state_from_map(message.state_delta),
+        artifact_delta=dict(message.artifact_delta),
+        skip_summarization=message.skip_summarization,
+        transfer_to_agent=(
+            message.transfer_to_agent if message.HasField("transfer_to_agent") else None
+        ),
+        escalate=message.escalate,
+    )
+
+
+def event_to_proto(event: Event) -> event_pb2.Event:
+    message = event_pb2.Event(
+        id=event.id,
+        invocation_id=event.invocation_id,
+        branch=event.branch,
+        author=event.author,
+        long_running_tool_ids=event.long_running_tool_ids,
+    )
+    message.timestamp.CopyFrom(timestamp_from_datetime(event.timestamp))
+    _fill_llm_response(message.llm_response, event.llm_response)
+    _fill_actions(message.actions, event.actions)
+    return message
+
+
+def event_from_proto(message: event_pb2.Event) -> Event:
+    return Event(
+        id=message.id,
+        timestamp=timestamp_to_datetime(message.timestamp),
+        invocation_id=message.invocation_id,
+        branch=message.branch,
+        author=message.author,
+        llm_response=llm_response_from_proto(message.llm_response),
+        actions=actions_from_proto(message.actions),
+        long_running_tool_ids=list(message.long_running_tool_ids),
+    )
+
+
+# --- tools ---------------------------------------------------------------------------------
+
+
+def declaration_to_proto(declaration: ToolDeclaration) -> tool_pb2.ToolDeclaration:
+    message = tool_pb2.ToolDeclaration(
+        name=declaration.name,
+        description=declaration.description,
+        long_running=declaration.long_running,
+    )
+    if declaration.parameters_schema is not None:
+        _fill_struct(message.parameters_schema, declaration.parameters_schema)
+    if declaration.response_schema is not None:
+        _fill_struct(message.response_schema, declaration.response_schema)
+    return message
+
+
+def declaration_from_proto(message: tool_pb2.ToolDeclaration) -> ToolDeclaration:
+    return ToolDeclaration(
+        name=message.name,
+        description=message.description,
+        parameters_schema=(
+            struct_to_dict(message.parameters_schema)
+            if message.HasField("parameters_schema")
+            else None
+        ),
+        response_schema=(
+            struct_to_dict(message.response_schema) if message.HasField("response_schema") else None
+        ),
+        long_running=message.long_running,
+    )

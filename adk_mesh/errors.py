@@ -1,0 +1,220 @@
+"""One exception tree for everything adk-mesh raises.
+
+::
+
+    AdkError                        any adk-mesh failure
+    ├── ConfigError                 a developer mistake: bad wiring, unknown model prefix, ...
+    ├── InvalidArgumentError        a bad request: empty message, malformed args, bad names
+    ├── AlreadyExistsError          creating something that exists (a session id)
+    ├── NotFoundError               something named does not exist
+    │   ├── SessionNotFoundError
+    │   ├── AgentNotFoundError
+    │   ├── ToolNotFoundError
+    │   └── ArtifactNotFoundError
+    ├── AgentError                  an agent failed while running
+    │   └── DelegationError         delegation too deep, a transfer cycle, a call-path cycle
+    ├── ToolError                   a tool failed (the model sees the message and can react)
+    ├── ModelError                  an LLM provider failed (carries the HTTP status)
+    ├── SessionError                the session store failed
+    │   └── StateConflictError      a write rejected by RejectConflicts
+    ├── ArtifactError               the artifact store failed
+    ├── AdkIOError                  file or network I/O failed
+    ├── AdkJSONError                a value is not (or cannot be carried as) JSON
+    ├── CancelledError              the caller cancelled the invocation
+    └── DeadlineExceededError       the invocation ran out of time
+
+Control flow never uses these: a transfer or an escalation is an :class:`EventActions` field.
+
+Every class has a stable ``reason`` (sent as ``google.rpc.ErrorInfo.reason`` with
+``domain="adk-mesh"``) and a gRPC status code in :data:`GRPC_STATUS`, the one table the mesh
+uses to map errors to statuses and back. The table names codes as strings so the in-process
+runtime never imports grpc; :mod:`adk_mesh.mesh` turns them into ``grpc.StatusCode``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+__all__ = [
+    "ERROR_DOMAIN",
+    "GRPC_STATUS",
+    "AdkError",
+    "AdkIOError",
+    "AdkJSONError",
+    "AgentError",
+    "AgentNotFoundError",
+    "AlreadyExistsError",
+    "ArtifactError",
+    "ArtifactNotFoundError",
+    "CancelledError",
+    "ConfigError",
+    "DeadlineExceededError",
+    "DelegationError",
+    "InvalidArgumentError",
+    "ModelError",
+    "NotFoundError",
+    "SessionError",
+    "SessionNotFoundError",
+    "StateConflictError",
+    "ToolError",
+    "ToolNotFoundError",
+    "error_class_for_reason",
+    "status_name_for",
+]
+
+ERROR_DOMAIN = "adk-mesh"
+
+
+class AdkError(Exception):
+    """Base of every adk-mesh error.
+
+    Args:
+        message: what went wrong, written for the person (or model) who reads it.
+        metadata: machine-readable details; travels in ``ErrorInfo.metadata``.
+    """
+
+    reason: ClassVar[str] = "ADK_ERROR"
+
+    def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class ConfigError(AdkError):
+    reason = "CONFIG_ERROR"
+
+
+class InvalidArgumentError(AdkError):
+    reason = "INVALID_ARGUMENT"
+
+
+class AlreadyExistsError(AdkError):
+    reason = "ALREADY_EXISTS"
+
+
+class NotFoundError(AdkError):
+    reason = "NOT_FOUND"
+
+
+class SessionNotFoundError(NotFoundError):
+    reason = "SESSION_NOT_FOUND"
+
+
+class AgentNotFoundError(NotFoundError):
+    reason = "AGENT_NOT_FOUND"
+
+
+class ToolNotFoundError(NotFoundError):
+    reason = "TOOL_NOT_FOUND"
+
+
+class ArtifactNotFoundError(NotFoundError):
+    reason = "ARTIFACT_NOT_FOUND"
+
+
+class AgentError(AdkError):
+    reason = "AGENT_ERROR"
+
+
+class DelegationError(AgentError):
+    reason = "DELEGATION_ERROR"
+
+
+class ToolError(AdkError):
+    reason = "TOOL_ERROR"
+
+
+class ModelError(AdkError):
+    """An LLM provider failed. ``status_code`` is the provider's HTTP status, when there was one."""
+
+    reason = "MODEL_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        merged = dict(metadata or {})
+        if status_code is not None:
+            merged.setdefault("status_code", str(status_code))
+        elif "status_code" in merged:
+            status_code = int(merged["status_code"])
+        super().__init__(message, metadata=merged)
+        self.status_code = status_code
+
+
+class SessionError(AdkError):
+    reason = "SESSION_ERROR"
+
+
+class StateConflictError(SessionError):
+    reason = "STATE_CONFLICT"
+
+
+class ArtifactError(AdkError):
+    reason = "ARTIFACT_ERROR"
+
+
+class AdkIOError(AdkError):
+    reason = "IO_ERROR"
+
+
+class AdkJSONError(AdkError):
+    reason = "JSON_ERROR"
+
+
+class CancelledError(AdkError):
+    reason = "CANCELLED"
+
+
+class DeadlineExceededError(AdkError):
+    reason = "DEADLINE_EXCEEDED"
+
+
+#: The one table from error class to gRPC status code (by name). Subclasses not listed take
+#: their nearest listed base's code.
+GRPC_STATUS: dict[type[AdkError], str] = {
+    AdkError: "INTERNAL",
+    ConfigError: "FAILED_PRECONDITION",
+    InvalidArgumentError: "INVALID_ARGUMENT",
+    AlreadyExistsError: "ALREADY_EXISTS",
+    NotFoundError: "NOT_FOUND",
+    SessionNotFoundError: "NOT_FOUND",
+    AgentNotFoundError: "NOT_FOUND",
+    ToolNotFoundError: "NOT_FOUND",
+    ArtifactNotFoundError: "NOT_FOUND",
+    AgentError: "INTERNAL",
+    DelegationError: "FAILED_PRECONDITION",
+    ToolError: "INTERNAL",
+    ModelError: "UNAVAILABLE",
+    SessionError: "INTERNAL",
+    StateConflictError: "ABORTED",
+    ArtifactError: "INTERNAL",
+    AdkIOError: "UNAVAILABLE",
+    AdkJSONError: "INVALID_ARGUMENT",
+    CancelledError: "CANCELLED",
+    DeadlineExceededError: "DEADLINE_EXCEEDED",
+}
+
+_BY_REASON: dict[str, type[AdkError]] = {cls.reason: cls for cls in GRPC_STATUS}
+
+
+def status_name_for(error: AdkError) -> str:
+    """The gRPC status code name of an error, from :data:`GRPC_STATUS`."""
+    for cls in type(error).__mro__:
+        code = GRPC_STATUS.get(cls)  # type: ignore[call-overload]
+        if code is not None:
+            return code
+    return "INTERNAL"
+
+
+def error_class_for_reason(reason: str) -> type[AdkError] | None:
+    """The error class whose ``reason`` this is, or ``None`` if it is not one of ours."""
+    return _BY_REASON.get(reason)

@@ -1,0 +1,81 @@
+"""The Llm interface and the request a model receives."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from adk_mesh.types import Content, LlmResponse, ToolDeclaration
+
+__all__ = ["BuiltinTool", "GenerateContentConfig", "Llm", "LlmRequest"]
+
+
+class BuiltinTool(StrEnum):
+    """Provider-native tools, declared through the Tool API and run by the provider."""
+
+    GOOGLE_SEARCH = "google_search"
+    WEB_SEARCH = "web_search"
+
+
+class GenerateContentConfig(BaseModel):
+    """Sampling and output settings. ``None`` leaves the provider's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_sequences: list[str] | None = None
+    seed: int | None = None
+    #: Ask for JSON output ("application/json"); with ``response_schema``, JSON of that schema.
+    response_mime_type: str | None = None
+    response_schema: dict[str, Any] | None = None
+
+
+class LlmRequest(BaseModel):
+    """What a model is asked: the conversation, the tools, the system prompt and the config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    contents: list[Content] = Field(default_factory=list)
+    tools: list[ToolDeclaration] = Field(default_factory=list)
+    builtin_tools: list[BuiltinTool] = Field(default_factory=list)
+    system_instruction: str | None = None
+    config: GenerateContentConfig = Field(default_factory=GenerateContentConfig)
+
+    def append_instruction(self, text: str) -> None:
+        """Add a paragraph to the system instruction."""
+        if not text:
+            return
+        self.system_instruction = (
+            f"{self.system_instruction}\n\n{text}" if self.system_instruction else text
+        )
+
+
+class Llm(abc.ABC):
+    """A language model provider.
+
+    ``generate_content`` is an async generator. With ``stream=False`` it yields exactly one
+    complete response. With ``stream=True`` it yields partial responses (``partial=True``) as
+    the provider sends them, then one final aggregated response with ``turn_complete=True``
+    that holds the whole content (text joined, function calls assembled) and usage.
+
+    Failures raise :class:`~adk_mesh.errors.ModelError` (with the HTTP status when there was
+    one). Closing the generator (``aclose``) or cancelling the task that iterates it must stop
+    the underlying request at once. Implementations are safe to share between concurrent
+    invocations.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abc.abstractmethod
+    def generate_content(
+        self, request: LlmRequest, *, stream: bool = False
+    ) -> AsyncIterator[LlmResponse]: ...

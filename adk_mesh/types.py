@@ -1,0 +1,441 @@
+"""The core data types of the ADK model: pure data, no I/O.
+
+``Content`` and ``Part`` carry every message; ``Event`` (with its ``LlmResponse`` and
+``EventActions``) is one immutable entry of a session's history; ``ToolDeclaration`` is what a
+model is told about a tool. Each type converts to and from its protobuf message with
+``obj.to_proto()`` and ``Type.from_proto(msg)``; the conversion itself lives in
+:mod:`adk_mesh.codec`, the only place where pydantic and protobuf meet.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from adk_mesh.v1 import content_pb2, event_pb2, tool_pb2
+
+__all__ = [
+    "Blob",
+    "Content",
+    "Event",
+    "EventActions",
+    "FileData",
+    "FinishReason",
+    "FunctionCall",
+    "FunctionResponse",
+    "LlmResponse",
+    "Part",
+    "ToolDeclaration",
+    "UsageMetadata",
+]
+
+_MODEL_CONFIG = ConfigDict(
+    extra="forbid",
+    ser_json_bytes="base64",
+    val_json_bytes="base64",
+)
+
+
+class _Data(BaseModel):
+    model_config = _MODEL_CONFIG
+
+
+class Blob(_Data):
+    """Binary data carried inside a message."""
+
+    mime_type: str
+    data: bytes
+
+
+class FileData(_Data):
+    """A reference to data stored elsewhere (a URL or a cloud storage URI)."""
+
+    mime_type: str
+    file_uri: str
+
+
+class FunctionCall(_Data):
+    """The model asks for a tool to be run with ``args``."""
+
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class FunctionResponse(_Data):
+    """The result of running a tool, as sent back to the model."""
+
+    name: str
+    response: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+_PART_KINDS = ("text", "inline_data", "file_data", "function_call", "function_response")
+
+
+class Part(_Data):
+    """One piece of a :class:`Content`: exactly one of text, inline data, file data, a function
+    call or a function response.
+
+    Build parts with the ``from_*`` constructors and inspect them through the properties, which
+    are ``None`` where they do not apply.
+    """
+
+    text: str | None = None
+    inline_data: Blob | None = None
+    file_data: FileData | None = None
+    function_call: FunctionCall | None = None
+    function_response: FunctionResponse | None = None
+    thought: bool = False
+    thought_signature: bytes | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> Self:
+        count = sum(getattr(self, kind) is not None for kind in _PART_KINDS)
+        if count != 1:
+            raise ValueError(
+                f"a Part holds exactly one of {', '.join(_PART_KINDS)}; this one holds {count}"
+            )
+        return self
+
+    @classmethod
+    def from_text(cls, text: str) -> Part:
+        return cls(text=text)
+
+    @classmethod
+    def from_inline_data(cls, mime_type: str, data: bytes) -> Part:
+        return cls(inline_data=Blob(mime_type=mime_type, data=data))
+
+    @classmethod
+    def from_file_data(cls, mime_type: str, file_uri: str) -> Part:
+        return cls(file_data=FileData(mime_type=mime_type, file_uri=file_uri))
+
+    @classmethod
+    def from_function_call(
+        cls, name: str, args: dict[str, Any] | None = None, id: str | None = None
+    ) -> Part:
+        return cls(function_call=FunctionCall(name=name, args=args or {}, id=id))
+
+    @classmethod
+    def from_function_response(
+        cls, name: str, response: dict[str, Any] | None = None, id: str | None = None
+    ) -> Part:
+        return cls(function_response=FunctionResponse(name=name, response=response or {}, id=id))
+
+    @property
+    def kind(self) -> str:
+        """Which member is set: "text", "inline_data", "file_data", "function_call" or
+        "function_response"."""
+        for kind in _PART_KINDS:
+            if getattr(self, kind) is not None:
+                return kind
+        raise AssertionError("unreachable: validated Part without a kind")
+
+    @property
+    def mime_type(self) -> str | None:
+        """The MIME type of inline or file data, else ``None``."""
+        if self.inline_data is not None:
+            return self.inline_data.mime_type
+        if self.file_data is not None:
+            return self.file_data.mime_type
+        return None
+
+    @property
+    def file_uri(self) -> str | None:
+        """The URI of file data, else ``None``."""
+        return self.file_data.file_uri if self.file_data is not None else None
+
+    @property
+    def is_media(self) -> bool:
+        """True for binary media: inline data or a file reference."""
+        return self.inline_data is not None or self.file_data is not None
+
+    def to_proto(self) -> content_pb2.Part:
+        from adk_mesh import codec
+
+        return codec.part_to_proto(self)
+
+    @classmethod
+    def from_proto(cls, message: content_pb2.Part) -> Part:
+        from adk_mesh import codec
+
+        return codec.part_from_proto(message)
+
+
+class Content(_Data):
+    """One message of a conversation: its ``role`` ("user", "model" or "tool") and its parts.
+
+    The ``with_*`` builders return a new Content with one more part::
+
+        Content(role="user").with_text("What's in this image?").with_inline_data("image/png", png)
+    """
+
+    role: str = ""
+    parts: list[Part] = Field(default_factory=list)
+
+    @classmethod
+    def from_text(cls, role: str, text: str) -> Content:
+        return cls(role=role, parts=[Part(text=text)])
+
+    @classmethod
+    def from_parts(cls, role: str, *parts: Part) -> Content:
+        return cls(role=role, parts=list(parts))
+
+    def with_part(self, part: Part) -> Content:
+        return Content(role=self.role, parts=[*self.parts, part])
+
+    def with_text(self, text: str) -> Content:
+        return self.with_part(Part(text=text))
+
+    def with_inline_data(self, mime_type: str, data: bytes) -> Content:
+        return self.with_part(Part.from_inline_data(mime_type, data))
+
+    def with_file_uri(self, mime_type: str, file_uri: str) -> Content:
+        return self.with_part(Part.from_file_data(mime_type, file_uri))
+
+    @property
+    def text(self) -> str:
+        """The text parts joined, reasoning ("thought") parts left out."""
+        return "".join(p.text for p in self.parts if p.text is not None and not p.thought)
+
+    @property
+    def function_calls(self) -> list[FunctionCall]:
+        return [p.function_call for p in self.parts if p.function_call is not None]
+
+    @property
+    def function_responses(self) -> list[FunctionResponse]:
+        return [p.function_response for p in self.parts if p.function_response is not None]
+
+    def to_proto(self) -> content_pb2.Content:
+        from adk_mesh import codec
+
+        return codec.content_to_proto(self)
+
+    @classmethod
+    def from_proto(cls, message: content_pb2.Content) -> Content:
+        from adk_mesh import codec
+
+        return codec.content_from_proto(message)
+
+
+class FinishReason(StrEnum):
+    """Why the model stopped generating."""
+
+    STOP = "STOP"
+    MAX_TOKENS = "MAX_TOKENS"
+    SAFETY = "SAFETY"
+    RECITATION = "RECITATION"
+    TOOL_CALLS = "TOOL_CALLS"
+    MALFORMED_FUNCTION_CALL = "MALFORMED_FUNCTION_CALL"
+    OTHER = "OTHER"
+
+
+class UsageMetadata(_Data):
+    """Token counts of one model call."""
+
+    prompt_token_count: int = 0
+    candidates_token_count: int = 0
+    total_token_count: int = 0
+    cached_content_token_count: int | None = None
+    thoughts_token_count: int | None = None
+
+    def to_proto(self) -> event_pb2.UsageMetadata:
+        from adk_mesh import codec
+
+        return codec.usage_to_proto(self)
+
+    @classmethod
+    def from_proto(cls, message: event_pb2.UsageMetadata) -> UsageMetadata:
+        from adk_mesh import codec
+
+        return codec.usage_from_proto(message)
+
+
+class LlmResponse(_Data):
+    """What a model produced: content plus metadata. ``partial`` marks a streaming chunk."""
+
+    content: Content | None = None
+    usage_metadata: UsageMetadata | None = None
+    finish_reason: FinishReason | None = None
+    partial: bool = False
+    turn_complete: bool = False
+    interrupted: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+    grounding_metadata: dict[str, Any] | None = None
+    model_version: str | None = None
+
+    def to_proto(self) -> event_pb2.LlmResponse:
+        from adk_mesh import codec
+
+        return codec.llm_response_to_proto(self)
+
+    @classmethod
+    def from_proto(cls, message: event_pb2.LlmResponse) -> LlmResponse:
+        from adk_mesh import codec
+
+        return codec.llm_response_from_proto(message)
+
+
+class EventActions(_Data):
+    """Side effects of an event, applied by the session service when the event is appended.
+
+    ``state_delta`` keys are scoped by prefix (``app:``, ``user:``, ``temp:``, or none for the
+    session); ``artifact_delta`` maps an artifact name to the version the event created.
+    """
+
+    state_delta: dict[str, Any] = Field(default_factory=dict)
+    artifact_delta: dict[str, int] = Field(default_factory=dict)
+    skip_summarization: bool = False
+    transfer_to_agent: str | None = None
+    escalate: bool = False
+
+    def is_empty(self) -> bool:
+        return not (
+            self.state_delta
+            or self.artifact_delta
+            or self.skip_summarization
+            or self.transfer_to_agent
+            or self.escalate
+        )
+
+    def merge(self, other: EventActions) -> EventActions:
+        """Return these actions updated by ``other`` (``other`` wins on conflicts)."""
+        return EventActions(
+            state_delta={**self.state_delta, **other.state_delta},
+            artifact_delta={**self.artifact_delta, **other.artifact_delta},
+            skip_summarization=self.skip_summarization or other.skip_summarization,
+            transfer_to_agent=other.transfer_to_agent or self.transfer_to_agent,
+            escalate=self.escalate or other.escalate,
+        )
+
+    def to_proto(self) -> event_pb2.EventActions:
+        from adk_mesh import codec
+
+        return codec.actions_to_proto(self)
+
+    @classmethod
+    def from_proto(cls, message: event_pb2.EventActions) -> EventActions:
+        from adk_mesh import codec
+
+        return codec.actions_from_proto(message)
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Event(_Data):
+    """One entry of a session's immutable history.
+
+    ``author`` is "user", an agent name or a tool name; ``invocation_id`` groups every event of
+    one user turn; ``branch`` is the dotted path of the agent that produced it.
+    """
+
+    id: str = Field(default_factory=new_event_id)
+    timestamp: datetime = Field(default_factory=_utc_now)
+    invocation_id: str = ""
+    branch: str = ""
+    author: str = ""
+    llm_response: LlmResponse = Field(default_factory=LlmResponse)
+    actions: EventActions = Field(default_factory=EventActions)
+    long_running_tool_ids: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        author: str,
+        invocation_id: str = "",
+        content: Content | None = None,
+        actions: EventActions | None = None,
+        branch: str = "",
+        partial: bool = False,
+        long_running_tool_ids: list[str] | None = None,
+    ) -> Event:
+        """A new event with a fresh UUID and the current UTC time."""
+        return cls(
+            author=author,
+            invocation_id=invocation_id,
+            branch=branch,
+            llm_response=LlmResponse(content=content, partial=partial),
+            actions=actions if actions is not None else EventActions(),
+            long_running_tool_ids=long_running_tool_ids or [],
+        )
+
+    @property
+    def content(self) -> Content | None:
+        return self.llm_response.content
+
+    @property
+    def partial(self) -> bool:
+        return self.llm_response.partial
+
+    @property
+    def text(self) -> str:
+        """The event's text parts joined ("" when it has none)."""
+        content = self.llm_response.content
+        return content.text if content is not None else ""
+
+    def function_calls(self) -> list[FunctionCall]:
+        content = self.llm_response.content
+        return content.function_calls if content is not None else []
+
+    def function_responses(self) -> list[FunctionResponse]:
+        content = self.llm_response.content
+        return content.function_responses if content is not None else []
+
+    def is_final_response(self) -> bool:
+        """True when this event ends the agent's turn, as ADK defines it.
+
+        An event that skips summarization or starts long-running tools is final; otherwise it
+        is final when it is not partial and carries no function calls or responses.
+        """
+        if self.actions.skip_summarization or self.long_running_tool_ids:
+            return True
+        return (
+            not self.llm_response.partial
+            and not self.function_calls()
+            and not self.function_responses()
+        )
+
+    def to_proto(self) -> event_pb2.Event:
+        from adk_mesh import codec
+
+        return codec.event_to_proto(self)
+
+    @classmethod
+    def from_proto(cls, message: event_pb2.Event) -> Event:
+        from adk_mesh import codec
+
+        return codec.event_from_proto(message)
+
+
+class ToolDeclaration(_Data):
+    """What a model is told about a tool: its name, purpose and JSON Schemas."""
+
+    name: str
+    description: str = ""
+    parameters_schema: dict[str, Any] | None = None
+    response_schema: dict[str, Any] | None = None
+    long_running: bool = False
+
+    def to_proto(self) -> tool_pb2.ToolDeclaration:
+        from adk_mesh import codec
+
+        return codec.declaration_to_proto(self)
+
+    @classmethod
+    def from_proto(cls, message: tool_pb2.ToolDeclaration) -> ToolDeclaration:
+        from adk_mesh import codec
+
+        return codec.declaration_from_proto(message)

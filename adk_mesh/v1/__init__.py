@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for adk_mesh.v1. Do not edit."""

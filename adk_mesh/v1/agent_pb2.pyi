@@ -1,0 +1,138 @@
+from adk_mesh.v1 import content_pb2 as _content_pb2
+from adk_mesh.v1 import event_pb2 as _event_pb2
+from adk_mesh.v1 import tool_pb2 as _tool_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StreamingMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STREAMING_MODE_UNSPECIFIED: _ClassVar[StreamingMode]
+    STREAMING_MODE_NONE: _ClassVar[StreamingMode]
+    STREAMING_MODE_SSE: _ClassVar[StreamingMode]
+STREAMING_MODE_UNSPECIFIED: StreamingMode
+STREAMING_MODE_NONE: StreamingMode
+STREAMING_MODE_SSE: StreamingMode
+
+class RunRequest(_message.Message):
+    __slots__ = ("root", "delegated", "run_config", "agent_name")
+    ROOT_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_FIELD_NUMBER: _ClassVar[int]
+    RUN_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    root: RootRun
+    delegated: DelegatedRun
+    run_config: RunConfig
+    agent_name: str
+    def __init__(self, root: _Optional[_Union[RootRun, _Mapping]] = ..., delegated: _Optional[_Union[DelegatedRun, _Mapping]] = ..., run_config: _Optional[_Union[RunConfig, _Mapping]] = ..., agent_name: _Optional[str] = ...) -> None: ...
+
+class RootRun(_message.Message):
+    __slots__ = ("app_name", "user_id", "session_id", "new_message")
+    APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NEW_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    app_name: str
+    user_id: str
+    session_id: str
+    new_message: _content_pb2.Content
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_message: _Optional[_Union[_content_pb2.Content, _Mapping]] = ...) -> None: ...
+
+class DelegatedRun(_message.Message):
+    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELEGATION_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    USER_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CALL_PATH_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    branch: str
+    delegation_depth: int
+    max_delegation_depth: int
+    session: SessionView
+    user_content: _content_pb2.Content
+    call_path: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SessionView(_message.Message):
+    __slots__ = ("app_name", "user_id", "session_id", "state", "events")
+    class StateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _struct_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    app_name: str
+    user_id: str
+    session_id: str
+    state: _containers.MessageMap[str, _struct_pb2.Value]
+    events: _containers.RepeatedCompositeFieldContainer[_event_pb2.Event]
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ...) -> None: ...
+
+class RunConfig(_message.Message):
+    __slots__ = ("max_llm_calls", "streaming_mode")
+    MAX_LLM_CALLS_FIELD_NUMBER: _ClassVar[int]
+    STREAMING_MODE_FIELD_NUMBER: _ClassVar[int]
+    max_llm_calls: int
+    streaming_mode: StreamingMode
+    def __init__(self, max_llm_calls: _Optional[int] = ..., streaming_mode: _Optional[_Union[StreamingMode, str]] = ...) -> None: ...
+
+class RunResponse(_message.Message):
+    __slots__ = ("event", "session_id")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    event: _event_pb2.Event
+    session_id: str
+    def __init__(self, event: _Optional[_Union[_event_pb2.Event, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ("agent_name",)
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    agent_name: str
+    def __init__(self, agent_name: _Optional[str] = ...) -> None: ...
+
+class DescribeResponse(_message.Message):
+    __slots__ = ("card",)
+    CARD_FIELD_NUMBER: _ClassVar[int]
+    card: AgentCard
+    def __init__(self, card: _Optional[_Union[AgentCard, _Mapping]] = ...) -> None: ...
+
+class AgentCard(_message.Message):
+    __slots__ = ("name", "description", "sub_agents", "tools", "supports_streaming", "agent_type", "app_name")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SUB_AGENTS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_STREAMING_FIELD_NUMBER: _ClassVar[int]
+    AGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    sub_agents: _containers.RepeatedCompositeFieldContainer[AgentSummary]
+    tools: _containers.RepeatedCompositeFieldContainer[_tool_pb2.ToolDeclaration]
+    supports_streaming: bool
+    agent_type: str
+    app_name: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sub_agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_tool_pb2.ToolDeclaration, _Mapping]]] = ..., supports_streaming: _Optional[bool] = ..., agent_type: _Optional[str] = ..., app_name: _Optional[str] = ...) -> None: ...
+
+class AgentSummary(_message.Message):
+    __slots__ = ("name", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...

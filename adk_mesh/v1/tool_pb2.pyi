@@ -1,0 +1,119 @@
+from adk_mesh.v1 import event_pb2 as _event_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ToolDeclaration(_message.Message):
+    __slots__ = ("name", "description", "parameters_schema", "response_schema", "long_running")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    LONG_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    parameters_schema: _struct_pb2.Struct
+    response_schema: _struct_pb2.Struct
+    long_running: bool
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., response_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., long_running: _Optional[bool] = ...) -> None: ...
+
+class CallerContext(_message.Message):
+    __slots__ = ("app_name", "user_id", "session_id", "agent_name", "invocation_id", "branch")
+    APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    app_name: str
+    user_id: str
+    session_id: str
+    agent_name: str
+    invocation_id: str
+    branch: str
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., invocation_id: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
+
+class ListToolsRequest(_message.Message):
+    __slots__ = ("context",)
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    context: CallerContext
+    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ...) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools", "toolset_name")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOLSET_NAME_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[ToolDeclaration]
+    toolset_name: str
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ...) -> None: ...
+
+class CallToolRequest(_message.Message):
+    __slots__ = ("context", "tool_name", "function_call_id", "args", "state")
+    class StateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _struct_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    context: CallerContext
+    tool_name: str
+    function_call_id: str
+    args: _struct_pb2.Struct
+    state: _containers.MessageMap[str, _struct_pb2.Value]
+    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ...) -> None: ...
+
+class CallToolResponse(_message.Message):
+    __slots__ = ("progress", "result")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    progress: ToolProgress
+    result: ToolResult
+    def __init__(self, progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., result: _Optional[_Union[ToolResult, _Mapping]] = ...) -> None: ...
+
+class ToolProgress(_message.Message):
+    __slots__ = ("message", "data", "fraction")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FRACTION_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    data: _struct_pb2.Struct
+    fraction: float
+    def __init__(self, message: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fraction: _Optional[float] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ("response", "error", "actions")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    response: _struct_pb2.Struct
+    error: ErrorDetail
+    actions: _event_pb2.EventActions
+    def __init__(self, response: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ...) -> None: ...
+
+class ErrorDetail(_message.Message):
+    __slots__ = ("reason", "message", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    message: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -51,7 +51,7 @@ test: $(STAMP) ## Run the test suite (installs first if needed)
 
 bench: $(STAMP) ## Run the benchmarks in bench/ (not tests; prints figures)
 	$(PY) -m pip install -q -e '.[bench]'
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $$(ls bench/*.py | grep -v "/_"); do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean: ## Remove the virtualenv, caches and local state
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis .adk-mesh

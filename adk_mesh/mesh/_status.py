@@ -63,7 +63,7 @@ def error_to_status(error: AdkError) -> tuple[grpc.StatusCode, status_pb2.Status
     return code, status
 
 
-async def abort_with_error(context: grpc.aio.ServicerContext, error: AdkError) -> NoReturn:  # type: ignore[type-arg]
+async def abort_with_error(context: grpc.aio.ServicerContext, error: AdkError) -> NoReturn:
     """Abort the current call with the error's status code, message and ErrorInfo."""
     code, status = error_to_status(error)
     await context.abort(
@@ -87,8 +87,9 @@ def _error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
 
 def error_from_rpc_error(error: grpc.RpcError) -> AdkError:
     """Turn a failed call back into the adk-mesh error the server raised."""
-    code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
-    message: str = error.details() or code.name  # type: ignore[attr-defined]
+    code: grpc.StatusCode = error.code()
+    details = error.details()
+    message: str = details if details is not None else code.name
     info = _error_info(error)
     cls: type[AdkError] | None = None
     metadata: dict[str, str] = {}

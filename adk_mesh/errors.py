@@ -80,6 +80,8 @@ class AdkError(Exception):
         super().__init__(message)
         self.message = message
         self.metadata: dict[str, str] = dict(metadata or {})
+        #: Raised from a tool: end the invocation instead of reporting the error to the model.
+        self.propagate = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
@@ -209,7 +211,7 @@ _BY_REASON: dict[str, type[AdkError]] = {cls.reason: cls for cls in GRPC_STATUS}
 def status_name_for(error: AdkError) -> str:
     """The gRPC status code name of an error, from :data:`GRPC_STATUS`."""
     for cls in type(error).__mro__:
-        code = GRPC_STATUS.get(cls)  # type: ignore[call-overload]
+        code = GRPC_STATUS.get(cls)
         if code is not None:
             return code
     return "INTERNAL"

@@ -1,1 +1,66 @@
-"""artifacts."""
+"""Artifacts: the :class:`ArtifactService` contract, its backends, and a factory by URL.
+
+==========================  =====================================================
+URL                         backend
+==========================  =====================================================
+``memory://``               :class:`InMemoryArtifactService`
+``file:///absolute/dir``    :class:`FileArtifactService` rooted at ``/absolute/dir``
+``file://localhost/dir``    the same, with the host spelled out (RFC 8089)
+``file:relative/dir``       :class:`FileArtifactService` relative to the cwd
+==========================  =====================================================
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
+from adk_mesh.artifacts.file import FileArtifactService
+from adk_mesh.artifacts.memory import InMemoryArtifactService
+from adk_mesh.errors import ConfigError
+
+__all__ = [
+    "ArtifactService",
+    "FileArtifactService",
+    "InMemoryArtifactService",
+    "artifact_service_from_url",
+    "is_user_scoped",
+    "validate_artifact_name",
+]
+
+_KNOWN = "memory://, file:///absolute/dir, file:relative/dir"
+
+
+def artifact_service_from_url(url: str) -> ArtifactService:
+    """The artifact service a URL names (see the module doc for the forms).
+
+    Raises:
+        ConfigError: for an unknown scheme or a malformed URL; the message lists the forms
+            that are known.
+    """
+    scheme, colon, rest = url.partition(":")
+    if not colon or not scheme:
+        raise ConfigError(f"artifact store URL {url!r} has no scheme; known: {_KNOWN}")
+    scheme = scheme.lower()
+    if scheme == "memory":
+        if rest.strip("/"):
+            raise ConfigError(f"artifact store URL {url!r}: memory:// takes no path")
+        return InMemoryArtifactService()
+    if scheme == "file":
+        if "?" in rest or "#" in rest:
+            raise ConfigError(f"artifact store URL {url!r}: query and fragment are not supported")
+        if rest.startswith("//"):
+            host, slash, path = rest[2:].partition("/")
+            if host not in ("", "localhost") or not slash:
+                raise ConfigError(
+                    f"artifact store URL {url!r}: a file URL names a local directory, as "
+                    "file:///absolute/dir or file:relative/dir"
+                )
+            directory = "/" + path
+        else:
+            directory = rest
+        directory = unquote(directory)
+        if not directory:
+            raise ConfigError(f"artifact store URL {url!r} names no directory")
+        return FileArtifactService(directory)
+    raise ConfigError(f"unknown artifact store URL scheme {scheme!r} in {url!r}; known: {_KNOWN}")

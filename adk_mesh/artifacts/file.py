@@ -1,0 +1,269 @@
+"""Artifacts as files under one root directory.
+
+Layout::
+
+    <root>/<app>/<user>/<session>/<name>/<version>/data        session-scoped names
+    <root>/<app>/<user>/user/<name>/<version>/data             user: names (all sessions)
+                                            .../meta.json      {"kind", "mime_type", "size"}
+
+``<name>`` is the artifact name as one directory: ``%``, ``/`` and ``:`` are written as
+``%25``, ``%2F`` and ``%3A``, so ``reports/q1.txt`` cannot collide with a version of
+``reports`` and nothing is nested by the name. User-scoped names keep their ``user:`` prefix
+(``user%3Aprofile.png``), which keeps them apart from the names of a session whose id
+happens to be ``user``.
+
+A version is claimed with an atomic ``mkdir`` (so concurrent savers, even in other
+processes, never get the same number); ``data`` and then ``meta.json`` are written to a
+temporary file, fsynced and ``os.replace``-d into place. ``meta.json`` is the commit mark: a
+version without it (a crash mid-save) is invisible. Deleting renames the name's directory
+away first, so readers see all of its versions or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+from adk_mesh.artifacts import _common
+from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
+from adk_mesh.errors import AdkError, ArtifactError, InvalidArgumentError
+from adk_mesh.types import Part
+
+__all__ = ["FileArtifactService"]
+
+_USER_DIRECTORY = "user"
+_DATA = "data"
+_META = "meta.json"
+# No encoded name starts with "%%" (an encoded "%" is always followed by two hex digits).
+_TOMBSTONE_PREFIX = "%%deleted-"
+_MAX_COMPONENT_BYTES = 255
+
+_T = TypeVar("_T")
+
+
+def _encode_name(filename: str) -> str:
+    encoded = filename.replace("%", "%25").replace("/", "%2F").replace(":", "%3A")
+    if len(encoded.encode()) > _MAX_COMPONENT_BYTES:
+        raise InvalidArgumentError(
+            f"artifact name {filename!r} is too long for the file store "
+            f"({_MAX_COMPONENT_BYTES} bytes once '%', '/' and ':' are escaped)"
+        )
+    return encoded
+
+
+def _decode_name(entry: str) -> str:
+    return unquote(entry)
+
+
+class FileArtifactService(ArtifactService):
+    """Artifacts in a directory tree (see the module doc for the layout).
+
+    Args:
+        root: the directory that holds every artifact; created on the first save.
+
+    All file I/O runs in worker threads, never on the event loop. Every path is checked to
+    resolve inside ``root`` (names and ids are validated first, so only a symlink planted in
+    the tree could point elsewhere).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = Path(os.path.abspath(root))
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    # --- paths (worker threads) ----------------------------------------------------------
+
+    def _scope_directory(self, app_name: str, user_id: str, scope: str) -> Path:
+        return self._root / app_name / user_id / scope
+
+    def _name_directory(self, app_name: str, user_id: str, session_id: str, filename: str) -> Path:
+        scope = _USER_DIRECTORY if is_user_scoped(filename) else session_id
+        return self._scope_directory(app_name, user_id, scope) / _encode_name(filename)
+
+    def _check_inside_root(self, path: Path) -> None:
+        root = os.path.realpath(self._root)
+        resolved = os.path.realpath(path)
+        if resolved != root and not resolved.startswith(root + os.sep):
+            raise InvalidArgumentError(f"artifact path {path} resolves outside the artifact root")
+
+    @staticmethod
+    def _complete_versions(name_directory: Path) -> list[int]:
+        try:
+            entries = os.listdir(name_directory)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            int(entry)
+            for entry in entries
+            if entry.isdigit() and (name_directory / entry / _META).is_file()
+        )
+
+    # --- the contract --------------------------------------------------------------------
+
+    async def save_artifact(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str, artifact: Part
+    ) -> int:
+        _common.validate_scope(app_name, user_id, session_id)
+        validate_artifact_name(filename)
+        part = _common.normalize_part(artifact)
+        if part.inline_data is not None:
+            data = part.inline_data.data
+            meta: dict[str, Any] = {"kind": "inline_data", "mime_type": part.inline_data.mime_type}
+        else:
+            data = (part.text or "").encode()
+            meta = {"kind": "text", "mime_type": None}
+        meta["size"] = len(data)
+
+        def save() -> int:
+            name_directory = self._name_directory(app_name, user_id, session_id, filename)
+            self._check_inside_root(name_directory)
+            name_directory.mkdir(parents=True, exist_ok=True)
+            version_directory, version = _claim_version(name_directory)
+            _write_atomically(version_directory / _DATA, data)
+            _write_atomically(version_directory / _META, json.dumps(meta).encode())
+            return version
+
+        return await _in_thread(save)
+
+    async def load_artifact(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        filename: str,
+        version: int | None = None,
+    ) -> Part | None:
+        _common.validate_scope(app_name, user_id, session_id)
+        validate_artifact_name(filename)
+        _common.check_version(version)
+
+        def load() -> Part | None:
+            name_directory = self._name_directory(app_name, user_id, session_id, filename)
+            self._check_inside_root(name_directory)
+            if version is None:
+                versions = self._complete_versions(name_directory)
+                if not versions:
+                    return None
+                chosen = versions[-1]
+            else:
+                chosen = version
+            version_directory = name_directory / str(chosen)
+            try:
+                meta = json.loads((version_directory / _META).read_bytes())
+                data = (version_directory / _DATA).read_bytes()
+                if meta["kind"] == "inline_data":
+                    return Part.from_inline_data(str(meta["mime_type"]), data)
+                return Part.from_text(data.decode())
+            except FileNotFoundError:
+                return None
+            except (ValueError, KeyError, TypeError) as error:
+                raise ArtifactError(
+                    f"artifact {filename!r} version {chosen} is unreadable: {error!r}"
+                ) from error
+
+        return await _in_thread(load)
+
+    async def list_artifact_keys(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> list[str]:
+        _common.validate_scope(app_name, user_id, session_id)
+
+        def list_keys() -> list[str]:
+            names: set[str] = set()
+            for scope, user_scoped in ((session_id, False), (_USER_DIRECTORY, True)):
+                directory = self._scope_directory(app_name, user_id, scope)
+                self._check_inside_root(directory)
+                try:
+                    entries = os.listdir(directory)
+                except FileNotFoundError:
+                    continue
+                for entry in entries:
+                    if entry.startswith(_TOMBSTONE_PREFIX):
+                        continue
+                    name = _decode_name(entry)
+                    # The session named "user" shares its directory with the user scope.
+                    if is_user_scoped(name) != user_scoped:
+                        continue
+                    if self._complete_versions(directory / entry):
+                        names.add(name)
+            return sorted(names)
+
+        return await _in_thread(list_keys)
+
+    async def list_versions(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str
+    ) -> list[int]:
+        _common.validate_scope(app_name, user_id, session_id)
+        validate_artifact_name(filename)
+
+        def list_versions() -> list[int]:
+            name_directory = self._name_directory(app_name, user_id, session_id, filename)
+            self._check_inside_root(name_directory)
+            return self._complete_versions(name_directory)
+
+        return await _in_thread(list_versions)
+
+    async def delete_artifact(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str
+    ) -> None:
+        _common.validate_scope(app_name, user_id, session_id)
+        validate_artifact_name(filename)
+
+        def delete() -> None:
+            name_directory = self._name_directory(app_name, user_id, session_id, filename)
+            self._check_inside_root(name_directory)
+            tombstone = name_directory.with_name(f"{_TOMBSTONE_PREFIX}{uuid.uuid4().hex}")
+            try:
+                os.replace(name_directory, tombstone)
+            except FileNotFoundError:
+                return
+            shutil.rmtree(tombstone)
+
+        await _in_thread(delete)
+
+
+def _claim_version(name_directory: Path) -> tuple[Path, int]:
+    """Create the next version's directory; ``mkdir`` is atomic, so a number is never shared."""
+    existing = [int(entry) for entry in os.listdir(name_directory) if entry.isdigit()]
+    version = max(existing, default=0) + 1
+    while True:
+        directory = name_directory / str(version)
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            version += 1
+            continue
+        return directory, version
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".tmp-{uuid.uuid4().hex}")
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+async def _in_thread(function: Callable[[], _T]) -> _T:
+    """Run blocking file I/O in a worker thread; OS errors become :class:`ArtifactError`."""
+    try:
+        return await asyncio.to_thread(function)
+    except AdkError:
+        raise
+    except OSError as error:
+        raise ArtifactError(f"the file artifact store failed: {error}") from error

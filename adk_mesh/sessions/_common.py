@@ -1,0 +1,137 @@
+"""Helpers shared by the session backends: argument checks, time, JSON state, event encoding.
+
+Events are stored as their pydantic JSON (``Event.model_dump_json``). Measured on a typical
+event (text + function call + state delta), a JSON write + read back takes ~16 us against
+~57 us for ``to_proto().SerializeToString()`` + ``from_proto``, and JSON keeps integers of any
+size exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic_core import PydanticSerializationError
+
+from adk_mesh.errors import AdkJSONError, InvalidArgumentError
+from adk_mesh.state import TEMP_PREFIX, ScopedDelta, split_by_scope
+from adk_mesh.types import Event
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MICROSECOND = timedelta(microseconds=1)
+_IMMUTABLE_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
+def check_ids(app_name: str, user_id: str, session_id: str | None = None) -> None:
+    """Refuse empty identifiers with :class:`InvalidArgumentError`."""
+    if not app_name:
+        raise InvalidArgumentError("app_name must not be empty")
+    if not user_id:
+        raise InvalidArgumentError("user_id must not be empty")
+    if session_id is not None and not session_id:
+        raise InvalidArgumentError("session_id must not be empty (pass None for a new UUID)")
+
+
+def new_session_id(session_id: str | None) -> str:
+    return session_id if session_id is not None else str(uuid.uuid4())
+
+
+def check_num_recent_events(num_recent_events: int | None) -> None:
+    if num_recent_events is not None and num_recent_events < 0:
+        raise InvalidArgumentError(f"num_recent_events must be 0 or more, not {num_recent_events}")
+
+
+def now() -> float:
+    """Seconds since the epoch, as ``Session.last_update_time`` holds them."""
+    return time.time()
+
+
+def to_micros(moment: datetime) -> int:
+    """Exact microseconds since the epoch; a naive datetime is taken as UTC (as the codec does)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // _ONE_MICROSECOND
+
+
+def json_copy(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a state mapping through JSON, refusing what is not JSON.
+
+    Going through JSON makes both backends keep exactly the same values (a tuple comes back as
+    a list in either) and detaches the copy from the caller's objects.
+    """
+    return json.loads(dump_state(mapping))  # type: ignore[no-any-return]
+
+
+def dump_state(mapping: Mapping[str, Any]) -> str:
+    """A state mapping as compact JSON; :class:`AdkJSONError` for values that are not JSON."""
+    try:
+        return json.dumps(mapping, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise AdkJSONError(f"state values must be JSON: {error}") from error
+
+
+def copy_value(value: Any) -> Any:
+    """A copy of a JSON state value, skipping the copy for immutable scalars (the common case)."""
+    if type(value) in _IMMUTABLE_TYPES:
+        return value
+    return json.loads(json.dumps(value))
+
+
+def copy_state(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: copy_value(value) for key, value in mapping.items()}
+
+
+def scoped_delta(event: Event) -> ScopedDelta:
+    """The event's state delta split by scope, persisted scopes detached from the caller
+    through JSON (``temp`` keeps the caller's values: it only goes to the caller's session)."""
+    delta = event.actions.state_delta
+    if not delta:
+        return ScopedDelta()
+    scoped = split_by_scope(delta)
+    return ScopedDelta(
+        app=json_copy(scoped.app) if scoped.app else {},
+        user=json_copy(scoped.user) if scoped.user else {},
+        session=json_copy(scoped.session) if scoped.session else {},
+        temp=scoped.temp,
+    )
+
+
+def event_to_store(event: Event, scoped: ScopedDelta) -> Event:
+    """The event as it is stored: without its ``temp:`` keys (the event itself when it has
+    none; the store keeps only its serialized form, so sharing the object is safe)."""
+    if not scoped.temp:
+        return event
+    kept = {
+        key: value
+        for key, value in event.actions.state_delta.items()
+        if not key.startswith(TEMP_PREFIX)
+    }
+    actions = event.actions.model_copy(update={"state_delta": kept})
+    return event.model_copy(update={"actions": actions})
+
+
+def encode_event(event: Event) -> str:
+    try:
+        return event.model_dump_json()
+    except PydanticSerializationError as error:
+        raise AdkJSONError(f"event {event.id} cannot be stored as JSON: {error}") from error
+
+
+def decode_event(data: str | bytes) -> Event:
+    return Event.model_validate_json(data)
+
+
+def select_events(
+    stamped: list[tuple[datetime, str]], num_recent_events: int | None, after: datetime | None
+) -> list[tuple[datetime, str]]:
+    """Apply ``after`` (strictly later timestamps), then keep the last ``num_recent_events``."""
+    if after is not None:
+        threshold = to_micros(after)
+        stamped = [item for item in stamped if to_micros(item[0]) > threshold]
+    if num_recent_events is not None:
+        stamped = stamped[-num_recent_events:] if num_recent_events else []
+    return stamped

@@ -1,0 +1,469 @@
+"""The embedded default session store: one SQLite file, safe for several processes.
+
+* The file runs in WAL mode with a busy timeout, so readers never block the writer and
+  processes that collide wait for each other instead of failing.
+* Every write is one ``BEGIN IMMEDIATE`` transaction that reads the current app, user and
+  session state, applies the delta and writes it back: two processes appending at once
+  serialize on the write lock and never lose each other's keys.
+* The schema is versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` are applied in
+  order, in one transaction, when a service first touches the file.
+* All SQLite work runs on one worker thread per service (the ``sqlite3`` connection lives
+  there), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from adk_mesh.errors import (
+    AdkError,
+    AlreadyExistsError,
+    SessionError,
+    SessionNotFoundError,
+)
+from adk_mesh.sessions import _common
+from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.state import ScopedDelta, merge_scoped_state, split_by_scope
+from adk_mesh.types import Event
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SqliteSessionService"]
+
+_T = TypeVar("_T")
+
+#: The schema, as ordered steps: step ``i`` takes a file from version ``i`` to ``i + 1``.
+#: Append new steps; never edit a released one.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: sessions, scoped state and the event log.
+    (
+        """CREATE TABLE sessions (
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            create_time REAL NOT NULL,
+            update_time REAL NOT NULL,
+            PRIMARY KEY (app_name, user_id, id)
+        )""",
+        """CREATE TABLE app_states (
+            app_name TEXT NOT NULL PRIMARY KEY,
+            state TEXT NOT NULL,
+            update_time REAL NOT NULL
+        )""",
+        """CREATE TABLE user_states (
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            update_time REAL NOT NULL,
+            PRIMARY KEY (app_name, user_id)
+        )""",
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            id TEXT NOT NULL,
+            timestamp_us INTEGER NOT NULL,
+            event TEXT NOT NULL
+        )""",
+        "CREATE INDEX events_by_session ON events (app_name, user_id, session_id, seq)",
+    ),
+    # 2: answer ``get_session(after=...)`` from an index instead of a scan of the session.
+    (
+        """CREATE INDEX events_by_session_time
+            ON events (app_name, user_id, session_id, timestamp_us)""",
+    ),
+)
+
+#: The schema version this code writes.
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_BUSY_TIMEOUT_MS = 30_000
+
+
+def _apply_migrations(connection: sqlite3.Connection) -> None:
+    """Bring the file to :data:`SCHEMA_VERSION` in one transaction (a no-op when it is)."""
+    with _write_transaction(connection):
+        (version,) = connection.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise SessionError(
+                f"the session database has schema version {version}, newer than the "
+                f"{SCHEMA_VERSION} this adk-mesh knows; upgrade adk-mesh"
+            )
+        for step in MIGRATIONS[version:]:
+            for statement in step:
+                connection.execute(statement)
+        if version != SCHEMA_VERSION:
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+class SqliteSessionService(SessionService):
+    """Sessions in one SQLite file.
+
+    Args:
+        path: the database file (its parent directories are created), or ``":memory:"`` for
+            a private in-memory database.
+
+    The file is opened, and migrated to the current schema, by the first call. Many tasks may
+    use one service at once (their calls queue on its worker thread), and many services, in
+    one process or several, may share one file. :meth:`close` closes the connection.
+
+    Cancelling a call does not stop its transaction, which runs to its end on the worker
+    thread: a cancelled ``append_event`` may still be stored (whole, never in part) while the
+    in-memory ``session`` passed to it is left as it was.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = os.fspath(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adk-mesh-sqlite")
+        self._connection: sqlite3.Connection | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    async def _run(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._closed:
+            raise SessionError("the SQLite session service is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, function)
+
+    def _call(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Runs on the worker thread: open the file on first use, then run ``function``."""
+        try:
+            if self._connection is None:
+                self._connection = self._open()
+            return function(self._connection)
+        except AdkError:
+            raise
+        except sqlite3.Error as error:
+            raise SessionError(f"SQLite session store {self._path!r} failed: {error}") from error
+
+    def _open(self) -> sqlite3.Connection:
+        if self._path != ":memory:":
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
+        connection = sqlite3.connect(
+            self._path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None
+        )
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            connection.execute("PRAGMA journal_mode = WAL")
+            # In WAL mode NORMAL never corrupts the file; only a power loss can drop the
+            # last commits. It saves an fsync per append on the hot path.
+            connection.execute("PRAGMA synchronous = NORMAL")
+            _apply_migrations(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close_connection)
+        # The queue is empty now, so the join is immediate; still, never join on the loop.
+        await asyncio.to_thread(self._executor.shutdown, True)
+
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    # --- the contract --------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> Session:
+        _common.check_ids(app_name, user_id, session_id)
+        session_id = _common.new_session_id(session_id)
+        scoped = split_by_scope(_common.json_copy(state)) if state else ScopedDelta()
+        session_state_json = _common.dump_state(scoped.session)
+
+        def create(connection: sqlite3.Connection) -> Session:
+            create_time = _common.now()
+            with _write_transaction(connection):
+                try:
+                    connection.execute(
+                        "INSERT INTO sessions (app_name, user_id, id, state, create_time, "
+                        "update_time) VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            app_name,
+                            user_id,
+                            session_id,
+                            session_state_json,
+                            create_time,
+                            create_time,
+                        ),
+                    )
+                except sqlite3.IntegrityError:
+                    raise AlreadyExistsError(
+                        f"session {session_id!r} of user {user_id!r} in app {app_name!r} "
+                        "already exists"
+                    ) from None
+                app_state = _update_app_state(connection, app_name, scoped.app, create_time)
+                user_state = _update_user_state(
+                    connection, app_name, user_id, scoped.user, create_time
+                )
+            return Session(
+                id=session_id,
+                app_name=app_name,
+                user_id=user_id,
+                state=merge_scoped_state(app_state, user_state, scoped.session),
+                last_update_time=create_time,
+            )
+
+        return await self._run(create)
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        num_recent_events: int | None = None,
+        after: datetime | None = None,
+    ) -> Session | None:
+        _common.check_num_recent_events(num_recent_events)
+        after_us = _common.to_micros(after) if after is not None else None
+
+        def get(connection: sqlite3.Connection) -> Session | None:
+            with _read_transaction(connection):
+                row = connection.execute(
+                    "SELECT state, update_time FROM sessions "
+                    "WHERE app_name = ? AND user_id = ? AND id = ?",
+                    (app_name, user_id, session_id),
+                ).fetchone()
+                if row is None:
+                    return None
+                app_state, user_state = _scoped_states(connection, app_name, user_id)
+                rows = _select_event_rows(
+                    connection, app_name, user_id, session_id, num_recent_events, after_us
+                )
+            return Session(
+                id=session_id,
+                app_name=app_name,
+                user_id=user_id,
+                state=merge_scoped_state(app_state, user_state, json.loads(row[0])),
+                events=[_common.decode_event(data) for (data,) in rows],
+                last_update_time=row[1],
+            )
+
+        return await self._run(get)
+
+    async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
+        def list_(connection: sqlite3.Connection) -> list[Session]:
+            with _read_transaction(connection):
+                rows = connection.execute(
+                    "SELECT id, state, update_time FROM sessions "
+                    "WHERE app_name = ? AND user_id = ? ORDER BY create_time, id",
+                    (app_name, user_id),
+                ).fetchall()
+                app_state, user_state = _scoped_states(connection, app_name, user_id)
+            return [
+                Session(
+                    id=session_id,
+                    app_name=app_name,
+                    user_id=user_id,
+                    state=merge_scoped_state(app_state, user_state, json.loads(state)),
+                    last_update_time=update_time,
+                )
+                for session_id, state, update_time in rows
+            ]
+
+        return await self._run(list_)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        def delete(connection: sqlite3.Connection) -> None:
+            key = (app_name, user_id, session_id)
+            with _write_transaction(connection):
+                connection.execute(
+                    "DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                    key,
+                )
+                connection.execute(
+                    "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?", key
+                )
+
+        await self._run(delete)
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if event.partial:
+            return event
+        # Everything that can fail on the values (JSON checks, serialization) fails here,
+        # before the transaction.
+        scoped = _common.scoped_delta(event)
+        stored_event = _common.event_to_store(event, scoped)
+        encoded = _common.encode_event(stored_event)
+        timestamp_us = _common.to_micros(event.timestamp)
+        app_name, user_id, session_id = session.app_name, session.user_id, session.id
+
+        def append(connection: sqlite3.Connection) -> float:
+            update_time = _common.now()
+            with _write_transaction(connection):
+                row = connection.execute(
+                    "SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+                    (app_name, user_id, session_id),
+                ).fetchone()
+                if row is None:
+                    raise SessionNotFoundError(
+                        f"session {session_id!r} of user {user_id!r} in app {app_name!r} "
+                        "does not exist"
+                    )
+                if scoped.session:
+                    state = json.loads(row[0])
+                    state.update(scoped.session)
+                    connection.execute(
+                        "UPDATE sessions SET state = ?, update_time = ? "
+                        "WHERE app_name = ? AND user_id = ? AND id = ?",
+                        (_common.dump_state(state), update_time, app_name, user_id, session_id),
+                    )
+                else:
+                    connection.execute(
+                        "UPDATE sessions SET update_time = ? "
+                        "WHERE app_name = ? AND user_id = ? AND id = ?",
+                        (update_time, app_name, user_id, session_id),
+                    )
+                _update_app_state(connection, app_name, scoped.app, update_time)
+                _update_user_state(connection, app_name, user_id, scoped.user, update_time)
+                connection.execute(
+                    "INSERT INTO events (app_name, user_id, session_id, id, timestamp_us, event) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (app_name, user_id, session_id, stored_event.id, timestamp_us, encoded),
+                )
+            return update_time
+
+        update_time = await self._run(append)
+        if event.actions.state_delta:
+            session.state.update(event.actions.state_delta)
+        session.events.append(stored_event)
+        session.last_update_time = update_time
+        return stored_event
+
+
+# --- SQL helpers (worker thread only) --------------------------------------------------------
+
+
+@contextmanager
+def _transaction(connection: sqlite3.Connection, begin: str) -> Iterator[None]:
+    """``begin`` ... ``COMMIT``, or ``ROLLBACK`` on any exception (a failed COMMIT included)."""
+    connection.execute(begin)
+    try:
+        yield
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+
+
+def _write_transaction(connection: sqlite3.Connection) -> AbstractContextManager[None]:
+    """Take the file's write lock at once, so the reads inside see what the writes replace."""
+    return _transaction(connection, "BEGIN IMMEDIATE")
+
+
+def _read_transaction(connection: sqlite3.Connection) -> AbstractContextManager[None]:
+    """One consistent snapshot of the file for several queries."""
+    return _transaction(connection, "BEGIN DEFERRED")
+
+
+def _scoped_states(
+    connection: sqlite3.Connection, app_name: str, user_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    app_row = connection.execute(
+        "SELECT state FROM app_states WHERE app_name = ?", (app_name,)
+    ).fetchone()
+    user_row = connection.execute(
+        "SELECT state FROM user_states WHERE app_name = ? AND user_id = ?", (app_name, user_id)
+    ).fetchone()
+    return (
+        json.loads(app_row[0]) if app_row is not None else {},
+        json.loads(user_row[0]) if user_row is not None else {},
+    )
+
+
+def _update_app_state(
+    connection: sqlite3.Connection, app_name: str, delta: dict[str, Any], update_time: float
+) -> dict[str, Any]:
+    """Read-modify-write of the app state inside the caller's write transaction."""
+    row = connection.execute(
+        "SELECT state FROM app_states WHERE app_name = ?", (app_name,)
+    ).fetchone()
+    state: dict[str, Any] = json.loads(row[0]) if row is not None else {}
+    if delta:
+        state.update(delta)
+        connection.execute(
+            "INSERT INTO app_states (app_name, state, update_time) VALUES (?, ?, ?) "
+            "ON CONFLICT (app_name) DO UPDATE SET state = excluded.state, "
+            "update_time = excluded.update_time",
+            (app_name, _common.dump_state(state), update_time),
+        )
+    return state
+
+
+def _update_user_state(
+    connection: sqlite3.Connection,
+    app_name: str,
+    user_id: str,
+    delta: dict[str, Any],
+    update_time: float,
+) -> dict[str, Any]:
+    """Read-modify-write of the user state inside the caller's write transaction."""
+    row = connection.execute(
+        "SELECT state FROM user_states WHERE app_name = ? AND user_id = ?", (app_name, user_id)
+    ).fetchone()
+    state: dict[str, Any] = json.loads(row[0]) if row is not None else {}
+    if delta:
+        state.update(delta)
+        connection.execute(
+            "INSERT INTO user_states (app_name, user_id, state, update_time) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (app_name, user_id) DO UPDATE SET "
+            "state = excluded.state, update_time = excluded.update_time",
+            (app_name, user_id, _common.dump_state(state), update_time),
+        )
+    return state
+
+
+def _select_event_rows(
+    connection: sqlite3.Connection,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    num_recent_events: int | None,
+    after_us: int | None,
+) -> Sequence[tuple[str]]:
+    if num_recent_events == 0:
+        return []
+    where = "app_name = ? AND user_id = ? AND session_id = ?"
+    parameters: list[Any] = [app_name, user_id, session_id]
+    if after_us is not None:
+        where += " AND timestamp_us > ?"
+        parameters.append(after_us)
+    if num_recent_events is None:
+        return connection.execute(
+            f"SELECT event FROM events WHERE {where} ORDER BY seq", parameters
+        ).fetchall()
+    parameters.append(num_recent_events)
+    rows = connection.execute(
+        f"SELECT event FROM events WHERE {where} ORDER BY seq DESC LIMIT ?", parameters
+    ).fetchall()
+    rows.reverse()
+    return rows

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+from adk_mesh.agents import BaseAgent, LlmAgent, LoopAgent, ParallelAgent, SequentialAgent
+from adk_mesh.artifacts.base import ArtifactService
+from adk_mesh.contexts import (
+    CallbackContext,
+    InvocationContext,
+    ReadonlyContext,
+    RunConfig,
+    StreamingMode,
+    ToolContext,
+)
 from adk_mesh.errors import (
     AdkError,
     AdkIOError,
@@ -9,10 +19,26 @@ from adk_mesh.errors import (
     AgentError,
     ArtifactError,
     ConfigError,
+    DelegationError,
     InvalidArgumentError,
     ModelError,
     SessionError,
     ToolError,
+)
+from adk_mesh.memory.base import MemoryEntry, MemoryService
+from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
+from adk_mesh.runner import Runner
+from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.state import State
+from adk_mesh.tools import (
+    AgentTool,
+    BaseTool,
+    ExitLoopTool,
+    FunctionTool,
+    GoogleSearchTool,
+    LoadArtifactsTool,
+    StateMergePolicy,
+    Toolset,
 )
 from adk_mesh.types import (
     Blob,
@@ -36,23 +62,53 @@ __all__ = [
     "AdkIOError",
     "AdkJSONError",
     "AgentError",
+    "AgentTool",
     "ArtifactError",
+    "ArtifactService",
+    "BaseAgent",
+    "BaseTool",
     "Blob",
+    "CallbackContext",
     "ConfigError",
     "Content",
+    "DelegationError",
     "Event",
     "EventActions",
+    "ExitLoopTool",
     "FileData",
     "FinishReason",
     "FunctionCall",
     "FunctionResponse",
+    "FunctionTool",
+    "GenerateContentConfig",
+    "GoogleSearchTool",
     "InvalidArgumentError",
+    "InvocationContext",
+    "Llm",
+    "LlmAgent",
+    "LlmRequest",
     "LlmResponse",
+    "LoadArtifactsTool",
+    "LoopAgent",
+    "MemoryEntry",
+    "MemoryService",
     "ModelError",
+    "ParallelAgent",
     "Part",
+    "ReadonlyContext",
+    "RunConfig",
+    "Runner",
+    "SequentialAgent",
+    "Session",
     "SessionError",
+    "SessionService",
+    "State",
+    "StateMergePolicy",
+    "StreamingMode",
+    "ToolContext",
     "ToolDeclaration",
     "ToolError",
+    "Toolset",
     "UsageMetadata",
     "__version__",
 ]

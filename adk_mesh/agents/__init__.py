@@ -1,1 +1,9 @@
-"""agents."""
+"""Agents: the BaseAgent contract, LlmAgent and the workflow agents."""
+
+from __future__ import annotations
+
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.agents.workflow import LoopAgent, ParallelAgent, SequentialAgent
+
+__all__ = ["BaseAgent", "LlmAgent", "LoopAgent", "ParallelAgent", "SequentialAgent"]

@@ -1,0 +1,159 @@
+"""BaseAgent: the contract every agent implements (LLM agents, workflow agents, remote agents)."""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from adk_mesh.contexts import CallbackContext, InvocationContext
+from adk_mesh.errors import ConfigError
+from adk_mesh.types import Content, Event
+
+__all__ = ["AgentCallback", "BaseAgent", "call_callbacks", "validate_agent_name"]
+
+#: ``(callback_context) -> Content | None``, sync or async. Returning Content from a
+#: before-callback skips the agent and answers with it; from an after-callback, adds a reply.
+AgentCallback = Callable[[CallbackContext], "Content | Awaitable[Content | None] | None"]
+
+
+def validate_agent_name(name: str) -> None:
+    """Agent names are identifiers: they become tool enum values, branch segments and span
+    names. ``user`` is reserved for the user's own events."""
+    if not name.isidentifier():
+        raise ConfigError(
+            f"agent name {name!r} must be a Python-style identifier (letters, digits, "
+            "underscores; not starting with a digit)"
+        )
+    if name == "user":
+        raise ConfigError("agent name 'user' is reserved for the user's events")
+
+
+async def call_callbacks(callbacks: Sequence[Callable[..., Any]], *args: Any) -> Any:
+    """Run callbacks in order until one returns something other than None; return that."""
+    for callback in callbacks:
+        result = callback(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is not None:
+            return result
+    return None
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+class BaseAgent(abc.ABC):
+    """An agent: something that runs in an invocation and yields events.
+
+    Contract:
+
+    * ``name`` is unique within its tree (checked when the tree is built) and an identifier.
+    * :meth:`run` is the public entry point and is not overridden: it runs the
+      before-agent callbacks, then :meth:`_run_impl`, then the after-agent callbacks.
+      Subclasses write only :meth:`_run_impl`, an async generator of events.
+    * Events are yielded, never appended: the Runner is the single writer of the session and
+      appends each non-partial event before the next step runs, so a step sees the state
+      changes of the steps before it.
+    * An agent stops early when ``ctx.ended`` is set. Cancellation arrives as
+      ``asyncio.CancelledError`` at an ``await``; let it through.
+    * Errors are raised (an :class:`~adk_mesh.errors.AdkError` subclass), not yielded.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str = "",
+        sub_agents: Sequence[BaseAgent] | None = None,
+        before_agent_callback: AgentCallback | Sequence[AgentCallback] | None = None,
+        after_agent_callback: AgentCallback | Sequence[AgentCallback] | None = None,
+    ) -> None:
+        validate_agent_name(name)
+        self.name = name
+        self.description = description
+        self.parent_agent: BaseAgent | None = None
+        self.sub_agents: list[BaseAgent] = list(sub_agents or [])
+        self.before_agent_callbacks: list[AgentCallback] = _as_list(before_agent_callback)
+        self.after_agent_callbacks: list[AgentCallback] = _as_list(after_agent_callback)
+        for sub_agent in self.sub_agents:
+            if sub_agent.parent_agent is not None:
+                raise ConfigError(
+                    f"agent {sub_agent.name!r} already has parent "
+                    f"{sub_agent.parent_agent.name!r}; an agent has one parent"
+                )
+            sub_agent.parent_agent = self
+        self._check_unique_names()
+
+    def _check_unique_names(self) -> None:
+        seen: set[str] = set()
+        for agent in self.walk():
+            if agent.name in seen:
+                raise ConfigError(
+                    f"agent name {agent.name!r} appears twice in the tree of "
+                    f"{self.name!r}; names must be unique within a tree"
+                )
+            seen.add(agent.name)
+
+    @property
+    def root_agent(self) -> BaseAgent:
+        agent = self
+        while agent.parent_agent is not None:
+            agent = agent.parent_agent
+        return agent
+
+    def walk(self) -> Iterator[BaseAgent]:
+        """This agent and all its descendants, depth first."""
+        yield self
+        for sub_agent in self.sub_agents:
+            yield from sub_agent.walk()
+
+    def find_agent(self, name: str) -> BaseAgent | None:
+        """The agent called ``name`` in this agent's subtree."""
+        for agent in self.walk():
+            if agent.name == name:
+                return agent
+        return None
+
+    def find_sub_agent(self, name: str) -> BaseAgent | None:
+        for sub_agent in self.sub_agents:
+            found = sub_agent.find_agent(name)
+            if found is not None:
+                return found
+        return None
+
+    async def run(self, parent_context: InvocationContext) -> AsyncGenerator[Event, None]:
+        """Run the agent in an invocation and yield its events."""
+        ctx = parent_context.for_agent(self)
+        if self.before_agent_callbacks:
+            callback_context = CallbackContext(ctx)
+            content = await call_callbacks(self.before_agent_callbacks, callback_context)
+            if content is not None or callback_context.state.has_delta():
+                yield ctx.new_event(content=content, actions=callback_context.actions)
+            if content is not None:
+                return
+        if ctx.ended:
+            return
+        async with aclosing(self._run_impl(ctx)) as events:
+            async for event in events:
+                yield event
+        if ctx.ended or not self.after_agent_callbacks:
+            return
+        callback_context = CallbackContext(ctx)
+        content = await call_callbacks(self.after_agent_callbacks, callback_context)
+        if content is not None or callback_context.state.has_delta():
+            yield ctx.new_event(content=content, actions=callback_context.actions)
+
+    @abc.abstractmethod
+    def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        """The agent's own logic: an async generator of events."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

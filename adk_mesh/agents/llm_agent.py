@@ -1,0 +1,455 @@
+"""LlmAgent: an agent driven by a language model and its tools."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+from adk_mesh.agents.base import AgentCallback, BaseAgent, _as_list, call_callbacks
+from adk_mesh.agents.history import build_contents
+from adk_mesh.contexts import (
+    CallbackContext,
+    InvocationContext,
+    ReadonlyContext,
+    StreamingMode,
+    ToolContext,
+)
+from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
+from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
+from adk_mesh.tools.base import BaseTool, Toolset
+from adk_mesh.types import Content, Event, EventActions, FunctionCall, LlmResponse, Part
+
+__all__ = [
+    "InstructionProvider",
+    "LlmAgent",
+    "ModelCallback",
+    "ToolCallback",
+]
+
+InstructionProvider = Callable[[ReadonlyContext], "str | Awaitable[str]"]
+#: before: ``(callback_context, llm_request) -> LlmResponse | None`` (a response skips the
+#: model); after: ``(callback_context, llm_response) -> LlmResponse | None`` (replaces it).
+ModelCallback = Callable[..., "LlmResponse | Awaitable[LlmResponse | None] | None"]
+#: before: ``(tool, args, tool_context) -> dict | None`` (a dict skips the tool);
+#: after: ``(tool, args, tool_context, response) -> dict | None`` (replaces the response).
+ToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
+
+ToolUnion = BaseTool | Toolset | Callable[..., Any]
+
+_PLACEHOLDER = re.compile(r"\{((?:app:|user:|temp:)?[A-Za-z_][A-Za-z0-9_.]*)(\?)?\}")
+
+_TRANSFER_TOOL_NAME = "transfer_to_agent"
+
+
+def render_instruction(template: str, state: ReadonlyContext) -> str:
+    """Fill ``{key}`` placeholders from state; ``{key?}`` is optional (empty when unset).
+
+    Braces that do not hold a state-key name (JSON examples, ``{{``) are left as they are.
+    """
+
+    values = state.state
+
+    def replace(match: re.Match[str]) -> str:
+        key, optional = match.group(1), match.group(2)
+        if key in values:
+            value = values[key]
+            return "" if value is None else str(value)
+        if optional:
+            return ""
+        raise AgentError(
+            f"the instruction of agent {state.agent_name!r} uses state key {{{key}}}, which is "
+            f"not set; set it first or write {{{key}?}} to make it optional"
+        )
+
+    return _PLACEHOLDER.sub(replace, template)
+
+
+class LlmAgent(BaseAgent):
+    """An agent whose steps a language model decides.
+
+    Each step sends the model a request — the instruction (with ``{key}`` placeholders filled
+    from state), the tools' declarations and the conversation history — and yields the
+    model's answer as an event. When the answer calls tools, they run (concurrently when
+    several are called at once), their responses are yielded as one event, and the model is
+    asked again, until it answers without calling a tool.
+
+    Args:
+        name: unique identifier within the agent tree.
+        model: an :class:`~adk_mesh.models.Llm` or a model string such as
+            ``"gemini/gemini-2.5-flash"``; ``None`` inherits the nearest LlmAgent ancestor's.
+        instruction: the system instruction, or a callable receiving a ReadonlyContext.
+        description: what this agent does; other agents' models read it to route to it.
+        tools: tools, toolsets, or plain functions (wrapped in FunctionTool).
+        sub_agents: agents this one may transfer control to.
+        output_key: saves the final answer's text into state under this key.
+        generate_content_config: sampling settings sent with every request.
+        include_contents: ``"default"`` sends the conversation history; ``"none"`` only the
+            current turn.
+        disallow_transfer_to_parent / disallow_transfer_to_peers: narrow the transfer targets.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        model: Llm | str | None = None,
+        instruction: str | InstructionProvider = "",
+        description: str = "",
+        tools: Sequence[ToolUnion] | None = None,
+        sub_agents: Sequence[BaseAgent] | None = None,
+        output_key: str | None = None,
+        generate_content_config: GenerateContentConfig | None = None,
+        include_contents: Literal["default", "none"] = "default",
+        disallow_transfer_to_parent: bool = False,
+        disallow_transfer_to_peers: bool = False,
+        before_agent_callback: AgentCallback | Sequence[AgentCallback] | None = None,
+        after_agent_callback: AgentCallback | Sequence[AgentCallback] | None = None,
+        before_model_callback: ModelCallback | Sequence[ModelCallback] | None = None,
+        after_model_callback: ModelCallback | Sequence[ModelCallback] | None = None,
+        before_tool_callback: ToolCallback | Sequence[ToolCallback] | None = None,
+        after_tool_callback: ToolCallback | Sequence[ToolCallback] | None = None,
+    ) -> None:
+        super().__init__(
+            name=name,
+            description=description,
+            sub_agents=sub_agents,
+            before_agent_callback=before_agent_callback,
+            after_agent_callback=after_agent_callback,
+        )
+        if include_contents not in ("default", "none"):
+            raise ConfigError("include_contents is 'default' or 'none'")
+        self._model = model
+        self.instruction = instruction
+        self.output_key = output_key
+        self.generate_content_config = generate_content_config or GenerateContentConfig()
+        self.include_contents = include_contents
+        self.disallow_transfer_to_parent = disallow_transfer_to_parent
+        self.disallow_transfer_to_peers = disallow_transfer_to_peers
+        self.before_model_callbacks: list[ModelCallback] = _as_list(before_model_callback)
+        self.after_model_callbacks: list[ModelCallback] = _as_list(after_model_callback)
+        self.before_tool_callbacks: list[ToolCallback] = _as_list(before_tool_callback)
+        self.after_tool_callbacks: list[ToolCallback] = _as_list(after_tool_callback)
+        self.tools: list[BaseTool | Toolset] = [_as_tool(tool) for tool in tools or ()]
+        names = [tool.name for tool in self.tools if isinstance(tool, BaseTool)]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError(f"agent {name!r} has two tools named {', '.join(duplicates)}")
+
+    # --- model ------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> Llm:
+        """The model this agent calls (resolved from a string on first use, or inherited)."""
+        model = self._model
+        if isinstance(model, Llm):
+            return model
+        if isinstance(model, str) and model:
+            from adk_mesh.models.registry import resolve_model
+
+            resolved = resolve_model(model)
+            self._model = resolved
+            return resolved
+        ancestor = self.parent_agent
+        while ancestor is not None:
+            if isinstance(ancestor, LlmAgent) and ancestor._model is not None:
+                return ancestor.model
+            ancestor = ancestor.parent_agent
+        raise ConfigError(f"agent {self.name!r} has no model and no LlmAgent ancestor with one")
+
+    # --- transfers --------------------------------------------------------------------------
+
+    def transfer_targets(self) -> list[BaseAgent]:
+        """Agents this one may transfer to: its sub-agents, then its parent and peers when the
+        parent is an LlmAgent (a workflow parent decides the order itself)."""
+        targets = list(self.sub_agents)
+        parent = self.parent_agent
+        if isinstance(parent, LlmAgent):
+            if not self.disallow_transfer_to_parent:
+                targets.append(parent)
+            if not self.disallow_transfer_to_peers:
+                targets.extend(peer for peer in parent.sub_agents if peer is not self)
+        return targets
+
+    # --- request ----------------------------------------------------------------------------
+
+    async def canonical_instruction(self, ctx: ReadonlyContext) -> str:
+        instruction = self.instruction
+        if callable(instruction):
+            result = instruction(ctx)
+            if inspect.isawaitable(result):
+                result = await result
+            return str(result)
+        return render_instruction(instruction, ctx) if instruction else ""
+
+    async def canonical_tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+        """This agent's tools with every toolset expanded for this context."""
+        resolved: list[BaseTool] = []
+        for tool in self.tools:
+            if isinstance(tool, Toolset):
+                resolved.extend(await tool.tools(ctx))
+            else:
+                resolved.append(tool)
+        return resolved
+
+    async def _build_request(
+        self, ctx: InvocationContext
+    ) -> tuple[LlmRequest, dict[str, BaseTool]]:
+        readonly = ReadonlyContext(ctx)
+        request = LlmRequest(
+            model=self.model.name,
+            config=self.generate_content_config.model_copy(),
+            system_instruction=await self.canonical_instruction(readonly) or None,
+        )
+        tools = await self.canonical_tools(readonly)
+        targets = self.transfer_targets()
+        if targets:
+            from adk_mesh.tools.builtin import TransferToAgentTool
+
+            tools.append(TransferToAgentTool([agent.name for agent in targets]))
+            request.append_instruction(_transfer_instruction(self, targets))
+        tools_by_name: dict[str, BaseTool] = {}
+        for tool in tools:
+            if tool.name in tools_by_name:
+                raise ConfigError(f"agent {self.name!r} has two tools named {tool.name!r}")
+            tools_by_name[tool.name] = tool
+            tool.process_llm_request(request)
+        request.contents = build_contents(
+            ctx.session.events,
+            agent_name=self.name,
+            branch=ctx.branch,
+            invocation_id=ctx.invocation_id if self.include_contents == "none" else None,
+        )
+        return request, tools_by_name
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        while True:
+            last_event: Event | None = None
+            async for event in self._step(ctx):
+                last_event = event
+                yield event
+            if last_event is None or ctx.ended or _ends_turn(last_event):
+                return
+
+    async def _step(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        """One model call, and the tools it asks for."""
+        request, tools_by_name = await self._build_request(ctx)
+        callback_context = CallbackContext(ctx)
+        response: LlmResponse | None = None
+        if self.before_model_callbacks:
+            response = await call_callbacks(self.before_model_callbacks, callback_context, request)
+        if response is None:
+            ctx.count_llm_call()
+            streaming = ctx.run_config.streaming_mode is StreamingMode.SSE
+            async for chunk in self.model.generate_content(request, stream=streaming):
+                if chunk.partial:
+                    yield Event(
+                        author=self.name,
+                        invocation_id=ctx.invocation_id,
+                        branch=ctx.branch,
+                        llm_response=chunk,
+                    )
+                    continue
+                response = chunk
+            if response is None:
+                raise AgentError(f"model {self.model.name!r} returned no final response")
+        if self.after_model_callbacks:
+            replaced = await call_callbacks(self.after_model_callbacks, callback_context, response)
+            if replaced is not None:
+                response = replaced
+
+        response = _with_call_ids(response)
+        event = Event(
+            author=self.name,
+            invocation_id=ctx.invocation_id,
+            branch=ctx.branch,
+            llm_response=response,
+            actions=callback_context.actions,
+        )
+        calls = event.function_calls()
+        if calls:
+            event.long_running_tool_ids = [
+                call.id
+                for call in calls
+                if call.id is not None
+                and (tool := tools_by_name.get(call.name)) is not None
+                and tool.is_long_running
+            ]
+        elif self.output_key and response.content is not None and not response.partial:
+            text = response.content.text
+            if text:
+                event.actions.state_delta[self.output_key] = text
+        yield event
+        if not calls:
+            return
+        async for tool_event in self._run_tools(ctx, calls, tools_by_name):
+            yield tool_event
+
+    async def _run_tools(
+        self, ctx: InvocationContext, calls: list[FunctionCall], tools: dict[str, BaseTool]
+    ) -> AsyncGenerator[Event, None]:
+        """Run the called tools concurrently; yield forwarded events as they come, then one
+        event with every function response and the merged actions."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        sink = queue.put_nowait
+        if len(calls) == 1:
+            work: Awaitable[list[tuple[Part | None, EventActions]]] = _gather_one(
+                self._call_tool(ctx, calls[0], tools, sink)
+            )
+        else:
+            work = asyncio.gather(*(self._call_tool(ctx, call, tools, sink) for call in calls))
+        task = asyncio.ensure_future(work)
+        try:
+            while not task.done() or not queue.empty():
+                if queue.empty():
+                    getter = asyncio.ensure_future(queue.get())
+                    await asyncio.wait((task, getter), return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()
+                        continue
+                    yield getter.result()
+                else:
+                    yield queue.get_nowait()
+            results = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        parts = [part for part, _ in results if part is not None]
+        actions = EventActions()
+        for _, tool_actions in results:
+            actions = actions.merge(tool_actions) if not tool_actions.is_empty() else actions
+        if not parts and actions.is_empty():
+            return  # long-running tools with no result yet: the client answers later
+        yield Event(
+            author=self.name,
+            invocation_id=ctx.invocation_id,
+            branch=ctx.branch,
+            llm_response=LlmResponse(content=Content(role="tool", parts=parts) if parts else None),
+            actions=actions,
+        )
+
+    async def _call_tool(
+        self,
+        ctx: InvocationContext,
+        call: FunctionCall,
+        tools: dict[str, BaseTool],
+        sink: Callable[[Event], None],
+    ) -> tuple[Part | None, EventActions]:
+        tool_context = ToolContext(ctx, function_call_id=call.id, event_sink=sink)
+        tool = tools.get(call.name)
+        args = call.args
+        response: dict[str, Any] | None
+        if tool is None:
+            available = ", ".join(sorted(tools)) or "none"
+            response = {
+                "error": f"Tool {call.name!r} is not available to this agent. "
+                f"Available tools: {available}."
+            }
+        else:
+            response = None
+            if self.before_tool_callbacks:
+                response = await call_callbacks(
+                    self.before_tool_callbacks, tool, args, tool_context
+                )
+            if response is None:
+                response = await _execute(tool, tool_context, args)
+            if self.after_tool_callbacks:
+                replaced = await call_callbacks(
+                    self.after_tool_callbacks, tool, args, tool_context, response
+                )
+                if replaced is not None:
+                    response = replaced
+        if response is None:
+            if tool is not None and tool.is_long_running:
+                return None, tool_context.actions
+            response = {}
+        part = Part.from_function_response(call.name, response, id=call.id)
+        return part, tool_context.actions
+
+
+async def _gather_one(
+    work: Awaitable[tuple[Part | None, EventActions]],
+) -> list[tuple[Part | None, EventActions]]:
+    return [await work]
+
+
+async def _execute(tool: BaseTool, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
+    """Run a tool; a failure becomes an ``{"error": ...}`` response the model can read."""
+    try:
+        return await tool.execute(ctx, args)
+    except AdkError as error:
+        if error.propagate:
+            raise
+        if isinstance(error, ToolError):
+            return {"error": error.message}
+        return {"error": f"{type(error).__name__}: {error.message}"}
+    except Exception as error:
+        return {"error": f"Tool {tool.name!r} failed: {type(error).__name__}: {error}"}
+
+
+def _ends_turn(event: Event) -> bool:
+    """After this event the agent's turn is over: a final answer, a transfer, a loop exit, or
+    long-running tools awaiting the client."""
+    if event.partial:
+        return False
+    if event.actions.transfer_to_agent or event.actions.escalate:
+        return True
+    if event.actions.skip_summarization:
+        return True
+    if event.function_calls():
+        # Calls whose responses did not arrive (long-running tools that returned nothing).
+        return True
+    return not event.function_responses()
+
+
+def _with_call_ids(response: LlmResponse) -> LlmResponse:
+    """Give every function call an id, so its response can be matched to it."""
+    content = response.content
+    if content is None or all(
+        part.function_call is None or part.function_call.id for part in content.parts
+    ):
+        return response
+    parts = [
+        part.model_copy(
+            update={
+                "function_call": part.function_call.model_copy(update={"id": f"adk-{uuid.uuid4()}"})
+            }
+        )
+        if part.function_call is not None and not part.function_call.id
+        else part
+        for part in content.parts
+    ]
+    return response.model_copy(update={"content": Content(role=content.role, parts=parts)})
+
+
+def _transfer_instruction(agent: LlmAgent, targets: list[BaseAgent]) -> str:
+    lines = [
+        f"You are agent {agent.name!r}. You may hand the conversation to another agent when it "
+        "is better suited to answer, by calling the transfer_to_agent tool with its name.",
+        "Agents you can transfer to:",
+    ]
+    for target in targets:
+        description = target.description or "(no description)"
+        lines.append(f"- {target.name}: {description}")
+    if agent.parent_agent is not None and agent.parent_agent in targets:
+        lines.append(
+            f"If the request is outside your expertise, transfer back to "
+            f"{agent.parent_agent.name!r}."
+        )
+    return "\n".join(lines)
+
+
+def _as_tool(tool: ToolUnion) -> BaseTool | Toolset:
+    if isinstance(tool, BaseTool | Toolset):
+        return tool
+    if callable(tool):
+        from adk_mesh.tools.function_tool import FunctionTool
+
+        return FunctionTool(tool)
+    raise ConfigError(f"{tool!r} is not a tool, a toolset or a function")

@@ -1,0 +1,65 @@
+"""Following ``transfer_to_agent`` actions: who runs next, and when a transfer chain must stop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.contexts import InvocationContext
+from adk_mesh.errors import AgentNotFoundError, DelegationError
+from adk_mesh.types import Event
+
+__all__ = ["DEFAULT_MAX_TRANSFERS", "follow_transfers"]
+
+DEFAULT_MAX_TRANSFERS = 10
+
+
+async def follow_transfers(
+    ctx: InvocationContext,
+    agent: BaseAgent,
+    *,
+    root: BaseAgent | None = None,
+    max_transfers: int = DEFAULT_MAX_TRANSFERS,
+) -> AsyncGenerator[Event, None]:
+    """Run ``agent``; when one of its events transfers control, stop it and run the target.
+
+    The consumer handles (appends) each event before the generator resumes. The target is
+    looked up in ``root``'s tree (by default ``agent``'s root). A chain is bounded by
+    ``max_transfers``, and taking the same transfer (from the same agent to the same target)
+    twice in one invocation is a cycle: both end with :class:`DelegationError`, never a loop.
+    """
+    tree = root or agent.root_agent
+    current = agent
+    taken: set[tuple[str, str]] = set()
+    transfers = 0
+    while True:
+        edge: tuple[str, str] | None = None
+        async with aclosing(current.run(ctx)) as events:
+            async for event in events:
+                yield event
+                target = event.actions.transfer_to_agent
+                if target and not event.partial:
+                    edge = (event.author, target)
+                    break
+        if edge is None:
+            return
+        source, target = edge
+        next_agent = tree.find_agent(target)
+        if next_agent is None:
+            raise AgentNotFoundError(
+                f"agent {source!r} transferred to {target!r}, which is not in the agent tree of "
+                f"{tree.name!r}"
+            )
+        transfers += 1
+        if edge in taken:
+            raise DelegationError(
+                f"transfer cycle: {source!r} transferred to {target!r} a second time in "
+                f"invocation {ctx.invocation_id}"
+            )
+        if transfers > max_transfers:
+            raise DelegationError(
+                f"more than {max_transfers} transfers in invocation {ctx.invocation_id}"
+            )
+        taken.add(edge)
+        current = next_agent

@@ -1,0 +1,117 @@
+"""Workflow agents: run sub-agents in a fixed order, in parallel, or in a loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+
+from adk_mesh.agents.base import AgentCallback, BaseAgent
+from adk_mesh.contexts import InvocationContext
+from adk_mesh.errors import ConfigError
+from adk_mesh.types import Event
+
+__all__ = ["LoopAgent", "ParallelAgent", "SequentialAgent"]
+
+
+class SequentialAgent(BaseAgent):
+    """Runs its sub-agents one after the other, each seeing what the previous ones did."""
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        for sub_agent in self.sub_agents:
+            async with aclosing(sub_agent.run(ctx)) as events:
+                async for event in events:
+                    yield event
+            if ctx.ended:
+                return
+
+
+class LoopAgent(BaseAgent):
+    """Runs its sub-agents in order, again and again, until one of their events escalates
+    (e.g. through ExitLoopTool) or ``max_iterations`` rounds have run.
+
+    Args:
+        max_iterations: upper bound of rounds; ``None`` loops until an escalation.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str = "",
+        sub_agents: Sequence[BaseAgent] | None = None,
+        max_iterations: int | None = None,
+        before_agent_callback: AgentCallback | Sequence[AgentCallback] | None = None,
+        after_agent_callback: AgentCallback | Sequence[AgentCallback] | None = None,
+    ) -> None:
+        super().__init__(
+            name=name,
+            description=description,
+            sub_agents=sub_agents,
+            before_agent_callback=before_agent_callback,
+            after_agent_callback=after_agent_callback,
+        )
+        if max_iterations is not None and max_iterations < 1:
+            raise ConfigError("LoopAgent max_iterations must be at least 1 (or None)")
+        self.max_iterations = max_iterations
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        iteration = 0
+        while self.max_iterations is None or iteration < self.max_iterations:
+            iteration += 1
+            for sub_agent in self.sub_agents:
+                escalated = False
+                async with aclosing(sub_agent.run(ctx)) as events:
+                    async for event in events:
+                        yield event
+                        if event.actions.escalate:
+                            escalated = True
+                if escalated or ctx.ended:
+                    return
+
+
+class ParallelAgent(BaseAgent):
+    """Runs its sub-agents concurrently, each on its own branch ``<parent>.<child>`` so that
+    they do not see each other's events. Events interleave as they are produced; each child
+    waits until its previous event was taken (and so appended by the Runner) before it goes
+    on. When one child fails, the others are cancelled and the failure is raised."""
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        if not self.sub_agents:
+            return
+        queue: asyncio.Queue[tuple[Event, asyncio.Event] | BaseException | None] = asyncio.Queue()
+        base = ctx.branch or self.name
+
+        async def drive(sub_agent: BaseAgent) -> None:
+            child_ctx = ctx.for_agent(ctx.agent, branch=f"{base}.{sub_agent.name}")
+            try:
+                async with aclosing(sub_agent.run(child_ctx)) as events:
+                    async for event in events:
+                        taken = asyncio.Event()
+                        queue.put_nowait((event, taken))
+                        await taken.wait()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:
+                queue.put_nowait(error)
+                return
+            queue.put_nowait(None)
+
+        tasks = [asyncio.create_task(drive(sub_agent)) for sub_agent in self.sub_agents]
+        running = len(tasks)
+        try:
+            while running:
+                item = await queue.get()
+                if item is None:
+                    running -= 1
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                event, taken = item
+                yield event
+                taken.set()
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

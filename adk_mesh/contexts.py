@@ -1,0 +1,373 @@
+"""The contexts agents, callbacks and tools run in.
+
+Each adds capabilities to the one before::
+
+    ReadonlyContext       ids, the user's message, read-only state
+    └── CallbackContext   + writable state (recorded as a delta), artifacts
+        └── ToolContext   + the function call id, the event actions, memory search
+
+:class:`InvocationContext` is the full context of one agent run: the agent, the session, the
+services and the run configuration. It is shared, through copies, by every agent of one
+invocation; the copies share the invocation-wide counters and the "ended" flag.
+
+Every change goes through a delta so that it is recorded in an event: state writes land in
+``EventActions.state_delta``, saved artifacts in ``artifact_delta``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from adk_mesh.errors import AgentError, ArtifactError, InvalidArgumentError
+from adk_mesh.state import State
+from adk_mesh.types import Content, Event, EventActions, Part
+
+if TYPE_CHECKING:
+    from adk_mesh.agents.base import BaseAgent
+    from adk_mesh.artifacts.base import ArtifactService
+    from adk_mesh.memory.base import MemoryEntry, MemoryService
+    from adk_mesh.sessions.base import Session, SessionService
+
+__all__ = [
+    "CallbackContext",
+    "InvocationContext",
+    "ProgressReporter",
+    "ReadonlyContext",
+    "RunConfig",
+    "StreamingMode",
+    "ToolContext",
+]
+
+DEFAULT_MAX_LLM_CALLS = 500
+
+#: ``(message, data, fraction) -> None``: where a running tool's progress goes.
+ProgressReporter = Callable[[str, "dict[str, Any] | None", "float | None"], Awaitable[None]]
+DEFAULT_MAX_DELEGATION_DEPTH = 8
+
+
+class StreamingMode(StrEnum):
+    """``NONE``: one event per model response. ``SSE``: partial events while the model streams."""
+
+    NONE = "none"
+    SSE = "sse"
+
+
+class RunConfig(BaseModel):
+    """How one invocation runs.
+
+    Attributes:
+        max_llm_calls: upper bound of model calls in the whole invocation (all agents); past it
+            the run fails with :class:`~adk_mesh.errors.AgentError`. 0 or less: no bound.
+        streaming_mode: whether models stream partial events.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
+    streaming_mode: StreamingMode = StreamingMode.NONE
+
+
+@dataclasses.dataclass
+class _InvocationShared:
+    """What every copy of one invocation's context shares."""
+
+    llm_calls: int = 0
+    ended: bool = False
+
+
+class InvocationContext:
+    """The full context of one agent run in one invocation.
+
+    Agents receive it in :meth:`BaseAgent.run`; they derive a copy for each child with
+    :meth:`for_agent`. The runtime (Runner, AgentTool, the mesh) creates the first one.
+    """
+
+    __slots__ = (
+        "_shared",
+        "agent",
+        "app_name",
+        "artifact_service",
+        "branch",
+        "call_path",
+        "delegation_depth",
+        "invocation_id",
+        "max_delegation_depth",
+        "memory_service",
+        "run_config",
+        "session",
+        "session_service",
+        "user_content",
+    )
+
+    def __init__(
+        self,
+        *,
+        invocation_id: str,
+        agent: BaseAgent,
+        session: Session,
+        session_service: SessionService | None = None,
+        artifact_service: ArtifactService | None = None,
+        memory_service: MemoryService | None = None,
+        run_config: RunConfig | None = None,
+        user_content: Content | None = None,
+        branch: str = "",
+        delegation_depth: int = 0,
+        max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
+        call_path: tuple[str, ...] = (),
+        _shared: _InvocationShared | None = None,
+    ) -> None:
+        self.invocation_id = invocation_id
+        self.agent = agent
+        self.session = session
+        self.app_name = session.app_name
+        self.session_service = session_service
+        self.artifact_service = artifact_service
+        self.memory_service = memory_service
+        self.run_config = run_config or RunConfig()
+        self.user_content = user_content
+        self.branch = branch
+        self.delegation_depth = delegation_depth
+        self.max_delegation_depth = max_delegation_depth
+        self.call_path = call_path
+        self._shared = _shared or _InvocationShared()
+
+    def for_agent(self, agent: BaseAgent, *, branch: str | None = None) -> InvocationContext:
+        """A copy for running ``agent`` (optionally on another branch); counters are shared."""
+        copy = InvocationContext.__new__(InvocationContext)
+        for name in InvocationContext.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.agent = agent
+        if branch is not None:
+            copy.branch = branch
+        return copy
+
+    @property
+    def user_id(self) -> str:
+        return self.session.user_id
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    @property
+    def ended(self) -> bool:
+        """True once :meth:`end_invocation` was called by anyone in this invocation."""
+        return self._shared.ended
+
+    def end_invocation(self) -> None:
+        """Stop the invocation: agents check this between steps and return early."""
+        self._shared.ended = True
+
+    def count_llm_call(self) -> None:
+        """Count one model call; fail past ``run_config.max_llm_calls``."""
+        self._shared.llm_calls += 1
+        limit = self.run_config.max_llm_calls
+        if limit > 0 and self._shared.llm_calls > limit:
+            raise AgentError(
+                f"the invocation exceeded max_llm_calls={limit}; raise RunConfig.max_llm_calls "
+                "if the agent really needs more model calls"
+            )
+
+    @property
+    def llm_calls(self) -> int:
+        return self._shared.llm_calls
+
+    def new_event(
+        self,
+        *,
+        content: Content | None = None,
+        actions: EventActions | None = None,
+        author: str | None = None,
+    ) -> Event:
+        """An event authored by the current agent in this invocation and branch."""
+        return Event.new(
+            author=author or self.agent.name,
+            invocation_id=self.invocation_id,
+            branch=self.branch,
+            content=content,
+            actions=actions,
+        )
+
+
+class ReadonlyContext:
+    """What every callback and tool may read: ids, the user's message and the state."""
+
+    __slots__ = ("_invocation",)
+
+    def __init__(self, invocation: InvocationContext) -> None:
+        self._invocation = invocation
+
+    @property
+    def invocation_context(self) -> InvocationContext:
+        return self._invocation
+
+    @property
+    def invocation_id(self) -> str:
+        return self._invocation.invocation_id
+
+    @property
+    def agent_name(self) -> str:
+        return self._invocation.agent.name
+
+    @property
+    def user_id(self) -> str:
+        return self._invocation.session.user_id
+
+    @property
+    def app_name(self) -> str:
+        return self._invocation.session.app_name
+
+    @property
+    def session_id(self) -> str:
+        return self._invocation.session.id
+
+    @property
+    def branch(self) -> str:
+        return self._invocation.branch
+
+    @property
+    def user_content(self) -> Content | None:
+        return self._invocation.user_content
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        """The session state (app:, user:, session and temp: keys), read-only."""
+        return MappingProxyType(self._invocation.session.state)
+
+
+class CallbackContext(ReadonlyContext):
+    """A ReadonlyContext whose state is writable and which can use artifacts.
+
+    Every write is recorded in :attr:`actions` and reaches the session through the next event.
+    """
+
+    __slots__ = ("_actions", "_state")
+
+    def __init__(
+        self, invocation: InvocationContext, *, actions: EventActions | None = None
+    ) -> None:
+        super().__init__(invocation)
+        self._actions = actions if actions is not None else EventActions()
+        self._state = State(invocation.session.state, self._actions.state_delta)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def actions(self) -> EventActions:
+        return self._actions
+
+    def _artifacts(self) -> ArtifactService:
+        service = self._invocation.artifact_service
+        if service is None:
+            raise ArtifactError("no artifact service is configured for this runner")
+        return service
+
+    async def save_artifact(self, filename: str, artifact: Part) -> int:
+        """Save a new version of an artifact and record it in ``artifact_delta``."""
+        invocation = self._invocation
+        version = await self._artifacts().save_artifact(
+            app_name=invocation.app_name,
+            user_id=invocation.user_id,
+            session_id=invocation.session_id,
+            filename=filename,
+            artifact=artifact,
+        )
+        self._actions.artifact_delta[filename] = version
+        return version
+
+    async def load_artifact(self, filename: str, version: int | None = None) -> Part | None:
+        invocation = self._invocation
+        return await self._artifacts().load_artifact(
+            app_name=invocation.app_name,
+            user_id=invocation.user_id,
+            session_id=invocation.session_id,
+            filename=filename,
+            version=version,
+        )
+
+    async def list_artifacts(self) -> list[str]:
+        invocation = self._invocation
+        return await self._artifacts().list_artifact_keys(
+            app_name=invocation.app_name,
+            user_id=invocation.user_id,
+            session_id=invocation.session_id,
+        )
+
+
+class ToolContext(CallbackContext):
+    """The context a tool runs in: the call being answered and the actions it may set.
+
+    ``actions`` is read and replaced as a whole (``ctx.actions = ...``) or changed in place
+    (``ctx.actions.escalate = True``); whatever it holds when the tool returns travels on the
+    function-response event.
+    """
+
+    __slots__ = ("_event_sink", "_progress", "function_call_id")
+
+    def __init__(
+        self,
+        invocation: InvocationContext,
+        *,
+        function_call_id: str | None = None,
+        actions: EventActions | None = None,
+        event_sink: Callable[[Event], None] | None = None,
+        progress: ProgressReporter | None = None,
+    ) -> None:
+        super().__init__(invocation, actions=actions)
+        self.function_call_id = function_call_id
+        self._event_sink = event_sink
+        self._progress = progress
+
+    def forward_event(self, event: Event) -> None:
+        """Show an event in the calling agent's stream while the tool runs (AgentTool with
+        ``forward_events``). Forwarded events are persisted by the Runner like any other; a
+        tool must strip actions it does not want applied. Dropped when nobody listens."""
+        if self._event_sink is not None:
+            self._event_sink(event)
+
+    @property
+    def actions(self) -> EventActions:
+        return self._actions
+
+    @actions.setter
+    def actions(self, value: EventActions) -> None:
+        # Keep the State view writing into the delta that will travel.
+        self._actions = value
+        self._state = State(self._invocation.session.state, value.state_delta)
+
+    async def search_memory(self, query: str) -> list[MemoryEntry]:
+        """Search the user's long-term memory; empty when no memory service is configured."""
+        if not query.strip():
+            raise InvalidArgumentError("a memory search needs a non-empty query")
+        service = self._invocation.memory_service
+        if service is None:
+            return []
+        return await service.search_memory(
+            app_name=self.app_name, user_id=self.user_id, query=query
+        )
+
+    async def report_progress(
+        self, message: str, data: dict[str, Any] | None = None, fraction: float | None = None
+    ) -> None:
+        """Report progress of a running tool (shown as a partial event; sent as a ToolProgress
+        message when the tool is served over the mesh)."""
+        if self._progress is not None:
+            await self._progress(message, data, fraction)
+        elif self._event_sink is not None:
+            text = message if fraction is None else f"{message} ({fraction:.0%})"
+            event = Event.new(
+                author=self.agent_name,
+                invocation_id=self.invocation_id,
+                branch=self.branch,
+                content=Content.from_text("model", text),
+                partial=True,
+            )
+            self._event_sink(event)

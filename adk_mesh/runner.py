@@ -1,0 +1,137 @@
+"""The Runner: runs an agent for one user turn and is the single writer of the session."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator
+
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
+from adk_mesh.artifacts.base import ArtifactService
+from adk_mesh.contexts import InvocationContext, RunConfig
+from adk_mesh.errors import InvalidArgumentError, SessionNotFoundError
+from adk_mesh.memory.base import MemoryService
+from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.types import Content, Event
+
+__all__ = ["Runner", "find_agent_to_run", "new_invocation_id"]
+
+
+def new_invocation_id() -> str:
+    return f"e-{uuid.uuid4()}"
+
+
+def _transferable_across_tree(agent: BaseAgent) -> bool:
+    """An agent can keep the conversation across turns only if every agent from it up to the
+    root is an LlmAgent that allows transfers to its parent: a workflow agent on the path owns
+    the order of its children, so the next turn starts again from the root."""
+    from adk_mesh.agents.llm_agent import LlmAgent
+
+    current: BaseAgent | None = agent
+    while current is not None:
+        if not isinstance(current, LlmAgent):
+            return False
+        if current.parent_agent is not None and current.disallow_transfer_to_parent:
+            return False
+        current = current.parent_agent
+    return True
+
+
+def find_agent_to_run(root: BaseAgent, session: Session, new_message: Content) -> BaseAgent:
+    """Which agent answers the next user turn.
+
+    A message answering a function call (a long-running tool's result) goes to the agent that
+    made the call. Otherwise the turn resumes with the agent that answered last, if it can
+    keep the conversation (see :func:`_transferable_across_tree`); else the root.
+    """
+    response_ids = {r.id for r in new_message.function_responses if r.id}
+    if response_ids:
+        for event in reversed(session.events):
+            if any(call.id in response_ids for call in event.function_calls()):
+                agent = root.find_agent(event.author)
+                if agent is not None:
+                    return agent
+                break
+    for event in reversed(session.events):
+        if event.author == "user":
+            continue
+        if event.author == root.name:
+            return root
+        agent = root.find_sub_agent(event.author)
+        if agent is None:
+            continue
+        if _transferable_across_tree(agent):
+            return agent
+    return root
+
+
+class Runner:
+    """Runs ``agent`` for one user turn at a time.
+
+    ``run`` loads the session, appends the user's message, picks the agent to answer (see
+    :func:`find_agent_to_run`), runs it — following transfers — and appends every non-partial
+    event (applying its state and artifact deltas) *before* yielding it, so the caller and
+    the agent's next step see the same history. Partial (streaming) events are yielded and
+    never stored. One invocation id marks every event of the turn.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent: BaseAgent,
+        app_name: str,
+        session_service: SessionService,
+        artifact_service: ArtifactService | None = None,
+        memory_service: MemoryService | None = None,
+        max_transfers: int = DEFAULT_MAX_TRANSFERS,
+    ) -> None:
+        self.agent = agent
+        self.app_name = app_name
+        self.session_service = session_service
+        self.artifact_service = artifact_service
+        self.memory_service = memory_service
+        self.max_transfers = max_transfers
+
+    async def run(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        new_message: Content,
+        run_config: RunConfig | None = None,
+        invocation_id: str | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """Run one user turn and yield its events as they are stored."""
+        if not new_message.parts:
+            raise InvalidArgumentError("the new message has no parts; send text or data")
+        if not new_message.role:
+            new_message = Content(role="user", parts=new_message.parts)
+        session = await self.session_service.get_session(
+            app_name=self.app_name, user_id=user_id, session_id=session_id
+        )
+        if session is None:
+            raise SessionNotFoundError(
+                f"session {session_id!r} of user {user_id!r} in app {self.app_name!r} "
+                "does not exist"
+            )
+        agent = find_agent_to_run(self.agent, session, new_message)
+        ctx = InvocationContext(
+            invocation_id=invocation_id or new_invocation_id(),
+            agent=agent,
+            session=session,
+            session_service=self.session_service,
+            artifact_service=self.artifact_service,
+            memory_service=self.memory_service,
+            run_config=run_config,
+            user_content=new_message,
+        )
+        user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)
+        await self.session_service.append_event(session, user_event)
+        append = self.session_service.append_event
+        async for event in follow_transfers(
+            ctx, agent, root=self.agent, max_transfers=self.max_transfers
+        ):
+            if event.llm_response.partial:
+                yield event
+            else:
+                yield await append(session, event)

@@ -1,0 +1,107 @@
+"""The Tool and Toolset contracts."""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any
+
+from adk_mesh.types import ToolDeclaration
+
+if TYPE_CHECKING:
+    from adk_mesh.contexts import ReadonlyContext, ToolContext
+    from adk_mesh.models.base import LlmRequest
+
+__all__ = ["LONG_RUNNING_NOTE", "BaseTool", "Toolset"]
+
+LONG_RUNNING_NOTE = (
+    "NOTE: this is a long-running operation. Do not call this tool again while an earlier "
+    "call has returned a pending or intermediate status; wait for its final result."
+)
+
+
+class BaseTool(abc.ABC):
+    """A capability an agent's model can call.
+
+    Contract:
+
+    * ``name`` is what the model calls; ``description`` tells it when to; ``parameters_schema``
+      (JSON Schema of an object) tells it what to pass; ``response_schema`` what comes back.
+    * :meth:`execute` receives the model's arguments (already a dict) and returns a JSON
+      object (a dict). Raise :class:`~adk_mesh.errors.ToolError` for a failure the model should
+      read and react to: the runtime turns it into ``{"error": message}`` in the function
+      response. Any other exception is reported to the model the same way, with its type.
+    * Side effects on the session go through ``ctx``: ``ctx.state[...] = ...``,
+      ``await ctx.save_artifact(...)``, ``ctx.actions.escalate = True``.
+    * Tools run concurrently when the model asks for several at once: keep no per-call state
+      on the tool object. Cancellation arrives as ``asyncio.CancelledError``; let it through.
+    * A long-running tool (``is_long_running``) returns at once (e.g. an operation id); its
+      final result arrives later as a FunctionResponse the client sends in a new message. The
+      model is told not to call it again while it is pending.
+    """
+
+    #: Tools served by a provider itself (Google Search) are not executed by the runtime.
+    is_builtin: bool = False
+
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        *,
+        is_long_running: bool = False,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.is_long_running = is_long_running
+
+    @property
+    def parameters_schema(self) -> dict[str, Any] | None:
+        """JSON Schema of the arguments; ``None`` when the tool takes none."""
+        return None
+
+    @property
+    def response_schema(self) -> dict[str, Any] | None:
+        return None
+
+    def declaration(self) -> ToolDeclaration:
+        """What the model is told about this tool."""
+        description = self.description
+        if self.is_long_running:
+            description = (
+                f"{description}\n\n{LONG_RUNNING_NOTE}" if description else (LONG_RUNNING_NOTE)
+            )
+        return ToolDeclaration(
+            name=self.name,
+            description=description,
+            parameters_schema=self.parameters_schema,
+            response_schema=self.response_schema,
+            long_running=self.is_long_running,
+        )
+
+    def process_llm_request(self, request: LlmRequest) -> None:
+        """Add this tool to a model request. Built-in provider tools override this."""
+        request.tools.append(self.declaration())
+
+    @abc.abstractmethod
+    async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
+        """Run the tool. ``None`` from a long-running tool means "no result yet"."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class Toolset(abc.ABC):
+    """Provides tools chosen per context: by user permissions, from a remote server, ...
+
+    :meth:`tools` is called before each model request of an agent, so the answer may change
+    during a conversation. It must be safe to call concurrently.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abc.abstractmethod
+    async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+        """The tools available in this context."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. Idempotent."""

@@ -1,0 +1,103 @@
+"""The Runner: one invocation per turn, single writer, scoped state, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from adk_mesh import Content, InvalidArgumentError, LlmAgent, Runner, ToolContext
+from adk_mesh.errors import SessionNotFoundError
+from adk_mesh.sessions.memory import InMemorySessionService
+from adk_mesh.testing import ScriptedModel, call
+
+
+def counter_agent() -> LlmAgent:
+    def bump(tool_context: ToolContext) -> dict[str, int]:
+        """Counts visits in every scope."""
+        state = tool_context.state
+        state["app:visits"] = state.get("app:visits", 0) + 1
+        state["user:visits"] = state.get("user:visits", 0) + 1
+        state["visits"] = state.get("visits", 0) + 1
+        state["temp:seen"] = True
+        return {"ok": 1}
+
+    return LlmAgent(
+        name="counter",
+        model=ScriptedModel([call("bump"), "done"] * 4),
+        tools=[bump],
+    )
+
+
+async def run(runner: Runner, user: str, session_id: str) -> None:
+    async for _ in runner.run(
+        user_id=user, session_id=session_id, new_message=Content.from_text("user", "hi")
+    ):
+        pass
+
+
+async def test_app_and_user_state_are_shared_and_temp_is_never_persisted() -> None:
+    service = InMemorySessionService()
+    runner = Runner(agent=counter_agent(), app_name="app", session_service=service)
+    alice_1 = await service.create_session(app_name="app", user_id="alice")
+    alice_2 = await service.create_session(app_name="app", user_id="alice")
+    bob = await service.create_session(app_name="app", user_id="bob")
+    await run(runner, "alice", alice_1.id)
+    await run(runner, "alice", alice_2.id)
+    await run(runner, "bob", bob.id)
+
+    a1 = await service.get_session(app_name="app", user_id="alice", session_id=alice_1.id)
+    a2 = await service.get_session(app_name="app", user_id="alice", session_id=alice_2.id)
+    b = await service.get_session(app_name="app", user_id="bob", session_id=bob.id)
+    assert a1 is not None and a2 is not None and b is not None
+    assert b.state["app:visits"] == 3
+    assert a2.state["user:visits"] == 2 and b.state["user:visits"] == 1
+    assert a1.state["visits"] == 1 and a2.state["visits"] == 1
+    for session in (a1, a2, b):
+        assert not any(key.startswith("temp:") for key in session.state)
+        for event in session.events:
+            assert not any(key.startswith("temp:") for key in event.actions.state_delta)
+
+
+async def test_every_event_of_a_turn_shares_one_invocation_id() -> None:
+    service = InMemorySessionService()
+    runner = Runner(agent=counter_agent(), app_name="app", session_service=service)
+    session = await service.create_session(app_name="app", user_id="u")
+    await run(runner, "u", session.id)
+    await run(runner, "u", session.id)
+    stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+    assert stored is not None
+    ids = [e.invocation_id for e in stored.events]
+    assert len(set(ids[:4])) == 1 and len(set(ids[4:])) == 1 and ids[0] != ids[4]
+    assert ids[0].startswith("e-")
+
+
+async def test_bad_requests_are_clear_errors_and_write_nothing() -> None:
+    service = InMemorySessionService()
+    runner = Runner(agent=counter_agent(), app_name="app", session_service=service)
+    session = await service.create_session(app_name="app", user_id="u")
+    with pytest.raises(InvalidArgumentError, match="no parts"):
+        await run_message(runner, session.id, Content(role="user"))
+    with pytest.raises(SessionNotFoundError, match="missing"):
+        await run_message(runner, "missing", Content.from_text("user", "x"))
+    stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+    assert stored is not None and stored.events == []
+
+
+async def run_message(runner: Runner, session_id: str, content: Content) -> None:
+    async for _ in runner.run(user_id="u", session_id=session_id, new_message=content):
+        pass
+
+
+async def test_model_failure_keeps_the_session_consistent() -> None:
+    from adk_mesh import ModelError
+
+    agent = LlmAgent(name="a", model=ScriptedModel([]))
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="app", user_id="u")
+    with pytest.raises(ModelError):
+        await run_message(
+            Runner(agent=agent, app_name="app", session_service=service),
+            session.id,
+            Content.from_text("user", "x"),
+        )
+    stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+    assert stored is not None and [e.author for e in stored.events] == ["user"]

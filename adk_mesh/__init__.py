@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from adk_mesh.agents import BaseAgent, LlmAgent, LoopAgent, ParallelAgent, SequentialAgent
-from adk_mesh.artifacts.base import ArtifactService
+from adk_mesh.artifacts import (
+    ArtifactService,
+    FileArtifactService,
+    InMemoryArtifactService,
+    artifact_service_from_url,
+)
 from adk_mesh.contexts import (
     CallbackContext,
     InvocationContext,
@@ -25,10 +30,16 @@ from adk_mesh.errors import (
     SessionError,
     ToolError,
 )
-from adk_mesh.memory.base import MemoryEntry, MemoryService
+from adk_mesh.memory import InMemoryMemoryService, MemoryEntry, MemoryService
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.runner import Runner
-from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.sessions import (
+    InMemorySessionService,
+    Session,
+    SessionService,
+    SqliteSessionService,
+    session_service_from_url,
+)
 from adk_mesh.state import State
 from adk_mesh.tools import (
     AgentTool,
@@ -75,6 +86,7 @@ __all__ = [
     "Event",
     "EventActions",
     "ExitLoopTool",
+    "FileArtifactService",
     "FileData",
     "FinishReason",
     "FunctionCall",
@@ -82,6 +94,9 @@ __all__ = [
     "FunctionTool",
     "GenerateContentConfig",
     "GoogleSearchTool",
+    "InMemoryArtifactService",
+    "InMemoryMemoryService",
+    "InMemorySessionService",
     "InvalidArgumentError",
     "InvocationContext",
     "Llm",
@@ -102,6 +117,7 @@ __all__ = [
     "Session",
     "SessionError",
     "SessionService",
+    "SqliteSessionService",
     "State",
     "StateMergePolicy",
     "StreamingMode",
@@ -111,4 +127,6 @@ __all__ = [
     "Toolset",
     "UsageMetadata",
     "__version__",
+    "artifact_service_from_url",
+    "session_service_from_url",
 ]

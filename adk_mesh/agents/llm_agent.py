@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import re
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Literal
 
 from adk_mesh.agents.base import AgentCallback, BaseAgent, _as_list, call_callbacks
@@ -297,12 +297,7 @@ class LlmAgent(BaseAgent):
         event with every function response and the merged actions."""
         queue: asyncio.Queue[Event] = asyncio.Queue()
         sink = queue.put_nowait
-        if len(calls) == 1:
-            work: Awaitable[list[tuple[Part | None, EventActions]]] = _gather_one(
-                self._call_tool(ctx, calls[0], tools, sink)
-            )
-        else:
-            work = asyncio.gather(*(self._call_tool(ctx, call, tools, sink) for call in calls))
+        work = _run_all([self._call_tool(ctx, call, tools, sink) for call in calls])
         task = asyncio.ensure_future(work)
         try:
             while not task.done() or not queue.empty():
@@ -373,10 +368,19 @@ class LlmAgent(BaseAgent):
         return part, tool_context.actions
 
 
-async def _gather_one(
-    work: Awaitable[tuple[Part | None, EventActions]],
+async def _run_all(
+    calls: list[Coroutine[Any, Any, tuple[Part | None, EventActions]]],
 ) -> list[tuple[Part | None, EventActions]]:
-    return [await work]
+    """Run tool calls concurrently; when one fails, the others are cancelled (and awaited)
+    before the failure goes on, so no tool outlives a failed run."""
+    if len(calls) == 1:
+        return [await calls[0]]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as failures:
+        raise failures.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 async def _execute(tool: BaseTool, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:

@@ -56,6 +56,9 @@ class LoopAgent(BaseAgent):
         self.max_iterations = max_iterations
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        if not self.sub_agents:
+            # Nothing could ever escalate: an unbounded loop would spin without awaiting.
+            return
         iteration = 0
         while self.max_iterations is None or iteration < self.max_iterations:
             iteration += 1

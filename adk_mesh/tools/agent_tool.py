@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts.base import ArtifactService
 from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, InvocationContext, RunConfig
-from adk_mesh.errors import AdkError, ArtifactError, DelegationError, StateConflictError, ToolError
+from adk_mesh.errors import (
+    AdkError,
+    AgentError,
+    ArtifactError,
+    DelegationError,
+    StateConflictError,
+    ToolError,
+)
 from adk_mesh.tools.base import BaseTool
 from adk_mesh.types import Content, Event, EventActions, Part
 
@@ -111,11 +118,22 @@ class AgentTool(BaseTool):
             if self.propagate_errors:
                 error.propagate = True
                 raise
-            if isinstance(error, ToolError):
+            # A ToolError marked to propagate comes from a nested propagating delegation: this
+            # delegation's own policy decides, so it must not go through as it is.
+            if isinstance(error, ToolError) and not error.propagate:
                 raise
             raise ToolError(
                 f"agent {self.agent.name!r} failed: {type(error).__name__}: {error.message}"
             ) from error
+        except Exception as error:
+            if not self.propagate_errors:
+                raise  # the calling agent reports it to its model
+            # Only an AdkError can carry ``propagate``; any other failure would be reported.
+            failure = AgentError(
+                f"agent {self.agent.name!r} failed: {type(error).__name__}: {error}"
+            )
+            failure.propagate = True
+            raise failure from error
 
     async def _delegate(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         from adk_mesh.sessions.memory import InMemorySessionService

@@ -80,8 +80,9 @@ class LoadArtifactsTool(BaseTool):
 
     Response: ``{"artifacts": [...]}`` with, per name, ``{"name", "content"}`` where content is
     the text of a text artifact, or ``{"mime_type", "data"}`` (base64) for binary data; or
-    ``{"name", "error"}`` when that one could not be loaded. The names available are listed in
-    the tool's description at request time, so the model knows what it may ask for.
+    ``{"name", "error"}`` when that one could not be loaded (``"Artifact not found"`` when
+    it does not exist). The model must know the names from the conversation or the
+    instruction: ``process_llm_request`` has no context, so they are not listed for it.
     """
 
     def __init__(self) -> None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from adk_mesh.errors import AdkJSONError
+from adk_mesh.errors import AdkError, AdkJSONError, ToolError, error_class_for_reason
 from adk_mesh.types import (
     Blob,
     Content,
@@ -37,11 +37,16 @@ from adk_mesh.types import (
     ToolDeclaration,
     UsageMetadata,
 )
-from adk_mesh.v1 import content_pb2, event_pb2, tool_pb2
+from adk_mesh.v1 import agent_pb2, content_pb2, event_pb2, tool_pb2
+
+if TYPE_CHECKING:
+    from adk_mesh.contexts import ReadonlyContext, RunConfig
+    from adk_mesh.sessions.base import Session
 
 __all__ = [
     "actions_from_proto",
     "actions_to_proto",
+    "caller_context_to_proto",
     "content_from_proto",
     "content_to_proto",
     "declaration_from_proto",
@@ -54,10 +59,20 @@ __all__ = [
     "llm_response_to_proto",
     "part_from_proto",
     "part_to_proto",
+    "run_config_from_proto",
+    "run_config_to_proto",
+    "session_view_from_proto",
+    "session_view_to_proto",
+    "state_from_map",
+    "state_to_map",
     "struct_from_dict",
     "struct_to_dict",
     "timestamp_from_datetime",
     "timestamp_to_datetime",
+    "tool_progress_from_proto",
+    "tool_progress_to_proto",
+    "tool_result_from_proto",
+    "tool_result_to_proto",
     "usage_from_proto",
     "usage_to_proto",
 ]
@@ -422,3 +437,126 @@ def declaration_from_proto(message: tool_pb2.ToolDeclaration) -> ToolDeclaration
         ),
         long_running=message.long_running,
     )
+
+
+# --- mesh messages -------------------------------------------------------------------------
+# Imported lazily where they would pull the runtime (sessions, contexts, errors) into the codec
+# at import time; the codec stays importable from the types module.
+
+
+def state_to_map(target: Any, state: Mapping[str, Any]) -> None:
+    """Fill a protobuf ``map<string, Value>`` field from a state mapping."""
+    _state_to_map(target, state)
+
+
+def state_from_map(source: Mapping[str, struct_pb2.Value]) -> dict[str, Any]:
+    """A protobuf ``map<string, Value>`` field back to a state dict."""
+    return _state_from_map(source)
+
+
+def caller_context_to_proto(ctx: ReadonlyContext) -> tool_pb2.CallerContext:
+    """Who is calling a tool service: the ids of the invocation ``ctx`` belongs to."""
+    return tool_pb2.CallerContext(
+        app_name=ctx.app_name,
+        user_id=ctx.user_id,
+        session_id=ctx.session_id,
+        agent_name=ctx.agent_name,
+        invocation_id=ctx.invocation_id,
+        branch=ctx.branch,
+    )
+
+
+def session_view_to_proto(session: Session) -> agent_pb2.SessionView:
+    """What a delegated run may see of ``session``: its state and its non-partial events."""
+    message = agent_pb2.SessionView(
+        app_name=session.app_name,
+        user_id=session.user_id,
+        session_id=session.id,
+        events=[event_to_proto(event) for event in session.events if not event.partial],
+    )
+    _state_to_map(message.state, session.state)
+    return message
+
+
+def session_view_from_proto(message: agent_pb2.SessionView) -> Session:
+    """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session`."""
+    from adk_mesh.sessions.base import Session
+
+    return Session(
+        id=message.session_id,
+        app_name=message.app_name,
+        user_id=message.user_id,
+        state=_state_from_map(message.state),
+        events=[event_from_proto(event) for event in message.events],
+    )
+
+
+_STREAMING_TO_PROTO = {"none": agent_pb2.STREAMING_MODE_NONE, "sse": agent_pb2.STREAMING_MODE_SSE}
+
+
+def run_config_to_proto(config: RunConfig) -> agent_pb2.RunConfig:
+    return agent_pb2.RunConfig(
+        max_llm_calls=config.max_llm_calls,
+        streaming_mode=_STREAMING_TO_PROTO[config.streaming_mode.value],
+    )
+
+
+def run_config_from_proto(message: agent_pb2.RunConfig) -> RunConfig:
+    """A RunConfig message (0 and UNSPECIFIED meaning "the default") as a RunConfig."""
+    from adk_mesh.contexts import RunConfig, StreamingMode
+
+    fields: dict[str, Any] = {}
+    if message.max_llm_calls > 0:
+        fields["max_llm_calls"] = message.max_llm_calls
+    if message.streaming_mode == agent_pb2.STREAMING_MODE_SSE:
+        fields["streaming_mode"] = StreamingMode.SSE
+    return RunConfig(**fields)
+
+
+def tool_progress_to_proto(
+    message: str, data: Mapping[str, Any] | None, fraction: float | None
+) -> tool_pb2.ToolProgress:
+    progress = tool_pb2.ToolProgress(message=message)
+    if data is not None:
+        _fill_struct(progress.data, data)
+    if fraction is not None:
+        progress.fraction = fraction
+    return progress
+
+
+def tool_progress_from_proto(
+    message: tool_pb2.ToolProgress,
+) -> tuple[str, dict[str, Any] | None, float | None]:
+    """``(message, data, fraction)`` as :meth:`ToolContext.report_progress` takes them."""
+    data = struct_to_dict(message.data) if message.HasField("data") else None
+    fraction = message.fraction if message.HasField("fraction") else None
+    return message.message, data, fraction
+
+
+def tool_result_to_proto(
+    response: Mapping[str, Any] | None, error: AdkError | None, actions: EventActions
+) -> tool_pb2.ToolResult:
+    """A tool's outcome: its response, or the error it raised, plus the actions it set."""
+    result = tool_pb2.ToolResult()
+    if error is not None:
+        result.error.reason = error.reason
+        result.error.message = error.message
+        for key, value in error.metadata.items():
+            result.error.metadata[key] = value
+    else:
+        _fill_struct(result.response, response or {})
+    _fill_actions(result.actions, actions)
+    return result
+
+
+def tool_result_from_proto(
+    message: tool_pb2.ToolResult,
+) -> tuple[dict[str, Any] | None, AdkError | None, EventActions]:
+    """``(response, error, actions)``; the error is rebuilt as the class its reason names
+    (:class:`~adk_mesh.errors.ToolError` for a reason that is not ours)."""
+    actions = actions_from_proto(message.actions)
+    if message.WhichOneof("outcome") == "error":
+        detail = message.error
+        cls = error_class_for_reason(detail.reason) or ToolError
+        return None, cls(detail.message, metadata=dict(detail.metadata)), actions
+    return struct_to_dict(message.response), None, actions

@@ -8,6 +8,8 @@ message; a status without our ErrorInfo maps by its code alone.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import NoReturn
 
 import grpc
@@ -30,7 +32,13 @@ from adk_mesh.errors import (
     status_name_for,
 )
 
-__all__ = ["abort_with_error", "error_from_rpc_error", "error_to_status", "status_code_for"]
+__all__ = [
+    "abort_with_error",
+    "error_boundary",
+    "error_from_rpc_error",
+    "error_to_status",
+    "status_code_for",
+]
 
 _DETAILS_KEY = "grpc-status-details-bin"
 
@@ -99,3 +107,18 @@ def error_from_rpc_error(error: grpc.RpcError) -> AdkError:
     if cls is None:
         cls = _CLASS_FOR_CODE.get(code, AgentError)
     return cls(message, metadata=metadata)
+
+
+@asynccontextmanager
+async def error_boundary(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """The one error handler of every mesh servicer: an :class:`AdkError` aborts the call with
+    its status and ErrorInfo; any other exception becomes INTERNAL with its type and message
+    (never a bare UNKNOWN). Cancellation and aborts pass through untouched."""
+    try:
+        yield
+    except grpc.aio.AbortError:
+        raise
+    except AdkError as error:
+        await abort_with_error(context, error)
+    except Exception as error:
+        await abort_with_error(context, AdkError(f"{type(error).__name__}: {error}"))

@@ -1,0 +1,301 @@
+"""AgentServer: serve an agent tree over ``adk_mesh.v1.AgentService``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+
+import grpc
+import grpc.aio
+
+from adk_mesh import codec
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS
+from adk_mesh.artifacts import ArtifactService, artifact_service_from_url
+from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, InvocationContext
+from adk_mesh.errors import (
+    AgentNotFoundError,
+    DelegationError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from adk_mesh.memory.base import MemoryService
+from adk_mesh.mesh._channel import MeshServer
+from adk_mesh.mesh._status import error_boundary
+from adk_mesh.runner import Runner, new_invocation_id
+from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
+from adk_mesh.tools.base import BaseTool
+from adk_mesh.types import Content, Event
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+
+__all__ = ["AgentServer"]
+
+_SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+
+
+class AgentServer(MeshServer):
+    """Serves one agent and its tree of sub-agents (``adk_mesh.v1.AgentService``).
+
+    ``Run`` has two modes:
+
+    * **root** — a user turn. The service's own :class:`~adk_mesh.runner.Runner` loads the
+      session (an empty ``session_id`` creates a new one, an unknown id creates that session),
+      appends every non-partial event and streams every event back; the first response also
+      carries the session id.
+    * **delegated** — a run handed down by an agent in another service. Nothing is persisted:
+      the session view the caller sent (state and events) becomes a throwaway in-memory
+      session, the named agent runs in it (transfers within this tree are followed, each
+      event's state delta applied to the view as it flows) and every event, partial ones
+      included, streams back for the caller to persist or fold. The caller's invocation id,
+      branch, delegation depth and call path carry on; a call path that already holds this
+      service's agent (A -> B -> A) or a depth past the caller's limit is refused with
+      FAILED_PRECONDITION (:class:`~adk_mesh.errors.DelegationError`).
+
+    A transfer to an agent outside this tree ends a delegated run with that event: the
+    caller's tree follows it.
+
+    Cancelling the call (a client that goes away or cancels) cancels the running agent.
+
+    Args:
+        agent: the root of the served tree; its name identifies this service on call paths.
+        app_name: the app of root runs (default: the agent's name).
+        session_service: store of root-run sessions, or its URL (default: in memory).
+        artifact_service: artifact store, or its URL (default: none).
+        memory_service: long-term memory for the agents (default: none).
+    """
+
+    _service_names = (_SERVICE_NAME,)
+
+    def __init__(
+        self,
+        agent: BaseAgent,
+        *,
+        app_name: str | None = None,
+        session_service: SessionService | str | None = None,
+        artifact_service: ArtifactService | str | None = None,
+        memory_service: MemoryService | None = None,
+        max_transfers: int = DEFAULT_MAX_TRANSFERS,
+    ) -> None:
+        super().__init__()
+        if isinstance(session_service, str):
+            session_service = session_service_from_url(session_service)
+        if isinstance(artifact_service, str):
+            artifact_service = artifact_service_from_url(artifact_service)
+        self.agent = agent
+        self.app_name = app_name or agent.name
+        self.session_service = session_service or InMemorySessionService()
+        self.artifact_service = artifact_service
+        self.memory_service = memory_service
+        self.max_transfers = max_transfers
+
+    def _register(self, server: grpc.aio.Server) -> None:
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(_AgentServicer(self), server)
+
+    def find(self, agent_name: str) -> BaseAgent:
+        """The agent of the served tree called ``agent_name`` (empty: the root)."""
+        if not agent_name:
+            return self.agent
+        agent = self.agent.find_agent(agent_name)
+        if agent is None:
+            names = ", ".join(a.name for a in self.agent.walk())
+            raise AgentNotFoundError(
+                f"agent {agent_name!r} is not served here; this service serves {names}"
+            )
+        return agent
+
+    async def run_root(
+        self, request: agent_pb2.RunRequest
+    ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+        """A user turn through this service's Runner, persisted in its session store."""
+        root = request.root
+        agent = self.find(request.agent_name)
+        if root.app_name and root.app_name != self.app_name:
+            raise NotFoundError(
+                f"app {root.app_name!r} is not served here; this service serves "
+                f"{self.app_name!r} (or leave app_name empty)"
+            )
+        if not root.user_id:
+            raise InvalidArgumentError("RootRun.user_id is empty; name the user")
+        message = _new_message(root.new_message if root.HasField("new_message") else None)
+        session_id = await self._ensure_session(root.user_id, root.session_id)
+        runner = Runner(
+            agent=agent,
+            app_name=self.app_name,
+            session_service=self.session_service,
+            artifact_service=self.artifact_service,
+            memory_service=self.memory_service,
+            max_transfers=self.max_transfers,
+        )
+        first = True
+        events = runner.run(
+            user_id=root.user_id,
+            session_id=session_id,
+            new_message=message,
+            run_config=codec.run_config_from_proto(request.run_config),
+        )
+        async with aclosing(events):
+            async for event in events:
+                response = agent_pb2.RunResponse(event=codec.event_to_proto(event))
+                if first:
+                    response.session_id = session_id
+                    first = False
+                yield response
+
+    async def _ensure_session(self, user_id: str, session_id: str) -> str:
+        service = self.session_service
+        if session_id:
+            existing = await service.get_session(
+                app_name=self.app_name, user_id=user_id, session_id=session_id, num_recent_events=0
+            )
+            if existing is not None:
+                return session_id
+        created = await service.create_session(
+            app_name=self.app_name, user_id=user_id, session_id=session_id or None
+        )
+        return created.id
+
+    async def run_delegated(
+        self, request: agent_pb2.RunRequest
+    ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+        """A run handed down by another service: nothing persisted, every event streamed."""
+        delegated = request.delegated
+        agent = self.find(request.agent_name)
+        call_path = tuple(delegated.call_path)
+        if self.agent.name in call_path:
+            path = " -> ".join((*call_path, self.agent.name))
+            raise DelegationError(
+                f"call-path cycle: {path}; agent service {self.agent.name!r} is already running "
+                "this invocation"
+            )
+        limit = delegated.max_delegation_depth or DEFAULT_MAX_DELEGATION_DEPTH
+        if delegated.delegation_depth > limit:
+            raise DelegationError(
+                f"delegation depth {delegated.delegation_depth} exceeds the caller's limit of "
+                f"{limit}"
+            )
+        user_content = (
+            _new_message(delegated.user_content) if delegated.HasField("user_content") else None
+        )
+        view = codec.session_view_from_proto(delegated.session)
+        service = InMemorySessionService()
+        session = await service.create_session(
+            app_name=view.app_name or self.app_name,
+            user_id=view.user_id or "anonymous",
+            session_id=view.id or None,
+        )
+        # Seed the view as sent (temp: keys included: they belong to this invocation).
+        session.state.update(view.state)
+        session.events = view.events
+        ctx = InvocationContext(
+            invocation_id=delegated.invocation_id or new_invocation_id(),
+            agent=agent,
+            session=session,
+            session_service=service,
+            artifact_service=self.artifact_service,
+            memory_service=self.memory_service,
+            run_config=codec.run_config_from_proto(request.run_config),
+            user_content=user_content,
+            branch=delegated.branch,
+            delegation_depth=delegated.delegation_depth,
+            max_delegation_depth=limit,
+            call_path=(*call_path, self.agent.name),
+        )
+        async with aclosing(
+            _follow_local_transfers(ctx, agent, self.agent, self.max_transfers)
+        ) as events:
+            async for event in events:
+                if not event.partial:
+                    await service.append_event(session, event)
+                yield agent_pb2.RunResponse(event=codec.event_to_proto(event))
+
+    def card(self, agent_name: str) -> agent_pb2.AgentCard:
+        """What ``agent_name`` (empty: the root) is and what it exposes."""
+        agent = self.find(agent_name)
+        tools: list[BaseTool] = []
+        if isinstance(agent, LlmAgent):
+            tools = [tool for tool in agent.tools if isinstance(tool, BaseTool)]
+        return agent_pb2.AgentCard(
+            name=agent.name,
+            description=agent.description,
+            sub_agents=[
+                agent_pb2.AgentSummary(name=sub.name, description=sub.description)
+                for sub in agent.sub_agents
+            ],
+            tools=[codec.declaration_to_proto(tool.declaration()) for tool in tools],
+            supports_streaming=True,
+            agent_type=type(agent).__name__,
+            app_name=self.app_name,
+        )
+
+
+def _new_message(message: content_pb2.Content | None) -> Content:
+    """The message that starts a run; refused when absent or empty."""
+    if message is None or not message.parts:
+        raise InvalidArgumentError("the new message has no parts; send text or data")
+    content = codec.content_from_proto(message)
+    if not content.role:
+        content = Content(role="user", parts=content.parts)
+    return content
+
+
+async def _follow_local_transfers(
+    ctx: InvocationContext, agent: BaseAgent, tree: BaseAgent, max_transfers: int
+) -> AsyncGenerator[Event, None]:
+    """Like :func:`~adk_mesh.agents.transfers.follow_transfers`, except that a transfer to an
+    agent outside ``tree`` ends the run: that event goes back to the caller, whose tree holds
+    the target."""
+    current = agent
+    taken: set[tuple[str, str]] = set()
+    while True:
+        edge: tuple[str, str] | None = None
+        async with aclosing(current.run(ctx)) as events:
+            async for event in events:
+                yield event
+                target = event.actions.transfer_to_agent
+                if target and not event.partial:
+                    edge = (event.author, target)
+                    break
+        if edge is None:
+            return
+        next_agent = tree.find_agent(edge[1])
+        if next_agent is None:
+            return
+        if edge in taken or len(taken) >= max_transfers:
+            raise DelegationError(
+                f"transfer cycle or too many transfers ({edge[0]!r} -> {edge[1]!r}) in "
+                f"invocation {ctx.invocation_id}"
+            )
+        taken.add(edge)
+        current = next_agent
+
+
+class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
+    """Thin adapter: validates the request, calls the server's runtime, maps errors once."""
+
+    def __init__(self, server: AgentServer) -> None:
+        self._server = server
+
+    async def Run(
+        self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[agent_pb2.RunResponse]:
+        async with error_boundary(context):
+            mode = request.WhichOneof("mode")
+            if mode == "root":
+                responses = self._server.run_root(request)
+            elif mode == "delegated":
+                responses = self._server.run_delegated(request)
+            else:
+                raise InvalidArgumentError(
+                    "RunRequest sets no mode; set root (a user turn) or delegated"
+                )
+            async with aclosing(responses):
+                async for response in responses:
+                    yield response
+
+    async def Describe(
+        self, request: agent_pb2.DescribeRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.DescribeResponse:
+        async with error_boundary(context):
+            return agent_pb2.DescribeResponse(card=self._server.card(request.agent_name))
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover

@@ -1,0 +1,133 @@
+"""RemoteAgent: an agent served by an AgentServer in another process, used as a local one."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from adk_mesh import codec
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.contexts import InvocationContext
+from adk_mesh.mesh._channel import open_channel
+from adk_mesh.mesh._status import error_from_rpc_error
+from adk_mesh.types import Event, EventActions
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
+
+__all__ = ["RemoteAgent"]
+
+
+class RemoteAgent(BaseAgent):
+    """Runs an agent of another service through a delegated ``Run``; yields its events.
+
+    The remote side sees what the caller's context holds — the session's state and
+    non-partial events, the user's message, the invocation id, branch, delegation depth and
+    the call path of agent services — persists nothing and streams every event back. So:
+
+    * as a transfer target (``sub_agents=[RemoteAgent(...)]``) the caller's Runner appends the
+      remote events to the caller's session like those of a local sub-agent;
+    * inside ``AgentTool(RemoteAgent(...))`` the events are folded into the tool's response
+      and actions by AgentTool's delegation policy.
+
+    A transfer the remote service followed inside its own tree reaches the caller without
+    ``transfer_to_agent`` (it was already carried out); a transfer to an agent outside that
+    tree ends the remote run and is followed by the caller.
+
+    Failures of the call are raised as the :class:`~adk_mesh.errors.AdkError` the remote side
+    raised. Closing the generator early (or cancelling the task) cancels the call, which
+    cancels the remote agent.
+
+    Args:
+        name: this agent's name in the caller's tree (and the author of its events).
+        target: ``host:port`` or ``dns:///host:port`` of the AgentServer.
+        description: what the agent does; the caller's model reads it to route to it.
+        agent_name: which agent of the remote tree runs (default: the served root).
+        timeout: deadline in seconds of one remote run (default: none).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        *,
+        description: str = "",
+        agent_name: str = "",
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(name=name, description=description)
+        self.target = target
+        self.agent_name = agent_name
+        self.timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+
+    def _stub(self) -> Any:
+        # Opened on first use, so that the channel belongs to the running event loop.
+        if self._channel is None:
+            self._channel = open_channel(self.target)
+        return agent_pb2_grpc.AgentServiceStub(self._channel)
+
+    async def close(self) -> None:
+        """Close the channel. Idempotent."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    def _request(self, ctx: InvocationContext) -> agent_pb2.RunRequest:
+        call_path = ctx.call_path
+        if not call_path:
+            # A root run: its own service begins the path. Within an AgentTool the tree above
+            # is out of sight, and the app name stands for that service.
+            root = self.root_agent
+            call_path = (root.name if root is not self else ctx.app_name,)
+        delegated = agent_pb2.DelegatedRun(
+            invocation_id=ctx.invocation_id,
+            branch=ctx.branch,
+            delegation_depth=ctx.delegation_depth,
+            max_delegation_depth=ctx.max_delegation_depth,
+            session=codec.session_view_to_proto(ctx.session),
+            call_path=call_path,
+        )
+        if ctx.user_content is not None:
+            delegated.user_content.CopyFrom(codec.content_to_proto(ctx.user_content))
+        return agent_pb2.RunRequest(
+            delegated=delegated,
+            run_config=codec.run_config_to_proto(ctx.run_config),
+            agent_name=self.agent_name,
+        )
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        call = self._stub().Run(self._request(ctx), timeout=self.timeout)
+        try:
+            held: Event | None = None
+            async for response in call:
+                event = codec.event_from_proto(response.event)
+                if held is not None:
+                    # More events followed the transfer: the remote tree carried it out.
+                    yield _without_transfer(held)
+                    held = None
+                if event.actions.transfer_to_agent and not event.partial:
+                    held = event
+                    continue
+                yield event
+            if held is not None:
+                yield held
+        except grpc.RpcError as error:
+            raise error_from_rpc_error(error) from error
+        finally:
+            call.cancel()
+
+
+def _without_transfer(event: Event) -> Event:
+    actions = event.actions
+    return event.model_copy(
+        update={
+            "actions": EventActions(
+                state_delta=actions.state_delta,
+                artifact_delta=actions.artifact_delta,
+                skip_summarization=actions.skip_summarization,
+                escalate=actions.escalate,
+            )
+        }
+    )

@@ -1,0 +1,157 @@
+"""RemoteToolset: the tools a ToolServer serves, used as if they were local."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from adk_mesh import codec
+from adk_mesh.contexts import ReadonlyContext, ToolContext
+from adk_mesh.errors import AdkError, ToolError
+from adk_mesh.mesh._channel import open_channel
+from adk_mesh.mesh._status import error_from_rpc_error
+from adk_mesh.tools.base import BaseTool, Toolset
+from adk_mesh.types import EventActions, ToolDeclaration
+from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
+
+__all__ = ["RemoteTool", "RemoteToolset"]
+
+DEFAULT_LIST_TIMEOUT = 10.0
+DEFAULT_CALL_TIMEOUT = 600.0
+
+
+class RemoteToolset(Toolset):
+    """A :class:`Toolset` whose tools live in a ToolServer at ``target``.
+
+    :meth:`tools` asks the server (``ListTools``, with the caller's ids, so the answer may
+    depend on the user) before each model request. Each :class:`RemoteTool` runs over
+    ``CallTool``: progress goes to ``ctx.report_progress``, the actions the remote tool set land
+    on ``ctx.actions`` (state writes through ``ctx.state``, so they are recorded), and an error
+    result is raised again as the same :class:`~adk_mesh.errors.AdkError` class, so a
+    ``ToolError`` still reaches the model as an error response.
+
+    A server that is down fails fast (``UNAVAILABLE`` becomes
+    :class:`~adk_mesh.errors.AdkIOError`); every call also carries a deadline, so nothing
+    waits forever on a server that hangs.
+
+    Args:
+        target: ``host:port`` or ``dns:///host:port`` of the ToolServer.
+        name: this toolset's name (default: ``remote:<target>``).
+        list_timeout: deadline in seconds of each ``ListTools``.
+        call_timeout: deadline in seconds of each ``CallTool``.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        name: str | None = None,
+        list_timeout: float = DEFAULT_LIST_TIMEOUT,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+    ) -> None:
+        super().__init__(name or f"remote:{target}")
+        self.target = target
+        self.list_timeout = list_timeout
+        self.call_timeout = call_timeout
+        self._channel: grpc.aio.Channel | None = None
+
+    def _stub(self) -> Any:
+        # The channel is opened on first use so that it belongs to the running event loop.
+        if self._channel is None:
+            self._channel = open_channel(self.target)
+        return tool_pb2_grpc.ToolServiceStub(self._channel)
+
+    async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+        request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))
+        try:
+            response = await self._stub().ListTools(request, timeout=self.list_timeout)
+        except grpc.RpcError as error:
+            raise _with_target(error_from_rpc_error(error), self.target) from error
+        return [
+            RemoteTool(self, codec.declaration_from_proto(declaration))
+            for declaration in response.tools
+        ]
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+
+class RemoteTool(BaseTool):
+    """One tool of a :class:`RemoteToolset`; its declaration is the server's, unchanged."""
+
+    def __init__(self, toolset: RemoteToolset, declaration: ToolDeclaration) -> None:
+        super().__init__(
+            declaration.name, declaration.description, is_long_running=declaration.long_running
+        )
+        self._toolset = toolset
+        self._declaration = declaration
+
+    @property
+    def parameters_schema(self) -> dict[str, Any] | None:
+        return self._declaration.parameters_schema
+
+    @property
+    def response_schema(self) -> dict[str, Any] | None:
+        return self._declaration.response_schema
+
+    def declaration(self) -> ToolDeclaration:
+        # The server already added what the model must be told (e.g. the long-running note).
+        return self._declaration
+
+    async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
+        request = tool_pb2.CallToolRequest(
+            context=codec.caller_context_to_proto(ctx),
+            tool_name=self.name,
+            args=codec.struct_from_dict(args),
+        )
+        if ctx.function_call_id is not None:
+            request.function_call_id = ctx.function_call_id
+        codec.state_to_map(request.state, ctx.state.to_dict())
+        toolset = self._toolset
+        call = toolset._stub().CallTool(request, timeout=toolset.call_timeout)
+        try:
+            async for message in call:
+                if message.WhichOneof("message") == "progress":
+                    await ctx.report_progress(*codec.tool_progress_from_proto(message.progress))
+                    continue
+                response, error, actions = codec.tool_result_from_proto(message.result)
+                _apply_actions(ctx, actions)
+                if error is not None:
+                    raise error
+                return response
+        except grpc.RpcError as error:
+            raise _with_target(error_from_rpc_error(error), toolset.target) from error
+        finally:
+            call.cancel()
+        raise ToolError(
+            f"tool service {toolset.target} ended the call to {self.name!r} without a result"
+        )
+
+
+def _apply_actions(ctx: ToolContext, actions: EventActions) -> None:
+    """Put the remote tool's actions on the caller's context, as if the tool had run here."""
+    for key, value in actions.state_delta.items():
+        ctx.state[key] = value
+    ctx.actions.artifact_delta.update(actions.artifact_delta)
+    if actions.escalate:
+        ctx.actions.escalate = True
+    if actions.transfer_to_agent is not None:
+        ctx.actions.transfer_to_agent = actions.transfer_to_agent
+    if actions.skip_summarization:
+        ctx.actions.skip_summarization = True
+
+
+# Failures of the transport rather than of the tool: the message alone does not say which
+# service could not be reached.
+_TRANSPORT_REASONS = frozenset({"IO_ERROR", "DEADLINE_EXCEEDED", "CANCELLED"})
+
+
+def _with_target(error: AdkError, target: str) -> AdkError:
+    """Name the tool service in a transport failure's message."""
+    if error.reason not in _TRANSPORT_REASONS:
+        return error
+    return type(error)(f"tool service {target}: {error.message}", metadata=error.metadata)

@@ -1,0 +1,201 @@
+"""ToolServer: serve tools (or a Toolset) to agents in other processes over ``ToolService``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import suppress
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from adk_mesh import codec
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
+from adk_mesh.errors import AdkError, AgentError, InvalidArgumentError, ToolError, ToolNotFoundError
+from adk_mesh.mesh._channel import MeshServer
+from adk_mesh.mesh._status import error_boundary
+from adk_mesh.sessions.base import Session
+from adk_mesh.tools.base import BaseTool, Toolset
+from adk_mesh.types import Event
+from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
+
+__all__ = ["ToolServer"]
+
+_SERVICE_NAME = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
+
+
+class _StaticToolset(Toolset):
+    """A fixed list of tools, the same for every caller."""
+
+    def __init__(self, name: str, tools: Sequence[BaseTool]) -> None:
+        super().__init__(name)
+        self._tools = list(tools)
+
+    async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+        return list(self._tools)
+
+
+class _CallerAgent(BaseAgent):
+    """Stands in for the remote agent that calls: tools read its name from their context.
+
+    The caller's name is whatever the caller sent, so it is not validated as an identifier.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.description = ""
+        self.parent_agent = None
+        self.sub_agents = []
+        self.before_agent_callbacks = []
+        self.after_agent_callbacks = []
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncIterator[Event]:  # type: ignore[override]
+        raise AgentError("a remote caller stand-in cannot run")
+        yield  # pragma: no cover - makes this an async generator
+
+
+def _invocation(
+    caller: tool_pb2.CallerContext, state: dict[str, Any] | None = None
+) -> InvocationContext:
+    """A light invocation context over the caller's ids and the state it sent."""
+    session = Session(
+        id=caller.session_id,
+        app_name=caller.app_name,
+        user_id=caller.user_id,
+        state=state or {},
+    )
+    return InvocationContext(
+        invocation_id=caller.invocation_id,
+        agent=_CallerAgent(caller.agent_name),
+        session=session,
+        branch=caller.branch,
+    )
+
+
+class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
+    """Thin adapter: builds the tool's context, runs it, maps errors through one handler."""
+
+    def __init__(self, toolset: Toolset, name: str) -> None:
+        self._toolset = toolset
+        self._name = name
+
+    async def ListTools(
+        self,
+        request: tool_pb2.ListToolsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> tool_pb2.ListToolsResponse:
+        async with error_boundary(context):
+            tools = await self._toolset.tools(ReadonlyContext(_invocation(request.context)))
+            return tool_pb2.ListToolsResponse(
+                tools=[codec.declaration_to_proto(tool.declaration()) for tool in tools],
+                toolset_name=self._name,
+            )
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def CallTool(
+        self,
+        request: tool_pb2.CallToolRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[tool_pb2.CallToolResponse]:
+        async with error_boundary(context):
+            if not request.tool_name:
+                raise InvalidArgumentError("CallToolRequest.tool_name is empty; name the tool")
+            invocation = _invocation(request.context, codec.state_from_map(request.state))
+            tools = await self._toolset.tools(ReadonlyContext(invocation))
+            tool = next((t for t in tools if t.name == request.tool_name), None)
+            if tool is None:
+                available = ", ".join(sorted(t.name for t in tools)) or "none"
+                raise ToolNotFoundError(
+                    f"tool {request.tool_name!r} is not served to this caller by "
+                    f"{self._name!r}; available: {available}"
+                )
+            args = codec.struct_to_dict(request.args)
+            async for response in _run_tool(tool, invocation, request, args):
+                yield response
+
+
+async def _run_tool(
+    tool: BaseTool,
+    invocation: InvocationContext,
+    request: tool_pb2.CallToolRequest,
+    args: dict[str, Any],
+) -> AsyncIterator[tool_pb2.CallToolResponse]:
+    """Run the tool in a task; stream its progress as it comes, then exactly one result."""
+    progress: asyncio.Queue[tool_pb2.ToolProgress] = asyncio.Queue()
+
+    async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
+        progress.put_nowait(codec.tool_progress_to_proto(message, data, fraction))
+
+    call_id = request.function_call_id if request.HasField("function_call_id") else None
+    tool_context = ToolContext(invocation, function_call_id=call_id, progress=report)
+    task = asyncio.ensure_future(_execute(tool, tool_context, args))
+    try:
+        while not task.done() or not progress.empty():
+            if progress.empty():
+                getter = asyncio.ensure_future(progress.get())
+                await asyncio.wait((task, getter), return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                yield tool_pb2.CallToolResponse(progress=getter.result())
+            else:
+                yield tool_pb2.CallToolResponse(progress=progress.get_nowait())
+        response, error = task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+    result = codec.tool_result_to_proto(response, error, tool_context.actions)
+    yield tool_pb2.CallToolResponse(result=result)
+
+
+async def _execute(
+    tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
+) -> tuple[dict[str, Any] | None, AdkError | None]:
+    """Run a tool; its failure becomes an error result the caller re-raises as the same class."""
+    try:
+        return await tool.execute(ctx, args), None
+    except AdkError as error:
+        return None, error
+    except Exception as error:  # a tool bug still reaches the model as a readable error
+        return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")
+
+
+class ToolServer(MeshServer):
+    """Serves tools to agents in other processes (``adk_mesh.v1.ToolService``).
+
+    ``ListTools`` answers with the tools this caller may use: a :class:`Toolset` is asked with
+    a context built from the request's CallerContext, so a permission-based toolset answers per
+    user. ``CallTool`` runs one tool with a :class:`ToolContext` over the state the caller sent;
+    progress the tool reports streams back as ``ToolProgress``, then one ``ToolResult`` carries
+    the response (or the error the tool raised) and the actions it set. The caller applies
+    those actions; the server keeps nothing.
+
+    Args:
+        tools: the tools, or a toolset that chooses them per caller.
+        name: the toolset name reported to callers (default: the toolset's, or ``"tools"``).
+
+    Example::
+
+        server = ToolServer([FunctionTool(get_weather)])
+        port = await server.start("127.0.0.1:0")
+        ...
+        await server.stop(grace=5)
+    """
+
+    _service_names = (_SERVICE_NAME,)
+
+    def __init__(self, tools: Sequence[BaseTool] | Toolset, *, name: str | None = None) -> None:
+        super().__init__()
+        self.toolset: Toolset = (
+            tools if isinstance(tools, Toolset) else _StaticToolset(name or "tools", tools)
+        )
+        self.name = name or self.toolset.name
+
+    def _register(self, server: grpc.aio.Server) -> None:
+        tool_pb2_grpc.add_ToolServiceServicer_to_server(
+            _ToolServicer(self.toolset, self.name), server
+        )

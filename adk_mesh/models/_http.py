@@ -1,0 +1,876 @@
+"""Shared HTTP plumbing for the providers: one lazy ``httpx.AsyncClient`` per model, retries
+with bounded exponential backoff, streaming decoders for SSE and NDJSON, error extraction and
+the base class every HTTP provider builds on.
+
+Retries (:class:`RetryPolicy`) cover HTTP 408, 429 and 5xx (except 501) and connection
+failures (connect errors, resets, timeouts). They happen only before any byte of a streamed
+body was consumed, so a caller never sees a response twice. ``Retry-After`` (seconds or an HTTP
+date) and ``retry-after-ms`` are honoured, capped by ``max_retry_after``; otherwise the delay is
+"full jitter": uniform in ``[0, min(max_backoff, initial_backoff * 2**retry)]``.
+
+API keys live in :class:`Secret` (its repr is ``'***'``), go only into request headers, and
+every message we build is passed through :func:`redact` before it reaches an exception or a
+log line.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import codecs
+import email.utils
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Literal
+
+import httpx
+
+from adk_mesh.errors import AdkError, ConfigError, ModelError
+from adk_mesh.models.base import Llm, LlmRequest
+from adk_mesh.types import Content, FinishReason, LlmResponse, Part, UsageMetadata
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "HttpLlm",
+    "HttpTransport",
+    "LineDecoder",
+    "NdjsonDecoder",
+    "PartsBuilder",
+    "RetryPolicy",
+    "Secret",
+    "SecretHeader",
+    "ServerSentEvent",
+    "SseDecoder",
+    "StreamParser",
+    "WireRequest",
+    "error_message_from_body",
+    "load_json",
+    "make_usage",
+    "parse_arguments",
+    "parse_retry_after",
+    "partial_text",
+    "redact",
+]
+
+logger = logging.getLogger("adk_mesh.models")
+
+#: connect / write / pool timeouts are short; the read timeout is long because a model may
+#: think for minutes before its first byte.
+DEFAULT_TIMEOUT: Final = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
+
+_RETRYABLE_TRANSPORT_ERRORS: Final = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+class Secret:
+    """An API key (or any credential) that never shows up in a repr, str or log line."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not value or any(ch.isspace() or ord(ch) < 0x20 for ch in value):
+            # The value itself must not appear in the message: it is the secret.
+            raise ConfigError("API key is empty or contains whitespace or control characters")
+        self._value = value
+
+    def get(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class SecretHeader:
+    """A header whose value holds a secret: ``scheme`` + the secret (e.g. ``"Bearer "``)."""
+
+    secret: Secret
+    scheme: str = ""
+
+    def value(self) -> str:
+        return f"{self.scheme}{self.secret.get()}"
+
+
+def redact(text: str, secrets: Iterable[Secret | None]) -> str:
+    """``text`` with every occurrence of each secret replaced by ``***``."""
+    for secret in secrets:
+        if secret is not None and secret.get() in text:
+            text = text.replace(secret.get(), "***")
+    return text
+
+
+# --------------------------------------------------------------------------- retries
+
+
+async def _sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failed attempts are retried.
+
+    Attributes:
+        max_attempts: total attempts, the first one included (1 disables retries).
+        initial_backoff: the backoff cap of the first retry, in seconds; doubles per retry.
+        max_backoff: the largest backoff cap, in seconds.
+        max_retry_after: the longest ``Retry-After`` honoured; longer values are capped.
+        sleep: how to wait (tests inject one that records the delays and returns at once).
+    """
+
+    max_attempts: int = 3
+    initial_backoff: float = 0.5
+    max_backoff: float = 8.0
+    max_retry_after: float = 60.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=_sleep, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("RetryPolicy.max_attempts must be at least 1")
+        if self.initial_backoff < 0 or self.max_backoff < 0 or self.max_retry_after < 0:
+            raise ConfigError("RetryPolicy delays must not be negative")
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float:
+        """The wait before retry number ``retry`` (0-based)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        cap = min(self.max_backoff, self.initial_backoff * (2**retry))
+        return random.uniform(0.0, cap)
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and value >= 0:
+            return value
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        current = time.time() if now is None else now
+        return max(0.0, when.timestamp() - current)
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def _is_retryable_status(status: int) -> bool:
+    return status in (408, 429) or (status >= 500 and status != 501)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def error_message_from_body(body: bytes) -> tuple[str, str | None]:
+    """The provider's error message and error kind from an error body.
+
+    Understands ``{"error": {"message", "type" | "status"}}`` (Gemini, OpenAI, Anthropic),
+    ``{"error": "..."}`` (Ollama), ``{"message": ...}`` / ``{"detail": ...}`` (vLLM and other
+    compatible servers) and a JSON list of those; falls back to the start of the raw text.
+    """
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data: Any = json.loads(text) if text else None
+    except ValueError:
+        data = None
+    if isinstance(data, list) and data:
+        data = data[0]
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, str):
+            return error, None
+        if isinstance(error, dict):
+            message = error.get("message") or error.get("detail")
+            kind = error.get("status") or error.get("type")
+            if message is not None:
+                return str(message), str(kind) if kind is not None else None
+    if not text:
+        return "(empty body)", None
+    return (text[:500] + "...") if len(text) > 500 else text, None
+
+
+# --------------------------------------------------------------------------- transport
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """One HTTP request a provider wants sent: POST ``path`` with a JSON body."""
+
+    path: str
+    body: dict[str, Any]
+    params: dict[str, str] = field(default_factory=dict)
+
+
+class HttpTransport:
+    """One lazily created ``httpx.AsyncClient`` with retries, for one model instance.
+
+    Safe to share between concurrent tasks of one event loop. :meth:`aclose` releases the
+    connection pool; a later request opens a new one. Call :meth:`aclose` before the loop
+    that used it ends, or its sockets stay open until garbage collection.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        secret_headers: Mapping[str, SecretHeader] | None = None,
+        timeout: httpx.Timeout | float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.provider = provider
+        self.base_url = base_url
+        self._headers = dict(headers or {})
+        self._secret_headers = dict(secret_headers or {})
+        self._timeout = (
+            timeout
+            if isinstance(timeout, httpx.Timeout)
+            else DEFAULT_TIMEOUT
+            if timeout is None
+            else httpx.Timeout(timeout)
+        )
+        self.retry = retry or RetryPolicy()
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"HttpTransport(provider={self.provider!r}, base_url={self.base_url!r})"
+
+    @property
+    def secrets(self) -> list[Secret]:
+        return [header.secret for header in self._secret_headers.values()]
+
+    def _get_client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client.is_closed or self._loop is not loop:
+            # A pool belongs to the loop that opened its connections; a model reused under a
+            # new loop (successive asyncio.run calls) gets a fresh one.
+            self._loop = loop
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=self._timeout,
+                headers={"content-type": "application/json", **self._headers},
+                follow_redirects=False,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def _build(self, client: httpx.AsyncClient, wire: WireRequest) -> httpx.Request:
+        headers = {name: header.value() for name, header in self._secret_headers.items()}
+        content = json.dumps(wire.body, separators=(",", ":"), ensure_ascii=False).encode()
+        return client.build_request(
+            "POST", wire.path, content=content, params=wire.params or None, headers=headers
+        )
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self.secrets)
+
+    def error_from_response(self, status: int, body: bytes) -> ModelError:
+        message, kind = error_message_from_body(body)
+        text = f"{self.provider} returned HTTP {status}: {message}"
+        if kind:
+            text += f" ({kind})"
+        metadata = {"provider": self.provider}
+        if kind:
+            metadata["error_type"] = kind
+        return ModelError(self._redact(text), status_code=status, metadata=metadata)
+
+    def _transport_error(self, exc: Exception, what: str) -> ModelError:
+        detail = str(exc) or type(exc).__name__
+        return ModelError(
+            self._redact(f"{self.provider} {what}: {type(exc).__name__}: {detail}"),
+            metadata={"provider": self.provider},
+        )
+
+    async def _wait_before_retry(self, retry: int, reason: str, retry_after: float | None) -> None:
+        delay = self.retry.delay(retry, retry_after)
+        logger.info(
+            "%s request failed (%s); retry %d/%d in %.3fs",
+            self.provider,
+            self._redact(reason),
+            retry + 1,
+            self.retry.max_attempts - 1,
+            delay,
+        )
+        await self.retry.sleep(delay)
+
+    async def post_json(self, wire: WireRequest) -> Any:
+        """POST and return the decoded JSON body, retrying as the policy allows."""
+        client = self._get_client()
+        attempt = 0
+        while True:
+            attempt += 1
+            can_retry = attempt < self.retry.max_attempts
+            try:
+                response = await client.send(self._build(client, wire))
+            except _RETRYABLE_TRANSPORT_ERRORS as exc:
+                if can_retry:
+                    await self._wait_before_retry(attempt - 1, type(exc).__name__, None)
+                    continue
+                raise self._transport_error(exc, "request failed") from exc
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc, "request failed") from exc
+            if response.status_code >= 400:
+                error = self.error_from_response(response.status_code, response.content)
+                if can_retry and _is_retryable_status(response.status_code):
+                    retry_after = parse_retry_after(response.headers)
+                    await self._wait_before_retry(
+                        attempt - 1, f"HTTP {response.status_code}", retry_after
+                    )
+                    continue
+                raise error
+            try:
+                return json.loads(response.content)
+            except ValueError as exc:
+                raise ModelError(
+                    f"{self.provider} returned a body that is not JSON (HTTP "
+                    f"{response.status_code})",
+                    status_code=response.status_code,
+                ) from exc
+
+    @asynccontextmanager
+    async def stream(self, wire: WireRequest) -> AsyncIterator[AsyncIterator[bytes]]:
+        """POST and yield an iterator over the body bytes.
+
+        Retries happen while opening, including a failure reading the first body chunk; once
+        a byte was handed out, failures raise :class:`ModelError`. Leaving the context closes
+        the response (and with it the connection, when the body was not read to the end).
+        """
+        client = self._get_client()
+        attempt = 0
+        while True:
+            attempt += 1
+            can_retry = attempt < self.retry.max_attempts
+            try:
+                response = await client.send(self._build(client, wire), stream=True)
+            except _RETRYABLE_TRANSPORT_ERRORS as exc:
+                if can_retry:
+                    await self._wait_before_retry(attempt - 1, type(exc).__name__, None)
+                    continue
+                raise self._transport_error(exc, "request failed") from exc
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc, "request failed") from exc
+            retry_reason: str | None = None
+            retry_after: float | None = None
+            chunks: AsyncIterator[bytes] | None = None
+            first = b""
+            try:
+                if response.status_code >= 400:
+                    body = await response.aread()
+                    error = self.error_from_response(response.status_code, body)
+                    if not (can_retry and _is_retryable_status(response.status_code)):
+                        raise error
+                    retry_reason = f"HTTP {response.status_code}"
+                    retry_after = parse_retry_after(response.headers)
+                else:
+                    chunks = response.aiter_bytes()
+                    try:
+                        first = await anext(chunks)
+                    except StopAsyncIteration:
+                        first = b""
+                    except _RETRYABLE_TRANSPORT_ERRORS as exc:
+                        if not can_retry:
+                            raise self._transport_error(exc, "stream failed") from exc
+                        retry_reason = type(exc).__name__
+                    except httpx.HTTPError as exc:
+                        raise self._transport_error(exc, "stream failed") from exc
+            except BaseException:
+                await response.aclose()
+                raise
+            if retry_reason is not None:
+                await response.aclose()
+                await self._wait_before_retry(attempt - 1, retry_reason, retry_after)
+                continue
+            break
+        try:
+            yield _BodyStream(first, chunks, self)
+        finally:
+            await response.aclose()
+
+
+class _BodyStream:
+    """The body bytes of an open streamed response; failures become :class:`ModelError`."""
+
+    def __init__(
+        self, first: bytes, rest: AsyncIterator[bytes] | None, transport: HttpTransport
+    ) -> None:
+        self._first: bytes | None = first or None
+        self._rest = rest
+        self._transport = transport
+
+    def __aiter__(self) -> _BodyStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._first is not None:
+            chunk, self._first = self._first, None
+            return chunk
+        if self._rest is None:
+            raise StopAsyncIteration
+        try:
+            return await anext(self._rest)
+        except httpx.HTTPError as exc:
+            raise self._transport._transport_error(exc, "stream interrupted") from exc
+
+
+# --------------------------------------------------------------------------- stream decoding
+
+
+class LineDecoder:
+    """Bytes in, complete lines out.
+
+    Decodes UTF-8 incrementally (a character split across chunks is held back until it is
+    whole) and splits on ``\\n``, ``\\r\\n`` and ``\\r``, wherever the chunks were cut. Only those
+    three characters end a line: JSON may hold U+2028 and friends unescaped.
+    """
+
+    __slots__ = ("_decoder", "_pieces", "_skip_lf")
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self._pieces: list[str] = []
+        self._skip_lf = False
+
+    def feed(self, data: bytes) -> list[str]:
+        try:
+            text = self._decoder.decode(data)
+        except UnicodeDecodeError as exc:
+            raise ModelError(f"provider stream is not valid UTF-8: {exc.reason}") from exc
+        return self._split(text)
+
+    def flush(self) -> list[str]:
+        """End of input: the unterminated last line, if any."""
+        try:
+            tail = self._decoder.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            raise ModelError("provider stream ended inside a UTF-8 character") from exc
+        lines = self._split(tail) if tail else []
+        if self._pieces:
+            lines.append("".join(self._pieces))
+            self._pieces.clear()
+        return lines
+
+    def _split(self, text: str) -> list[str]:
+        if self._skip_lf:
+            # The previous chunk ended with "\r": a "\n" right after it belongs to that line end.
+            if not text:
+                return []
+            self._skip_lf = False
+            if text[0] == "\n":
+                text = text[1:]
+        if "\n" not in text and "\r" not in text:
+            if text:
+                self._pieces.append(text)
+            return []
+        if text[-1] == "\r":
+            self._skip_lf = True
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        lines = text.split("\n")
+        if self._pieces:
+            self._pieces.append(lines[0])
+            lines[0] = "".join(self._pieces)
+            self._pieces.clear()
+        rest = lines.pop()
+        if rest:
+            self._pieces.append(rest)
+        return lines
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSentEvent:
+    """One dispatched SSE event: its ``event`` name ("message" when unnamed) and ``data``."""
+
+    event: str
+    data: str
+
+
+class SseDecoder:
+    """Server-sent events (the WHATWG event-stream format) from raw body bytes.
+
+    Handles ``data:`` lines spread over many chunks, multi-line data (joined by ``\\n``),
+    ``event:`` names, comments (``:``-lines), ``id:``/``retry:`` (ignored) and any line ending.
+    An event not closed by a blank line when the body ends is discarded, as the spec says.
+    """
+
+    __slots__ = ("_data", "_event", "_lines")
+
+    def __init__(self) -> None:
+        self._lines = LineDecoder()
+        self._data: list[str] = []
+        self._event = ""
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        return self._process(self._lines.feed(chunk))
+
+    def flush(self) -> list[ServerSentEvent]:
+        events = self._process(self._lines.flush())
+        self._data.clear()
+        self._event = ""
+        return events
+
+    def _process(self, lines: list[str]) -> list[ServerSentEvent]:
+        events: list[ServerSentEvent] = []
+        for line in lines:
+            if not line:
+                if self._data:
+                    events.append(ServerSentEvent(self._event or "message", "\n".join(self._data)))
+                    self._data.clear()
+                self._event = ""
+                continue
+            if line[0] == ":":
+                continue
+            name, sep, value = line.partition(":")
+            if sep and value[:1] == " ":
+                value = value[1:]
+            if name == "data":
+                self._data.append(value)
+            elif name == "event":
+                self._event = value
+        return events
+
+
+class NdjsonDecoder:
+    """Newline-delimited JSON (Ollama) from raw body bytes: one non-blank line per record."""
+
+    __slots__ = ("_lines",)
+
+    def __init__(self) -> None:
+        self._lines = LineDecoder()
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        return [
+            ServerSentEvent("message", line)
+            for line in self._lines.feed(chunk)
+            if line and not line.isspace()
+        ]
+
+    def flush(self) -> list[ServerSentEvent]:
+        return [
+            ServerSentEvent("message", line)
+            for line in self._lines.flush()
+            if line and not line.isspace()
+        ]
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class _TextRun:
+    __slots__ = ("pieces", "signature", "thought")
+
+    def __init__(self, text: str, thought: bool, signature: bytes | None) -> None:
+        self.pieces = [text]
+        self.thought = thought
+        self.signature = signature
+
+
+class PartsBuilder:
+    """Collects the parts of one model turn, joining consecutive text deltas cheaply.
+
+    A text delta joins the previous run when both are text with the same ``thought`` flag
+    and the run has no signature yet (a signature closes a run, as Gemini sends it on the
+    last part of a thought).
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: list[_TextRun | Part] = []
+
+    def add_text(self, text: str, *, thought: bool = False, signature: bytes | None = None) -> None:
+        last = self._items[-1] if self._items else None
+        if isinstance(last, _TextRun) and last.thought == thought and last.signature is None:
+            last.pieces.append(text)
+            if signature is not None:
+                last.signature = signature
+            return
+        self._items.append(_TextRun(text, thought, signature))
+
+    def add_part(self, part: Part) -> None:
+        self._items.append(part)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def parts(self) -> list[Part]:
+        parts: list[Part] = []
+        for item in self._items:
+            if isinstance(item, _TextRun):
+                parts.append(
+                    Part(
+                        text="".join(item.pieces),
+                        thought=item.thought,
+                        thought_signature=item.signature,
+                    )
+                )
+            else:
+                parts.append(item)
+        return parts
+
+    def content(self) -> Content | None:
+        return Content(role="model", parts=self.parts()) if self._items else None
+
+
+def partial_text(
+    text: str, *, thought: bool = False, model_version: str | None = None
+) -> LlmResponse:
+    """A streaming chunk holding one text (or thought) delta."""
+    return LlmResponse(
+        content=Content(role="model", parts=[Part(text=text, thought=thought)]),
+        partial=True,
+        model_version=model_version,
+    )
+
+
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def make_usage(
+    prompt: Any,
+    candidates: Any,
+    total: Any = None,
+    *,
+    cached: Any = None,
+    thoughts: Any = None,
+) -> UsageMetadata:
+    prompt_count = _int_or_zero(prompt)
+    candidates_count = _int_or_zero(candidates)
+    return UsageMetadata(
+        prompt_token_count=prompt_count,
+        candidates_token_count=candidates_count,
+        total_token_count=total if isinstance(total, int) else prompt_count + candidates_count,
+        cached_content_token_count=cached if isinstance(cached, int) else None,
+        thoughts_token_count=thoughts if isinstance(thoughts, int) else None,
+    )
+
+
+class StreamParser(abc.ABC):
+    """Turns a provider's stream records into partial responses, then one final response.
+
+    :meth:`feed` takes one record (an SSE event or an NDJSON line) and returns the partial
+    responses it produced (text and thought deltas; function calls only appear in the final
+    response, once their arguments are whole). :meth:`final` returns the aggregate and raises
+    :class:`ModelError` when the stream ended before the provider said it was complete.
+    """
+
+    def __init__(self) -> None:
+        self.parts = PartsBuilder()
+        self.usage: UsageMetadata | None = None
+        self.finish_reason: FinishReason | None = None
+        self.grounding_metadata: dict[str, Any] | None = None
+        self.model_version: str | None = None
+        self.complete = False
+
+    @abc.abstractmethod
+    def feed(self, event: ServerSentEvent) -> list[LlmResponse]: ...
+
+    def check_complete(self) -> None:
+        if not self.complete:
+            raise ModelError("the provider's stream ended before the response was complete")
+
+    def final(self) -> LlmResponse:
+        self.check_complete()
+        return LlmResponse(
+            content=self.parts.content(),
+            usage_metadata=self.usage,
+            finish_reason=self.finish_reason,
+            partial=False,
+            turn_complete=True,
+            grounding_metadata=self.grounding_metadata,
+            model_version=self.model_version,
+        )
+
+
+def load_json(data: str, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ModelError(f"the provider sent {what} that is not valid JSON") from exc
+
+
+def parse_arguments(raw: str | None, tool_name: str) -> dict[str, Any]:
+    """Tool-call arguments from their JSON text ("" means no arguments)."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ModelError(
+            f"the model returned arguments for tool {tool_name!r} that are not valid JSON"
+        ) from exc
+    if not isinstance(value, dict):
+        raise ModelError(
+            f"the model returned arguments for tool {tool_name!r} that are not a JSON object"
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- the base class
+
+
+class HttpLlm(Llm):
+    """Base of the HTTP providers: the request/stream/error lifecycle lives here once.
+
+    Subclasses implement :meth:`_build_request` (an :class:`LlmRequest` to a
+    :class:`WireRequest`, raising :class:`ModelError` for anything the API cannot carry),
+    :meth:`_parse_response` (a non-streamed body to one response) and :meth:`_new_stream_parser`.
+
+    Use it as an async context manager, or call :meth:`aclose`, to release the connection pool.
+    """
+
+    #: The registry prefix and the name used in error messages.
+    provider: ClassVar[str] = "http"
+    framing: ClassVar[Literal["sse", "ndjson"]] = "sse"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: Secret | None,
+        headers: Mapping[str, str] | None = None,
+        secret_headers: Mapping[str, SecretHeader] | None = None,
+        timeout: httpx.Timeout | float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        model = model.strip()
+        if not model:
+            raise ConfigError(f"{self.provider}: the model name is empty")
+        super().__init__(model)
+        self._api_key = api_key
+        self._transport = HttpTransport(
+            provider=self.provider,
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            secret_headers=secret_headers,
+            timeout=timeout,
+            retry=retry,
+        )
+
+    @property
+    def model(self) -> str:
+        return self.name
+
+    @property
+    def base_url(self) -> str:
+        return self._transport.base_url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.name!r}, base_url={self.base_url!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool (a later call opens a new one)."""
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> HttpLlm:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _model_for(self, request: LlmRequest) -> str:
+        """The request's model when it names one (``provider/`` prefix stripped), else ours."""
+        name = (request.model or "").strip()
+        if not name:
+            return self.name
+        prefix = f"{self.provider}/"
+        return name[len(prefix) :] if name.startswith(prefix) else name
+
+    def _check_credentials(self) -> None:
+        """Raise :class:`ConfigError` when the provider needs a key and none was given."""
+
+    @abc.abstractmethod
+    def _build_request(self, request: LlmRequest, *, stream: bool) -> WireRequest: ...
+
+    @abc.abstractmethod
+    def _parse_response(self, data: Any) -> LlmResponse: ...
+
+    @abc.abstractmethod
+    def _new_stream_parser(self) -> StreamParser: ...
+
+    def _new_decoder(self) -> SseDecoder | NdjsonDecoder:
+        return SseDecoder() if self.framing == "sse" else NdjsonDecoder()
+
+    def _wrap(self, exc: Exception) -> ModelError:
+        message = redact(
+            f"{self.provider}: malformed response ({type(exc).__name__}: {exc})",
+            [self._api_key],
+        )
+        return ModelError(message, metadata={"provider": self.provider})
+
+    async def generate_content(
+        self, request: LlmRequest, *, stream: bool = False
+    ) -> AsyncIterator[LlmResponse]:
+        self._check_credentials()
+        wire = self._build_request(request, stream=stream)
+        if not stream:
+            data = await self._transport.post_json(wire)
+            try:
+                response = self._parse_response(data)
+            except AdkError:
+                raise
+            except Exception as exc:
+                raise self._wrap(exc) from exc
+            yield response
+            return
+        parser = self._new_stream_parser()
+        decoder = self._new_decoder()
+        async with self._transport.stream(wire) as body:
+            async for chunk in body:
+                try:
+                    partials = [p for event in decoder.feed(chunk) for p in parser.feed(event)]
+                except AdkError:
+                    raise
+                except Exception as exc:
+                    raise self._wrap(exc) from exc
+                for partial in partials:
+                    yield partial
+            try:
+                tail = [p for event in decoder.flush() for p in parser.feed(event)]
+                final = parser.final()
+            except AdkError:
+                raise
+            except Exception as exc:
+                raise self._wrap(exc) from exc
+        for partial in tail:
+            yield partial
+        yield final

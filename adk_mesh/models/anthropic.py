@@ -1,0 +1,567 @@
+"""Anthropic Claude over the Messages API (``POST /v1/messages``, streamed as SSE).
+
+The key comes from the constructor or ``ANTHROPIC_API_KEY`` and goes in ``x-api-key``, with the
+``anthropic-version`` header; ``ANTHROPIC_BASE_URL`` overrides the endpoint. ``max_tokens`` is
+required by the API: it is ``config.max_output_tokens`` or ``default_max_tokens`` (4096).
+
+What each part becomes:
+
+- text: a ``text`` block (empty text is left out: the API rejects empty blocks);
+- inline ``image/*``: an ``image`` block with a ``base64`` source; inline ``application/pdf``:
+  a ``document`` block with a ``base64`` source; inline ``text/plain``: a ``document`` block
+  with a ``text`` source;
+- http(s) file URIs of images and PDFs: ``image`` / ``document`` blocks with a ``url`` source;
+- function calls: ``tool_use`` blocks; function responses: ``tool_result`` blocks (placed
+  first in their user turn, as the API requires), paired by id;
+- thought parts whose signature came from Claude: ``thinking`` blocks; other thought parts are
+  not sent (the API accepts only its own signed reasoning);
+- anything else (audio, video, other URIs, media in assistant turns) raises
+  :class:`ModelError` naming the part.
+
+:attr:`BuiltinTool.WEB_SEARCH` adds the server tool ``{"type": "web_search_20250305", "name":
+"web_search"}``. Its ``server_tool_use`` / ``web_search_tool_result`` blocks and the text
+citations are kept in :attr:`LlmResponse.grounding_metadata`, never turned into function calls
+(the provider ran them). The Messages API has no ``seed`` and no JSON mode: ``seed`` is not
+sent, and ``response_mime_type`` / ``response_schema`` become an instruction appended to the
+system prompt.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from adk_mesh.errors import ConfigError, ModelError
+from adk_mesh.models._convert import (
+    ToolCallIds,
+    b64encode,
+    is_model_role,
+    json_dumps,
+    unsupported_builtin,
+    unsupported_part,
+    uri_scheme,
+)
+from adk_mesh.models._http import (
+    HttpLlm,
+    RetryPolicy,
+    Secret,
+    SecretHeader,
+    ServerSentEvent,
+    StreamParser,
+    WireRequest,
+    load_json,
+    make_usage,
+    parse_arguments,
+    partial_text,
+)
+from adk_mesh.models.base import BuiltinTool, LlmRequest
+from adk_mesh.types import Content, FinishReason, FunctionCall, LlmResponse, Part, UsageMetadata
+
+__all__ = ["AnthropicModel"]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
+
+_STOP_REASONS: dict[str, FinishReason] = {
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "max_tokens": FinishReason.MAX_TOKENS,
+    "model_context_window_exceeded": FinishReason.MAX_TOKENS,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "refusal": FinishReason.SAFETY,
+}
+
+#: The HTTP status each streamed ``error`` type would have had outside a stream.
+_ERROR_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def _stop_reason(value: Any) -> FinishReason | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return _STOP_REASONS.get(value, FinishReason.OTHER)
+
+
+def _usage(usage: Any, previous: UsageMetadata | None = None) -> UsageMetadata | None:
+    if not isinstance(usage, dict):
+        return previous
+    base = previous or UsageMetadata()
+    cache_read = usage.get("cache_read_input_tokens")
+    cache_write = usage.get("cache_creation_input_tokens")
+    input_tokens = usage.get("input_tokens")
+    if isinstance(input_tokens, int):
+        prompt = input_tokens
+        prompt += cache_read if isinstance(cache_read, int) else 0
+        prompt += cache_write if isinstance(cache_write, int) else 0
+    else:
+        prompt = base.prompt_token_count
+    output = usage.get("output_tokens")
+    candidates = output if isinstance(output, int) else base.candidates_token_count
+    return make_usage(
+        prompt,
+        candidates,
+        cached=cache_read if isinstance(cache_read, int) else base.cached_content_token_count,
+    )
+
+
+def _error(error: Any) -> ModelError:
+    kind = error.get("type", "error") if isinstance(error, dict) else "error"
+    message = error.get("message", "unknown error") if isinstance(error, dict) else str(error)
+    return ModelError(
+        f"anthropic error: {message} ({kind})",
+        status_code=_ERROR_STATUS.get(kind),
+        metadata={"provider": "anthropic", "error_type": str(kind)},
+    )
+
+
+def _signature_text(signature: bytes | None) -> str | None:
+    if signature is None:
+        return None
+    try:
+        return signature.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+class _Block:
+    __slots__ = ("data", "pieces", "type")
+
+    def __init__(self, block: dict[str, Any]) -> None:
+        self.type: str = str(block.get("type", ""))
+        self.data = block
+        self.pieces: list[str] = []
+
+
+class _Grounding:
+    def __init__(self) -> None:
+        self.server_tool_uses: list[Any] = []
+        self.tool_results: list[Any] = []
+        self.citations: list[Any] = []
+
+    def add_block(self, block: Mapping[str, Any]) -> bool:
+        """Record a server-tool block; False when the block is of another kind."""
+        kind = block.get("type", "")
+        if kind == "server_tool_use":
+            self.server_tool_uses.append(dict(block))
+        elif isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result":
+            self.tool_results.append(dict(block))
+        else:
+            return False
+        return True
+
+    def metadata(self) -> dict[str, Any] | None:
+        metadata: dict[str, Any] = {}
+        if self.server_tool_uses:
+            metadata["server_tool_uses"] = self.server_tool_uses
+            queries = [
+                use.get("input", {}).get("query")
+                for use in self.server_tool_uses
+                if isinstance(use.get("input"), dict) and use["input"].get("query")
+            ]
+            if queries:
+                metadata["web_search_queries"] = queries
+        if self.tool_results:
+            metadata["server_tool_results"] = self.tool_results
+        if self.citations:
+            metadata["citations"] = self.citations
+        return metadata or None
+
+
+class _AnthropicStreamParser(StreamParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocks: dict[int, _Block] = {}
+        self._grounding = _Grounding()
+
+    def feed(self, event: ServerSentEvent) -> list[LlmResponse]:
+        data = load_json(event.data, "a stream event")
+        if not isinstance(data, dict):
+            raise ModelError("anthropic sent a stream event that is not a JSON object")
+        kind = data.get("type", event.event)
+        if kind == "content_block_delta":
+            return self._delta(data)
+        if kind == "content_block_start":
+            block = data.get("content_block") or {}
+            started = self._blocks[data.get("index", len(self._blocks))] = _Block(block)
+            if started.type == "text" and block.get("text"):
+                started.pieces.append(block["text"])
+                return [partial_text(block["text"], model_version=self.model_version)]
+            if started.type == "thinking" and block.get("thinking"):
+                started.pieces.append(block["thinking"])
+                return [
+                    partial_text(block["thinking"], thought=True, model_version=self.model_version)
+                ]
+        elif kind == "content_block_stop":
+            return []
+        elif kind == "message_start":
+            message = data.get("message") or {}
+            if isinstance(message.get("model"), str):
+                self.model_version = message["model"]
+            self.usage = _usage(message.get("usage"), self.usage)
+        elif kind == "message_delta":
+            delta = data.get("delta") or {}
+            finish = _stop_reason(delta.get("stop_reason"))
+            if finish is not None:
+                self.finish_reason = finish
+            self.usage = _usage(data.get("usage"), self.usage)
+        elif kind == "message_stop":
+            self.complete = True
+        elif kind == "error":
+            raise _error(data.get("error"))
+        # "ping" and event types added later are ignored, as the API's versioning asks.
+        return []
+
+    def _delta(self, data: dict[str, Any]) -> list[LlmResponse]:
+        block = self._blocks.get(data.get("index", -1))
+        if block is None:
+            raise ModelError("anthropic sent a delta for a content block it never started")
+        delta = data.get("delta") or {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text", "")
+            block.pieces.append(text)
+            return [partial_text(text, model_version=self.model_version)] if text else []
+        if kind == "input_json_delta":
+            block.pieces.append(delta.get("partial_json", ""))
+        elif kind == "thinking_delta":
+            text = delta.get("thinking", "")
+            block.pieces.append(text)
+            if text:
+                return [partial_text(text, thought=True, model_version=self.model_version)]
+        elif kind == "signature_delta":
+            block.data["signature"] = block.data.get("signature", "") + delta.get("signature", "")
+        elif kind == "citations_delta":
+            self._grounding.citations.append(delta.get("citation"))
+        return []
+
+    def final(self) -> LlmResponse:
+        self.check_complete()
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if block.type == "text":
+                self.parts.add_text("".join(block.pieces))
+            elif block.type == "thinking":
+                signature = block.data.get("signature")
+                self.parts.add_part(
+                    Part(
+                        text="".join(block.pieces),
+                        thought=True,
+                        thought_signature=signature.encode() if signature else None,
+                    )
+                )
+            elif block.type == "tool_use":
+                name = str(block.data.get("name", ""))
+                raw = "".join(block.pieces)
+                args = parse_arguments(raw, name) if raw else dict(block.data.get("input") or {})
+                self.parts.add_part(
+                    Part(function_call=FunctionCall(name=name, args=args, id=block.data.get("id")))
+                )
+            elif block.type == "server_tool_use":
+                raw = "".join(block.pieces)
+                if raw:
+                    block.data["input"] = parse_arguments(raw, str(block.data.get("name", "")))
+                self._grounding.add_block(block.data)
+            else:
+                self._grounding.add_block(block.data)
+        self.grounding_metadata = self._grounding.metadata()
+        return super().final()
+
+
+class AnthropicModel(HttpLlm):
+    """A Claude model over the Anthropic Messages API.
+
+    Args:
+        model: the model name, e.g. ``"claude-sonnet-4-5"``.
+        api_key: defaults to ``ANTHROPIC_API_KEY``; needed unless a custom ``base_url`` is used.
+        base_url: defaults to ``ANTHROPIC_BASE_URL``, then ``https://api.anthropic.com``.
+        api_version: the ``anthropic-version`` header.
+        default_max_tokens: ``max_tokens`` when the request's config leaves it unset.
+        web_search_max_uses: ``max_uses`` of the web search server tool, when set.
+        timeout: seconds or an ``httpx.Timeout``.
+        retry: the :class:`RetryPolicy`.
+        headers: extra headers sent with every request (``anthropic-beta``, say).
+    """
+
+    provider = "anthropic"
+    framing = "sse"
+
+    def __init__(
+        self,
+        model: str = "claude-sonnet-4-5",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        api_version: str = DEFAULT_API_VERSION,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        web_search_max_uses: int | None = None,
+        timeout: httpx.Timeout | float | None = None,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        secret = Secret(key) if key else None
+        resolved_base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        if default_max_tokens < 1:
+            raise ConfigError("default_max_tokens must be at least 1")
+        super().__init__(
+            model,
+            base_url=resolved_base,
+            api_key=secret,
+            headers={"anthropic-version": api_version, **(headers or {})},
+            secret_headers={"x-api-key": SecretHeader(secret)} if secret else None,
+            timeout=timeout,
+            retry=retry,
+        )
+        self._custom_base_url = resolved_base.rstrip("/") != DEFAULT_BASE_URL
+        self.default_max_tokens = default_max_tokens
+        self.web_search_max_uses = web_search_max_uses
+
+    def _check_credentials(self) -> None:
+        if self._api_key is None and not self._custom_base_url:
+            raise ConfigError("anthropic needs an API key: set ANTHROPIC_API_KEY")
+
+    # ------------------------------------------------------------------ request
+
+    def _build_request(self, request: LlmRequest, *, stream: bool) -> WireRequest:
+        config = request.config
+        body: dict[str, Any] = {
+            "model": self._model_for(request),
+            "max_tokens": config.max_output_tokens or self.default_max_tokens,
+            "messages": self._messages(request.contents),
+        }
+        system = self._system(request)
+        if system:
+            body["system"] = system
+        tools: list[dict[str, Any]] = [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": tool.parameters_schema or {"type": "object", "properties": {}},
+            }
+            for tool in request.tools
+        ]
+        for builtin in request.builtin_tools:
+            if builtin is BuiltinTool.WEB_SEARCH:
+                search: dict[str, Any] = {"type": WEB_SEARCH_TOOL_TYPE, "name": "web_search"}
+                if self.web_search_max_uses is not None:
+                    search["max_uses"] = self.web_search_max_uses
+                tools.append(search)
+            else:
+                raise unsupported_builtin(self.provider, builtin, "use BuiltinTool.WEB_SEARCH")
+        if tools:
+            body["tools"] = tools
+        for key, value in (
+            ("temperature", config.temperature),
+            ("top_p", config.top_p),
+            ("top_k", config.top_k),
+            ("stop_sequences", config.stop_sequences),
+        ):
+            if value is not None:
+                body[key] = value
+        if stream:
+            body["stream"] = True
+        return WireRequest(path="/v1/messages", body=body)
+
+    @staticmethod
+    def _system(request: LlmRequest) -> str | None:
+        system = request.system_instruction or ""
+        config = request.config
+        if config.response_schema is not None:
+            instruction = (
+                "Reply with only a JSON value that conforms to this JSON Schema, with no other "
+                f"text: {json_dumps(config.response_schema)}"
+            )
+        elif config.response_mime_type == "application/json":
+            instruction = "Reply with only a valid JSON value, with no other text."
+        else:
+            return system or None
+        return f"{system}\n\n{instruction}" if system else instruction
+
+    def _messages(self, contents: list[Content]) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        ids = ToolCallIds(prefix="toolu_")
+        for content_index, content in enumerate(contents):
+            role = "assistant" if is_model_role(content) else "user"
+            results: list[dict[str, Any]] = []
+            blocks: list[dict[str, Any]] = []
+            for part_index, part in enumerate(content.parts):
+                if role == "assistant":
+                    block = self._assistant_block(content_index, part_index, content, part, ids)
+                    if block is not None:
+                        blocks.append(block)
+                elif part.function_response is not None:
+                    results.append(
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": ids.for_response(part.function_response),
+                            "content": json_dumps(part.function_response.response),
+                        }
+                    )
+                else:
+                    block = self._user_block(content_index, part_index, content, part)
+                    if block is not None:
+                        blocks.append(block)
+            if not results and not blocks:
+                continue
+            if messages and messages[-1]["role"] == role:
+                previous = messages[-1]["content"]
+                # tool_result blocks must lead their user turn.
+                leading = [b for b in previous if b["type"] == "tool_result"]
+                rest = [b for b in previous if b["type"] != "tool_result"]
+                messages[-1]["content"] = leading + results + rest + blocks
+            else:
+                messages.append({"role": role, "content": results + blocks})
+        return messages
+
+    def _assistant_block(
+        self, content_index: int, part_index: int, content: Content, part: Part, ids: ToolCallIds
+    ) -> dict[str, Any] | None:
+        if part.text is not None:
+            if part.thought:
+                signature = _signature_text(part.thought_signature)
+                if signature is None:
+                    return None
+                return {"type": "thinking", "thinking": part.text, "signature": signature}
+            return {"type": "text", "text": part.text} if part.text else None
+        if part.function_call is not None:
+            return {
+                "type": "tool_use",
+                "id": ids.for_call(part.function_call),
+                "name": part.function_call.name,
+                "input": part.function_call.args,
+            }
+        raise unsupported_part(
+            self.provider,
+            content_index,
+            part_index,
+            content,
+            part,
+            "assistant turns carry only text, thinking and tool_use blocks",
+        )
+
+    def _user_block(
+        self, content_index: int, part_index: int, content: Content, part: Part
+    ) -> dict[str, Any] | None:
+        if part.text is not None:
+            if part.thought or not part.text:
+                return None
+            return {"type": "text", "text": part.text}
+        if part.inline_data is not None:
+            mime = part.inline_data.mime_type.lower()
+            data = part.inline_data.data
+            if mime in _IMAGE_TYPES:
+                return {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": mime, "data": b64encode(data)},
+                }
+            if mime == "application/pdf":
+                return {
+                    "type": "document",
+                    "source": {"type": "base64", "media_type": mime, "data": b64encode(data)},
+                }
+            if mime == "text/plain":
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise unsupported_part(
+                        self.provider, content_index, part_index, content, part, "not UTF-8 text"
+                    ) from None
+                return {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": text},
+                }
+            raise unsupported_part(
+                self.provider,
+                content_index,
+                part_index,
+                content,
+                part,
+                "the Messages API takes JPEG/PNG/GIF/WebP images, PDFs and plain text",
+            )
+        if part.file_data is not None:
+            mime = part.file_data.mime_type.lower()
+            uri = part.file_data.file_uri
+            if uri_scheme(uri) in ("http", "https"):
+                if mime.startswith("image/"):
+                    return {"type": "image", "source": {"type": "url", "url": uri}}
+                if mime == "application/pdf":
+                    return {"type": "document", "source": {"type": "url", "url": uri}}
+            raise unsupported_part(
+                self.provider,
+                content_index,
+                part_index,
+                content,
+                part,
+                "the Messages API fetches only http(s) URLs of images and PDFs",
+            )
+        raise unsupported_part(
+            self.provider,
+            content_index,
+            part_index,
+            content,
+            part,
+            "function calls belong in the model's turns",
+        )
+
+    # ------------------------------------------------------------------ response
+
+    def _parse_response(self, data: Any) -> LlmResponse:
+        if isinstance(data, dict) and data.get("type") == "error":
+            raise _error(data.get("error"))
+        if not isinstance(data, dict):
+            raise ModelError("anthropic returned a body that is not a JSON object")
+        parts: list[Part] = []
+        grounding = _Grounding()
+        for block in data.get("content") or []:
+            kind = block.get("type")
+            if kind == "text":
+                parts.append(Part(text=block.get("text", "")))
+                if block.get("citations"):
+                    grounding.citations.extend(block["citations"])
+            elif kind == "thinking":
+                signature = block.get("signature")
+                parts.append(
+                    Part(
+                        text=block.get("thinking", ""),
+                        thought=True,
+                        thought_signature=signature.encode() if signature else None,
+                    )
+                )
+            elif kind == "tool_use":
+                parts.append(
+                    Part(
+                        function_call=FunctionCall(
+                            name=block["name"], args=block.get("input") or {}, id=block.get("id")
+                        )
+                    )
+                )
+            else:
+                grounding.add_block(block)
+        return LlmResponse(
+            content=Content(role="model", parts=parts) if parts else None,
+            usage_metadata=_usage(data.get("usage")),
+            finish_reason=_stop_reason(data.get("stop_reason")),
+            turn_complete=True,
+            grounding_metadata=grounding.metadata(),
+            model_version=data.get("model") if isinstance(data.get("model"), str) else None,
+        )
+
+    def _new_stream_parser(self) -> StreamParser:
+        return _AnthropicStreamParser()

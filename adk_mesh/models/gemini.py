@@ -1,0 +1,441 @@
+"""Google Gemini over the REST API (``generateContent`` and ``streamGenerateContent?alt=sse``).
+
+The key goes in the ``x-goog-api-key`` header, from the constructor or ``GOOGLE_API_KEY`` /
+``GEMINI_API_KEY`` (in that order). ``GOOGLE_GEMINI_BASE_URL`` overrides the endpoint.
+
+Tool and response schemas are JSON Schema, so by default they go out as
+``parametersJsonSchema`` / ``responseJsonSchema`` (the fields that accept full JSON Schema);
+``schema_dialect="openapi"`` sends ``parameters`` / ``responseSchema`` instead, for endpoints
+that only know the OpenAPI subset. Thought parts and ``thoughtSignature`` (base64 on the wire,
+bytes in :attr:`Part.thought_signature`) round-trip unchanged, as the API requires for
+function calling with thinking models.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import httpx
+
+from adk_mesh.errors import ConfigError, ModelError
+from adk_mesh.models._convert import b64encode, is_model_role, unsupported_part, uri_scheme
+from adk_mesh.models._http import (
+    HttpLlm,
+    RetryPolicy,
+    Secret,
+    SecretHeader,
+    ServerSentEvent,
+    StreamParser,
+    WireRequest,
+    load_json,
+    make_usage,
+    partial_text,
+)
+from adk_mesh.models.base import BuiltinTool, LlmRequest
+from adk_mesh.types import (
+    Blob,
+    Content,
+    FileData,
+    FinishReason,
+    FunctionCall,
+    LlmResponse,
+    Part,
+    UsageMetadata,
+)
+
+__all__ = ["GeminiModel"]
+
+logger = logging.getLogger("adk_mesh.models.gemini")
+
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "STOP": FinishReason.STOP,
+    "MAX_TOKENS": FinishReason.MAX_TOKENS,
+    "SAFETY": FinishReason.SAFETY,
+    "BLOCKLIST": FinishReason.SAFETY,
+    "PROHIBITED_CONTENT": FinishReason.SAFETY,
+    "SPII": FinishReason.SAFETY,
+    "IMAGE_SAFETY": FinishReason.SAFETY,
+    "RECITATION": FinishReason.RECITATION,
+    "MALFORMED_FUNCTION_CALL": FinishReason.MALFORMED_FUNCTION_CALL,
+}
+
+#: URI schemes the API can fetch in ``fileData`` (https covers Files API URIs).
+_FILE_URI_SCHEMES = ("http", "https", "gs")
+
+
+def _finish_reason(value: Any) -> FinishReason | None:
+    if not isinstance(value, str) or value == "FINISH_REASON_UNSPECIFIED":
+        return None
+    return _FINISH_REASONS.get(value, FinishReason.OTHER)
+
+
+def _signature(part: Mapping[str, Any]) -> bytes | None:
+    raw = part.get("thoughtSignature", part.get("thought_signature"))
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ModelError("gemini sent a thoughtSignature that is not base64") from exc
+
+
+def _part_from_wire(part: Mapping[str, Any]) -> Part | None:
+    signature = _signature(part)
+    if "text" in part:
+        return Part(
+            text=str(part["text"]), thought=bool(part.get("thought")), thought_signature=signature
+        )
+    call = part.get("functionCall")
+    if isinstance(call, dict):
+        args = call.get("args") or {}
+        return Part(
+            function_call=FunctionCall(name=call["name"], args=args, id=call.get("id")),
+            thought_signature=signature,
+        )
+    blob = part.get("inlineData")
+    if isinstance(blob, dict):
+        return Part(
+            inline_data=Blob(
+                mime_type=blob.get("mimeType", "application/octet-stream"),
+                data=base64.b64decode(blob.get("data", "")),
+            ),
+            thought_signature=signature,
+        )
+    file_data = part.get("fileData")
+    if isinstance(file_data, dict):
+        return Part(
+            file_data=FileData(
+                mime_type=file_data.get("mimeType", "application/octet-stream"),
+                file_uri=file_data["fileUri"],
+            ),
+            thought_signature=signature,
+        )
+    if signature is not None:
+        # A part that carries only a signature: keep it so it goes back as received.
+        return Part(text="", thought=bool(part.get("thought")), thought_signature=signature)
+    logger.debug("ignoring a Gemini part of an unknown kind: %s", sorted(part))
+    return None
+
+
+def _usage(data: Mapping[str, Any]) -> UsageMetadata | None:
+    usage = data.get("usageMetadata")
+    if not isinstance(usage, dict):
+        return None
+    return make_usage(
+        usage.get("promptTokenCount"),
+        usage.get("candidatesTokenCount"),
+        usage.get("totalTokenCount"),
+        cached=usage.get("cachedContentTokenCount"),
+        thoughts=usage.get("thoughtsTokenCount"),
+    )
+
+
+def _raise_if_error(data: Any) -> None:
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        error = data["error"]
+        code = error.get("code")
+        raise ModelError(
+            f"gemini error: {error.get('message', 'unknown error')} ({error.get('status', '')})",
+            status_code=code if isinstance(code, int) else None,
+            metadata={"provider": "gemini"},
+        )
+
+
+def _blocked(data: Mapping[str, Any]) -> str | None:
+    feedback = data.get("promptFeedback")
+    if isinstance(feedback, dict) and feedback.get("blockReason"):
+        return str(feedback["blockReason"])
+    return None
+
+
+class _GeminiStreamParser(StreamParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block_reason: str | None = None
+        self._usage_data: dict[str, Any] | None = None
+
+    def feed(self, event: ServerSentEvent) -> list[LlmResponse]:
+        data = load_json(event.data, "a stream chunk")
+        _raise_if_error(data)
+        if not isinstance(data, dict):
+            raise ModelError("gemini sent a stream chunk that is not a JSON object")
+        if isinstance(data.get("modelVersion"), str):
+            self.model_version = data["modelVersion"]
+        if "usageMetadata" in data:
+            # Every chunk repeats the running usage: keep the raw dict, build it once at the end.
+            self._usage_data = data
+        candidates = data.get("candidates") or []
+        if not candidates:
+            reason = _blocked(data)
+            if reason is not None:
+                self.block_reason = reason
+                self.finish_reason = FinishReason.SAFETY
+                self.complete = True
+            return []
+        candidate = candidates[0]
+        partials: list[LlmResponse] = []
+        for wire_part in (candidate.get("content") or {}).get("parts") or []:
+            text = wire_part.get("text")
+            if isinstance(text, str):
+                # The hot path: a text delta needs no intermediate Part.
+                thought = bool(wire_part.get("thought"))
+                self.parts.add_text(text, thought=thought, signature=_signature(wire_part))
+                if text:
+                    partials.append(
+                        partial_text(text, thought=thought, model_version=self.model_version)
+                    )
+                continue
+            part = _part_from_wire(wire_part)
+            if part is not None:
+                self.parts.add_part(part)
+        if isinstance(candidate.get("groundingMetadata"), dict):
+            self.grounding_metadata = candidate["groundingMetadata"]
+        finish = _finish_reason(candidate.get("finishReason"))
+        if finish is not None:
+            self.finish_reason = finish
+            self.complete = True
+        return partials
+
+    def final(self) -> LlmResponse:
+        if self._usage_data is not None:
+            self.usage = _usage(self._usage_data)
+        response = super().final()
+        if self.block_reason is not None:
+            response.error_code = self.block_reason
+            response.error_message = f"the prompt was blocked ({self.block_reason})"
+        return response
+
+
+class GeminiModel(HttpLlm):
+    """A Gemini model over the Gemini REST API.
+
+    Args:
+        model: the model name, e.g. ``"gemini-2.5-flash"`` (a ``models/`` prefix is accepted).
+        api_key: defaults to ``GOOGLE_API_KEY``, then ``GEMINI_API_KEY``; needed unless a
+            custom ``base_url`` (a proxy that adds credentials) is used.
+        base_url: defaults to ``GOOGLE_GEMINI_BASE_URL``, then the public endpoint.
+        api_version: the path version, ``"v1beta"`` by default.
+        schema_dialect: ``"json_schema"`` (default) or ``"openapi"``; see the module docs.
+        timeout: seconds or an ``httpx.Timeout``.
+        retry: the :class:`RetryPolicy`.
+        headers: extra headers sent with every request.
+    """
+
+    provider = "gemini"
+    framing = "sse"
+
+    def __init__(
+        self,
+        model: str = "gemini-2.5-flash",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        api_version: str = "v1beta",
+        schema_dialect: Literal["json_schema", "openapi"] = "json_schema",
+        timeout: httpx.Timeout | float | None = None,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        key = api_key or os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
+        secret = Secret(key) if key else None
+        resolved_base = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_BASE_URL
+        if schema_dialect not in ("json_schema", "openapi"):
+            raise ConfigError("schema_dialect must be 'json_schema' or 'openapi'")
+        super().__init__(
+            model.removeprefix("models/"),
+            base_url=resolved_base,
+            api_key=secret,
+            headers=headers,
+            secret_headers={"x-goog-api-key": SecretHeader(secret)} if secret else None,
+            timeout=timeout,
+            retry=retry,
+        )
+        self._custom_base_url = resolved_base.rstrip("/") != DEFAULT_BASE_URL
+        self.api_version = api_version
+        self.schema_dialect = schema_dialect
+
+    def _check_credentials(self) -> None:
+        if self._api_key is None and not self._custom_base_url:
+            raise ConfigError("gemini needs an API key: set GOOGLE_API_KEY or GEMINI_API_KEY")
+
+    # ------------------------------------------------------------------ request
+
+    def _build_request(self, request: LlmRequest, *, stream: bool) -> WireRequest:
+        body: dict[str, Any] = {"contents": self._contents(request.contents)}
+        if request.system_instruction:
+            body["systemInstruction"] = {"parts": [{"text": request.system_instruction}]}
+        tools = self._tools(request)
+        if tools:
+            body["tools"] = tools
+        generation_config = self._generation_config(request)
+        if generation_config:
+            body["generationConfig"] = generation_config
+        model = self._model_for(request).removeprefix("models/")
+        method = "streamGenerateContent" if stream else "generateContent"
+        return WireRequest(
+            path=f"/{self.api_version}/models/{model}:{method}",
+            body=body,
+            params={"alt": "sse"} if stream else {},
+        )
+
+    def _contents(self, contents: list[Content]) -> list[dict[str, Any]]:
+        wire: list[dict[str, Any]] = []
+        for content_index, content in enumerate(contents):
+            role = "model" if is_model_role(content) else "user"
+            parts = [
+                self._part(content_index, part_index, content, part)
+                for part_index, part in enumerate(content.parts)
+                # The API rejects empty text; an empty part that carries a signature stays.
+                if part.text != "" or part.thought_signature is not None
+            ]
+            if not parts:
+                continue
+            if wire and wire[-1]["role"] == role:
+                # Parallel function responses arrive as one Content each; the API wants them
+                # in one turn, after the model turn that asked for them.
+                wire[-1]["parts"].extend(parts)
+            else:
+                wire.append({"role": role, "parts": parts})
+        return wire
+
+    def _part(self, content_index: int, part_index: int, content: Content, part: Part) -> Any:
+        wire: dict[str, Any]
+        if part.text is not None:
+            wire = {"text": part.text}
+            if part.thought:
+                wire["thought"] = True
+        elif part.inline_data is not None:
+            wire = {
+                "inlineData": {
+                    "mimeType": part.inline_data.mime_type,
+                    "data": b64encode(part.inline_data.data),
+                }
+            }
+        elif part.file_data is not None:
+            if uri_scheme(part.file_data.file_uri) not in _FILE_URI_SCHEMES:
+                raise unsupported_part(
+                    self.provider,
+                    content_index,
+                    part_index,
+                    content,
+                    part,
+                    "fileData needs an http(s), gs:// or Files API URI",
+                )
+            wire = {
+                "fileData": {
+                    "mimeType": part.file_data.mime_type,
+                    "fileUri": part.file_data.file_uri,
+                }
+            }
+        elif part.function_call is not None:
+            call: dict[str, Any] = {
+                "name": part.function_call.name,
+                "args": part.function_call.args,
+            }
+            if part.function_call.id:
+                call["id"] = part.function_call.id
+            wire = {"functionCall": call}
+        else:
+            assert part.function_response is not None
+            response: dict[str, Any] = {
+                "name": part.function_response.name,
+                "response": part.function_response.response,
+            }
+            if part.function_response.id:
+                response["id"] = part.function_response.id
+            wire = {"functionResponse": response}
+        if part.thought_signature is not None:
+            wire["thoughtSignature"] = b64encode(part.thought_signature)
+        return wire
+
+    def _tools(self, request: LlmRequest) -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = []
+        if request.tools:
+            declarations = []
+            parameters_key = (
+                "parametersJsonSchema" if self.schema_dialect == "json_schema" else "parameters"
+            )
+            response_key = (
+                "responseJsonSchema" if self.schema_dialect == "json_schema" else "response"
+            )
+            for tool in request.tools:
+                declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
+                if tool.parameters_schema:
+                    declaration[parameters_key] = tool.parameters_schema
+                if tool.response_schema:
+                    declaration[response_key] = tool.response_schema
+                declarations.append(declaration)
+            tools.append({"functionDeclarations": declarations})
+        if any(
+            t in (BuiltinTool.GOOGLE_SEARCH, BuiltinTool.WEB_SEARCH) for t in request.builtin_tools
+        ):
+            tools.append({"google_search": {}})
+        return tools
+
+    def _generation_config(self, request: LlmRequest) -> dict[str, Any]:
+        config = request.config
+        wire: dict[str, Any] = {}
+        for key, value in (
+            ("temperature", config.temperature),
+            ("maxOutputTokens", config.max_output_tokens),
+            ("topP", config.top_p),
+            ("topK", config.top_k),
+            ("stopSequences", config.stop_sequences),
+            ("seed", config.seed),
+            ("responseMimeType", config.response_mime_type),
+        ):
+            if value is not None:
+                wire[key] = value
+        if config.response_schema is not None:
+            key = "responseJsonSchema" if self.schema_dialect == "json_schema" else "responseSchema"
+            wire[key] = config.response_schema
+            wire.setdefault("responseMimeType", "application/json")
+        return wire
+
+    # ------------------------------------------------------------------ response
+
+    def _parse_response(self, data: Any) -> LlmResponse:
+        _raise_if_error(data)
+        if not isinstance(data, dict):
+            raise ModelError("gemini returned a body that is not a JSON object")
+        model_version = (
+            data.get("modelVersion") if isinstance(data.get("modelVersion"), str) else None
+        )
+        candidates = data.get("candidates") or []
+        if not candidates:
+            reason = _blocked(data) or "NO_CANDIDATES"
+            return LlmResponse(
+                usage_metadata=_usage(data),
+                finish_reason=FinishReason.SAFETY
+                if reason != "NO_CANDIDATES"
+                else FinishReason.OTHER,
+                turn_complete=True,
+                error_code=reason,
+                error_message=f"gemini returned no candidates ({reason})",
+                model_version=model_version,
+            )
+        candidate = candidates[0]
+        parts = [
+            part
+            for wire_part in (candidate.get("content") or {}).get("parts") or []
+            if (part := _part_from_wire(wire_part)) is not None
+        ]
+        grounding = candidate.get("groundingMetadata")
+        return LlmResponse(
+            content=Content(role="model", parts=parts) if parts else None,
+            usage_metadata=_usage(data),
+            finish_reason=_finish_reason(candidate.get("finishReason")),
+            turn_complete=True,
+            grounding_metadata=grounding if isinstance(grounding, dict) else None,
+            model_version=model_version,
+        )
+
+    def _new_stream_parser(self) -> StreamParser:
+        return _GeminiStreamParser()

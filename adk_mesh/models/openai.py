@@ -1,0 +1,508 @@
+"""OpenAI Chat Completions, and any server that speaks it (vLLM, llama.cpp, LM Studio, ...).
+
+The key comes from the constructor or ``OPENAI_API_KEY`` and goes in ``Authorization: Bearer``;
+it is optional when ``base_url`` (or ``OPENAI_BASE_URL``) points somewhere else than OpenAI.
+
+What each part becomes:
+
+- text: a ``text`` content part (a lone text part is sent as a plain string);
+- inline ``image/*``: an ``image_url`` part with a ``data:`` URL; an http(s) ``image/*`` file
+  URI: an ``image_url`` part with that URL;
+- inline ``application/pdf``: a ``file`` part with ``file_data`` (a ``data:`` URL);
+- inline ``audio/wav`` / ``audio/mpeg``: an ``input_audio`` part;
+- inline ``text/*`` and ``application/json``: a ``text`` part holding the decoded text;
+- function calls: ``tool_calls`` on the assistant message; function responses: one ``tool``
+  message each, with the ``tool_call_id`` of the call they answer;
+- anything else (video, other file URIs, media in assistant turns) raises :class:`ModelError`
+  naming the part. Reasoning ("thought") parts are not sent back: the API has no field for them.
+
+Web search: :attr:`BuiltinTool.WEB_SEARCH` adds ``web_search_options: {}`` to the request. Chat
+Completions searches only with its search models (``gpt-4o-search-preview``,
+``gpt-4o-mini-search-preview``, ...); other models reject the option, and that error is
+reported as it comes. The ``url_citation`` annotations are kept in
+:attr:`LlmResponse.grounding_metadata` under ``"annotations"``.
+
+``top_k`` is not part of the OpenAI API: it is sent only to OpenAI-compatible servers (a custom
+``base_url``), which generally accept it. The token limit goes out as
+``max_completion_tokens`` to OpenAI and ``max_tokens`` elsewhere (``max_tokens_param``
+overrides). Reasoning deltas some compatible servers send (``reasoning_content`` or
+``reasoning``) become thought parts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import httpx
+
+from adk_mesh.errors import ConfigError, ModelError
+from adk_mesh.models._convert import (
+    ToolCallIds,
+    b64encode,
+    data_url,
+    is_model_role,
+    json_dumps,
+    unsupported_builtin,
+    unsupported_part,
+    uri_scheme,
+)
+from adk_mesh.models._http import (
+    HttpLlm,
+    RetryPolicy,
+    Secret,
+    SecretHeader,
+    ServerSentEvent,
+    StreamParser,
+    WireRequest,
+    load_json,
+    make_usage,
+    parse_arguments,
+    partial_text,
+)
+from adk_mesh.models.base import BuiltinTool, LlmRequest
+from adk_mesh.types import (
+    Content,
+    FinishReason,
+    FunctionCall,
+    LlmResponse,
+    Part,
+    UsageMetadata,
+)
+
+__all__ = ["OpenAIModel"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.MAX_TOKENS,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.SAFETY,
+}
+
+_AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
+_TEXT_LIKE = ("application/json", "application/xml")
+
+
+def _finish_reason(value: Any) -> FinishReason | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return _FINISH_REASONS.get(value, FinishReason.OTHER)
+
+
+def _usage(data: Mapping[str, Any]) -> UsageMetadata | None:
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return make_usage(
+        usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+        usage.get("total_tokens"),
+        cached=prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None,
+        thoughts=completion_details.get("reasoning_tokens")
+        if isinstance(completion_details, dict)
+        else None,
+    )
+
+
+def _raise_if_error(data: Any) -> None:
+    if isinstance(data, dict) and data.get("error"):
+        error = data["error"]
+        if isinstance(error, dict):
+            message = error.get("message", "unknown error")
+            kind = error.get("type") or error.get("code")
+        else:
+            message, kind = str(error), None
+        code = error.get("code") if isinstance(error, dict) else None
+        raise ModelError(
+            f"openai error: {message}" + (f" ({kind})" if kind else ""),
+            status_code=code if isinstance(code, int) else None,
+            metadata={"provider": "openai"},
+        )
+
+
+def _reasoning(message: Mapping[str, Any]) -> str | None:
+    value = message.get("reasoning_content", message.get("reasoning"))
+    return value if isinstance(value, str) and value else None
+
+
+def _arguments_text(raw: Any) -> str:
+    if raw is None:
+        return ""
+    return raw if isinstance(raw, str) else json_dumps(raw)
+
+
+class _ToolCallBuilder:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments: list[str] = []
+
+
+class _OpenAIStreamParser(StreamParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls: dict[int, _ToolCallBuilder] = {}
+        self._annotations: list[Any] = []
+        self._saw_finish = False
+
+    def feed(self, event: ServerSentEvent) -> list[LlmResponse]:
+        if event.data == "[DONE]":
+            self.complete = True
+            return []
+        data = load_json(event.data, "a stream chunk")
+        _raise_if_error(data)
+        if not isinstance(data, dict):
+            raise ModelError("openai sent a stream chunk that is not a JSON object")
+        if isinstance(data.get("model"), str):
+            self.model_version = data["model"]
+        usage = _usage(data)
+        if usage is not None:
+            self.usage = usage
+        partials: list[LlmResponse] = []
+        for choice in data.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = _reasoning(delta)
+            if reasoning:
+                self.parts.add_text(reasoning, thought=True)
+                partials.append(
+                    partial_text(reasoning, thought=True, model_version=self.model_version)
+                )
+            for key in ("content", "refusal"):
+                text = delta.get(key)
+                if isinstance(text, str) and text:
+                    self.parts.add_text(text)
+                    partials.append(partial_text(text, model_version=self.model_version))
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                index = call.get("index", position)
+                builder = self._calls.get(index)
+                if builder is None:
+                    builder = self._calls[index] = _ToolCallBuilder()
+                if call.get("id") and builder.id is None:
+                    builder.id = call["id"]
+                function = call.get("function") or {}
+                if function.get("name") and builder.name is None:
+                    builder.name = function["name"]
+                arguments = _arguments_text(function.get("arguments"))
+                if arguments:
+                    builder.arguments.append(arguments)
+            annotations = delta.get("annotations")
+            if isinstance(annotations, list):
+                self._annotations.extend(annotations)
+            finish = _finish_reason(choice.get("finish_reason"))
+            if finish is not None:
+                self.finish_reason = finish
+                self._saw_finish = True
+        return partials
+
+    def final(self) -> LlmResponse:
+        # Some compatible servers end without "[DONE]"; a finish_reason is enough then.
+        if self._saw_finish:
+            self.complete = True
+        self.check_complete()
+        for index in sorted(self._calls):
+            builder = self._calls[index]
+            if not builder.name:
+                raise ModelError("openai streamed a tool call without a function name")
+            self.parts.add_part(
+                Part(
+                    function_call=FunctionCall(
+                        name=builder.name,
+                        args=parse_arguments("".join(builder.arguments), builder.name),
+                        id=builder.id,
+                    )
+                )
+            )
+        if self._annotations:
+            self.grounding_metadata = {"annotations": self._annotations}
+        return super().final()
+
+
+class OpenAIModel(HttpLlm):
+    """A model behind the OpenAI Chat Completions API.
+
+    Args:
+        model: the model name, e.g. ``"gpt-4o-mini"`` (or whatever a compatible server serves).
+        api_key: defaults to ``OPENAI_API_KEY``; optional with a custom ``base_url``.
+        base_url: defaults to ``OPENAI_BASE_URL``, then ``https://api.openai.com/v1``.
+        organization: sent as ``OpenAI-Organization`` when given.
+        max_tokens_param: which field carries ``max_output_tokens``; see the module docs.
+        timeout: seconds or an ``httpx.Timeout``.
+        retry: the :class:`RetryPolicy`.
+        headers: extra headers sent with every request.
+    """
+
+    provider = "openai"
+    framing = "sse"
+
+    def __init__(
+        self,
+        model: str = "gpt-4o-mini",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        organization: str | None = None,
+        max_tokens_param: Literal["max_tokens", "max_completion_tokens"] | None = None,
+        timeout: httpx.Timeout | float | None = None,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        secret = Secret(key) if key else None
+        resolved_base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        extra_headers = dict(headers or {})
+        if organization:
+            extra_headers["OpenAI-Organization"] = organization
+        super().__init__(
+            model,
+            base_url=resolved_base,
+            api_key=secret,
+            headers=extra_headers,
+            secret_headers={"authorization": SecretHeader(secret, "Bearer ")} if secret else None,
+            timeout=timeout,
+            retry=retry,
+        )
+        self.is_openai = resolved_base.rstrip("/") == DEFAULT_BASE_URL
+        self.max_tokens_param = max_tokens_param or (
+            "max_completion_tokens" if self.is_openai else "max_tokens"
+        )
+
+    def _check_credentials(self) -> None:
+        if self._api_key is None and self.is_openai:
+            raise ConfigError("openai needs an API key: set OPENAI_API_KEY")
+
+    # ------------------------------------------------------------------ request
+
+    def _build_request(self, request: LlmRequest, *, stream: bool) -> WireRequest:
+        body: dict[str, Any] = {
+            "model": self._model_for(request),
+            "messages": self._messages(request),
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters_schema
+                        or {"type": "object", "properties": {}},
+                    },
+                }
+                for tool in request.tools
+            ]
+        for builtin in request.builtin_tools:
+            if builtin is BuiltinTool.WEB_SEARCH:
+                body["web_search_options"] = {}
+            else:
+                raise unsupported_builtin(
+                    self.provider, builtin, "use BuiltinTool.WEB_SEARCH with a search model"
+                )
+        config = request.config
+        for key, value in (
+            ("temperature", config.temperature),
+            ("top_p", config.top_p),
+            ("seed", config.seed),
+            ("stop", config.stop_sequences),
+            (self.max_tokens_param, config.max_output_tokens),
+        ):
+            if value is not None:
+                body[key] = value
+        if config.top_k is not None and not self.is_openai:
+            body["top_k"] = config.top_k
+        if config.response_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": config.response_schema},
+            }
+        elif config.response_mime_type == "application/json":
+            body["response_format"] = {"type": "json_object"}
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return WireRequest(path="/chat/completions", body=body)
+
+    def _messages(self, request: LlmRequest) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        if request.system_instruction:
+            messages.append({"role": "system", "content": request.system_instruction})
+        ids = ToolCallIds()
+        for content_index, content in enumerate(request.contents):
+            if is_model_role(content):
+                messages.append(self._assistant_message(content_index, content, ids))
+                continue
+            user_parts: list[dict[str, Any]] = []
+            for part_index, part in enumerate(content.parts):
+                if part.function_response is not None:
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": ids.for_response(part.function_response),
+                            "content": json_dumps(part.function_response.response),
+                        }
+                    )
+                elif part.function_call is not None:
+                    raise unsupported_part(
+                        self.provider,
+                        content_index,
+                        part_index,
+                        content,
+                        part,
+                        "function calls belong in the model's turns",
+                    )
+                elif not part.thought:
+                    user_parts.append(self._user_part(content_index, part_index, content, part))
+            if user_parts:
+                if len(user_parts) == 1 and user_parts[0]["type"] == "text":
+                    messages.append({"role": "user", "content": user_parts[0]["text"]})
+                else:
+                    messages.append({"role": "user", "content": user_parts})
+        return messages
+
+    def _assistant_message(
+        self, content_index: int, content: Content, ids: ToolCallIds
+    ) -> dict[str, Any]:
+        texts: list[str] = []
+        tool_calls: list[dict[str, Any]] = []
+        for part_index, part in enumerate(content.parts):
+            if part.text is not None:
+                if not part.thought:
+                    texts.append(part.text)
+            elif part.function_call is not None:
+                tool_calls.append(
+                    {
+                        "id": ids.for_call(part.function_call),
+                        "type": "function",
+                        "function": {
+                            "name": part.function_call.name,
+                            "arguments": json_dumps(part.function_call.args),
+                        },
+                    }
+                )
+            else:
+                raise unsupported_part(
+                    self.provider,
+                    content_index,
+                    part_index,
+                    content,
+                    part,
+                    "assistant messages carry only text and tool calls",
+                )
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        elif message["content"] is None:
+            message["content"] = ""
+        return message
+
+    def _user_part(
+        self, content_index: int, part_index: int, content: Content, part: Part
+    ) -> dict[str, Any]:
+        if part.text is not None:
+            return {"type": "text", "text": part.text}
+        if part.inline_data is not None:
+            mime = part.inline_data.mime_type.lower()
+            data = part.inline_data.data
+            if mime.startswith("image/"):
+                return {"type": "image_url", "image_url": {"url": data_url(mime, data)}}
+            if mime == "application/pdf":
+                return {
+                    "type": "file",
+                    "file": {
+                        "filename": f"document-{content_index}-{part_index}.pdf",
+                        "file_data": data_url(mime, data),
+                    },
+                }
+            if mime in _AUDIO_FORMATS:
+                return {
+                    "type": "input_audio",
+                    "input_audio": {"data": b64encode(data), "format": _AUDIO_FORMATS[mime]},
+                }
+            if mime.startswith("text/") or mime in _TEXT_LIKE:
+                try:
+                    return {"type": "text", "text": data.decode("utf-8")}
+                except UnicodeDecodeError:
+                    raise unsupported_part(
+                        self.provider, content_index, part_index, content, part, "not UTF-8 text"
+                    ) from None
+            raise unsupported_part(
+                self.provider,
+                content_index,
+                part_index,
+                content,
+                part,
+                "Chat Completions takes inline images, PDFs, wav/mp3 audio and text only",
+            )
+        if part.file_data is not None:
+            mime = part.file_data.mime_type.lower()
+            if mime.startswith("image/") and uri_scheme(part.file_data.file_uri) in (
+                "http",
+                "https",
+            ):
+                return {"type": "image_url", "image_url": {"url": part.file_data.file_uri}}
+            raise unsupported_part(
+                self.provider,
+                content_index,
+                part_index,
+                content,
+                part,
+                "Chat Completions fetches only http(s) image URLs; send other files inline",
+            )
+        raise unsupported_part(
+            self.provider, content_index, part_index, content, part, "unsupported part kind"
+        )
+
+    # ------------------------------------------------------------------ response
+
+    def _parse_response(self, data: Any) -> LlmResponse:
+        _raise_if_error(data)
+        if not isinstance(data, dict):
+            raise ModelError("openai returned a body that is not a JSON object")
+        choices = data.get("choices") or []
+        if not choices:
+            raise ModelError("openai returned no choices")
+        choice = choices[0]
+        message = choice.get("message") or {}
+        parts: list[Part] = []
+        reasoning = _reasoning(message)
+        if reasoning:
+            parts.append(Part(text=reasoning, thought=True))
+        for key in ("content", "refusal"):
+            text = message.get(key)
+            if isinstance(text, str) and text:
+                parts.append(Part(text=text))
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            name = function.get("name")
+            if not name:
+                raise ModelError("openai returned a tool call without a function name")
+            parts.append(
+                Part(
+                    function_call=FunctionCall(
+                        name=name,
+                        args=parse_arguments(_arguments_text(function.get("arguments")), name),
+                        id=call.get("id"),
+                    )
+                )
+            )
+        annotations = message.get("annotations")
+        return LlmResponse(
+            content=Content(role="model", parts=parts) if parts else None,
+            usage_metadata=_usage(data),
+            finish_reason=_finish_reason(choice.get("finish_reason")),
+            turn_complete=True,
+            grounding_metadata={"annotations": annotations} if annotations else None,
+            model_version=data.get("model") if isinstance(data.get("model"), str) else None,
+        )
+
+    def _new_stream_parser(self) -> StreamParser:
+        return _OpenAIStreamParser()

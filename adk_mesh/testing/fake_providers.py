@@ -1,0 +1,985 @@
+"""Fake LLM provider servers that speak each provider's real HTTP wire format over real sockets.
+
+Each server listens on ``127.0.0.1`` (port 0 by default), implements just enough HTTP/1.1
+(keep-alive, ``Content-Length`` and chunked bodies) and answers each request with the next
+scripted reply, or with what ``handler(request)`` returns when the script is empty::
+
+    async with FakeOpenAI(ScriptedTurn(text=["Hel", "lo"])) as server:
+        async with server.make_model() as model:
+            ...
+        assert server.requests[0].json()["messages"][0]["content"] == "hi"
+
+A reply is one of:
+
+- :class:`ScriptedTurn`: a model turn (text deltas, thoughts, tool calls, finish reason,
+  usage), rendered as the provider's JSON body or, when the request asked to stream, as its
+  SSE / NDJSON stream. Stream controls: ``write_size`` splits the body into TCP writes of that
+  many bytes (cutting lines, ``data:`` fields and UTF-8 characters anywhere), ``cut_after``
+  closes the connection in the middle of the stream, ``hold_after`` stops sending and waits for
+  the client to disconnect (recorded in :attr:`FakeProviderServer.aborts`), ``stream_error``
+  ends the stream with the provider's in-stream error record.
+- :class:`ErrorReply`: an HTTP error with the provider's real error JSON (and ``Retry-After``).
+- :class:`RawReply`: exact status, headers and body bytes.
+- :class:`Disconnect`: drop the connection without an answer (a reset before any body byte).
+
+Every request is recorded in :attr:`FakeProviderServer.requests`. The servers run on the
+event loop that starts them; :meth:`FakeProviderServer.stop` closes every connection.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import base64
+import contextlib
+import http
+import itertools
+import json
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Self
+from urllib.parse import parse_qsl, urlsplit
+
+from adk_mesh.models import AnthropicModel, GeminiModel, OllamaModel, OpenAIModel
+from adk_mesh.models._http import HttpLlm
+
+__all__ = [
+    "Disconnect",
+    "ErrorReply",
+    "FakeAnthropic",
+    "FakeGemini",
+    "FakeOllama",
+    "FakeOpenAI",
+    "FakeProviderServer",
+    "RawReply",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedToolCall",
+    "ScriptedTurn",
+]
+
+FinishKind = Literal["stop", "length", "tool_calls", "safety"]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the fake server received."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class ScriptedToolCall:
+    """A tool call in a :class:`ScriptedTurn`."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass
+class ScriptedTurn:
+    """One model turn, rendered in the provider's own format.
+
+    Attributes:
+        text: the text deltas (a plain string is one delta).
+        thoughts: reasoning deltas, sent before the text.
+        tool_calls: tool calls, sent after the text.
+        finish: why the turn ended; ``None`` means "tool_calls" when there are tool calls,
+            else "stop".
+        input_tokens / output_tokens: the usage reported.
+        model: the model name reported (defaults to the requested one).
+        thought_signature: Gemini: on the first tool call (else the last part); Anthropic:
+            the thinking block's signature.
+        grounding: Gemini ``groundingMetadata``.
+        argument_chunks: how many deltas each tool call's JSON arguments are split into
+            (OpenAI, Anthropic).
+        write_size: split the streamed body into TCP writes of this many bytes (a sequence
+            is cycled); ``None`` writes one record at a time.
+        cut_after: close the connection after this many records and half of the next one
+            (negative counts from the end, as in slicing: -1 cuts inside the last record).
+        hold_after: after this many records (negative: all but that many), send nothing more
+            and wait for the client to go.
+        stream_error: end the stream with the provider's in-stream error carrying this text.
+        status / headers: the HTTP status and extra headers.
+    """
+
+    text: list[str] | str = field(default_factory=list)
+    thoughts: list[str] = field(default_factory=list)
+    tool_calls: list[ScriptedToolCall] = field(default_factory=list)
+    finish: FinishKind | None = None
+    input_tokens: int = 11
+    output_tokens: int = 7
+    model: str | None = None
+    thought_signature: bytes | None = None
+    grounding: dict[str, Any] | None = None
+    argument_chunks: int = 3
+    write_size: int | Sequence[int] | None = None
+    cut_after: int | None = None
+    hold_after: int | None = None
+    stream_error: str | None = None
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def text_deltas(self) -> list[str]:
+        return [self.text] if isinstance(self.text, str) else list(self.text)
+
+    @property
+    def finish_kind(self) -> FinishKind:
+        if self.finish is not None:
+            return self.finish
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+@dataclass
+class ErrorReply:
+    """An HTTP error in the provider's error JSON shape."""
+
+    status: int
+    message: str
+    retry_after: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RawReply:
+    """Exact bytes: ``body`` with a Content-Length, or ``chunks`` sent chunked one per write."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    chunks: list[bytes] | None = None
+    content_type: str = "application/json"
+
+
+@dataclass
+class Disconnect:
+    """Close the connection instead of answering (after sending 200 headers, if asked)."""
+
+    after_headers: bool = False
+
+
+Reply = ScriptedTurn | ErrorReply | RawReply | Disconnect
+Handler = Callable[[RecordedRequest], Reply | Awaitable[Reply]]
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _split_text(text: str, pieces: int) -> list[str]:
+    """``text`` in ``pieces`` nearly equal fragments (fewer when it is shorter)."""
+    pieces = max(1, min(pieces, len(text)))
+    size = -(-len(text) // pieces)
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _split_bytes(data: bytes, write_size: int | Sequence[int] | None) -> list[bytes]:
+    if write_size is None:
+        return [data]
+    sizes = itertools.cycle([write_size] if isinstance(write_size, int) else write_size)
+    out: list[bytes] = []
+    position = 0
+    while position < len(data):
+        step = max(1, next(sizes))
+        out.append(data[position : position + step])
+        position += step
+    return out
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "Site Overloaded" if status == 529 else "Unknown"
+
+
+class FakeProviderServer(abc.ABC):
+    """A scriptable HTTP/1.1 server speaking one provider's wire format.
+
+    Args:
+        replies: replies to send, in order, one per request.
+        handler: builds the reply when no scripted one is left (sync or async).
+        model: the model name :meth:`make_model` uses.
+    """
+
+    provider: ClassVar[str]
+    stream_content_type: ClassVar[str] = "text/event-stream"
+
+    def __init__(self, *replies: Reply, handler: Handler | None = None, model: str = "") -> None:
+        self.requests: list[RecordedRequest] = []
+        self.handler = handler
+        self.model_name = model or self.default_model
+        #: How many times a client went away while a response was still being sent.
+        self.aborts = 0
+        self._replies: deque[Reply] = deque(replies)
+        self._aborted = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._port = 0
+
+    default_model: ClassVar[str] = "fake-model"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Self:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        # Closing a transport ends its handler's pending read; cancelling is the fallback.
+        for writer in list(self._writers):
+            writer.transport.abort()
+        if self._connections:
+            _, pending = await asyncio.wait(set(self._connections), timeout=1.0)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        await server.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as the model's ``base_url``."""
+        return self.url
+
+    def enqueue(self, *replies: Reply) -> None:
+        self._replies.extend(replies)
+
+    async def wait_for_abort(self, *, within: float = 5.0) -> None:
+        """Wait until a client disconnected in the middle of a response.
+
+        Raises:
+            TimeoutError: no client did so ``within`` seconds.
+        """
+        async with asyncio.timeout(within):
+            await self._aborted.wait()
+
+    @abc.abstractmethod
+    def make_model(self, **kwargs: Any) -> HttpLlm:
+        """A model of this provider pointed at this server (a test key unless given)."""
+
+    # ------------------------------------------------------------------ the wire format
+
+    @abc.abstractmethod
+    def is_stream(self, request: RecordedRequest) -> bool: ...
+
+    @abc.abstractmethod
+    def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any: ...
+
+    @abc.abstractmethod
+    def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
+        """The stream's records (SSE events or NDJSON lines), each with its terminator."""
+
+    @abc.abstractmethod
+    def render_stream_error(self, message: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def error_body(self, status: int, message: str) -> Any: ...
+
+    def requested_model(self, request: RecordedRequest) -> str:
+        try:
+            body = request.json()
+        except ValueError:
+            return self.model_name
+        model = body.get("model") if isinstance(body, dict) else None
+        return model if isinstance(model, str) else self.model_name
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        self._writers.add(writer)
+        try:
+            while True:
+                request = await self._read_request(reader)
+                if request is None:
+                    break
+                self.requests.append(request)
+                if not await self._respond(request, reader, writer):
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            # Only stop() cancels these tasks; ending normally keeps Python 3.11's
+            # StreamReaderProtocol from logging the cancellation as an error.
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+            self._connections.discard(task)
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> RecordedRequest | None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return None
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _version = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            pieces = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    await reader.readuntil(b"\r\n")
+                    break
+                pieces.append(await reader.readexactly(size))
+                await reader.readexactly(2)
+            body = b"".join(pieces)
+        else:
+            length = int(headers.get("content-length", "0") or 0)
+            body = await reader.readexactly(length) if length else b""
+        split = urlsplit(target)
+        return RecordedRequest(
+            method=method,
+            path=split.path,
+            query=dict(parse_qsl(split.query)),
+            headers=headers,
+            body=body,
+        )
+
+    async def _next_reply(self, request: RecordedRequest) -> Reply:
+        if self._replies:
+            return self._replies.popleft()
+        if self.handler is not None:
+            result = self.handler(request)
+            if isinstance(result, Awaitable):
+                return await result
+            return result
+        return ErrorReply(500, "fake server: no reply scripted for this request")
+
+    async def _respond(
+        self, request: RecordedRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Send the reply; False when the connection must not be reused."""
+        reply = await self._next_reply(request)
+        if isinstance(reply, Disconnect):
+            if reply.after_headers:
+                await self._send_head(writer, 200, {}, self.stream_content_type)
+            writer.transport.abort()
+            return False
+        if isinstance(reply, ErrorReply):
+            headers = dict(reply.headers)
+            if reply.retry_after is not None:
+                headers["retry-after"] = reply.retry_after
+            await self._send(
+                writer,
+                reply.status,
+                _json_bytes(self.error_body(reply.status, reply.message)),
+                headers,
+            )
+            return True
+        if isinstance(reply, RawReply):
+            if reply.chunks is None:
+                await self._send(
+                    writer, reply.status, reply.body, reply.headers, reply.content_type
+                )
+                return True
+            await self._send_head(writer, reply.status, reply.headers, reply.content_type)
+            for chunk in reply.chunks:
+                await self._send_chunk(writer, chunk)
+            await self._send_chunk(writer, b"")
+            return True
+        if not self.is_stream(request):
+            body = _json_bytes(self.render_json(reply, request))
+            await self._send(writer, reply.status, body, reply.headers)
+            return True
+        return await self._stream(reply, request, reader, writer)
+
+    async def _stream(
+        self,
+        turn: ScriptedTurn,
+        request: RecordedRequest,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        records = self.render_stream(turn, request)
+        if turn.stream_error is not None:
+            records.append(self.render_stream_error(turn.stream_error))
+        await self._send_head(writer, turn.status, turn.headers, self.stream_content_type)
+        stop_at = turn.cut_after if turn.cut_after is not None else turn.hold_after
+        if stop_at is not None and stop_at < 0:
+            stop_at = max(0, len(records) + stop_at)
+        payload = b"".join(records if stop_at is None else records[:stop_at])
+        if turn.cut_after is not None and stop_at is not None and stop_at < len(records):
+            following = records[stop_at]
+            payload += following[: max(1, len(following) // 2)]
+        try:
+            for piece in _split_bytes(payload, turn.write_size):
+                await self._send_chunk(writer, piece)
+        except ConnectionError:
+            self._note_abort()
+            return False
+        if turn.cut_after is not None:
+            writer.transport.abort()
+            return False
+        if turn.hold_after is not None:
+            while await reader.read(65536):
+                pass
+            self._note_abort()
+            return False
+        await self._send_chunk(writer, b"")
+        return True
+
+    def _note_abort(self) -> None:
+        self.aborts += 1
+        self._aborted.set()
+
+    async def _send_head(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        headers: dict[str, str],
+        content_type: str,
+        length: int | None = None,
+    ) -> None:
+        lines = [f"HTTP/1.1 {status} {_phrase(status)}", f"content-type: {content_type}"]
+        lines.append(
+            "transfer-encoding: chunked" if length is None else f"content-length: {length}"
+        )
+        lines.extend(f"{name}: {value}" for name, value in headers.items())
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        headers: dict[str, str],
+        content_type: str = "application/json",
+    ) -> None:
+        await self._send_head(writer, status, headers, content_type, len(body))
+        writer.write(body)
+        await writer.drain()
+
+    @staticmethod
+    async def _send_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+
+
+# --------------------------------------------------------------------------- Gemini
+
+_GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+class FakeGemini(FakeProviderServer):
+    """``generateContent`` and ``streamGenerateContent?alt=sse``."""
+
+    provider = "gemini"
+    default_model = "gemini-2.5-flash"
+
+    def make_model(self, **kwargs: Any) -> GeminiModel:
+        kwargs.setdefault("api_key", "test-gemini-key")
+        return GeminiModel(kwargs.pop("model", self.model_name), base_url=self.base_url, **kwargs)
+
+    def is_stream(self, request: RecordedRequest) -> bool:
+        return request.path.endswith(":streamGenerateContent")
+
+    def requested_model(self, request: RecordedRequest) -> str:
+        name = request.path.rsplit("/", 1)[-1].split(":", 1)[0]
+        return name or self.model_name
+
+    @staticmethod
+    def _finish(turn: ScriptedTurn) -> str:
+        return {"length": "MAX_TOKENS", "safety": "SAFETY"}.get(turn.finish_kind, "STOP")
+
+    def _usage(self, turn: ScriptedTurn, final: bool) -> dict[str, Any]:
+        usage: dict[str, Any] = {"promptTokenCount": turn.input_tokens}
+        if final:
+            usage["candidatesTokenCount"] = turn.output_tokens
+            usage["totalTokenCount"] = turn.input_tokens + turn.output_tokens
+        return usage
+
+    @staticmethod
+    def _call_parts(turn: ScriptedTurn) -> list[dict[str, Any]]:
+        parts = []
+        for call in turn.tool_calls:
+            function_call: dict[str, Any] = {"name": call.name, "args": call.args}
+            if call.id:
+                function_call["id"] = call.id
+            parts.append({"functionCall": function_call})
+        return parts
+
+    @staticmethod
+    def _sign(turn: ScriptedTurn, parts: list[dict[str, Any]]) -> None:
+        if turn.thought_signature is None or not parts:
+            return
+        target = next((p for p in parts if "functionCall" in p), parts[-1])
+        target["thoughtSignature"] = base64.b64encode(turn.thought_signature).decode()
+
+    def _chunk(
+        self, turn: ScriptedTurn, request: RecordedRequest, parts: list[dict[str, Any]], last: bool
+    ) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        if last:
+            candidate["finishReason"] = self._finish(turn)
+            if turn.grounding is not None:
+                candidate["groundingMetadata"] = turn.grounding
+        return {
+            "candidates": [candidate],
+            "usageMetadata": self._usage(turn, last),
+            "modelVersion": turn.model or self.requested_model(request),
+            "responseId": "fake-response",
+        }
+
+    def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
+        parts: list[dict[str, Any]] = []
+        if turn.thoughts:
+            parts.append({"text": "".join(turn.thoughts), "thought": True})
+        if turn.text_deltas:
+            parts.append({"text": "".join(turn.text_deltas)})
+        parts.extend(self._call_parts(turn))
+        self._sign(turn, parts)
+        return self._chunk(turn, request, parts, last=True)
+
+    def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
+        chunks: list[list[dict[str, Any]]] = [
+            [{"text": thought, "thought": True}] for thought in turn.thoughts
+        ]
+        chunks.extend([{"text": text}] for text in turn.text_deltas)
+        if turn.tool_calls:
+            chunks.append(self._call_parts(turn))
+        if not chunks:
+            chunks.append([{"text": ""}])
+        self._sign(turn, chunks[-1])
+        return [
+            b"data: "
+            + _json_bytes(self._chunk(turn, request, parts, last=index == len(chunks) - 1))
+            + b"\r\n\r\n"
+            for index, parts in enumerate(chunks)
+        ]
+
+    def render_stream_error(self, message: str) -> bytes:
+        return b"data: " + _json_bytes(self.error_body(500, message)) + b"\r\n\r\n"
+
+    def error_body(self, status: int, message: str) -> Any:
+        return {
+            "error": {
+                "code": status,
+                "message": message,
+                "status": _GOOGLE_STATUS.get(status, "UNKNOWN"),
+            }
+        }
+
+
+# --------------------------------------------------------------------------- OpenAI
+
+_OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "invalid_request_error",
+    404: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+class FakeOpenAI(FakeProviderServer):
+    """``POST /v1/chat/completions``, plain and streamed (with ``stream_options``)."""
+
+    provider = "openai"
+    default_model = "gpt-4o-mini"
+
+    def make_model(self, **kwargs: Any) -> OpenAIModel:
+        kwargs.setdefault("api_key", "test-openai-key")
+        return OpenAIModel(kwargs.pop("model", self.model_name), base_url=self.base_url, **kwargs)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def is_stream(self, request: RecordedRequest) -> bool:
+        return bool(request.json().get("stream"))
+
+    @staticmethod
+    def _finish(turn: ScriptedTurn) -> str:
+        return {"length": "length", "tool_calls": "tool_calls", "safety": "content_filter"}.get(
+            turn.finish_kind, "stop"
+        )
+
+    @staticmethod
+    def _usage(turn: ScriptedTurn) -> dict[str, Any]:
+        return {
+            "prompt_tokens": turn.input_tokens,
+            "completion_tokens": turn.output_tokens,
+            "total_tokens": turn.input_tokens + turn.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        }
+
+    def _envelope(self, turn: ScriptedTurn, request: RecordedRequest, kind: str) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-fake",
+            "object": kind,
+            "created": 1_700_000_000,
+            "model": turn.model or self.requested_model(request),
+            "system_fingerprint": "fp_fake",
+        }
+
+    def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(turn.text_deltas) or None,
+            "refusal": None,
+        }
+        if turn.thoughts:
+            message["reasoning_content"] = "".join(turn.thoughts)
+        if turn.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{index}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": json.dumps(call.args)},
+                }
+                for index, call in enumerate(turn.tool_calls)
+            ]
+        return {
+            **self._envelope(turn, request, "chat.completion"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self._finish(turn),
+                }
+            ],
+            "usage": self._usage(turn),
+        }
+
+    def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
+        envelope = self._envelope(turn, request, "chat.completion.chunk")
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            body = {
+                **envelope,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+            return b"data: " + _json_bytes(body) + b"\n\n"
+
+        records = [chunk({"role": "assistant", "content": "", "refusal": None})]
+        records.extend(chunk({"reasoning_content": thought}) for thought in turn.thoughts)
+        records.extend(chunk({"content": text}) for text in turn.text_deltas)
+        for index, call in enumerate(turn.tool_calls):
+            records.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call.id or f"call_{index}",
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            for fragment in _split_text(json.dumps(call.args), turn.argument_chunks):
+                records.append(
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+                )
+        records.append(chunk({}, self._finish(turn)))
+        if (request.json().get("stream_options") or {}).get("include_usage"):
+            usage = {**envelope, "choices": [], "usage": self._usage(turn)}
+            records.append(b"data: " + _json_bytes(usage) + b"\n\n")
+        records.append(b"data: [DONE]\n\n")
+        return records
+
+    def render_stream_error(self, message: str) -> bytes:
+        return b"data: " + _json_bytes(self.error_body(500, message)) + b"\n\n"
+
+    def error_body(self, status: int, message: str) -> Any:
+        return {
+            "error": {
+                "message": message,
+                "type": _OPENAI_ERROR_TYPES.get(status, "server_error"),
+                "param": None,
+                "code": None,
+            }
+        }
+
+
+# --------------------------------------------------------------------------- Anthropic
+
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+class FakeAnthropic(FakeProviderServer):
+    """``POST /v1/messages``, plain and streamed with every SSE event type."""
+
+    provider = "anthropic"
+    default_model = "claude-sonnet-4-5"
+
+    def make_model(self, **kwargs: Any) -> AnthropicModel:
+        kwargs.setdefault("api_key", "test-anthropic-key")
+        return AnthropicModel(
+            kwargs.pop("model", self.model_name), base_url=self.base_url, **kwargs
+        )
+
+    def is_stream(self, request: RecordedRequest) -> bool:
+        return bool(request.json().get("stream"))
+
+    @staticmethod
+    def _stop_reason(turn: ScriptedTurn) -> str:
+        return {"length": "max_tokens", "tool_calls": "tool_use", "safety": "refusal"}.get(
+            turn.finish_kind, "end_turn"
+        )
+
+    @staticmethod
+    def _signature(turn: ScriptedTurn) -> str:
+        return turn.thought_signature.decode() if turn.thought_signature else "c2lnbmF0dXJl"
+
+    def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
+        content: list[dict[str, Any]] = []
+        if turn.thoughts:
+            content.append(
+                {
+                    "type": "thinking",
+                    "thinking": "".join(turn.thoughts),
+                    "signature": self._signature(turn),
+                }
+            )
+        if turn.text_deltas:
+            content.append({"type": "text", "text": "".join(turn.text_deltas)})
+        content.extend(
+            {
+                "type": "tool_use",
+                "id": call.id or f"toolu_{index:02d}",
+                "name": call.name,
+                "input": call.args,
+            }
+            for index, call in enumerate(turn.tool_calls)
+        )
+        return {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": turn.model or self.requested_model(request),
+            "content": content,
+            "stop_reason": self._stop_reason(turn),
+            "stop_sequence": None,
+            "usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens},
+        }
+
+    def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
+        def event(kind: str, data: dict[str, Any]) -> bytes:
+            return f"event: {kind}\ndata: ".encode() + _json_bytes({"type": kind, **data}) + b"\n\n"
+
+        records = [
+            event(
+                "message_start",
+                {
+                    "message": {
+                        "id": "msg_fake",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": turn.model or self.requested_model(request),
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": turn.input_tokens, "output_tokens": 1},
+                    }
+                },
+            ),
+            event("ping", {}),
+        ]
+        index = 0
+
+        def block(start: dict[str, Any], deltas: list[dict[str, Any]]) -> None:
+            nonlocal index
+            records.append(event("content_block_start", {"index": index, "content_block": start}))
+            records.extend(
+                event("content_block_delta", {"index": index, "delta": delta}) for delta in deltas
+            )
+            records.append(event("content_block_stop", {"index": index}))
+            index += 1
+
+        if turn.thoughts:
+            block(
+                {"type": "thinking", "thinking": ""},
+                [{"type": "thinking_delta", "thinking": t} for t in turn.thoughts]
+                + [{"type": "signature_delta", "signature": self._signature(turn)}],
+            )
+        if turn.text_deltas:
+            block(
+                {"type": "text", "text": ""},
+                [{"type": "text_delta", "text": t} for t in turn.text_deltas],
+            )
+        for call_index, call in enumerate(turn.tool_calls):
+            fragments = ["", *_split_text(json.dumps(call.args), turn.argument_chunks)]
+            block(
+                {
+                    "type": "tool_use",
+                    "id": call.id or f"toolu_{call_index:02d}",
+                    "name": call.name,
+                    "input": {},
+                },
+                [{"type": "input_json_delta", "partial_json": f} for f in fragments],
+            )
+        records.append(
+            event(
+                "message_delta",
+                {
+                    "delta": {"stop_reason": self._stop_reason(turn), "stop_sequence": None},
+                    "usage": {"output_tokens": turn.output_tokens},
+                },
+            )
+        )
+        records.append(event("message_stop", {}))
+        return records
+
+    def render_stream_error(self, message: str) -> bytes:
+        body = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+        return b"event: error\ndata: " + _json_bytes(body) + b"\n\n"
+
+    def error_body(self, status: int, message: str) -> Any:
+        return {
+            "type": "error",
+            "error": {"type": _ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message},
+        }
+
+
+# --------------------------------------------------------------------------- Ollama
+
+
+class FakeOllama(FakeProviderServer):
+    """``POST /api/chat``; streams NDJSON unless the request says ``"stream": false``."""
+
+    provider = "ollama"
+    default_model = "llama3.2"
+    stream_content_type = "application/x-ndjson"
+
+    def make_model(self, **kwargs: Any) -> OllamaModel:
+        return OllamaModel(kwargs.pop("model", self.model_name), host=self.base_url, **kwargs)
+
+    def is_stream(self, request: RecordedRequest) -> bool:
+        return request.json().get("stream", True) is not False
+
+    @staticmethod
+    def _done_reason(turn: ScriptedTurn) -> str:
+        return "length" if turn.finish_kind == "length" else "stop"
+
+    def _line(self, turn: ScriptedTurn, request: RecordedRequest, **fields: Any) -> dict[str, Any]:
+        return {
+            "model": turn.model or self.requested_model(request),
+            "created_at": "2025-01-01T00:00:00.000000Z",
+            **fields,
+        }
+
+    def _done(self, turn: ScriptedTurn, request: RecordedRequest, message: dict[str, Any]) -> Any:
+        return self._line(
+            turn,
+            request,
+            message=message,
+            done=True,
+            done_reason=self._done_reason(turn),
+            total_duration=1_000_000,
+            load_duration=1_000,
+            prompt_eval_count=turn.input_tokens,
+            prompt_eval_duration=1_000,
+            eval_count=turn.output_tokens,
+            eval_duration=1_000,
+        )
+
+    @staticmethod
+    def _calls(turn: ScriptedTurn) -> list[dict[str, Any]]:
+        return [{"function": {"name": c.name, "arguments": c.args}} for c in turn.tool_calls]
+
+    def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(turn.text_deltas)}
+        if turn.thoughts:
+            message["thinking"] = "".join(turn.thoughts)
+        if turn.tool_calls:
+            message["tool_calls"] = self._calls(turn)
+        return self._done(turn, request, message)
+
+    def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
+        lines: list[Any] = [
+            self._line(
+                turn,
+                request,
+                message={"role": "assistant", "content": "", "thinking": thought},
+                done=False,
+            )
+            for thought in turn.thoughts
+        ]
+        lines.extend(
+            self._line(turn, request, message={"role": "assistant", "content": text}, done=False)
+            for text in turn.text_deltas
+        )
+        if turn.tool_calls:
+            lines.append(
+                self._line(
+                    turn,
+                    request,
+                    message={"role": "assistant", "content": "", "tool_calls": self._calls(turn)},
+                    done=False,
+                )
+            )
+        lines.append(self._done(turn, request, {"role": "assistant", "content": ""}))
+        return [_json_bytes(line) + b"\n" for line in lines]
+
+    def render_stream_error(self, message: str) -> bytes:
+        return _json_bytes({"error": message}) + b"\n"
+
+    def error_body(self, status: int, message: str) -> Any:
+        return {"error": message}

@@ -18,9 +18,9 @@ from adk_mesh.contexts import (
     StreamingMode,
     ToolContext,
 )
-from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
+from adk_mesh.errors import AgentError, ConfigError, ToolError
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
-from adk_mesh.tools.base import BaseTool, Toolset
+from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
 from adk_mesh.types import Content, Event, EventActions, FunctionCall, LlmResponse, Part
 
 __all__ = [
@@ -384,17 +384,16 @@ async def _run_all(
 
 
 async def _execute(tool: BaseTool, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
-    """Run a tool; a failure becomes an ``{"error": ...}`` response the model can read."""
-    try:
-        return await tool.execute(ctx, args)
-    except AdkError as error:
-        if error.propagate:
-            raise
-        if isinstance(error, ToolError):
-            return {"error": error.message}
-        return {"error": f"{type(error).__name__}: {error.message}"}
-    except Exception as error:
-        return {"error": f"Tool {tool.name!r} failed: {type(error).__name__}: {error}"}
+    """Run a tool; a failure becomes an ``{"error": ...}`` response the model can read, unless
+    the error asks to end the invocation (``propagate``)."""
+    response, error = await execute_tool(tool, ctx, args)
+    if error is None:
+        return response
+    if error.propagate:
+        raise error
+    if isinstance(error, ToolError):
+        return {"error": error.message}
+    return {"error": f"{type(error).__name__}: {error.message}"}
 
 
 def _ends_turn(event: Event) -> bool:

@@ -21,6 +21,7 @@ async def follow_transfers(
     *,
     root: BaseAgent | None = None,
     max_transfers: int = DEFAULT_MAX_TRANSFERS,
+    leave_foreign_transfers: bool = False,
 ) -> AsyncGenerator[Event, None]:
     """Run ``agent``; when one of its events transfers control, stop it and run the target.
 
@@ -28,6 +29,10 @@ async def follow_transfers(
     looked up in ``root``'s tree (by default ``agent``'s root). A chain is bounded by
     ``max_transfers``, and taking the same transfer (from the same agent to the same target)
     twice in one invocation is a cycle: both end with :class:`DelegationError`, never a loop.
+
+    With ``leave_foreign_transfers`` (a delegated run in another service), a transfer to an
+    agent outside ``root``'s tree ends the run instead of failing: the event travels back to
+    the caller, whose tree holds the target.
     """
     tree = root or agent.root_agent
     current = agent
@@ -47,6 +52,8 @@ async def follow_transfers(
         source, target = edge
         next_agent = tree.find_agent(target)
         if next_agent is None:
+            if leave_foreign_transfers:
+                return
             raise AgentNotFoundError(
                 f"agent {source!r} transferred to {target!r}, which is not in the agent tree of "
                 f"{tree.name!r}"

@@ -11,7 +11,7 @@ import grpc.aio
 from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
-from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS
+from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts import ArtifactService, artifact_service_from_url
 from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, InvocationContext
 from adk_mesh.errors import (
@@ -26,7 +26,7 @@ from adk_mesh.mesh._status import error_boundary
 from adk_mesh.runner import Runner, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.tools.base import BaseTool
-from adk_mesh.types import Content, Event
+from adk_mesh.types import Content
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 
 __all__ = ["AgentServer"]
@@ -202,7 +202,13 @@ class AgentServer(MeshServer):
             call_path=(*call_path, self.agent.name),
         )
         async with aclosing(
-            _follow_local_transfers(ctx, agent, self.agent, self.max_transfers)
+            follow_transfers(
+                ctx,
+                agent,
+                root=self.agent,
+                max_transfers=self.max_transfers,
+                leave_foreign_transfers=True,
+            )
         ) as events:
             async for event in events:
                 if not event.partial:
@@ -237,37 +243,6 @@ def _new_message(message: content_pb2.Content | None) -> Content:
     if not content.role:
         content = Content(role="user", parts=content.parts)
     return content
-
-
-async def _follow_local_transfers(
-    ctx: InvocationContext, agent: BaseAgent, tree: BaseAgent, max_transfers: int
-) -> AsyncGenerator[Event, None]:
-    """Like :func:`~adk_mesh.agents.transfers.follow_transfers`, except that a transfer to an
-    agent outside ``tree`` ends the run: that event goes back to the caller, whose tree holds
-    the target."""
-    current = agent
-    taken: set[tuple[str, str]] = set()
-    while True:
-        edge: tuple[str, str] | None = None
-        async with aclosing(current.run(ctx)) as events:
-            async for event in events:
-                yield event
-                target = event.actions.transfer_to_agent
-                if target and not event.partial:
-                    edge = (event.author, target)
-                    break
-        if edge is None:
-            return
-        next_agent = tree.find_agent(edge[1])
-        if next_agent is None:
-            return
-        if edge in taken or len(taken) >= max_transfers:
-            raise DelegationError(
-                f"transfer cycle or too many transfers ({edge[0]!r} -> {edge[1]!r}) in "
-                f"invocation {ctx.invocation_id}"
-            )
-        taken.add(edge)
-        current = next_agent
 
 
 class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]

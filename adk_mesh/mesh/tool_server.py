@@ -13,11 +13,11 @@ import grpc.aio
 from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkError, AgentError, InvalidArgumentError, ToolError, ToolNotFoundError
+from adk_mesh.errors import AgentError, InvalidArgumentError, ToolNotFoundError
 from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh._status import error_boundary
 from adk_mesh.sessions.base import Session
-from adk_mesh.tools.base import BaseTool, Toolset
+from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
 from adk_mesh.types import Event
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
@@ -130,7 +130,7 @@ async def _run_tool(
 
     call_id = request.function_call_id if request.HasField("function_call_id") else None
     tool_context = ToolContext(invocation, function_call_id=call_id, progress=report)
-    task = asyncio.ensure_future(_execute(tool, tool_context, args))
+    task = asyncio.ensure_future(execute_tool(tool, tool_context, args))
     try:
         while not task.done() or not progress.empty():
             if progress.empty():
@@ -150,18 +150,6 @@ async def _run_tool(
                 await task
     result = codec.tool_result_to_proto(response, error, tool_context.actions)
     yield tool_pb2.CallToolResponse(result=result)
-
-
-async def _execute(
-    tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
-) -> tuple[dict[str, Any] | None, AdkError | None]:
-    """Run a tool; its failure becomes an error result the caller re-raises as the same class."""
-    try:
-        return await tool.execute(ctx, args), None
-    except AdkError as error:
-        return None, error
-    except Exception as error:  # a tool bug still reaches the model as a readable error
-        return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")
 
 
 class ToolServer(MeshServer):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
+from adk_mesh.errors import AdkError, ToolError
 from adk_mesh.types import ToolDeclaration
 
 if TYPE_CHECKING:
     from adk_mesh.contexts import ReadonlyContext, ToolContext
     from adk_mesh.models.base import LlmRequest
 
-__all__ = ["LONG_RUNNING_NOTE", "BaseTool", "Toolset"]
+__all__ = ["LONG_RUNNING_NOTE", "BaseTool", "Toolset", "execute_tool"]
 
 LONG_RUNNING_NOTE = (
     "NOTE: this is a long-running operation. Do not call this tool again while an earlier "
@@ -105,3 +106,17 @@ class Toolset(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Idempotent."""
+
+
+async def execute_tool(
+    tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
+) -> tuple[dict[str, Any] | None, AdkError | None]:
+    """Run a tool and return ``(response, error)`` instead of raising: an AdkError as it is,
+    any other exception (a tool bug) as a ToolError naming the tool and the exception type.
+    Cancellation passes through."""
+    try:
+        return await tool.execute(ctx, args), None
+    except AdkError as error:
+        return None, error
+    except Exception as error:
+        return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")

@@ -10,9 +10,34 @@ from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import AgentNotFoundError, DelegationError
 from adk_mesh.types import Event
 
-__all__ = ["DEFAULT_MAX_TRANSFERS", "follow_transfers"]
+__all__ = ["DEFAULT_MAX_TRANSFERS", "follow_transfers", "is_workflow_agent"]
 
 DEFAULT_MAX_TRANSFERS = 10
+
+
+def is_workflow_agent(agent: BaseAgent) -> bool:
+    """Workflow agents decide the order of their children themselves, and so own the
+    transfers their children make."""
+    from adk_mesh.agents.workflow import LoopAgent, ParallelAgent, SequentialAgent
+
+    return isinstance(agent, SequentialAgent | ParallelAgent | LoopAgent)
+
+
+def _owns_transfer(current: BaseAgent, author: BaseAgent | None) -> bool:
+    """Whether a transfer made by ``author`` is followed at the level running ``current``:
+    yes unless a workflow agent stands between them, ``current`` included (that one follows
+    it, inside its step).
+    An author outside the tree (a remote agent's own sub-agent) is ``current``'s."""
+    if author is None:
+        return True
+    agent: BaseAgent | None = author.parent_agent if author is not current else None
+    while agent is not None:
+        if is_workflow_agent(agent):
+            return False
+        if agent is current:
+            break
+        agent = agent.parent_agent
+    return True
 
 
 async def follow_transfers(
@@ -25,7 +50,9 @@ async def follow_transfers(
 ) -> AsyncGenerator[Event, None]:
     """Run ``agent``; when one of its events transfers control, stop it and run the target.
 
-    The consumer handles (appends) each event before the generator resumes. The target is
+    The consumer handles (appends) each event before the generator resumes. Transfers made
+    inside a workflow agent below ``agent`` are left to that workflow agent, which runs the
+    target within its step and then goes on with its next step, as ADK does. The target is
     looked up in ``root``'s tree (by default ``agent``'s root). A chain is bounded by
     ``max_transfers``, and taking the same transfer (from the same agent to the same target)
     twice in one invocation is a cycle: both end with :class:`DelegationError`, never a loop.
@@ -44,7 +71,11 @@ async def follow_transfers(
             async for event in events:
                 yield event
                 target = event.actions.transfer_to_agent
-                if target and not event.partial:
+                if (
+                    target
+                    and not event.partial
+                    and _owns_transfer(current, tree.find_agent(event.author))
+                ):
                     edge = (event.author, target)
                     break
         if edge is None:

@@ -14,12 +14,20 @@ from adk_mesh.types import Event
 __all__ = ["LoopAgent", "ParallelAgent", "SequentialAgent"]
 
 
+def _run_step(ctx: InvocationContext, sub_agent: BaseAgent) -> AsyncGenerator[Event, None]:
+    """Run one child; a transfer it makes runs its target within this step."""
+    from adk_mesh.agents.transfers import follow_transfers
+
+    return follow_transfers(ctx, sub_agent, root=sub_agent.root_agent)
+
+
 class SequentialAgent(BaseAgent):
-    """Runs its sub-agents one after the other, each seeing what the previous ones did."""
+    """Runs its sub-agents one after the other, each seeing what the previous ones did. A
+    transfer made by a child runs its target within that step; then the next step runs."""
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         for sub_agent in self.sub_agents:
-            async with aclosing(sub_agent.run(ctx)) as events:
+            async with aclosing(_run_step(ctx, sub_agent)) as events:
                 async for event in events:
                     yield event
             if ctx.ended:
@@ -64,7 +72,7 @@ class LoopAgent(BaseAgent):
             iteration += 1
             for sub_agent in self.sub_agents:
                 escalated = False
-                async with aclosing(sub_agent.run(ctx)) as events:
+                async with aclosing(_run_step(ctx, sub_agent)) as events:
                     async for event in events:
                         yield event
                         if event.actions.escalate:
@@ -88,7 +96,7 @@ class ParallelAgent(BaseAgent):
         async def drive(sub_agent: BaseAgent) -> None:
             child_ctx = ctx.for_agent(ctx.agent, branch=f"{base}.{sub_agent.name}")
             try:
-                async with aclosing(sub_agent.run(child_ctx)) as events:
+                async with aclosing(_run_step(child_ctx, sub_agent)) as events:
                     async for event in events:
                         taken = asyncio.Event()
                         queue.put_nowait((event, taken))

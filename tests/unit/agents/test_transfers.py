@@ -132,3 +132,21 @@ async def test_workflow_agent_on_the_path_restarts_from_the_root() -> None:
     events = await turn(runner, session.id, "again")
     assert [e.author for e in events] == ["step"]
     step_model.assert_consumed()
+
+
+async def test_a_transfer_inside_a_parallel_branch_runs_there_and_spares_the_sibling() -> None:
+    from adk_mesh import ParallelAgent
+
+    expert = LlmAgent(name="expert", model=ScriptedModel(["expert answer"]))
+    router = LlmAgent(name="router", model=ScriptedModel([transfer("expert")]), sub_agents=[expert])
+    other = LlmAgent(name="other", model=ScriptedModel(["other answer"]))
+    fan_out = ParallelAgent(name="fan_out", sub_agents=[router, other])
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="app", user_id="u")
+    events = await turn(
+        Runner(agent=fan_out, app_name="app", session_service=service), session.id, "x"
+    )
+    by_author = {e.author: e for e in events}
+    assert by_author["expert"].text == "expert answer"
+    assert by_author["expert"].branch == "fan_out.router"
+    assert by_author["other"].text == "other answer"

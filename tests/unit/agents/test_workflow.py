@@ -348,15 +348,6 @@ async def test_loop_without_sub_agents_returns_instead_of_spinning() -> None:
     assert turn.events == []
 
 
-@pytest.mark.xfail(
-    reason=(
-        "transfers.py follow_transfers (called by runner.py Runner.run) handles a transfer "
-        "at the top of the tree: it closes the root agent's generator and runs the target "
-        "alone, so a transfer inside a SequentialAgent step abandons the remaining steps "
-        "(ADK runs the target within the transferring step and the sequence goes on)"
-    ),
-    strict=True,
-)
 async def test_a_transfer_inside_a_sequential_step_does_not_abandon_the_later_steps() -> None:
     specialist_model = ScriptedModel(["special answer"])
     specialist = LlmAgent(name="specialist", description="Knows.", model=specialist_model)

@@ -4,10 +4,10 @@ The rules, in order:
 
 1. Events are taken in session order (chronological).
 2. Partial events, events without content, and events with no parts are left out.
-3. Branches: an event is visible to an agent on branch ``b`` when the event has no branch,
-   the same branch, or an ancestor branch (``b`` starts with ``event.branch + "."``). So
-   parallel siblings do not see each other's events, and a delegated child's events do not
-   leak into its caller's history.
+3. Branches: an agent on no branch (the main line) sees every event; an agent on branch ``b``
+   sees events with no branch, the same branch, or an ancestor branch (``b`` starts with
+   ``event.branch + "."``). So parallel siblings do not see each other's events, while an agent
+   that runs after a ParallelAgent sees what every branch did, as in ADK.
 4. ``include_contents="none"``: only the events of the current invocation are kept.
 5. The user's events and the agent's own events are kept as they are. Another agent's events
    are presented as context in a user message (``For context: [other] said: ...``), so the
@@ -29,7 +29,12 @@ __all__ = ["build_contents", "is_visible_on_branch"]
 
 
 def is_visible_on_branch(event_branch: str, branch: str) -> bool:
-    return not event_branch or event_branch == branch or branch.startswith(event_branch + ".")
+    return (
+        not branch
+        or not event_branch
+        or event_branch == branch
+        or branch.startswith(event_branch + ".")
+    )
 
 
 def build_contents(

@@ -1,0 +1,107 @@
+// A Node.js client for an adk-mesh agent service: one root Run, its events streamed as they come.
+//
+//   npm install
+//   node client.mjs 127.0.0.1:50051 "What time is it in Tokyo?" [--user ada] [--session ID]
+//
+// It loads the contract straight from protos/ (no code generation), so any language with gRPC
+// can do the same with its own tooling.
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import grpc from "@grpc/grpc-js";
+import protoLoader from "@grpc/proto-loader";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const protoRoot = path.resolve(here, "../../protos");
+
+function parseArgs(argv) {
+  const options = { user: "user", session: "" };
+  const positional = [];
+  for (let i = 0; i < argv.length; i += 1) {
+    if (argv[i] === "--user") options.user = argv[++i];
+    else if (argv[i] === "--session") options.session = argv[++i];
+    else positional.push(argv[i]);
+  }
+  if (positional.length !== 2) {
+    console.error('usage: node client.mjs HOST:PORT "message" [--user U] [--session S]');
+    process.exit(2);
+  }
+  return { target: positional[0], message: positional[1], ...options };
+}
+
+// google.protobuf.Struct / Value arrive as their message shape (with camelCase field names,
+// since the well-known types ship precompiled); turn them back into JSON.
+function valueToJson(value) {
+  if (!value) return null;
+  switch (value.kind) {
+    case "stringValue": return value.stringValue;
+    case "numberValue": return value.numberValue;
+    case "boolValue": return value.boolValue;
+    case "structValue": return structToJson(value.structValue);
+    case "listValue": return (value.listValue.values ?? []).map(valueToJson);
+    default: return null;
+  }
+}
+
+function structToJson(struct) {
+  const out = {};
+  // Map order is not defined on the wire: sort keys so the output is stable.
+  const entries = Object.entries(struct?.fields ?? {}).sort(([a], [b]) => a.localeCompare(b));
+  for (const [key, value] of entries) out[key] = valueToJson(value);
+  return out;
+}
+
+function describePart(author, part) {
+  if (part.text !== undefined && part.text !== null) return `[${author}] ${part.text}`;
+  if (part.function_call) {
+    return `[${author}] -> ${part.function_call.name}(${JSON.stringify(structToJson(part.function_call.args))})`;
+  }
+  if (part.function_response) {
+    const reply = part.function_response;
+    return `[${author}] <- ${reply.name}: ${JSON.stringify(structToJson(reply.response))}`;
+  }
+  if (part.inline_data) return `[${author}] <${part.inline_data.mime_type} data>`;
+  if (part.file_data) return `[${author}] <${part.file_data.file_uri}>`;
+  return `[${author}] <empty part>`;
+}
+
+const args = parseArgs(process.argv.slice(2));
+const definition = protoLoader.loadSync("adk_mesh/v1/agent.proto", {
+  includeDirs: [protoRoot],
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: false,
+  oneofs: true,
+});
+const { adk_mesh } = grpc.loadPackageDefinition(definition);
+const client = new adk_mesh.v1.AgentService(args.target, grpc.credentials.createInsecure());
+
+const call = client.Run({
+  root: {
+    user_id: args.user,
+    session_id: args.session,
+    new_message: { role: "user", parts: [{ text: args.message }] },
+  },
+});
+call.on("data", (response) => {
+  if (response.session_id) console.log(`session ${response.session_id}`);
+  const event = response.event;
+  if (!event || event.llm_response?.partial) return;
+  for (const part of event.llm_response?.content?.parts ?? []) {
+    console.log(describePart(event.author, part));
+  }
+  const delta = event.actions?.state_delta ?? {};
+  for (const [key, value] of Object.entries(delta)) {
+    console.log(`[${event.author}] state: ${key}=${JSON.stringify(valueToJson(value))}`);
+  }
+  if (event.actions?.transfer_to_agent) {
+    console.log(`[${event.author}] transfer to ${event.actions.transfer_to_agent}`);
+  }
+  console.log(`  (invocation ${event.invocation_id})`);
+});
+call.on("error", (error) => {
+  console.error(`error: ${grpc.status[error.code]}: ${error.details}`);
+  client.close();
+  process.exit(1);
+});
+call.on("end", () => client.close());

@@ -1,19 +1,375 @@
-"""The ``adk-mesh`` command."""
+"""The ``adk-mesh`` command.
+
+::
+
+    adk-mesh serve agent MODULE:ATTR --port P [--host H] [--app NAME] [--store URL]
+                                     [--artifacts URL] [--grace SECONDS]
+    adk-mesh serve tools MODULE:ATTR --port P [--host H] [--grace SECONDS]
+    adk-mesh run TARGET "message" [--user U] [--session S] [--app A] [--stream] [--json]
+    adk-mesh describe TARGET [--agent NAME] [--json]
+    adk-mesh up [ARGS...]
+
+Exit codes: 0 success; 1 a failed run or call (``error: <class>: <message>``); 2 a usage or
+configuration error (``error: <message>``: a bad MODULE:ATTR, a port that is taken); 130 when
+interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib
+import json
 import sys
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, TextIO
 
-from adk_mesh import __version__
+import grpc
+import grpc.aio
+from google.protobuf import json_format
 
-__all__ = ["main"]
+from adk_mesh import __version__, codec
+from adk_mesh.errors import AdkError, ConfigError
+from adk_mesh.types import Event, Part
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+
+__all__ = ["EventPrinter", "format_card", "main"]
+
+#: Stores of ``serve agent`` when ``--store`` is not given. In memory for now: sessions are
+#: lost when the process stops; pass ``--store sqlite:///sessions.db`` to keep them.
+DEFAULT_STORE = "memory://"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="adk-mesh", description="Run ADK agents as a gRPC mesh.")
+# --- printing ------------------------------------------------------------------------------
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+class EventPrinter:
+    """Prints a run's events for people: one line per text, tool call, result and action.
+
+    Partial (streamed) text is written inline as it comes; the final event that repeats it
+    closes the line instead of printing it again.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._open_author: str | None = None
+        self._streamed = ""
+
+    def _close_line(self) -> None:
+        if self._open_author is not None:
+            self._out.write("\n")
+            self._open_author = None
+            self._streamed = ""
+
+    def _line(self, author: str, text: str) -> None:
+        self._out.write(f"[{author}] {text}\n")
+
+    def header(self, session_id: str, invocation_id: str) -> None:
+        self._close_line()
+        self._out.write(f"session {session_id} · invocation {invocation_id}\n")
+
+    def print(self, event: Event) -> None:
+        author = event.author or "?"
+        if event.partial:
+            if self._open_author != author:
+                self._close_line()
+                self._out.write(f"[{author}] ")
+                self._open_author = author
+            self._out.write(event.text)
+            self._streamed += event.text
+            self._out.flush()
+            return
+        streamed = self._streamed if self._open_author == author else None
+        self._close_line()
+        content = event.content
+        parts: list[Part] = content.parts if content is not None else []
+        text_shown = streamed is not None and streamed == event.text
+        for part in parts:
+            self._print_part(author, part, skip_text=text_shown)
+        response = event.llm_response
+        if response.error_code or response.error_message:
+            code = response.error_code or "error"
+            self._line(author, f"error: {code}: {response.error_message or ''}".rstrip(": "))
+        actions = event.actions
+        for key, value in actions.state_delta.items():
+            self._line(author, f"state: {key}={_json(value)}")
+        for name, version in actions.artifact_delta.items():
+            self._line(author, f"artifact: {name} v{version}")
+        if actions.transfer_to_agent:
+            self._line(author, f"⇢ transfer to {actions.transfer_to_agent}")
+        if actions.escalate:
+            self._line(author, "⇡ escalate")
+        self._out.flush()
+
+    def _print_part(self, author: str, part: Part, *, skip_text: bool) -> None:
+        if part.text is not None:
+            if not skip_text and part.text:
+                prefix = "(thought) " if part.thought else ""
+                self._line(author, prefix + part.text)
+        elif part.function_call is not None:
+            called = part.function_call
+            self._line(author, f"→ {called.name}({_json(called.args)})")
+        elif part.function_response is not None:
+            answered = part.function_response
+            self._line(author, f"← {answered.name}: {_json(answered.response)}")
+        elif part.inline_data is not None:
+            blob = part.inline_data
+            self._line(author, f"<{blob.mime_type}, {len(blob.data)} bytes>")
+        elif part.file_data is not None:
+            self._line(author, f"<{part.file_data.mime_type} {part.file_data.file_uri}>")
+
+    def finish(self) -> None:
+        self._close_line()
+        self._out.flush()
+
+
+def print_events(events: Iterable[Event], out: TextIO) -> None:
+    """Print ``events`` as ``adk-mesh run`` does."""
+    printer = EventPrinter(out)
+    for event in events:
+        printer.print(event)
+    printer.finish()
+
+
+def format_card(card: agent_pb2.AgentCard) -> str:
+    """The text ``adk-mesh describe`` prints for an AgentCard."""
+    lines = [f"{card.name} ({card.agent_type or 'agent'})"]
+    if card.app_name:
+        lines.append(f"  app: {card.app_name}")
+    if card.description:
+        lines.append(f"  description: {card.description}")
+    lines.append(f"  streaming: {'yes' if card.supports_streaming else 'no'}")
+    lines.append("  sub-agents:" if card.sub_agents else "  sub-agents: none")
+    for sub in card.sub_agents:
+        lines.append(f"    - {sub.name}" + (f": {sub.description}" if sub.description else ""))
+    lines.append("  tools:" if card.tools else "  tools: none")
+    for tool in card.tools:
+        summary = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
+        lines.append(f"    - {tool.name}" + (f": {summary}" if summary else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _error_line(error: BaseException) -> str:
+    if isinstance(error, AdkError):
+        return f"error: {type(error).__name__}: {error.message}"
+    return f"error: {type(error).__name__}: {error}"
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from adk_mesh.mesh import AgentServer, ToolServer
+    from adk_mesh.mesh._channel import MeshServer
+    from adk_mesh.mesh._loader import load_agent, load_tools
+    from adk_mesh.mesh.serve import PortTakenError, describe_server, serve_until_signal
+    from adk_mesh.telemetry import configure_telemetry
+
+    address = f"{args.host}:{args.port}"
+    try:
+        server: MeshServer
+        if args.kind == "agent":
+            agent = load_agent(args.reference)
+            server = AgentServer(
+                agent,
+                app_name=args.app,
+                session_service=args.store or DEFAULT_STORE,
+                artifact_service=args.artifacts,
+            )
+        else:
+            server = ToolServer(load_tools(args.reference))
+        # Before the gRPC server starts and before any RemoteAgent or RemoteToolset opens its
+        # (lazy) channel: the tracing interceptors are installed only if tracing is on then.
+        # service.name is the agent's or toolset's name unless OTEL_SERVICE_NAME says otherwise.
+        telemetry = configure_telemetry(describe_server(server)[1])
+    except ConfigError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve_until_signal(server, address, grace=args.grace))
+    except PortTakenError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    except AdkError as error:
+        print(_error_line(error), file=sys.stderr)
+        return 1
+    finally:
+        # After the drain: the spans of the last calls are exported before the process exits.
+        telemetry.shutdown()
+    return 0
+
+
+async def _stream_run(args: argparse.Namespace, out: TextIO) -> None:
+    from adk_mesh.mesh._channel import open_channel
+
+    request = agent_pb2.RunRequest(
+        root=agent_pb2.RootRun(
+            app_name=args.app or "",
+            user_id=args.user,
+            session_id=args.session or "",
+            new_message=content_pb2.Content(
+                role="user", parts=[content_pb2.Part(text=args.message)]
+            ),
+        ),
+        agent_name=args.agent or "",
+    )
+    if args.stream:
+        request.run_config.streaming_mode = agent_pb2.STREAMING_MODE_SSE
+    printer = EventPrinter(out)
+    async with open_channel(args.target) as channel:
+        call = agent_pb2_grpc.AgentServiceStub(channel).Run(request)
+        try:
+            async for response in _responses(call):
+                if args.json:
+                    out.write(json_format.MessageToJson(response, indent=None) + "\n")
+                    out.flush()
+                    continue
+                event = codec.event_from_proto(response.event)
+                if response.session_id:
+                    printer.header(response.session_id, event.invocation_id)
+                printer.print(event)
+        finally:
+            call.cancel()
+            printer.finish()
+
+
+async def _responses(call: Any) -> AsyncIterator[agent_pb2.RunResponse]:
+    from adk_mesh.mesh._status import error_from_rpc_error
+
+    try:
+        async for response in call:
+            yield response
+    except grpc.RpcError as error:
+        raise error_from_rpc_error(error) from error
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.message:
+        print("error: the message is empty; say something", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_stream_run(args, sys.stdout))
+    except AdkError as error:
+        print(_error_line(error), file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _describe_card(target: str, agent_name: str) -> agent_pb2.AgentCard:
+    from adk_mesh.mesh._channel import open_channel
+    from adk_mesh.mesh._status import error_from_rpc_error
+
+    async with open_channel(target) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        try:
+            response = await stub.Describe(
+                agent_pb2.DescribeRequest(agent_name=agent_name), timeout=30
+            )
+        except grpc.RpcError as error:
+            raise error_from_rpc_error(error) from error
+    card: agent_pb2.AgentCard = response.card
+    return card
+
+
+def _describe(args: argparse.Namespace) -> int:
+    try:
+        card = asyncio.run(_describe_card(args.target, args.agent or ""))
+    except AdkError as error:
+        print(_error_line(error), file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.write(json_format.MessageToJson(card, indent=None) + "\n")
+    else:
+        sys.stdout.write(format_card(card))
+    return 0
+
+
+def _up(arguments: Sequence[str]) -> int:
+    try:
+        module = importlib.import_module("adk_mesh.up")
+    except ModuleNotFoundError as error:
+        if error.name != "adk_mesh.up":
+            raise
+        print(
+            "error: `adk-mesh up` is not available in this installation (module adk_mesh.up "
+            "is missing)",
+            file=sys.stderr,
+        )
+        return 2
+    code: int = module.main(list(arguments))
+    return code
+
+
+# --- parser --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="adk-mesh", description="Run ADK agents and tools as a gRPC mesh."
+    )
     parser.add_argument("--version", action="version", version=f"adk-mesh {__version__}")
-    parser.parse_args(argv)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve an agent or tools over gRPC")
+    kinds = serve.add_subparsers(dest="kind", metavar="KIND", required=True)
+    agent = kinds.add_parser("agent", help="serve an agent (and its sub-agents)")
+    agent.add_argument("reference", metavar="MODULE:ATTR", help="a BaseAgent, or a factory")
+    tools = kinds.add_parser("tools", help="serve tools or a Toolset")
+    tools.add_argument(
+        "reference", metavar="MODULE:ATTR", help="tools/functions, a Toolset, or a factory"
+    )
+    for sub in (agent, tools):
+        sub.add_argument("--port", type=int, required=True, help="port (0: any free port)")
+        sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+        sub.add_argument(
+            "--grace", type=float, default=10.0, help="seconds running calls get on SIGTERM"
+        )
+    agent.add_argument("--app", help="app name of root runs (default: the agent's name)")
+    agent.add_argument(
+        "--store", help=f"session store URL (default {DEFAULT_STORE}; e.g. sqlite:///sessions.db)"
+    )
+    agent.add_argument("--artifacts", help="artifact store URL (memory://, file:///dir)")
+
+    run = commands.add_parser("run", help="run one user turn on an agent service")
+    run.add_argument("target", metavar="TARGET", help="host:port or dns:///host:port")
+    run.add_argument("message", help="the user's message")
+    run.add_argument("--user", default="user", help="user id (default: user)")
+    run.add_argument("--session", help="session id (default: a new session)")
+    run.add_argument("--app", help="app name (default: the service's)")
+    run.add_argument("--agent", help="agent of the served tree (default: its root)")
+    run.add_argument("--stream", action="store_true", help="ask for streamed (partial) text")
+    run.add_argument("--json", action="store_true", help="print one proto-JSON line per response")
+
+    describe = commands.add_parser("describe", help="print an agent service's AgentCard")
+    describe.add_argument("target", metavar="TARGET", help="host:port or dns:///host:port")
+    describe.add_argument("--agent", help="agent of the served tree (default: its root)")
+    describe.add_argument("--json", action="store_true", help="print the card as proto-JSON")
+
+    up = commands.add_parser("up", help="start a whole mesh from a config file", add_help=False)
+    up.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to adk-mesh up")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["up"]:
+        # Everything after `up` belongs to it, options included.
+        return _up(arguments[1:])
+    parser = build_parser()
+    args = parser.parse_args(arguments)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "describe":
+            return _describe(args)
+    except KeyboardInterrupt:
+        return 130
     parser.print_help(sys.stdout)
     return 0
 

@@ -1,0 +1,143 @@
+"""Draining: refuse new calls while the running ones finish, then stop.
+
+:class:`CallGate` is a server interceptor that counts the calls in flight and, once
+:meth:`CallGate.close` is called, refuses new ones with UNAVAILABLE (an
+:class:`~adk_mesh.errors.AdkIOError`, so clients read a clear message). Health and reflection
+stay open, so a probe still reads ``NOT_SERVING`` during the drain instead of a dead port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from adk_mesh.errors import AdkIOError
+from adk_mesh.mesh._status import abort_with_error
+
+__all__ = ["CallGate"]
+
+
+class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Counts calls in flight; refuses new ones once closed (except the ``exempt`` services)."""
+
+    def __init__(self, exempt: Iterable[str] = ()) -> None:
+        self._exempt = tuple(f"/{service}/" for service in exempt)
+        self._in_flight = 0
+        self._closed = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def close(self) -> None:
+        """Refuse every new call from now on; running calls go on."""
+        self._closed = True
+
+    async def wait_idle(self, seconds: float | None) -> bool:
+        """Wait until no call is in flight; False when ``seconds`` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    def _enter(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+
+    def _exit(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(self._exempt):
+            return handler
+        if handler.request_streaming:
+            # The mesh serves no client-streaming method; pass such a method through untracked.
+            return handler
+        if self._closed:
+            return _refusing(handler, method)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._track_stream(handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            self._track_unary(handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _track_unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        async def tracked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            self._enter()
+            try:
+                return await behaviour(request, context)
+            finally:
+                self._exit()
+
+        return tracked
+
+    def _track_stream(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        if not inspect.isasyncgenfunction(behaviour):
+
+            async def tracked_writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                self._enter()
+                try:
+                    return await behaviour(request, context)
+                finally:
+                    self._exit()
+
+            return tracked_writer
+
+        async def tracked(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            self._enter()
+            try:
+                async for response in behaviour(request, context):
+                    yield response
+            finally:
+                self._exit()
+
+        return tracked
+
+
+def _refusing(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    error = AdkIOError(f"the server is shutting down and accepts no new calls ({method})")
+
+    if handler.response_streaming:
+
+        async def refuse_stream(
+            request: Any, context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            await abort_with_error(context, error)
+            yield  # pragma: no cover - makes this an async generator
+
+        return grpc.unary_stream_rpc_method_handler(
+            refuse_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await abort_with_error(context, error)
+
+    return grpc.unary_unary_rpc_method_handler(
+        refuse,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )

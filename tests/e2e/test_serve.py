@@ -1,0 +1,100 @@
+"""Graceful shutdown of a real ``adk-mesh serve`` process, and a port that is taken."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from adk_mesh import codec
+from adk_mesh.mesh._channel import open_channel
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+from tests.e2e.conftest import REPO_ROOT, ServiceFactory, wait_for_file
+
+pytestmark = pytest.mark.e2e
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def root_run(text: str) -> agent_pb2.RunRequest:
+    return agent_pb2.RunRequest(
+        root=agent_pb2.RootRun(
+            user_id="u1",
+            new_message=content_pb2.Content(role="user", parts=[content_pb2.Part(text=text)]),
+        )
+    )
+
+
+async def test_sigterm_drains_in_flight_runs_and_refuses_new_calls(
+    start_service: ServiceFactory, tmp_path: Path
+) -> None:
+    service = start_service("waiter", "agent", "tests.e2e.apps.slow:root_agent", "--grace", "20")
+    token = uuid.uuid4().hex[:8]
+    async with open_channel(service.wait_ready()) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+        statuses = aiter(watch)
+        assert (await anext(statuses)).status == SERVING
+
+        in_flight = stub.Run(root_run(f"wait {token}"))
+        answers = asyncio.ensure_future(_texts(in_flight))
+        await wait_for_file(tmp_path / f"{token}.started")
+
+        service.process.send_signal(signal.SIGTERM)
+        assert (await anext(statuses)).status == NOT_SERVING
+        checked = await health.Check(health_pb2.HealthCheckRequest(service=""))
+        assert checked.status == NOT_SERVING
+
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async for _ in stub.Run(root_run("wait never")):
+                pass
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in refused.value.details()
+
+        (tmp_path / f"{token}.release").write_text("go")
+        assert await answers == ["released"]
+        watch.cancel()
+    assert await asyncio.to_thread(service.process.wait, 15) == 0
+    assert "adk-mesh: stopped" in service.stderr()
+
+
+async def _texts(call: object) -> list[str]:
+    return [codec.event_from_proto(response.event).text async for response in call]  # type: ignore[attr-defined]
+
+
+def test_a_port_that_is_taken_is_a_clear_error() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "adk_mesh",
+                "serve",
+                "tools",
+                "tests.e2e.apps.tools:tools",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert result.stderr == f"error: port {port} is taken\n"
+    assert result.stdout == ""

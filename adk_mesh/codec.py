@@ -146,7 +146,10 @@ def json_from_value(message: struct_pb2.Value) -> Any:
     if kind == "bool_value":
         return message.bool_value
     if kind == "struct_value":
-        return struct_to_dict(message.struct_value)
+        fields = message.struct_value.fields
+        # Indexing by key: iterating ``items()`` of a protobuf map goes through the slow
+        # generic ItemsView.
+        return {key: json_from_value(fields[key]) for key in fields}
     if kind == "list_value":
         return [json_from_value(item) for item in message.list_value.values]
     return None
@@ -159,7 +162,8 @@ def struct_from_dict(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
 
 
 def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
-    return {key: json_from_value(value) for key, value in message.fields.items()}
+    fields = message.fields
+    return {key: json_from_value(fields[key]) for key in fields}
 
 
 def _state_to_map(target: Any, state: Mapping[str, Any]) -> None:
@@ -168,18 +172,25 @@ def _state_to_map(target: Any, state: Mapping[str, Any]) -> None:
 
 
 def _state_from_map(source: Mapping[str, struct_pb2.Value]) -> dict[str, Any]:
-    return {key: json_from_value(value) for key, value in source.items()}
+    return {key: json_from_value(source[key]) for key in source}
 
 
 # --- timestamps ----------------------------------------------------------------------------
 
 
 def timestamp_from_datetime(value: datetime) -> timestamp_pb2.Timestamp:
+    message = timestamp_pb2.Timestamp()
+    _fill_timestamp(message, value)
+    return message
+
+
+def _fill_timestamp(message: timestamp_pb2.Timestamp, value: datetime) -> None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     delta = value - _EPOCH
-    seconds = delta.days * 86_400 + delta.seconds
-    return timestamp_pb2.Timestamp(seconds=seconds, nanos=delta.microseconds * 1000)
+    message.SetInParent()
+    message.seconds = delta.days * 86_400 + delta.seconds
+    message.nanos = delta.microseconds * 1000
 
 
 def timestamp_to_datetime(message: timestamp_pb2.Timestamp) -> datetime:
@@ -192,7 +203,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def part_to_proto(part: Part) -> content_pb2.Part:
-    message = content_pb2.Part(thought=part.thought)
+    message = content_pb2.Part()
+    _fill_part(message, part)
+    return message
+
+
+# Encoding fills the target message in place (``parts.add()``, sub-message fields) rather than
+# building each sub-message and copying it in: protobuf copies on ``CopyFrom`` and on
+# constructor arguments, and the mesh encodes every streamed event.
+def _fill_part(message: content_pb2.Part, part: Part) -> None:
+    message.thought = part.thought
     if part.thought_signature is not None:
         message.thought_signature = part.thought_signature
     if part.text is not None:
@@ -217,7 +237,6 @@ def part_to_proto(part: Part) -> content_pb2.Part:
         if response.id is not None:
             reply.id = response.id
         _fill_struct(reply.response, response.response)
-    return message
 
 
 def part_from_proto(message: content_pb2.Part) -> Part:
@@ -257,9 +276,17 @@ def part_from_proto(message: content_pb2.Part) -> Part:
 
 
 def content_to_proto(content: Content) -> content_pb2.Content:
-    return content_pb2.Content(
-        role=content.role, parts=[part_to_proto(part) for part in content.parts]
-    )
+    message = content_pb2.Content()
+    _fill_content(message, content)
+    return message
+
+
+def _fill_content(message: content_pb2.Content, content: Content) -> None:
+    message.SetInParent()  # an empty Content is present all the same
+    message.role = content.role
+    add = message.parts.add
+    for part in content.parts:
+        _fill_part(add(), part)
 
 
 def content_from_proto(message: content_pb2.Content) -> Content:
@@ -277,16 +304,20 @@ _FINISH_FROM_PROTO: dict[int, FinishReason] = {
 
 
 def usage_to_proto(usage: UsageMetadata) -> event_pb2.UsageMetadata:
-    message = event_pb2.UsageMetadata(
-        prompt_token_count=usage.prompt_token_count,
-        candidates_token_count=usage.candidates_token_count,
-        total_token_count=usage.total_token_count,
-    )
+    message = event_pb2.UsageMetadata()
+    _fill_usage(message, usage)
+    return message
+
+
+def _fill_usage(message: event_pb2.UsageMetadata, usage: UsageMetadata) -> None:
+    message.SetInParent()
+    message.prompt_token_count = usage.prompt_token_count
+    message.candidates_token_count = usage.candidates_token_count
+    message.total_token_count = usage.total_token_count
     if usage.cached_content_token_count is not None:
         message.cached_content_token_count = usage.cached_content_token_count
     if usage.thoughts_token_count is not None:
         message.thoughts_token_count = usage.thoughts_token_count
-    return message
 
 
 def usage_from_proto(message: event_pb2.UsageMetadata) -> UsageMetadata:
@@ -307,9 +338,9 @@ def usage_from_proto(message: event_pb2.UsageMetadata) -> UsageMetadata:
 
 def _fill_llm_response(message: event_pb2.LlmResponse, response: LlmResponse) -> None:
     if response.content is not None:
-        message.content.CopyFrom(content_to_proto(response.content))
+        _fill_content(message.content, response.content)
     if response.usage_metadata is not None:
-        message.usage_metadata.CopyFrom(usage_to_proto(response.usage_metadata))
+        _fill_usage(message.usage_metadata, response.usage_metadata)
     if response.finish_reason is not None:
         message.finish_reason = _FINISH_TO_PROTO[response.finish_reason]  # type: ignore[assignment]
     message.partial = response.partial
@@ -380,17 +411,23 @@ def actions_from_proto(message: event_pb2.EventActions) -> EventActions:
     )
 
 
-def event_to_proto(event: Event) -> event_pb2.Event:
-    message = event_pb2.Event(
-        id=event.id,
-        invocation_id=event.invocation_id,
-        branch=event.branch,
-        author=event.author,
-        long_running_tool_ids=event.long_running_tool_ids,
-    )
-    message.timestamp.CopyFrom(timestamp_from_datetime(event.timestamp))
-    _fill_llm_response(message.llm_response, event.llm_response)
-    _fill_actions(message.actions, event.actions)
+def event_to_proto(event: Event, *, into: event_pb2.Event | None = None) -> event_pb2.Event:
+    """The event as a protobuf message; ``into`` (empty) is filled and returned instead of a
+    new message, e.g. the ``event`` field of a response, which saves a copy."""
+    message = event_pb2.Event() if into is None else into
+    message.id = event.id
+    message.invocation_id = event.invocation_id
+    message.branch = event.branch
+    message.author = event.author
+    if event.long_running_tool_ids:
+        message.long_running_tool_ids.extend(event.long_running_tool_ids)
+    _fill_timestamp(message.timestamp, event.timestamp)
+    llm_response = message.llm_response
+    llm_response.SetInParent()
+    _fill_llm_response(llm_response, event.llm_response)
+    actions = message.actions
+    actions.SetInParent()
+    _fill_actions(actions, event.actions)
     return message
 
 

@@ -17,7 +17,9 @@ Every change goes through a delta so that it is recorded in an event: state writ
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -49,6 +51,11 @@ DEFAULT_MAX_LLM_CALLS = 500
 #: ``(message, data, fraction) -> None``: where a running tool's progress goes.
 ProgressReporter = Callable[[str, "dict[str, Any] | None", "float | None"], Awaitable[None]]
 DEFAULT_MAX_DELEGATION_DEPTH = 8
+
+#: The deadline (``time.monotonic()``) of the call a mesh service is serving, for the contexts
+#: created while serving it: a root run's context is built by the Runner, which knows nothing
+#: of gRPC. Set by the mesh servicers; each served call runs in its own task, so it ends there.
+serving_deadline: ContextVar[float | None] = ContextVar("adk_mesh_serving_deadline", default=None)
 
 
 class StreamingMode(StrEnum):
@@ -86,6 +93,10 @@ class InvocationContext:
 
     Agents receive it in :meth:`BaseAgent.run`; they derive a copy for each child with
     :meth:`for_agent`. The runtime (Runner, AgentTool, the mesh) creates the first one.
+
+    ``deadline`` is the ``time.monotonic()`` instant by which the invocation must be done, or
+    ``None`` for no deadline; remote calls made for it get the time that remains. Left out, it
+    is the deadline of the mesh call being served (:data:`serving_deadline`), if any.
     """
 
     __slots__ = (
@@ -95,6 +106,7 @@ class InvocationContext:
         "artifact_service",
         "branch",
         "call_path",
+        "deadline",
         "delegation_depth",
         "invocation_id",
         "max_delegation_depth",
@@ -120,6 +132,7 @@ class InvocationContext:
         delegation_depth: int = 0,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         call_path: tuple[str, ...] = (),
+        deadline: float | None = None,
         _shared: _InvocationShared | None = None,
     ) -> None:
         self.invocation_id = invocation_id
@@ -135,6 +148,7 @@ class InvocationContext:
         self.delegation_depth = delegation_depth
         self.max_delegation_depth = max_delegation_depth
         self.call_path = call_path
+        self.deadline = deadline if deadline is not None else serving_deadline.get()
         self._shared = _shared or _InvocationShared()
 
     def for_agent(self, agent: BaseAgent, *, branch: str | None = None) -> InvocationContext:
@@ -146,6 +160,10 @@ class InvocationContext:
         if branch is not None:
             copy.branch = branch
         return copy
+
+    def time_remaining(self) -> float | None:
+        """Seconds left until :attr:`deadline` (negative once passed); ``None`` without one."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     @property
     def user_id(self) -> str:

@@ -96,7 +96,15 @@ class Part(_Data):
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> Self:
-        count = sum(getattr(self, kind) is not None for kind in _PART_KINDS)
+        # Spelled out rather than a loop over _PART_KINDS: this runs for every Part decoded
+        # from the wire, on the mesh's streaming path.
+        count = (
+            (self.text is not None)
+            + (self.inline_data is not None)
+            + (self.file_data is not None)
+            + (self.function_call is not None)
+            + (self.function_response is not None)
+        )
         if count != 1:
             raise ValueError(
                 f"a Part holds exactly one of {', '.join(_PART_KINDS)}; this one holds {count}"

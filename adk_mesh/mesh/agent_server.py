@@ -13,7 +13,7 @@ from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts import ArtifactService, artifact_service_from_url
-from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, InvocationContext
+from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, InvocationContext, serving_deadline
 from adk_mesh.errors import (
     AgentNotFoundError,
     DelegationError,
@@ -22,6 +22,7 @@ from adk_mesh.errors import (
 )
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._channel import MeshServer
+from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._status import error_boundary
 from adk_mesh.runner import Runner, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
@@ -55,7 +56,9 @@ class AgentServer(MeshServer):
     A transfer to an agent outside this tree ends a delegated run with that event: the
     caller's tree follows it.
 
-    Cancelling the call (a client that goes away or cancels) cancels the running agent.
+    Cancelling the call (a client that goes away or cancels) cancels the running agent. The
+    call's deadline becomes the invocation's ``deadline``, so the remote calls the agents make
+    carry the time that remains.
 
     Args:
         agent: the root of the served tree; its name identifies this service on call paths.
@@ -136,7 +139,8 @@ class AgentServer(MeshServer):
         )
         async with aclosing(events):
             async for event in events:
-                response = agent_pb2.RunResponse(event=codec.event_to_proto(event))
+                response = agent_pb2.RunResponse()
+                codec.event_to_proto(event, into=response.event)
                 if first:
                     response.session_id = session_id
                     first = False
@@ -156,7 +160,7 @@ class AgentServer(MeshServer):
         return created.id
 
     async def run_delegated(
-        self, request: agent_pb2.RunRequest
+        self, request: agent_pb2.RunRequest, *, deadline: float | None = None
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """A run handed down by another service: nothing persisted, every event streamed."""
         delegated = request.delegated
@@ -200,6 +204,7 @@ class AgentServer(MeshServer):
             delegation_depth=delegated.delegation_depth,
             max_delegation_depth=limit,
             call_path=(*call_path, self.agent.name),
+            deadline=deadline,
         )
         async with aclosing(
             follow_transfers(
@@ -213,7 +218,9 @@ class AgentServer(MeshServer):
             async for event in events:
                 if not event.partial:
                     await service.append_event(session, event)
-                yield agent_pb2.RunResponse(event=codec.event_to_proto(event))
+                response = agent_pb2.RunResponse()
+                codec.event_to_proto(event, into=response.event)
+                yield response
 
     def card(self, agent_name: str) -> agent_pb2.AgentCard:
         """What ``agent_name`` (empty: the root) is and what it exposes."""
@@ -255,11 +262,15 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[agent_pb2.RunResponse]:
         async with error_boundary(context):
+            deadline = deadline_of(context)
+            # The Runner builds a root run's context: it reads the deadline from here. This
+            # call runs in a task of its own, so the value ends with it.
+            serving_deadline.set(deadline)
             mode = request.WhichOneof("mode")
             if mode == "root":
                 responses = self._server.run_root(request)
             elif mode == "delegated":
-                responses = self._server.run_delegated(request)
+                responses = self._server.run_delegated(request, deadline=deadline)
             else:
                 raise InvalidArgumentError(
                     "RunRequest sets no mode; set root (a user turn) or delegated"

@@ -12,6 +12,7 @@ from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.mesh._channel import open_channel
+from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._status import error_from_rpc_error
 from adk_mesh.types import Event, EventActions
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
@@ -34,6 +35,10 @@ class RemoteAgent(BaseAgent):
     A transfer the remote service followed inside its own tree reaches the caller without
     ``transfer_to_agent`` (it was already carried out); a transfer to an agent outside that
     tree ends the remote run and is followed by the caller.
+
+    The call carries the time that remains of the invocation's deadline (or ``timeout`` when
+    that is shorter); once the deadline has passed, no call is made and
+    :class:`~adk_mesh.errors.DeadlineExceededError` is raised at once.
 
     Failures of the call are raised as the :class:`~adk_mesh.errors.AdkError` the remote side
     raised. Closing the generator early (or cancelling the task) cancels the call, which
@@ -98,7 +103,8 @@ class RemoteAgent(BaseAgent):
         )
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
-        call = self._stub().Run(self._request(ctx), timeout=self.timeout)
+        timeout = call_timeout(ctx.deadline, self.timeout, f"remote agent {self.name!r}")
+        call = self._stub().Run(self._request(ctx), timeout=timeout)
         try:
             held: Event | None = None
             async for response in call:

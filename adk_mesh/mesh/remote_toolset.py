@@ -9,8 +9,9 @@ import grpc.aio
 
 from adk_mesh import codec
 from adk_mesh.contexts import ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkError, ToolError
+from adk_mesh.errors import AdkError, AdkIOError, ToolError
 from adk_mesh.mesh._channel import open_channel
+from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._status import error_from_rpc_error
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.types import EventActions, ToolDeclaration
@@ -34,7 +35,9 @@ class RemoteToolset(Toolset):
 
     A server that is down fails fast (``UNAVAILABLE`` becomes
     :class:`~adk_mesh.errors.AdkIOError`); every call also carries a deadline, so nothing
-    waits forever on a server that hangs.
+    waits forever on a server that hangs: the configured timeout, or the time that remains of
+    the invocation's deadline when that is shorter (a deadline already passed fails at once
+    with :class:`~adk_mesh.errors.DeadlineExceededError`).
 
     Args:
         target: ``host:port`` or ``dns:///host:port`` of the ToolServer.
@@ -56,6 +59,9 @@ class RemoteToolset(Toolset):
         self.list_timeout = list_timeout
         self.call_timeout = call_timeout
         self._channel: grpc.aio.Channel | None = None
+        # The last listing per (app, user): while the server is unreachable, the model still
+        # sees these tools, and a call to one fails as a ToolError the model can read.
+        self._last_listing: dict[tuple[str, str], list[BaseTool]] = {}
 
     def _stub(self) -> Any:
         # The channel is opened on first use so that it belongs to the running event loop.
@@ -65,14 +71,23 @@ class RemoteToolset(Toolset):
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
         request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))
+        timeout = call_timeout(
+            ctx.invocation_context.deadline, self.list_timeout, f"tool service {self.target}"
+        )
+        key = (ctx.app_name, ctx.user_id)
         try:
-            response = await self._stub().ListTools(request, timeout=self.list_timeout)
+            response = await self._stub().ListTools(request, timeout=timeout)
         except grpc.RpcError as error:
-            raise _with_target(error_from_rpc_error(error), self.target) from error
-        return [
+            failure = _with_target(error_from_rpc_error(error), self.target)
+            if isinstance(failure, AdkIOError) and key in self._last_listing:
+                return self._last_listing[key]
+            raise failure from error
+        tools: list[BaseTool] = [
             RemoteTool(self, codec.declaration_from_proto(declaration))
             for declaration in response.tools
         ]
+        self._last_listing[key] = tools
+        return tools
 
     async def close(self) -> None:
         channel, self._channel = self._channel, None
@@ -112,7 +127,12 @@ class RemoteTool(BaseTool):
             request.function_call_id = ctx.function_call_id
         codec.state_to_map(request.state, ctx.state.to_dict())
         toolset = self._toolset
-        call = toolset._stub().CallTool(request, timeout=toolset.call_timeout)
+        timeout = call_timeout(
+            ctx.invocation_context.deadline,
+            toolset.call_timeout,
+            f"tool service {toolset.target}: {self.name!r}",
+        )
+        call = toolset._stub().CallTool(request, timeout=timeout)
         try:
             async for message in call:
                 if message.WhichOneof("message") == "progress":

@@ -1,0 +1,340 @@
+"""What the mesh costs: the latency one remote hop adds, and events per second through two hops.
+
+**Added latency of one hop.** The same agent — an ``LlmAgent`` on a ``FunctionModel`` that
+answers at once — runs (i) in-process through a :class:`~adk_mesh.runner.Runner` on an in-memory
+session and (ii) behind an :class:`~adk_mesh.mesh.AgentServer` in another OS process, called over
+``grpc.aio`` on 127.0.0.1 with a root ``Run`` per invocation from a client stub. The remote
+client decodes every streamed event back into an :class:`~adk_mesh.types.Event`, so both paths
+hand the caller the same objects; the difference between them is exactly the hop: the request
+encode, the server's per-call setup (Runner, new session), the event encode, the transport and
+the client's decode. (A ``RemoteAgent`` transfer target would add the coordinator's own model
+call and a session view on top of the hop, so it is not used for this figure.) Two workloads:
+*text* (the model answers with text: one event) and *tool* (the model calls one tool, then
+answers: three events). Both paths run in the same benchmark run, invocation by invocation in
+alternation, so load on the machine falls on both alike; a fresh session per invocation.
+
+**Events per second through two hops.** client <- A <- B: A's AgentServer root-runs a
+coordinator whose model transfers to ``RemoteAgent(B)``; B's agent runs with
+``StreamingMode.SSE`` on a tiny model that yields N one-token partial responses, then the final
+one. B streams every partial to A (a delegated run), A relays them to the client (a root run);
+the client counts (and decodes) the events received. Each service is its own OS process, the
+client a third, all on this machine.
+
+**References.** Each part also times the transport alone, with no runtime and no codec: a bare
+``AgentService`` answering a Run with one pre-built event (the floor of one hop's latency),
+and a bare relay A' <- B' of pre-built events (the ceiling of events per second when every
+event is its own gRPC message). What the mesh adds is the distance to these figures.
+
+Run: ``.venv/bin/python bench/mesh.py [--invocations N] [--tokens N] [--streams N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import AsyncGenerator, Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import grpc
+
+from adk_mesh import codec
+from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.contexts import RunConfig, StreamingMode
+from adk_mesh.mesh import AgentServer, RemoteAgent
+from adk_mesh.mesh._channel import open_channel
+from adk_mesh.models.base import Llm, LlmRequest
+from adk_mesh.runner import Runner
+from adk_mesh.sessions.memory import InMemorySessionService
+from adk_mesh.testing import FunctionModel, call, text
+from adk_mesh.types import Content, Event, LlmResponse, Part
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+
+# --- the agents ------------------------------------------------------------------------------
+
+
+def get_weather(city: str) -> dict[str, Any]:
+    """Current weather of a city."""
+    return {"city": city, "temp_c": 22}
+
+
+def text_agent() -> LlmAgent:
+    return LlmAgent(name="echo", model=FunctionModel(lambda _: text("It is 22 °C in Paris.")))
+
+
+def tool_agent() -> LlmAgent:
+    def script(request: LlmRequest) -> LlmResponse:
+        if request.contents[-1].role == "user":
+            return call("get_weather", {"city": "Paris"})
+        return text("It is 22 °C in Paris.")
+
+    return LlmAgent(name="weather", model=FunctionModel(script), tools=[get_weather])
+
+
+class TokenStream(Llm):
+    """Streams ``tokens`` one-token partial responses, then the final response."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__("token-stream")
+        self.tokens = tokens
+
+    async def generate_content(
+        self, request: LlmRequest, *, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        if stream:
+            for index in range(self.tokens):
+                yield LlmResponse(
+                    content=Content(role="model", parts=[Part(text=f"t{index % 10} ")]),
+                    partial=True,
+                )
+        yield text(f"streamed {self.tokens} tokens")
+
+
+def streamer_agent(tokens: int) -> LlmAgent:
+    return LlmAgent(name="streamer", description="Streams tokens.", model=TokenStream(tokens))
+
+
+def coordinator_agent(streamer_target: str) -> LlmAgent:
+    return LlmAgent(
+        name="coordinator",
+        model=FunctionModel(lambda _: call("transfer_to_agent", {"agent_name": "streamer"})),
+        sub_agents=[RemoteAgent("streamer", streamer_target, description="Streams tokens.")],
+    )
+
+
+class _Floor(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
+    """The transport alone, no runtime: answers a Run with one pre-built event, or with
+    ``tokens`` of them when it asks for streaming, or relays every response of the same Run
+    sent to ``upstream``."""
+
+    def __init__(self, tokens: int, upstream: str | None) -> None:
+        event = Event.new(author="echo", content=Content.from_text("model", "t1 "), partial=True)
+        self._response = agent_pb2.RunResponse(event=codec.event_to_proto(event))
+        self._tokens = tokens
+        self._upstream = upstream
+
+    async def Run(self, request: agent_pb2.RunRequest, context: Any) -> Any:
+        if self._upstream is not None:
+            async with open_channel(self._upstream) as channel:
+                async for response in agent_pb2_grpc.AgentServiceStub(channel).Run(request):
+                    yield response
+            return
+        streaming = request.run_config.streaming_mode == agent_pb2.STREAMING_MODE_SSE
+        for _ in range(self._tokens if streaming else 1):
+            yield self._response
+
+
+# --- serving in child processes --------------------------------------------------------------
+
+
+def _serve(
+    factories: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+    floor_args: tuple[int, str | None],
+    conn: Connection,
+) -> None:
+    """Child process: serve one AgentServer per factory and a bare floor servicer, send the
+    ports, serve until killed."""
+
+    async def serve() -> None:
+        servers = [AgentServer(factory(*args)) for factory, args in factories]
+        ports = [await server.start("127.0.0.1:0") for server in servers]
+        floor = grpc.aio.server()
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(_Floor(*floor_args), floor)
+        ports.append(floor.add_insecure_port("127.0.0.1:0"))
+        await floor.start()
+        conn.send(ports)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+class ServerProcess:
+    """AgentServers in a child process, stopped (by its pid) when done; the last target is
+    a bare ``AgentService`` that answers every Run with one pre-built event (the floor)."""
+
+    def __init__(
+        self,
+        *factories: tuple[Callable[..., Any], tuple[Any, ...]],
+        floor: tuple[int, str | None] = (1, None),
+    ) -> None:
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        self._process = context.Process(
+            target=_serve, args=(list(factories), floor, child), daemon=True
+        )
+        self._process.start()
+        self.targets = [f"127.0.0.1:{port}" for port in parent.recv()]
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.join()
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def user_message() -> content_pb2.Content:
+    return content_pb2.Content(role="user", parts=[content_pb2.Part(text="Weather in Paris?")])
+
+
+async def hop_latency(
+    make_agent: Callable[[], LlmAgent], target: str, invocations: int, warmup: int
+) -> tuple[list[float], list[float]]:
+    """Microseconds per invocation, in-process and remote, measured in alternation."""
+    agent = make_agent()
+    service = InMemorySessionService()
+    runner = Runner(agent=agent, app_name="bench", session_service=service)
+    message = Content.from_text("user", "Weather in Paris?")
+    request = agent_pb2.RunRequest(root=agent_pb2.RootRun(user_id="u", new_message=user_message()))
+    local: list[float] = []
+    remote: list[float] = []
+    async with open_channel(target) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        await channel.channel_ready()
+        for index in range(warmup + invocations):
+            start = time.perf_counter_ns()
+            session = await service.create_session(app_name="bench", user_id="u")
+            local_events = [
+                event
+                async for event in runner.run(
+                    user_id="u", session_id=session.id, new_message=message
+                )
+            ]
+            middle = time.perf_counter_ns()
+            remote_events = [
+                codec.event_from_proto(response.event) async for response in stub.Run(request)
+            ]
+            end = time.perf_counter_ns()
+            assert len(local_events) == len(remote_events), (local_events, remote_events)
+            if index >= warmup:
+                local.append((middle - start) / 1000)
+                remote.append((end - middle) / 1000)
+    return local, remote
+
+
+async def floor_latency(target: str, invocations: int, warmup: int) -> list[float]:
+    """Microseconds per Run answered by the bare servicer: gRPC's own round trip."""
+    request = agent_pb2.RunRequest(root=agent_pb2.RootRun(user_id="u", new_message=user_message()))
+    samples: list[float] = []
+    async with open_channel(target) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        await channel.channel_ready()
+        for index in range(warmup + invocations):
+            start = time.perf_counter_ns()
+            async for _ in stub.Run(request):
+                pass
+            if index >= warmup:
+                samples.append((time.perf_counter_ns() - start) / 1000)
+    return samples
+
+
+async def stream_rate(target: str, tokens: int, streams: int, decode: bool) -> list[float]:
+    """Events per second received by the client, one figure per streamed run."""
+    request = agent_pb2.RunRequest(
+        root=agent_pb2.RootRun(user_id="u", new_message=user_message()),
+        run_config=codec.run_config_to_proto(RunConfig(streaming_mode=StreamingMode.SSE)),
+    )
+    rates: list[float] = []
+    async with open_channel(target) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        await channel.channel_ready()
+        for _ in range(streams):
+            received = 0
+            start = time.perf_counter()
+            async for response in stub.Run(request):
+                if decode:
+                    codec.event_from_proto(response.event)
+                received += 1
+            elapsed = time.perf_counter() - start
+            # The user's message is not streamed back; the coordinator's call and the tool's
+            # response, the N partials and the final answer are.
+            assert received >= tokens, received
+            rates.append(received / elapsed)
+    return rates
+
+
+def describe(samples: list[float]) -> str:
+    return f"p50 {statistics.median(samples):8.1f} us   p99 {percentile(samples, 0.99):8.1f} us"
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--invocations", type=int, default=2000, help="per path and workload")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=5000, help="partial events per stream")
+    parser.add_argument("--streams", type=int, default=5, help="streamed runs (median shown)")
+    args = parser.parse_args(argv)
+
+    print(
+        f"mesh benchmark: Python {platform.python_version()}, grpcio {grpc.__version__}, "
+        f"{os.cpu_count()} CPUs; servers in child processes, client in this one, 127.0.0.1"
+    )
+
+    hop_servers = ServerProcess((text_agent, ()), (tool_agent, ()))
+    try:
+        text_target, tool_target, floor_target = hop_servers.targets
+        print(
+            f"\n(a) one remote hop: root Run from a client stub vs Runner in-process, "
+            f"{args.invocations} invocations each after {args.warmup} warm-up, fresh session "
+            "each"
+        )
+        for label, factory, target in (
+            ("text (1 event) ", text_agent, text_target),
+            ("tool (3 events)", tool_agent, tool_target),
+        ):
+            local, remote = await hop_latency(factory, target, args.invocations, args.warmup)
+            added_p50 = statistics.median(remote) - statistics.median(local)
+            added_p99 = percentile(remote, 0.99) - percentile(local, 0.99)
+            print(f"  {label}  in-process  {describe(local)}")
+            print(f"  {label}  remote      {describe(remote)}")
+            print(
+                f"  {label}  added       p50 {added_p50:8.1f} us   p99 {added_p99:8.1f} us"
+                f"   (target <= 1000 us at p50: {'met' if added_p50 <= 1000 else 'MISSED'})"
+            )
+        floor = await floor_latency(floor_target, args.invocations, args.warmup)
+        print(f"  reference: bare grpc.aio Run round trip (1 pre-built event)  {describe(floor)}")
+    finally:
+        hop_servers.stop()
+
+    server_b = ServerProcess((streamer_agent, (args.tokens,)), floor=(args.tokens, None))
+    server_a = ServerProcess(
+        (coordinator_agent, (server_b.targets[0],)), floor=(1, server_b.targets[1])
+    )
+    try:
+        print(
+            f"\n(b) client <- A <- B (transfer to RemoteAgent), SSE, {args.tokens} one-token "
+            f"partial events per run, median of {args.streams} runs"
+        )
+        for decode in (True, False):
+            await stream_rate(server_a.targets[0], args.tokens, 1, decode)  # warm-up
+            rates = await stream_rate(server_a.targets[0], args.tokens, args.streams, decode)
+            label = "client decodes each event" if decode else "client counts messages   "
+            median = statistics.median(rates)
+            print(
+                f"  {label}  {median:10,.0f} events/s  (runs {min(rates):,.0f}..{max(rates):,.0f};"
+                f" target >= 10,000: {'met' if median >= 10_000 else 'MISSED'})"
+            )
+        rates = await stream_rate(server_a.targets[1], args.tokens, args.streams, False)
+        print(
+            f"  reference: bare grpc.aio relay of pre-built events (no runtime, no codec)  "
+            f"{statistics.median(rates):10,.0f} events/s"
+        )
+    finally:
+        server_a.stop()
+        server_b.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -49,6 +49,9 @@ typecheck: $(STAMP) ## mypy --strict over adk_mesh (generated code excluded)
 test: $(STAMP) ## Run the test suite (installs first if needed)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+demo: $(STAMP) ## Start the reference mesh, run a scripted conversation, print events and span trees
+	$(PY) scripts/demo.py
+
 bench: $(STAMP) ## Run the benchmarks in bench/ (not tests; prints figures)
 	$(PY) -m pip install -q -e '.[bench]'
 	@for b in $$(ls bench/*.py | grep -v "/_"); do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,0 +1,125 @@
+"""What every service of the reference mesh shares: where the others are, and how to serve."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from adk_mesh import BaseTool, ReadonlyContext, Toolset
+from adk_mesh.mesh import RemoteToolset
+from adk_mesh.mesh.serve import PortTakenError, serve_until_signal
+
+__all__ = [
+    "APP_NAME",
+    "DEFAULT_PORTS",
+    "LOGISTICS_DESCRIPTION",
+    "PLANNER_DESCRIPTION",
+    "OnlyTools",
+    "remote_tools",
+    "run_service",
+    "target",
+]
+
+#: The app the travel desk's sessions belong to.
+APP_NAME = "travel_desk"
+
+#: Where each service listens when nothing else is said (as in mesh.toml).
+DEFAULT_PORTS = {
+    "concierge": 50051,
+    "planner": 50052,
+    "logistics": 50053,
+    "writer": 50054,
+    "tools": 50055,
+}
+
+
+#: How the concierge describes the planner service (one line: models read it to route).
+PLANNER_DESCRIPTION = (
+    "Plans trips: day-by-day itineraries, airline fares, and trip notes saved and read back. "
+    "Keywords: plan, trip, itinerary, visit, holiday, fare, flight, ticket, note, save, read."
+)
+
+
+#: How the concierge describes the logistics service (one line: models read it to route).
+LOGISTICS_DESCRIPTION = (
+    "Travel logistics: time zones and clocks, unit conversions, budgets and arithmetic. "
+    "Keywords: time, clock, zone, jet lag, convert, km, miles, kg, pounds, celsius, "
+    "fahrenheit, calculate, compute, budget, total."
+)
+
+
+def target(service: str) -> str:
+    """``host:port`` of another service: ``ADK_MESH_TARGET_<SERVICE>``, else its default port
+    on 127.0.0.1."""
+    value = os.environ.get(f"ADK_MESH_TARGET_{service.upper()}", "").strip()
+    return value or f"127.0.0.1:{DEFAULT_PORTS[service]}"
+
+
+class OnlyTools(Toolset):
+    """The tools of another toolset whose names are listed, so each agent sees only its own."""
+
+    def __init__(self, inner: Toolset, names: Collection[str]) -> None:
+        super().__init__(inner.name)
+        self._inner = inner
+        self._names = frozenset(names)
+
+    async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+        return [tool for tool in await self._inner.tools(ctx) if tool.name in self._names]
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def remote_tools(*names: str) -> OnlyTools:
+    """These tools of the tool service (``services.tools``)."""
+    return OnlyTools(RemoteToolset(target("tools"), name="travel_tools"), names)
+
+
+def _configure_telemetry(service: str) -> Callable[[], Any] | None:
+    """Tracing for this process when adk_mesh.telemetry offers it; the shutdown to call."""
+    try:
+        from adk_mesh.telemetry import configure_telemetry  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    handle = configure_telemetry(service)
+    shutdown = getattr(handle, "shutdown", None)
+    return shutdown if callable(shutdown) else None
+
+
+def run_service(
+    name: str,
+    build_server: Callable[[argparse.Namespace], Any],
+    *,
+    argv: Sequence[str] | None = None,
+    description: str = "",
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> int:
+    """Parse ``--host``/``--port``, build the server, serve until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(prog=f"python -m services.{name}", description=description)
+    parser.add_argument("--host", default=os.environ.get("ADK_MESH_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=DEFAULT_PORTS[name], help="0 picks a free port")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds to drain on stop")
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    shutdown = _configure_telemetry(f"adk-mesh-{name}")
+    try:
+        server = build_server(args)
+        asyncio.run(serve_until_signal(server, f"{args.host}:{args.port}", grace=args.grace))
+    except PortTakenError:
+        print(
+            f"error: port {args.port} on {args.host} is taken by another process; "
+            f"stop it or pass --port",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if shutdown is not None:
+            shutdown()
+    return 0

@@ -61,6 +61,7 @@ __all__ = [
     "part_to_proto",
     "run_config_from_proto",
     "run_config_to_proto",
+    "run_response_events",
     "session_view_from_proto",
     "session_view_to_proto",
     "state_from_map",
@@ -597,3 +598,12 @@ def tool_result_from_proto(
         cls = error_class_for_reason(detail.reason) or ToolError
         return None, cls(detail.message, metadata=dict(detail.metadata)), actions
     return struct_to_dict(message.response), None, actions
+
+
+def run_response_events(response: agent_pb2.RunResponse) -> list[Event]:
+    """The events a RunResponse carries: its batch (``events``) or its single ``event``."""
+    if response.events:
+        return [event_from_proto(event) for event in response.events]
+    if response.HasField("event"):
+        return [event_from_proto(response.event)]
+    return []

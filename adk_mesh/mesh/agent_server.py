@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
@@ -27,7 +28,7 @@ from adk_mesh.mesh._status import error_boundary
 from adk_mesh.runner import Runner, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.tools.base import BaseTool
-from adk_mesh.types import Content
+from adk_mesh.types import Content, Event
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 
 __all__ = ["AgentServer"]
@@ -130,20 +131,15 @@ class AgentServer(MeshServer):
             memory_service=self.memory_service,
             max_transfers=self.max_transfers,
         )
-        first = True
         events = runner.run(
             user_id=root.user_id,
             session_id=session_id,
             new_message=message,
             run_config=codec.run_config_from_proto(request.run_config),
         )
-        async with aclosing(events):
-            async for event in events:
-                response = agent_pb2.RunResponse()
-                codec.event_to_proto(event, into=response.event)
-                if first:
-                    response.session_id = session_id
-                    first = False
+        responses = _responses(events, session_id=session_id, batches=request.accept_event_batches)
+        async with aclosing(responses):
+            async for response in responses:
                 yield response
 
     async def _ensure_session(self, user_id: str, session_id: str) -> str:
@@ -206,20 +202,26 @@ class AgentServer(MeshServer):
             call_path=(*call_path, self.agent.name),
             deadline=deadline,
         )
-        async with aclosing(
-            follow_transfers(
-                ctx,
-                agent,
-                root=self.agent,
-                max_transfers=self.max_transfers,
-                leave_foreign_transfers=True,
-            )
-        ) as events:
-            async for event in events:
-                if not event.partial:
-                    await service.append_event(session, event)
-                response = agent_pb2.RunResponse()
-                codec.event_to_proto(event, into=response.event)
+
+        async def applied() -> AsyncGenerator[Event, None]:
+            # The view is updated as events flow, so later steps see earlier changes.
+            async with aclosing(
+                follow_transfers(
+                    ctx,
+                    agent,
+                    root=self.agent,
+                    max_transfers=self.max_transfers,
+                    leave_foreign_transfers=True,
+                )
+            ) as events:
+                async for event in events:
+                    if not event.partial:
+                        await service.append_event(session, event)
+                    yield event
+
+        responses = _responses(applied(), session_id="", batches=request.accept_event_batches)
+        async with aclosing(responses):
+            async for response in responses:
                 yield response
 
     def card(self, agent_name: str) -> agent_pb2.AgentCard:
@@ -250,6 +252,76 @@ def _new_message(message: content_pb2.Content | None) -> Content:
     if not content.role:
         content = Content(role="user", parts=content.parts)
     return content
+
+
+#: At most this many events in one batched response, and this many waiting for the client.
+MAX_BATCH_EVENTS = 256
+MAX_PENDING_EVENTS = 1024
+
+
+async def _responses(
+    events: AsyncGenerator[Event, None], *, session_id: str, batches: bool
+) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+    """Encode a run's events as RunResponses; the first one names the session.
+
+    Without batches, one event per response. With batches, the run goes on in a task of its
+    own while the client reads: every event that is ready when the next response is due goes
+    into it (``events``), so a fast stream of partials is not bound to one message per event,
+    and a slow client holds the run back once MAX_PENDING_EVENTS wait.
+    """
+    if not batches:
+        async with aclosing(events):
+            async for event in events:
+                response = agent_pb2.RunResponse(session_id=session_id)
+                session_id = ""
+                codec.event_to_proto(event, into=response.event)
+                yield response
+        return
+
+    queue: asyncio.Queue[Event | None] = asyncio.Queue(MAX_PENDING_EVENTS)
+
+    async def produce() -> None:
+        async with aclosing(events):
+            async for event in events:
+                await queue.put(event)
+        await queue.put(None)
+
+    producer = asyncio.create_task(produce())
+    try:
+        finished = False
+        while not finished:
+            if queue.empty():
+                if producer.done():
+                    producer.result()  # the run failed before its end marker: raise its error
+                    break
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait((getter, producer), return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                ready = [getter.result()]
+            else:
+                ready = [queue.get_nowait()]
+            while not queue.empty() and len(ready) < MAX_BATCH_EVENTS:
+                ready.append(queue.get_nowait())
+            if ready[-1] is None:
+                finished = True
+            batch = [event for event in ready if event is not None]
+            if not batch:
+                break
+            response = agent_pb2.RunResponse(session_id=session_id)
+            session_id = ""
+            if len(batch) == 1:
+                codec.event_to_proto(batch[0], into=response.event)
+            else:
+                for event in batch:
+                    codec.event_to_proto(event, into=response.events.add())
+            yield response
+        await producer
+    finally:
+        if not producer.done():
+            producer.cancel()
+        await asyncio.gather(producer, return_exceptions=True)
 
 
 class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]

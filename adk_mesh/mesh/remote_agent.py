@@ -100,6 +100,7 @@ class RemoteAgent(BaseAgent):
             delegated=delegated,
             run_config=codec.run_config_to_proto(ctx.run_config),
             agent_name=self.agent_name,
+            accept_event_batches=True,
         )
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
@@ -108,15 +109,15 @@ class RemoteAgent(BaseAgent):
         try:
             held: Event | None = None
             async for response in call:
-                event = codec.event_from_proto(response.event)
-                if held is not None:
-                    # More events followed the transfer: the remote tree carried it out.
-                    yield _without_transfer(held)
-                    held = None
-                if event.actions.transfer_to_agent and not event.partial:
-                    held = event
-                    continue
-                yield event
+                for event in codec.run_response_events(response):
+                    if held is not None:
+                        # More events followed the transfer: the remote tree carried it out.
+                        yield _without_transfer(held)
+                        held = None
+                    if event.actions.transfer_to_agent and not event.partial:
+                        held = event
+                        continue
+                    yield event
             if held is not None:
                 yield held
         except grpc.RpcError as error:

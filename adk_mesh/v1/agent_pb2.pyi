@@ -21,16 +21,18 @@ STREAMING_MODE_NONE: StreamingMode
 STREAMING_MODE_SSE: StreamingMode
 
 class RunRequest(_message.Message):
-    __slots__ = ("root", "delegated", "run_config", "agent_name")
+    __slots__ = ("root", "delegated", "run_config", "agent_name", "accept_event_batches")
     ROOT_FIELD_NUMBER: _ClassVar[int]
     DELEGATED_FIELD_NUMBER: _ClassVar[int]
     RUN_CONFIG_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_EVENT_BATCHES_FIELD_NUMBER: _ClassVar[int]
     root: RootRun
     delegated: DelegatedRun
     run_config: RunConfig
     agent_name: str
-    def __init__(self, root: _Optional[_Union[RootRun, _Mapping]] = ..., delegated: _Optional[_Union[DelegatedRun, _Mapping]] = ..., run_config: _Optional[_Union[RunConfig, _Mapping]] = ..., agent_name: _Optional[str] = ...) -> None: ...
+    accept_event_batches: bool
+    def __init__(self, root: _Optional[_Union[RootRun, _Mapping]] = ..., delegated: _Optional[_Union[DelegatedRun, _Mapping]] = ..., run_config: _Optional[_Union[RunConfig, _Mapping]] = ..., agent_name: _Optional[str] = ..., accept_event_batches: _Optional[bool] = ...) -> None: ...
 
 class RootRun(_message.Message):
     __slots__ = ("app_name", "user_id", "session_id", "new_message")
@@ -92,12 +94,14 @@ class RunConfig(_message.Message):
     def __init__(self, max_llm_calls: _Optional[int] = ..., streaming_mode: _Optional[_Union[StreamingMode, str]] = ...) -> None: ...
 
 class RunResponse(_message.Message):
-    __slots__ = ("event", "session_id")
+    __slots__ = ("event", "session_id", "events")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     event: _event_pb2.Event
     session_id: str
-    def __init__(self, event: _Optional[_Union[_event_pb2.Event, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[_event_pb2.Event]
+    def __init__(self, event: _Optional[_Union[_event_pb2.Event, _Mapping]] = ..., session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("agent_name",)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
@@ -12,6 +13,7 @@ from adk_mesh.contexts import InvocationContext, RunConfig
 from adk_mesh.errors import InvalidArgumentError, SessionNotFoundError
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.telemetry._spans import trace_invocation
 from adk_mesh.types import Content, Event
 
 __all__ = ["Runner", "find_agent_to_run", "new_invocation_id"]
@@ -128,10 +130,12 @@ class Runner:
         user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)
         await self.session_service.append_event(session, user_event)
         append = self.session_service.append_event
-        async for event in follow_transfers(
-            ctx, agent, root=self.agent, max_transfers=self.max_transfers
-        ):
-            if event.llm_response.partial:
-                yield event
-            else:
-                yield await append(session, event)
+        events = trace_invocation(
+            ctx, follow_transfers(ctx, agent, root=self.agent, max_transfers=self.max_transfers)
+        )
+        async with aclosing(events):
+            async for event in events:
+                if event.llm_response.partial:
+                    yield event
+                else:
+                    yield await append(session, event)

@@ -10,6 +10,7 @@ from typing import Any
 
 from adk_mesh.contexts import CallbackContext, InvocationContext
 from adk_mesh.errors import ConfigError
+from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Content, Event
 
 __all__ = ["AgentCallback", "BaseAgent", "call_callbacks", "validate_agent_name"]
@@ -130,8 +131,14 @@ class BaseAgent(abc.ABC):
         return None
 
     async def run(self, parent_context: InvocationContext) -> AsyncGenerator[Event, None]:
-        """Run the agent in an invocation and yield its events."""
+        """Run the agent in an invocation and yield its events (in an ``invoke_agent`` span
+        when tracing is on)."""
         ctx = parent_context.for_agent(self)
+        async with aclosing(trace_agent_run(self, ctx, self._run_with_callbacks(ctx))) as events:
+            async for event in events:
+                yield event
+
+    async def _run_with_callbacks(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         if self.before_agent_callbacks:
             callback_context = CallbackContext(ctx)
             content = await call_callbacks(self.before_agent_callbacks, callback_context)

@@ -20,6 +20,7 @@ from adk_mesh.contexts import (
 )
 from adk_mesh.errors import AgentError, ConfigError, ToolError
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
+from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
 from adk_mesh.types import Content, Event, EventActions, FunctionCall, LlmResponse, Part
 
@@ -246,7 +247,11 @@ class LlmAgent(BaseAgent):
         if response is None:
             ctx.count_llm_call()
             streaming = ctx.run_config.streaming_mode is StreamingMode.SSE
-            async for chunk in self.model.generate_content(request, stream=streaming):
+            model = self.model
+            chunks = telemetry.trace_model_call(
+                model, request, model.generate_content(request, stream=streaming)
+            )
+            async for chunk in chunks:
                 if chunk.partial:
                     yield Event(
                         author=self.name,
@@ -339,6 +344,27 @@ class LlmAgent(BaseAgent):
         tool_context = ToolContext(ctx, function_call_id=call.id, event_sink=sink)
         tool = tools.get(call.name)
         args = call.args
+        with telemetry.trace_tool_call(call.name, tool, call.id, args, ctx):
+            response = await self._answer_call(tool_context, call, tool, tools)
+            telemetry.record_tool_result(response)
+            target = tool_context.actions.transfer_to_agent
+            if target:
+                telemetry.record_control_transfer("pass_control", target)
+        if response is None:
+            if tool is not None and tool.is_long_running:
+                return None, tool_context.actions
+            response = {}
+        part = Part.from_function_response(call.name, response, id=call.id)
+        return part, tool_context.actions
+
+    async def _answer_call(
+        self,
+        tool_context: ToolContext,
+        call: FunctionCall,
+        tool: BaseTool | None,
+        tools: dict[str, BaseTool],
+    ) -> dict[str, Any] | None:
+        args = call.args
         response: dict[str, Any] | None
         if tool is None:
             available = ", ".join(sorted(tools)) or "none"
@@ -360,12 +386,7 @@ class LlmAgent(BaseAgent):
                 )
                 if replaced is not None:
                     response = replaced
-        if response is None:
-            if tool is not None and tool.is_long_running:
-                return None, tool_context.actions
-            response = {}
-        part = Part.from_function_response(call.name, response, id=call.id)
-        return part, tool_context.actions
+        return response
 
 
 async def _run_all(
@@ -389,6 +410,7 @@ async def _execute(tool: BaseTool, ctx: ToolContext, args: dict[str, Any]) -> di
     response, error = await execute_tool(tool, ctx, args)
     if error is None:
         return response
+    telemetry.record_tool_error(error)
     if error.propagate:
         raise error
     if isinstance(error, ToolError):

@@ -12,6 +12,7 @@ Servers derive from :class:`MeshServer`, which registers gRPC health (``SERVING`
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from adk_mesh.errors import AdkIOError, ConfigError
+from adk_mesh.mesh._drain import CallGate
+from adk_mesh.mesh._interceptors import client_interceptors, server_interceptors
 
 __all__ = ["MAX_MESSAGE_BYTES", "MeshServer", "channel_options", "open_channel"]
 
@@ -73,7 +76,9 @@ def open_channel(target: str) -> grpc.aio.Channel:
     """An insecure channel to ``target`` (``host:port`` or ``dns:///host:port``)."""
     if not target:
         raise ConfigError("a mesh target must not be empty; write host:port or dns:///host:port")
-    return grpc.aio.insecure_channel(target, options=channel_options())
+    return grpc.aio.insecure_channel(
+        target, options=channel_options(), interceptors=client_interceptors()
+    )
 
 
 class MeshServer:
@@ -87,6 +92,7 @@ class MeshServer:
     def __init__(self) -> None:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
+        self._gate = CallGate(exempt=(health.SERVICE_NAME, reflection.SERVICE_NAME))
 
     def _register(self, server: grpc.aio.Server) -> None:
         raise NotImplementedError
@@ -96,12 +102,16 @@ class MeshServer:
         if self._server is not None:
             raise ConfigError(f"{type(self).__name__} is already started")
         server = grpc.aio.server(
+            # Tracing outermost, so a call the gate refuses still has its span.
+            interceptors=[*server_interceptors(), self._gate],
             options=[
                 *_COMMON_OPTIONS,
                 # Accept the clients' keepalive pings on idle connections.
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
-            ]
+                # A port another process holds is an error, not a silently shared port.
+                ("grpc.so_reuseport", 0),
+            ],
         )
         self._register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -126,6 +136,21 @@ class MeshServer:
         self._server = None
         await self._health.enter_graceful_shutdown()
         await server.stop(grace)
+
+    async def drain(self, grace: float) -> None:
+        """Stop gracefully: report NOT_SERVING and refuse new calls with UNAVAILABLE (health
+        and reflection stay open, so probes read NOT_SERVING), let running calls finish for up
+        to ``grace`` seconds, then stop, cancelling whatever still runs."""
+        if self._server is None:
+            return
+        await self._health.enter_graceful_shutdown()
+        self._gate.close()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await self._gate.wait_idle(grace)
+        remaining = max(0.0, grace - (loop.time() - started))
+        # Finished calls still flush their status; open health watches get at most a second.
+        await self.stop(min(remaining, 1.0))
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:

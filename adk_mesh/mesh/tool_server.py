@@ -12,11 +12,13 @@ import grpc.aio
 
 from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent
-from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
-from adk_mesh.errors import AgentError, InvalidArgumentError, ToolNotFoundError
+from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext, serving_deadline
+from adk_mesh.errors import AdkError, AgentError, InvalidArgumentError, ToolNotFoundError
 from adk_mesh.mesh._channel import MeshServer
+from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._status import error_boundary
 from adk_mesh.sessions.base import Session
+from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
 from adk_mesh.types import Event
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
@@ -57,9 +59,12 @@ class _CallerAgent(BaseAgent):
 
 
 def _invocation(
-    caller: tool_pb2.CallerContext, state: dict[str, Any] | None = None
+    caller: tool_pb2.CallerContext,
+    state: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> InvocationContext:
-    """A light invocation context over the caller's ids and the state it sent."""
+    """A light invocation context over the caller's ids, the state it sent and the deadline of
+    its call (so a tool that calls further services passes the remaining time on)."""
     session = Session(
         id=caller.session_id,
         app_name=caller.app_name,
@@ -71,6 +76,7 @@ def _invocation(
         agent=_CallerAgent(caller.agent_name),
         session=session,
         branch=caller.branch,
+        deadline=deadline,
     )
 
 
@@ -87,7 +93,8 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         context: grpc.aio.ServicerContext,
     ) -> tool_pb2.ListToolsResponse:
         async with error_boundary(context):
-            tools = await self._toolset.tools(ReadonlyContext(_invocation(request.context)))
+            invocation = _invocation(request.context, deadline=deadline_of(context))
+            tools = await self._toolset.tools(ReadonlyContext(invocation))
             return tool_pb2.ListToolsResponse(
                 tools=[codec.declaration_to_proto(tool.declaration()) for tool in tools],
                 toolset_name=self._name,
@@ -102,7 +109,10 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         async with error_boundary(context):
             if not request.tool_name:
                 raise InvalidArgumentError("CallToolRequest.tool_name is empty; name the tool")
-            invocation = _invocation(request.context, codec.state_from_map(request.state))
+            deadline = deadline_of(context)
+            # Contexts the tool builds itself (a Runner it calls) read the deadline here.
+            serving_deadline.set(deadline)
+            invocation = _invocation(request.context, codec.state_from_map(request.state), deadline)
             tools = await self._toolset.tools(ReadonlyContext(invocation))
             tool = next((t for t in tools if t.name == request.tool_name), None)
             if tool is None:
@@ -130,7 +140,19 @@ async def _run_tool(
 
     call_id = request.function_call_id if request.HasField("function_call_id") else None
     tool_context = ToolContext(invocation, function_call_id=call_id, progress=report)
-    task = asyncio.ensure_future(execute_tool(tool, tool_context, args))
+
+    async def traced() -> tuple[dict[str, Any] | None, AdkError | None]:
+        # Inside the task, so the span is attached and detached by the same task; the task's
+        # context is copied from the handler's step, which has the gRPC server span current.
+        with telemetry.trace_tool_call(tool.name, tool, call_id, args, invocation):
+            response, error = await execute_tool(tool, tool_context, args)
+            if error is not None:
+                telemetry.record_tool_error(error)
+            else:
+                telemetry.record_tool_result(response)
+            return response, error
+
+    task = asyncio.ensure_future(traced())
     try:
         while not task.done() or not progress.empty():
             if progress.empty():

@@ -46,6 +46,7 @@ from adk_mesh.errors import (
     StateConflictError,
     ToolError,
 )
+from adk_mesh.telemetry._spans import record_control_transfer
 from adk_mesh.tools.base import BaseTool
 from adk_mesh.types import Content, Event, EventActions, Part
 
@@ -149,6 +150,7 @@ class AgentTool(BaseTool):
                 f"delegating to {self.agent.name!r} would nest {depth} delegations; the limit "
                 f"is {limit}"
             )
+        record_control_transfer("return_to_caller", self.agent.name, delegation_depth=depth)
         parent_state = parent.session.state
         snapshot = dict(parent_state)
         child_service = InMemorySessionService()
@@ -180,6 +182,7 @@ class AgentTool(BaseTool):
             delegation_depth=depth,
             max_delegation_depth=limit,
             call_path=parent.call_path,
+            deadline=parent.deadline,
         )
         await child_service.append_event(
             child_session,

@@ -1,0 +1,313 @@
+"""gRPC interceptors: an RPC span on both sides of every mesh call, and the trace context
+(``traceparent``, ``tracestate``, ``baggage`` with the invocation's ids) in the metadata.
+
+Written here rather than taken from ``opentelemetry-instrumentation-grpc`` because a streaming
+call's span must end exactly when the stream does, with the right status, in every case:
+
+* client: the span ends in the call's done-callback, which gRPC fires once the call is over —
+  finished, failed, cancelled by the caller, past its deadline, or dropped (a call that is
+  garbage-collected is cancelled) — and reads the final status there;
+* server: the handler (an async generator for a streaming method) is wrapped; the span ends in
+  its ``finally`` and the status comes from how it ended: returned (OK), aborted (the code the
+  handler aborted with), cancelled (CANCELLED, or DEADLINE_EXCEEDED when the deadline passed),
+  or failed (UNKNOWN).
+
+Status: OK leaves the span UNSET (as instrumentations do); CANCELLED leaves it UNSET with
+``adk_mesh.cancelled=true`` (the caller chose to stop); every other code is ERROR with
+``CODE: details``. ``rpc.grpc.status_code`` always holds the numeric code.
+
+The server span is the parent of everything the handler does: the handler runs with it (and
+the caller's baggage) attached, around each step only, never across a ``yield``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from adk_mesh.telemetry import _metrics
+from adk_mesh.telemetry._propagation import (
+    attributes_from_baggage,
+    extract_context,
+    inject_context,
+)
+from adk_mesh.telemetry._providers import get_tracer, tracing_enabled
+
+__all__ = ["client_interceptors", "server_interceptors"]
+
+_CANCELLED_ATTRIBUTE = "adk_mesh.cancelled"
+# Infrastructure calls (health probes, reflection) would bury the invocations' spans.
+_UNTRACED_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
+
+
+def _method_parts(method: str | bytes) -> tuple[str, str, str]:
+    """``(full method, service, method)`` of ``/pkg.Service/Method``."""
+    full = method.decode() if isinstance(method, bytes) else method
+    service, _, name = full.lstrip("/").rpartition("/")
+    return full, service, name
+
+
+def _rpc_attributes(service: str, method: str) -> dict[str, AttributeValue]:
+    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+
+
+def finish_rpc_span(span: Span, code: grpc.StatusCode, details: str | None) -> None:
+    """Set the final status of an RPC span and end it."""
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if code is grpc.StatusCode.CANCELLED:
+        span.set_attribute(_CANCELLED_ATTRIBUTE, True)
+    elif code is not grpc.StatusCode.OK:
+        span.set_status(Status(StatusCode.ERROR, f"{code.name}: {details or ''}".rstrip(": ")))
+        span.set_attribute("error.type", code.name)
+        _metrics.record_error("rpc", code.name)
+    span.end()
+
+
+# --- client ---------------------------------------------------------------------------------
+
+
+def _final_status(call: Any) -> tuple[grpc.StatusCode, str | None]:
+    """The status of a call that is done, read without awaiting (we are in its callback)."""
+    status = getattr(getattr(call, "_cython_call", None), "_status", None)
+    if status is not None:
+        from grpc._common import CYGRPC_STATUS_CODE_TO_STATUS_CODE
+
+        code = CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(status.code())
+        if code is not None:
+            details = status.details()
+            return code, details if isinstance(details, str) else None
+    # Without the private status: what the public, synchronous API tells.
+    if call.cancelled():
+        return grpc.StatusCode.CANCELLED, None
+    return grpc.StatusCode.UNKNOWN, None
+
+
+async def _intercept(
+    continuation: Callable[[Any, Any], Awaitable[Any]],
+    details: grpc.aio.ClientCallDetails,
+    request: Any,
+) -> Any:
+    tracer = get_tracer()
+    full, service, method = _method_parts(details.method)
+    if tracer is None or full.startswith(_UNTRACED_PREFIXES):
+        return await continuation(details, request)
+    attributes = _rpc_attributes(service, method)
+    attributes.update(attributes_from_baggage())
+    span = tracer.start_span(full.lstrip("/"), kind=SpanKind.CLIENT, attributes=attributes)
+    context = trace.set_span_in_context(span)
+    metadata = grpc.aio.Metadata()
+    for key, value in details.metadata or ():
+        metadata.add(key, value)
+    for key, value in inject_context(context).items():
+        metadata.add(key, value)
+    new_details = grpc.aio.ClientCallDetails(
+        details.method,
+        details.timeout,
+        metadata,
+        details.credentials,
+        details.wait_for_ready,
+    )
+    try:
+        call = await continuation(new_details, request)
+    except asyncio.CancelledError:
+        finish_rpc_span(span, grpc.StatusCode.CANCELLED, "cancelled before it started")
+        raise
+    except grpc.RpcError as error:
+        finish_rpc_span(span, error.code(), error.details())
+        raise
+    except BaseException as error:
+        finish_rpc_span(span, grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
+        raise
+
+    def done(finished: Any) -> None:
+        finish_rpc_span(span, *_final_status(finished))
+
+    call.add_done_callback(done)
+    return call
+
+
+class _UnaryUnaryClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """A CLIENT span per unary call (gRPC files an interceptor under one call type only)."""
+
+    async def intercept_unary_unary(
+        self,
+        continuation: Callable[[Any, Any], Awaitable[Any]],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        return await _intercept(continuation, client_call_details, request)
+
+
+class _UnaryStreamClientInterceptor(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """A CLIENT span per server-streaming call."""
+
+    async def intercept_unary_stream(
+        self,
+        continuation: Callable[[Any, Any], Awaitable[Any]],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        return await _intercept(continuation, client_call_details, request)
+
+
+# --- server ---------------------------------------------------------------------------------
+
+
+def _server_outcome(
+    error: BaseException, context: grpc.aio.ServicerContext
+) -> tuple[grpc.StatusCode, str | None]:
+    if isinstance(error, grpc.aio.AbortError):
+        code = context.code()
+        details = context.details()
+        if isinstance(code, grpc.StatusCode):
+            return code, details if isinstance(details, str) else None
+        return grpc.StatusCode.UNKNOWN, None
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded"
+        return grpc.StatusCode.CANCELLED, "cancelled by the client"
+    return grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}"
+
+
+def _start_server_span(
+    full: str, service: str, method: str, context: grpc.aio.ServicerContext
+) -> tuple[Span, otel_context.Context] | None:
+    tracer = get_tracer()
+    if tracer is None:
+        return None
+    parent = extract_context(context.invocation_metadata() or ())
+    attributes = _rpc_attributes(service, method)
+    attributes.update(attributes_from_baggage(parent))
+    peer = context.peer()
+    if isinstance(peer, str) and peer:
+        attributes["network.peer.address"] = peer
+    span = tracer.start_span(
+        full.lstrip("/"), context=parent, kind=SpanKind.SERVER, attributes=attributes
+    )
+    return span, trace.set_span_in_context(span, parent)
+
+
+def _wrap_unary_unary(
+    behaviour: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]], full: str
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    _, service, method = _method_parts(full)
+
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = _start_server_span(full, service, method, context)
+        if started is None:
+            return await behaviour(request, context)
+        span, span_context = started
+        token = otel_context.attach(span_context)
+        try:
+            response = await behaviour(request, context)
+        except BaseException as error:
+            finish_rpc_span(span, *_server_outcome(error, context))
+            raise
+        finally:
+            otel_context.detach(token)
+        finish_rpc_span(span, grpc.StatusCode.OK, None)
+        return response
+
+    return handler
+
+
+def _wrap_unary_stream(
+    behaviour: Callable[[Any, grpc.aio.ServicerContext], Any], full: str
+) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
+    _, service, method = _method_parts(full)
+
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        started = _start_server_span(full, service, method, context)
+        result = behaviour(request, context)
+        if started is None:
+            if inspect.isawaitable(result):
+                await result
+                return
+            async for response in result:
+                yield response
+            return
+        span, span_context = started
+        code, details = grpc.StatusCode.OK, None
+        try:
+            if inspect.isawaitable(result):
+                # A handler that writes through context.write() and returns.
+                token = otel_context.attach(span_context)
+                try:
+                    await result
+                finally:
+                    otel_context.detach(token)
+                return
+            while True:
+                token = otel_context.attach(span_context)
+                try:
+                    response = await anext(result)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    otel_context.detach(token)
+                yield response
+        except BaseException as error:
+            code, details = _server_outcome(error, context)
+            raise
+        finally:
+            try:
+                close = getattr(result, "aclose", None)
+                if close is not None:
+                    token = otel_context.attach(span_context)
+                    try:
+                        await close()
+                    finally:
+                        otel_context.detach(token)
+            finally:
+                finish_rpc_span(span, code, details)
+
+    return handler
+
+
+class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """A SERVER span per call, child of the caller's context, current for the handler."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        full: str = handler_call_details.method
+        if handler is None or full.startswith(_UNTRACED_PREFIXES):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary_unary(handler.unary_unary, full),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_unary_stream(handler.unary_stream, full),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # client-streaming methods: none in the mesh contract
+
+
+def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
+    """The interceptors of a new client channel: none while tracing is off."""
+    if not tracing_enabled():
+        return []
+    return [_UnaryUnaryClientInterceptor(), _UnaryStreamClientInterceptor()]
+
+
+def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
+    """The interceptors of a new server: none while tracing is off."""
+    return [_ServerInterceptor()] if tracing_enabled() else []

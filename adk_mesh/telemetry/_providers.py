@@ -1,0 +1,120 @@
+"""Where the instrumentation finds its tracer and meter.
+
+The runtime never holds a tracer of its own: it asks :func:`get_tracer` each time, so a test
+(or an embedding application) can swap the provider with :func:`use_tracer_provider` without
+touching OpenTelemetry's set-once globals. ``None`` from :func:`get_tracer` means tracing is
+off (no SDK provider anywhere): the instrumentation then does nothing at all, which is what
+keeps an unconfigured process at its untraced speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+__all__ = [
+    "INSTRUMENTATION_NAME",
+    "get_global_meter_provider_unset",
+    "get_meter",
+    "get_tracer",
+    "set_meter_provider",
+    "set_tracer_provider",
+    "tracing_enabled",
+    "use_meter_provider",
+    "use_tracer_provider",
+]
+
+INSTRUMENTATION_NAME = "adk_mesh"
+
+_tracer_provider: trace.TracerProvider | None = None
+_meter_provider: metrics.MeterProvider | None = None
+_tracer_cache: tuple[trace.TracerProvider, trace.Tracer] | None = None
+_meter_cache: tuple[metrics.MeterProvider, metrics.Meter] | None = None
+
+# The API's placeholders: a process where nobody installed an SDK provider.
+_NO_TRACING = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_NO_METRICS = (metrics.NoOpMeterProvider, _ProxyMeterProvider)
+
+
+def _current_tracer_provider() -> trace.TracerProvider:
+    return _tracer_provider if _tracer_provider is not None else trace.get_tracer_provider()
+
+
+def tracing_enabled() -> bool:
+    """Whether a real (SDK) tracer provider is installed, here or globally."""
+    return not isinstance(_current_tracer_provider(), _NO_TRACING)
+
+
+def get_tracer() -> trace.Tracer | None:
+    """The adk_mesh tracer, or ``None`` when tracing is off."""
+    global _tracer_cache
+    provider = _current_tracer_provider()
+    if isinstance(provider, _NO_TRACING):
+        return None
+    cached = _tracer_cache
+    if cached is not None and cached[0] is provider:
+        return cached[1]
+    from adk_mesh import __version__
+
+    tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
+    _tracer_cache = (provider, tracer)
+    return tracer
+
+
+def get_meter() -> metrics.Meter | None:
+    """The adk_mesh meter, or ``None`` when no metrics provider is installed."""
+    global _meter_cache
+    provider = _meter_provider if _meter_provider is not None else metrics.get_meter_provider()
+    if isinstance(provider, _NO_METRICS):
+        return None
+    cached = _meter_cache
+    if cached is not None and cached[0] is provider:
+        return cached[1]
+    from adk_mesh import __version__
+
+    meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
+    _meter_cache = (provider, meter)
+    return meter
+
+
+def get_global_meter_provider_unset() -> bool:
+    """Whether nobody installed a global meter provider yet."""
+    return isinstance(metrics.get_meter_provider(), _ProxyMeterProvider)
+
+
+def set_tracer_provider(provider: trace.TracerProvider | None) -> None:
+    """Use ``provider`` instead of the global one (``None``: the global one again)."""
+    global _tracer_provider, _tracer_cache
+    _tracer_provider = provider
+    _tracer_cache = None
+
+
+def set_meter_provider(provider: metrics.MeterProvider | None) -> None:
+    global _meter_provider, _meter_cache
+    _meter_provider = provider
+    _meter_cache = None
+
+
+@contextmanager
+def use_tracer_provider(provider: trace.TracerProvider) -> Iterator[None]:
+    """Trace with ``provider`` inside the block (tests: an SDK provider with an in-memory
+    exporter), then go back to the previous one."""
+    previous = _tracer_provider
+    set_tracer_provider(provider)
+    try:
+        yield
+    finally:
+        set_tracer_provider(previous)
+
+
+@contextmanager
+def use_meter_provider(provider: metrics.MeterProvider) -> Iterator[None]:
+    previous = _meter_provider
+    set_meter_provider(provider)
+    try:
+        yield
+    finally:
+        set_meter_provider(previous)

@@ -1,0 +1,482 @@
+"""Spans of the runtime: ``invoke_workflow``, ``invoke_agent``, ``chat`` and ``execute_tool``.
+
+Agents, model calls and streams are async generators, and a generator can be closed from
+another task than the one that iterated it. So no span is ever *held current* across a
+``yield``: each helper starts its span explicitly, keeps the OpenTelemetry context it belongs
+to, and attaches that context only around one ``__anext__`` of the wrapped generator (and its
+``aclose``) — a synchronous stretch of one task, so attach and detach always pair up. Every span
+ends in ``finally``: normally, on error (status ERROR, ``error.type``), when cancelled (status
+UNSET, ``adk_mesh.cancelled``) or when its consumer closed the stream early (status UNSET,
+``adk_mesh.closed_early``, e.g. an agent stopped after it transferred control).
+
+When tracing is off (:func:`~adk_mesh.telemetry._providers.get_tracer` is ``None``) each
+helper hands back the generator it was given, untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from adk_mesh.telemetry import _metrics
+from adk_mesh.telemetry._propagation import (
+    INVOCATION_ID,
+    attributes_from_baggage,
+    invocation_attributes,
+    with_invocation_baggage,
+)
+from adk_mesh.telemetry._providers import get_tracer
+
+if TYPE_CHECKING:
+    from adk_mesh.agents.base import BaseAgent
+    from adk_mesh.contexts import InvocationContext
+    from adk_mesh.models.base import Llm, LlmRequest
+    from adk_mesh.tools.base import BaseTool
+    from adk_mesh.types import Content, Event, LlmResponse
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "annotate_current_span",
+    "capture_content",
+    "record_control_transfer",
+    "record_tool_error",
+    "record_tool_result",
+    "trace_agent_run",
+    "trace_invocation",
+    "trace_model_call",
+    "trace_tool_call",
+]
+
+#: Set to ``true`` to record prompts, answers, tool arguments and results on spans.
+CAPTURE_CONTENT_ENV = "ADK_MESH_CAPTURE_CONTENT"
+
+OPERATION_NAME = "gen_ai.operation.name"
+CANCELLED = "adk_mesh.cancelled"
+CLOSED_EARLY = "adk_mesh.closed_early"
+ERROR_TYPE = "error.type"
+CONTROL_FLOW = "adk_mesh.control_flow"
+TARGET_AGENT = "adk_mesh.target_agent"
+
+# Argument and result keys whose values are never recorded, even with content capture on.
+_SECRET_MARKERS = ("key", "secret", "token", "password", "passwd", "authorization", "credential")
+_REDACTED = "[redacted]"
+_MAX_ATTRIBUTE_CHARS = 16_384
+
+T = TypeVar("T")
+
+
+def capture_content() -> bool:
+    """Whether prompts, answers, tool arguments and results go on spans (off by default)."""
+    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("true", "1", "yes")
+
+
+# --- the outcome of a span --------------------------------------------------------------------
+
+
+def _error_type(error: BaseException) -> str:
+    return type(error).__name__
+
+
+def _end_with_error(span: Span, error: BaseException) -> str:
+    """Mark ``span`` failed by ``error``; returns the error type."""
+    error_type = _error_type(error)
+    message = getattr(error, "message", None) or str(error)
+    span.set_status(Status(StatusCode.ERROR, f"{error_type}: {message}"[:1024]))
+    span.set_attribute(ERROR_TYPE, error_type)
+    return error_type
+
+
+class _Outcome:
+    """How a traced stream ended; filled in by :func:`_traced`'s exception handlers."""
+
+    __slots__ = ("error_type",)
+
+    def __init__(self) -> None:
+        self.error_type: str | None = None
+
+
+async def _traced(
+    span: Span,
+    context: Context,
+    items: AsyncIterator[T],
+    *,
+    operation: str,
+    on_item: Callable[[T], None] | None = None,
+    on_end: Callable[[_Outcome], None] | None = None,
+) -> AsyncGenerator[T, None]:
+    """Yield ``items``, each produced with ``context`` attached; end ``span`` when done."""
+    outcome = _Outcome()
+    try:
+        while True:
+            token = otel_context.attach(context)
+            try:
+                item = await anext(items)
+            except StopAsyncIteration:
+                break
+            finally:
+                otel_context.detach(token)
+            if on_item is not None:
+                on_item(item)
+            yield item
+    except GeneratorExit:
+        span.set_attribute(CLOSED_EARLY, True)
+        raise
+    except asyncio.CancelledError:
+        span.set_attribute(CANCELLED, True)
+        raise
+    except BaseException as error:
+        outcome.error_type = _end_with_error(span, error)
+        _metrics.record_error(operation, outcome.error_type)
+        raise
+    finally:
+        try:
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                token = otel_context.attach(context)
+                try:
+                    await close()
+                finally:
+                    otel_context.detach(token)
+        finally:
+            if on_end is not None:
+                on_end(outcome)
+            span.end()
+
+
+def _is_remote(agent: BaseAgent) -> bool:
+    # RemoteAgent lives in adk_mesh.mesh, which the runtime must not import: recognise it by
+    # its module and its target instead.
+    return type(agent).__module__.startswith("adk_mesh.mesh.") and isinstance(
+        getattr(agent, "target", None), str
+    )
+
+
+def _server_attributes(target: str) -> dict[str, AttributeValue]:
+    address = target.removeprefix("dns:///").removeprefix("ipv4:")
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit():
+        return {"server.address": host, "server.port": int(port)}
+    return {"server.address": address}
+
+
+# --- invoke_workflow: one Runner turn ------------------------------------------------------
+
+
+def annotate_current_span(ctx: InvocationContext) -> None:
+    """Put the invocation's ids on the current span when it lacks them (a gRPC server span
+    that started before the invocation had an id)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    attributes = getattr(span, "attributes", None)
+    if attributes is not None and INVOCATION_ID in attributes:
+        return
+    span.set_attributes(invocation_attributes(ctx))
+
+
+def trace_invocation(
+    ctx: InvocationContext, events: AsyncGenerator[Event, None]
+) -> AsyncGenerator[Event, None]:
+    """One user turn run by a Runner: the root of the invocation's span tree in its service."""
+    tracer = get_tracer()
+    if tracer is None:
+        return events
+    annotate_current_span(ctx)
+    attributes = invocation_attributes(ctx)
+    attributes[OPERATION_NAME] = "invoke_workflow"
+    attributes["gen_ai.agent.name"] = ctx.agent.name
+    span = tracer.start_span(
+        f"invoke_workflow {ctx.app_name}", kind=SpanKind.INTERNAL, attributes=attributes
+    )
+    context = with_invocation_baggage(ctx, trace.set_span_in_context(span))
+    return _traced(span, context, events, operation="invoke_workflow")
+
+
+# --- invoke_agent ---------------------------------------------------------------------------
+
+
+def trace_agent_run(
+    agent: BaseAgent, ctx: InvocationContext, events: AsyncGenerator[Event, None]
+) -> AsyncGenerator[Event, None]:
+    """``invoke_agent {name}``: INTERNAL for an agent of this process, CLIENT for a remote one."""
+    tracer = get_tracer()
+    if tracer is None:
+        return events
+    remote = _is_remote(agent)
+    attributes = invocation_attributes(ctx)
+    attributes[OPERATION_NAME] = "invoke_agent"
+    attributes["gen_ai.agent.name"] = agent.name
+    if agent.description:
+        attributes["gen_ai.agent.description"] = agent.description
+    attributes["adk_mesh.agent.type"] = type(agent).__name__
+    if remote:
+        target = str(getattr(agent, "target", ""))
+        attributes.update(_server_attributes(target))
+        remote_name = getattr(agent, "agent_name", "") or agent.name
+        attributes["gen_ai.agent.id"] = f"{target}/{remote_name}"
+    if ctx.delegation_depth:
+        attributes["adk_mesh.delegation_depth"] = ctx.delegation_depth
+    span = tracer.start_span(
+        f"invoke_agent {agent.name}",
+        kind=SpanKind.CLIENT if remote else SpanKind.INTERNAL,
+        attributes=attributes,
+    )
+    context = with_invocation_baggage(ctx, trace.set_span_in_context(span))
+    started = time.perf_counter()
+
+    def on_end(outcome: _Outcome) -> None:
+        _metrics.record_agent_duration(
+            time.perf_counter() - started, agent.name, outcome.error_type
+        )
+
+    return _traced(span, context, events, operation="invoke_agent", on_end=on_end)
+
+
+# --- chat -----------------------------------------------------------------------------------
+
+
+def _part_json(part: Any) -> dict[str, Any]:
+    if part.text is not None:
+        return {"type": "reasoning" if part.thought else "text", "content": part.text}
+    if part.function_call is not None:
+        call = part.function_call
+        return {
+            "type": "tool_call",
+            "id": call.id,
+            "name": call.name,
+            "arguments": _redacted(call.args),
+        }
+    if part.function_response is not None:
+        response = part.function_response
+        return {
+            "type": "tool_call_response",
+            "id": response.id,
+            "response": _redacted(response.response),
+        }
+    if part.inline_data is not None:
+        return {"type": "blob", "mime_type": part.inline_data.mime_type}
+    if part.file_data is not None:
+        return {"type": "uri", "mime_type": part.file_data.mime_type}
+    return {"type": "unknown"}
+
+
+def _messages_json(contents: list[Content]) -> str:
+    messages = [
+        {"role": content.role or "user", "parts": [_part_json(part) for part in content.parts]}
+        for content in contents
+    ]
+    return _bounded(json.dumps(messages, default=str, ensure_ascii=False))
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= _MAX_ATTRIBUTE_CHARS else text[:_MAX_ATTRIBUTE_CHARS] + "..."
+
+
+def _is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with every secret-looking key's value replaced."""
+    if isinstance(value, dict):
+        return {
+            key: _REDACTED if isinstance(key, str) and _is_secret(key) else _redacted(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redacted(item) for item in value]
+    return value
+
+
+def provider_name(model: Llm) -> str:
+    provider = getattr(model, "provider", None)
+    return provider if isinstance(provider, str) and provider else type(model).__name__
+
+
+def trace_model_call(
+    model: Llm, request: LlmRequest, responses: AsyncIterator[LlmResponse]
+) -> AsyncIterator[LlmResponse]:
+    """``chat {model}`` around one model call (all its streamed chunks)."""
+    tracer = get_tracer()
+    if tracer is None:
+        return responses
+    provider = provider_name(model)
+    request_model = request.model or model.name
+    config = request.config
+    # The invocation's ids come from the baggage the enclosing agent span attached.
+    attributes = attributes_from_baggage()
+    attributes |= {
+        OPERATION_NAME: "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": request_model,
+    }
+    for key, value in (
+        ("gen_ai.request.temperature", config.temperature),
+        ("gen_ai.request.max_tokens", config.max_output_tokens),
+        ("gen_ai.request.top_p", config.top_p),
+        ("gen_ai.request.top_k", config.top_k),
+        ("gen_ai.request.seed", config.seed),
+    ):
+        if value is not None:
+            attributes[key] = value
+    if config.stop_sequences:
+        attributes["gen_ai.request.stop_sequences"] = list(config.stop_sequences)
+    if request.tools:
+        attributes["adk_mesh.request.tool_count"] = len(request.tools)
+    if capture_content():
+        if request.system_instruction:
+            attributes["gen_ai.system_instructions"] = _bounded(
+                json.dumps([{"type": "text", "content": request.system_instruction}])
+            )
+        attributes["gen_ai.input.messages"] = _messages_json(request.contents)
+    current = otel_context.get_current()
+    span = tracer.start_span(
+        f"chat {request_model}", context=current, kind=SpanKind.CLIENT, attributes=attributes
+    )
+    context = trace.set_span_in_context(span, current)
+    started = time.perf_counter()
+    final: list[LlmResponse] = []
+
+    def on_item(response: LlmResponse) -> None:
+        if not response.partial:
+            final[:] = [response]
+
+    def on_end(outcome: _Outcome) -> None:
+        response = final[0] if final else None
+        input_tokens = output_tokens = None
+        response_model = None
+        if response is not None:
+            response_model = response.model_version or request_model
+            span.set_attribute("gen_ai.response.model", response_model)
+            usage = response.usage_metadata
+            if usage is not None:
+                input_tokens = usage.prompt_token_count
+                output_tokens = usage.candidates_token_count
+                span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+                span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+            if response.finish_reason is not None:
+                span.set_attribute(
+                    "gen_ai.response.finish_reasons", [str(response.finish_reason).lower()]
+                )
+            if response.error_code:
+                span.set_status(Status(StatusCode.ERROR, response.error_code))
+                span.set_attribute(ERROR_TYPE, response.error_code)
+            if capture_content() and response.content is not None:
+                span.set_attribute("gen_ai.output.messages", _messages_json([response.content]))
+        _metrics.record_model_call(
+            time.perf_counter() - started,
+            provider=provider,
+            request_model=request_model,
+            response_model=response_model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            error_type=outcome.error_type,
+        )
+
+    return _traced(span, context, responses, operation="chat", on_item=on_item, on_end=on_end)
+
+
+# --- execute_tool ---------------------------------------------------------------------------
+
+
+def _tool_type(tool: BaseTool | None) -> str:
+    if tool is None:
+        return "function"
+    if tool.is_builtin or type(tool).__module__.startswith("adk_mesh.mesh."):
+        # Run by the provider, or by a tool service: not a function of this process.
+        return "extension"
+    return "function"
+
+
+@contextmanager
+def trace_tool_call(
+    tool_name: str,
+    tool: BaseTool | None,
+    call_id: str | None,
+    args: dict[str, Any],
+    ctx: InvocationContext,
+) -> Iterator[None]:
+    """``execute_tool {name}`` around one tool call, current while it runs (a coroutine in one
+    task, so holding it current is safe)."""
+    tracer = get_tracer()
+    if tracer is None:
+        yield
+        return
+    attributes = invocation_attributes(ctx)
+    attributes[OPERATION_NAME] = "execute_tool"
+    attributes["gen_ai.tool.name"] = tool_name
+    attributes["gen_ai.tool.type"] = _tool_type(tool)
+    if tool is not None and tool.description:
+        attributes["gen_ai.tool.description"] = _bounded(tool.description)
+    if call_id:
+        attributes["gen_ai.tool.call.id"] = call_id
+    if capture_content():
+        attributes["gen_ai.tool.call.arguments"] = _bounded(
+            json.dumps(_redacted(args), default=str, ensure_ascii=False)
+        )
+    span = tracer.start_span(
+        f"execute_tool {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
+    )
+    token = otel_context.attach(with_invocation_baggage(ctx, trace.set_span_in_context(span)))
+    started = time.perf_counter()
+    error_type: str | None = None
+    try:
+        yield
+    except asyncio.CancelledError:
+        span.set_attribute(CANCELLED, True)
+        raise
+    except BaseException as error:
+        error_type = _end_with_error(span, error)
+        _metrics.record_error("execute_tool", error_type)
+        raise
+    finally:
+        otel_context.detach(token)
+        if error_type is None:
+            recorded = getattr(span, "attributes", None) or {}
+            value = recorded.get(ERROR_TYPE)
+            error_type = value if isinstance(value, str) else None
+        _metrics.record_tool_duration(time.perf_counter() - started, tool_name, error_type)
+        span.end()
+
+
+def record_tool_error(error: BaseException) -> None:
+    """The current tool failed, and its failure became a response the model reads."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        error_type = _end_with_error(span, error)
+        _metrics.record_error("execute_tool", error_type)
+
+
+def record_tool_result(response: dict[str, Any] | None) -> None:
+    """The current tool's response (recorded only with content capture on)."""
+    if response is None or not capture_content():
+        return
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute(
+            "gen_ai.tool.call.result",
+            _bounded(json.dumps(_redacted(response), default=str, ensure_ascii=False)),
+        )
+
+
+def record_control_transfer(mode: str, target: str, **attributes: AttributeValue) -> None:
+    """How control moves at the current tool: ``return_to_caller`` (AgentTool: the target runs
+    and answers back) or ``pass_control`` (a transfer: the target takes over the turn)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute(CONTROL_FLOW, mode)
+        span.set_attribute(TARGET_AGENT, target)
+        for key, value in attributes.items():
+            span.set_attribute(f"adk_mesh.{key}", value)

@@ -133,23 +133,30 @@ class RemoteTool(BaseTool):
             f"tool service {toolset.target}: {self.name!r}",
         )
         call = toolset._stub().CallTool(request, timeout=timeout)
+        outcome: tuple[dict[str, Any] | None, AdkError | None] | None = None
         try:
+            # Read to the end of the stream (the result is its last message), so the call
+            # finishes with its real status instead of being cancelled after the result.
             async for message in call:
                 if message.WhichOneof("message") == "progress":
                     await ctx.report_progress(*codec.tool_progress_from_proto(message.progress))
                     continue
                 response, error, actions = codec.tool_result_from_proto(message.result)
                 _apply_actions(ctx, actions)
-                if error is not None:
-                    raise error
-                return response
+                outcome = (response, error)
         except grpc.RpcError as error:
             raise _with_target(error_from_rpc_error(error), toolset.target) from error
         finally:
-            call.cancel()
-        raise ToolError(
-            f"tool service {toolset.target} ended the call to {self.name!r} without a result"
-        )
+            if not call.done():
+                call.cancel()
+        if outcome is None:
+            raise ToolError(
+                f"tool service {toolset.target} ended the call to {self.name!r} without a result"
+            )
+        response, failure = outcome
+        if failure is not None:
+            raise failure
+        return response
 
 
 def _apply_actions(ctx: ToolContext, actions: EventActions) -> None:

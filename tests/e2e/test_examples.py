@@ -1,0 +1,38 @@
+"""The README's own-service example works as written: serve it, run it, describe it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.conftest import REPO_ROOT, ServiceFactory
+
+pytestmark = pytest.mark.e2e
+
+
+def adk_mesh(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "adk_mesh", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_weather_service_example(start_service: ServiceFactory) -> None:
+    service = start_service("weather", "agent", "examples.weather_service:root_agent")
+    target = service.wait_ready()
+
+    output = adk_mesh("run", target, 'What is the weather in "Oslo"?')
+    assert '→ get_weather({"city": "Oslo"})' in output
+    assert '"sky": "light rain"' in output
+    assert "[offline model]" in output
+
+    card = adk_mesh("describe", target)
+    assert "weather (LlmAgent)" in card and "get_weather" in card

@@ -1,7 +1,7 @@
 """A complete agent service: an LlmAgent with one tool, served over gRPC.
 
-    adk-mesh serve agent examples.weather_service:root_agent --port 50060
-    adk-mesh run 127.0.0.1:50060 "What's the weather in Oslo?"
+Serve it with ``adk-mesh serve agent examples.weather_service:root_agent --port 50060``, then
+ask it with ``adk-mesh run 127.0.0.1:50060 'What is the weather in "Oslo"?'``.
 """
 
 from adk_mesh import LlmAgent

@@ -1,42 +1,5 @@
-"""Tracing into memory for one test, without touching OpenTelemetry's set-once globals."""
+"""In-memory tracing fixtures (shared with the other telemetry tests)."""
 
-from __future__ import annotations
+from tests.telemetry_fixtures import _fresh_telemetry_configuration, metric_reader, spans
 
-from collections.abc import Iterator
-
-import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from adk_mesh.telemetry import _providers, _setup
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with _providers.use_tracer_provider(provider):
-        yield exporter
-    provider.shutdown()
-
-
-@pytest.fixture
-def metric_reader() -> Iterator[InMemoryMetricReader]:
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    with _providers.use_meter_provider(provider):
-        yield reader
-    provider.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_telemetry_configuration() -> Iterator[None]:
-    """configure_telemetry is idempotent per process: forget its handle around each test."""
-    yield
-    handle = _setup._handle
-    if handle is not None:
-        handle.shutdown()
+__all__ = ["_fresh_telemetry_configuration", "metric_reader", "spans"]

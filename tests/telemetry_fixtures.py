@@ -1,0 +1,45 @@
+"""Tracing into memory for one test, without touching OpenTelemetry's set-once globals.
+
+Shared by the telemetry test packages: their conftest files import these fixtures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from adk_mesh.telemetry import _providers, _setup
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with _providers.use_tracer_provider(provider):
+        yield exporter
+    provider.shutdown()
+
+
+@pytest.fixture
+def metric_reader() -> Iterator[InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    with _providers.use_meter_provider(provider):
+        yield reader
+    provider.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_telemetry_configuration() -> Iterator[None]:
+    """configure_telemetry is idempotent per process: forget its handle around each test."""
+    yield
+    handle = _setup._handle
+    if handle is not None:
+        handle.shutdown()

@@ -102,15 +102,31 @@ class Runner:
         new_message: Content,
         run_config: RunConfig | None = None,
         invocation_id: str | None = None,
+        session: Session | None = None,
     ) -> AsyncGenerator[Event, None]:
-        """Run one user turn and yield its events as they are stored."""
+        """Run one user turn and yield its events as they are stored.
+
+        ``session``: the session ``session_id`` of ``user_id``, just loaded (whole) or created
+        by the caller from ``session_service``; the run then uses it instead of reading it
+        again (a server that has just created the session saves the second read).
+        """
         if not new_message.parts:
             raise InvalidArgumentError("the new message has no parts; send text or data")
         if not new_message.role:
             new_message = Content(role="user", parts=new_message.parts)
-        session = await self.session_service.get_session(
-            app_name=self.app_name, user_id=user_id, session_id=session_id
-        )
+        if session is not None and (
+            session.id != session_id
+            or session.user_id != user_id
+            or session.app_name != self.app_name
+        ):
+            raise InvalidArgumentError(
+                f"the session passed is {session.id!r} of user {session.user_id!r} in app "
+                f"{session.app_name!r}, not {session_id!r} of {user_id!r} in {self.app_name!r}"
+            )
+        if session is None:
+            session = await self.session_service.get_session(
+                app_name=self.app_name, user_id=user_id, session_id=session_id
+            )
         if session is None:
             raise SessionNotFoundError(
                 f"session {session_id!r} of user {user_id!r} in app {self.app_name!r} "

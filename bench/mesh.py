@@ -278,6 +278,11 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=5000, help="partial events per stream")
     parser.add_argument("--streams", type=int, default=5, help="streamed runs (median shown)")
+    parser.add_argument(
+        "--only",
+        choices=("hop", "stream"),
+        help="run only part (a) (hop) or part (b) (stream)",
+    )
     args = parser.parse_args(argv)
 
     print(
@@ -285,6 +290,15 @@ async def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs; servers in child processes, client in this one, 127.0.0.1"
     )
 
+    if args.only != "stream":
+        await hop_part(args)
+    if args.only != "hop":
+        await stream_part(args)
+    return 0
+
+
+async def hop_part(args: argparse.Namespace) -> None:
+    """Part (a): the latency one remote hop adds."""
     hop_servers = ServerProcess((text_agent, ()), (tool_agent, ()))
     try:
         text_target, tool_target, floor_target = hop_servers.targets
@@ -311,6 +325,9 @@ async def main(argv: list[str] | None = None) -> int:
     finally:
         hop_servers.stop()
 
+
+async def stream_part(args: argparse.Namespace) -> None:
+    """Part (b): events per second through two hops."""
     server_b = ServerProcess((streamer_agent, (args.tokens,)), floor=(args.tokens, None))
     server_a = ServerProcess(
         (coordinator_agent, (server_b.targets[0],)), floor=(1, server_b.targets[1])
@@ -341,7 +358,6 @@ async def main(argv: list[str] | None = None) -> int:
     finally:
         server_a.stop()
         server_b.stop()
-    return 0
 
 
 if __name__ == "__main__":

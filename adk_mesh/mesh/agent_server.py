@@ -27,6 +27,7 @@ from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._status import error_boundary
 from adk_mesh.runner import Runner, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
+from adk_mesh.sessions.base import Session
 from adk_mesh.tools.base import BaseTool
 from adk_mesh.types import Content, Event
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
@@ -112,6 +113,16 @@ class AgentServer(MeshServer):
         self, request: agent_pb2.RunRequest
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """A user turn through this service's Runner, persisted in its session store."""
+        responses = await self._root_responses(request)
+        async with aclosing(responses):
+            async for response in responses:
+                yield response
+
+    async def _root_responses(
+        self, request: agent_pb2.RunRequest
+    ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+        """Check a root run, load (or create) its session, and return its responses, not yet
+        started: the servicer streams them without one more generator in between."""
         root = request.root
         agent = self.find(request.agent_name)
         if root.app_name and root.app_name != self.app_name:
@@ -122,7 +133,7 @@ class AgentServer(MeshServer):
         if not root.user_id:
             raise InvalidArgumentError("RootRun.user_id is empty; name the user")
         message = _new_message(root.new_message if root.HasField("new_message") else None)
-        session_id = await self._ensure_session(root.user_id, root.session_id)
+        session = await self._load_session(root.user_id, root.session_id)
         runner = Runner(
             agent=agent,
             app_name=self.app_name,
@@ -131,29 +142,28 @@ class AgentServer(MeshServer):
             memory_service=self.memory_service,
             max_transfers=self.max_transfers,
         )
+        # The session just read (or created) goes to the Runner: one read per root run.
         events = runner.run(
             user_id=root.user_id,
-            session_id=session_id,
+            session_id=session.id,
             new_message=message,
             run_config=codec.run_config_from_proto(request.run_config),
+            session=session,
         )
-        responses = _responses(events, session_id=session_id, batches=request.accept_event_batches)
-        async with aclosing(responses):
-            async for response in responses:
-                yield response
+        return _responses(events, session_id=session.id, batches=request.accept_event_batches)
 
-    async def _ensure_session(self, user_id: str, session_id: str) -> str:
+    async def _load_session(self, user_id: str, session_id: str) -> Session:
+        """The session ``session_id`` (whole), created when it is empty or unknown."""
         service = self.session_service
         if session_id:
             existing = await service.get_session(
-                app_name=self.app_name, user_id=user_id, session_id=session_id, num_recent_events=0
+                app_name=self.app_name, user_id=user_id, session_id=session_id
             )
             if existing is not None:
-                return session_id
-        created = await service.create_session(
+                return existing
+        return await service.create_session(
             app_name=self.app_name, user_id=user_id, session_id=session_id or None
         )
-        return created.id
 
     async def run_delegated(
         self, request: agent_pb2.RunRequest, *, deadline: float | None = None
@@ -340,7 +350,7 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             serving_deadline.set(deadline)
             mode = request.WhichOneof("mode")
             if mode == "root":
-                responses = self._server.run_root(request)
+                responses = await self._server._root_responses(request)
             elif mode == "delegated":
                 responses = self._server.run_delegated(request, deadline=deadline)
             else:

@@ -25,6 +25,10 @@ __all__ = [
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 
+OPERATION_NAME = "gen_ai.operation.name"
+ERROR_TYPE = "error.type"
+TOKEN_TYPE = "gen_ai.token.type"
+
 
 @dataclass(frozen=True, slots=True)
 class _Instruments:
@@ -81,30 +85,81 @@ def _instruments() -> _Instruments | None:
     return instruments
 
 
+# The attribute sets measurements are recorded with, built once per distinct set: the SDK
+# copies a measurement's attributes, so one dict serves every measurement with that set. A
+# process has few distinct sets (agents x tools x models x error types); the cap only guards
+# against a caller producing unbounded ones.
+_MAX_ATTRIBUTE_SETS = 4096
+_attribute_sets: dict[tuple[str | None, ...], dict[str, AttributeValue]] = {}
+
+
+def _remember(
+    key: tuple[str | None, ...], attributes: dict[str, AttributeValue]
+) -> dict[str, AttributeValue]:
+    if len(_attribute_sets) >= _MAX_ATTRIBUTE_SETS:
+        _attribute_sets.clear()
+    _attribute_sets[key] = attributes
+    return attributes
+
+
+def _run_attributes(
+    operation: str, name_key: str, name: str, error_type: str | None
+) -> dict[str, AttributeValue]:
+    key = (operation, name, error_type)
+    attributes = _attribute_sets.get(key)
+    if attributes is None:
+        attributes = {OPERATION_NAME: operation, name_key: name}
+        if error_type is not None:
+            attributes[ERROR_TYPE] = error_type
+        attributes = _remember(key, attributes)
+    return attributes
+
+
 def record_agent_duration(seconds: float, agent_name: str, error_type: str | None) -> None:
     instruments = _instruments()
     if instruments is None:
         return
-    attributes: dict[str, AttributeValue] = {
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent_name,
-    }
-    if error_type is not None:
-        attributes["error.type"] = error_type
-    instruments.agent_duration.record(seconds, attributes)
+    instruments.agent_duration.record(
+        seconds, _run_attributes("invoke_agent", "gen_ai.agent.name", agent_name, error_type)
+    )
 
 
 def record_tool_duration(seconds: float, tool_name: str, error_type: str | None) -> None:
     instruments = _instruments()
     if instruments is None:
         return
-    attributes: dict[str, AttributeValue] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tool_name,
+    instruments.tool_duration.record(
+        seconds, _run_attributes("execute_tool", "gen_ai.tool.name", tool_name, error_type)
+    )
+
+
+def _chat_attributes(
+    provider: str, request_model: str, response_model: str | None, error_type: str | None
+) -> tuple[dict[str, AttributeValue], dict[str, AttributeValue], dict[str, AttributeValue]]:
+    """The attributes of a model call's duration, input and output token measurements."""
+    key = ("chat", provider, request_model, response_model or None, error_type)
+    duration = _attribute_sets.get(key)
+    input_key = (*key, "input")
+    output_key = (*key, "output")
+    if duration is not None:
+        input_tokens = _attribute_sets.get(input_key)
+        output_tokens = _attribute_sets.get(output_key)
+        if input_tokens is not None and output_tokens is not None:
+            return duration, input_tokens, output_tokens
+    duration = {
+        OPERATION_NAME: "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": request_model,
     }
+    if response_model:
+        duration["gen_ai.response.model"] = response_model
     if error_type is not None:
-        attributes["error.type"] = error_type
-    instruments.tool_duration.record(seconds, attributes)
+        duration[ERROR_TYPE] = error_type
+    return (
+        _remember(key, duration),
+        _remember(input_key, {**duration, TOKEN_TYPE: "input"}),
+        _remember(output_key, {**duration, TOKEN_TYPE: "output"}),
+    )
 
 
 def record_model_call(
@@ -120,20 +175,14 @@ def record_model_call(
     instruments = _instruments()
     if instruments is None:
         return
-    attributes: dict[str, AttributeValue] = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": provider,
-        "gen_ai.request.model": request_model,
-    }
-    if response_model:
-        attributes["gen_ai.response.model"] = response_model
-    if error_type is not None:
-        attributes["error.type"] = error_type
-    instruments.model_duration.record(seconds, attributes)
+    duration, input_attributes, output_attributes = _chat_attributes(
+        provider, request_model, response_model, error_type
+    )
+    instruments.model_duration.record(seconds, duration)
     if input_tokens is not None:
-        instruments.token_usage.record(input_tokens, {**attributes, "gen_ai.token.type": "input"})
+        instruments.token_usage.record(input_tokens, input_attributes)
     if output_tokens is not None:
-        instruments.token_usage.record(output_tokens, {**attributes, "gen_ai.token.type": "output"})
+        instruments.token_usage.record(output_tokens, output_attributes)
 
 
 def record_error(operation: str, error_type: str) -> None:

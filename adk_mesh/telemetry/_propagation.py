@@ -58,13 +58,21 @@ def invocation_attributes(ctx: InvocationContext) -> dict[str, AttributeValue]:
     return attributes
 
 
-def with_invocation_baggage(ctx: InvocationContext, context: Context) -> Context:
-    """``context`` with the invocation's ids in its baggage."""
+def with_invocation_baggage(
+    ctx: InvocationContext,
+    context: Context,
+    attributes: Mapping[str, AttributeValue] | None = None,
+) -> Context:
+    """``context`` with the invocation's ids in its baggage (``attributes``: the
+    :func:`invocation_attributes` of ``ctx`` when the caller has them already)."""
     # Inner spans of an invocation inherit its baggage from the outer ones: only what differs
     # (a new branch, or a context without the ids) is set, each entry costing a new context.
+    if attributes is None:
+        attributes = invocation_attributes(ctx)
     present = baggage.get_all(context)
-    for key, value in invocation_attributes(ctx).items():
-        if key in BAGGAGE_KEYS and present.get(key) != value:
+    for key in BAGGAGE_KEYS:
+        value = attributes.get(key)
+        if value is not None and present.get(key) != value:
             context = baggage.set_baggage(key, value, context=context)
     return context
 

@@ -31,8 +31,8 @@ INSTRUMENTATION_NAME = "adk_mesh"
 
 _tracer_provider: trace.TracerProvider | None = None
 _meter_provider: metrics.MeterProvider | None = None
-_tracer_cache: tuple[trace.TracerProvider, trace.Tracer] | None = None
-_meter_cache: tuple[metrics.MeterProvider, metrics.Meter] | None = None
+_tracer_cache: tuple[trace.TracerProvider, trace.Tracer | None] | None = None
+_meter_cache: tuple[metrics.MeterProvider, metrics.Meter | None] | None = None
 
 # The API's placeholders: a process where nobody installed an SDK provider.
 _NO_TRACING = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
@@ -52,14 +52,16 @@ def get_tracer() -> trace.Tracer | None:
     """The adk_mesh tracer, or ``None`` when tracing is off."""
     global _tracer_cache
     provider = _current_tracer_provider()
-    if isinstance(provider, _NO_TRACING):
-        return None
+    # Asked for at every span: the answer for the provider of the moment is kept (``None``
+    # too), so a lookup costs an identity check.
     cached = _tracer_cache
     if cached is not None and cached[0] is provider:
         return cached[1]
-    from adk_mesh import __version__
+    tracer: trace.Tracer | None = None
+    if not isinstance(provider, _NO_TRACING):
+        from adk_mesh import __version__
 
-    tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
+        tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
     _tracer_cache = (provider, tracer)
     return tracer
 
@@ -68,14 +70,14 @@ def get_meter() -> metrics.Meter | None:
     """The adk_mesh meter, or ``None`` when no metrics provider is installed."""
     global _meter_cache
     provider = _meter_provider if _meter_provider is not None else metrics.get_meter_provider()
-    if isinstance(provider, _NO_METRICS):
-        return None
     cached = _meter_cache
     if cached is not None and cached[0] is provider:
         return cached[1]
-    from adk_mesh import __version__
+    meter: metrics.Meter | None = None
+    if not isinstance(provider, _NO_METRICS):
+        from adk_mesh import __version__
 
-    meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
+        meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
     _meter_cache = (provider, meter)
     return meter
 

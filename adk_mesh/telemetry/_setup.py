@@ -140,6 +140,21 @@ def _metric_exporter(protocol: str) -> Any:
     return HttpMetricExporter()
 
 
+def _exemplar_filter() -> Any:
+    """No exemplars unless ``OTEL_METRICS_EXEMPLAR_FILTER`` asks for them (``None``: the SDK
+    then follows the variable).
+
+    The SDK's default (``trace_based``) offers every measurement taken inside a sampled span
+    to an exemplar reservoir — on every invocation, several times — for exemplars that spans
+    of the same invocation already provide (they carry the same ids and durations).
+    """
+    if _env("OTEL_METRICS_EXEMPLAR_FILTER"):
+        return None
+    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter
+
+    return AlwaysOffExemplarFilter()
+
+
 def _file_name(service_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", service_name) or _DEFAULT_SERVICE_NAME
 
@@ -215,7 +230,9 @@ def _configure(service_name: str | None) -> TelemetryHandle:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         reader = PeriodicExportingMetricReader(_metric_exporter(_protocol("METRICS")))
-        meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=[reader], exemplar_filter=_exemplar_filter()
+        )
         handle._meter_provider = meter_provider
         handle.metrics_exported = True
         _providers.set_meter_provider(meter_provider)

@@ -199,7 +199,7 @@ def trace_invocation(
     span = tracer.start_span(
         f"invoke_workflow {ctx.app_name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
-    context = with_invocation_baggage(ctx, trace.set_span_in_context(span))
+    context = with_invocation_baggage(ctx, trace.set_span_in_context(span), attributes)
     return _traced(span, context, events, operation="invoke_workflow")
 
 
@@ -232,7 +232,7 @@ def trace_agent_run(
         kind=SpanKind.CLIENT if remote else SpanKind.INTERNAL,
         attributes=attributes,
     )
-    context = with_invocation_baggage(ctx, trace.set_span_in_context(span))
+    context = with_invocation_baggage(ctx, trace.set_span_in_context(span), attributes)
     started = time.perf_counter()
 
     def on_end(outcome: _Outcome) -> None:
@@ -335,7 +335,8 @@ def trace_model_call(
         attributes["gen_ai.request.stop_sequences"] = list(config.stop_sequences)
     if request.tools:
         attributes["adk_mesh.request.tool_count"] = len(request.tools)
-    if capture_content():
+    capture = capture_content()
+    if capture:
         if request.system_instruction:
             attributes["gen_ai.system_instructions"] = _bounded(
                 json.dumps([{"type": "text", "content": request.system_instruction}])
@@ -373,7 +374,7 @@ def trace_model_call(
             if response.error_code:
                 span.set_status(Status(StatusCode.ERROR, response.error_code))
                 span.set_attribute(ERROR_TYPE, response.error_code)
-            if capture_content() and response.content is not None:
+            if capture and response.content is not None:
                 span.set_attribute("gen_ai.output.messages", _messages_json([response.content]))
         _metrics.record_model_call(
             time.perf_counter() - started,
@@ -429,7 +430,9 @@ def trace_tool_call(
     span = tracer.start_span(
         f"execute_tool {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
-    token = otel_context.attach(with_invocation_baggage(ctx, trace.set_span_in_context(span)))
+    token = otel_context.attach(
+        with_invocation_baggage(ctx, trace.set_span_in_context(span), attributes)
+    )
     started = time.perf_counter()
     error_type: str | None = None
     try:

@@ -10,18 +10,25 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from adk_mesh.telemetry import _providers, _setup
+from adk_mesh.telemetry._export import ExporterSink
+from adk_mesh.telemetry._tracer import LeanTracerProvider, Sampler, SpanLimits
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans recorded in the test, by the recorder ``adk-mesh serve`` uses, as the SDK's
+    ``ReadableSpan``s."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider = LeanTracerProvider(
+        Resource({"service.name": "test"}),
+        sampler=Sampler(),
+        limits=SpanLimits(),
+        sinks=[ExporterSink(exporter)],
+    )
     with _providers.use_tracer_provider(provider):
         yield exporter
     provider.shutdown()

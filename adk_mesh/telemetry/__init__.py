@@ -15,8 +15,12 @@ to ``traceparent``. Prompts, answers, tool arguments and results are recorded on
 ``ADK_MESH_CAPTURE_CONTENT=true`` (secret-looking keys redacted even then); keys never.
 
 Nothing is exported until :func:`configure_telemetry` finds ``OTEL_*`` configuration (or
-``ADK_MESH_TRACE_DIR``); unconfigured, the instrumentation is off. This package imports only
-the OpenTelemetry API; the SDK and exporters load when configured.
+``ADK_MESH_TRACE_DIR``); unconfigured, the instrumentation is off. The instrumentation talks
+only to the OpenTelemetry API. What :func:`configure_telemetry` installs behind it is a lean
+pipeline of our own — a span recorder (``_tracer``), a meter (``_meter``), an OTLP protobuf
+encoder (``_otlp``) and the OTLP/gRPC and OTLP/HTTP transports (``_transport``), batched off
+the traced thread (``_export``) — because the SDK's costs more per span than a scripted agent
+turn does. An application that installs its own SDK providers is traced through them instead.
 """
 
 from __future__ import annotations

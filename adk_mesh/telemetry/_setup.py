@@ -11,7 +11,6 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from adk_mesh.errors import ConfigError
 from adk_mesh.telemetry import _providers
 
 __all__ = ["TRACE_DIR_ENV", "TelemetryHandle", "configure_telemetry"]
@@ -21,7 +20,6 @@ __all__ = ["TRACE_DIR_ENV", "TelemetryHandle", "configure_telemetry"]
 TRACE_DIR_ENV = "ADK_MESH_TRACE_DIR"
 
 _DEFAULT_SERVICE_NAME = "adk-mesh"
-_PROTOCOLS = ("grpc", "http/protobuf")
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +39,7 @@ class TelemetryHandle:
     metrics_exported: bool = False
     _tracer_provider: Any = field(default=None, repr=False)
     _meter_provider: Any = field(default=None, repr=False)
+    _metric_export: Any = field(default=None, repr=False)
     _shut_down: bool = field(default=False, repr=False)
 
     @property
@@ -53,8 +52,8 @@ class TelemetryHandle:
         flushed = True
         if self._tracer_provider is not None:
             flushed = bool(self._tracer_provider.force_flush(timeout_millis))
-        if self._meter_provider is not None:
-            flushed = bool(self._meter_provider.force_flush(timeout_millis)) and flushed
+        if self._metric_export is not None:
+            flushed = bool(self._metric_export.force_flush(timeout_millis)) and flushed
         return flushed
 
     def shutdown(self) -> None:
@@ -75,7 +74,10 @@ class TelemetryHandle:
                 is_global = trace.get_tracer_provider() is self._tracer_provider
                 _providers.set_tracer_provider(trace.NoOpTracerProvider() if is_global else None)
         if self._meter_provider is not None:
-            self._meter_provider.shutdown()
+            if self._metric_export is not None:
+                self._metric_export.shutdown()  # a last export, then the provider stops
+            else:
+                self._meter_provider.shutdown()
             if _providers._meter_provider is self._meter_provider:
                 is_global = metrics.get_meter_provider() is self._meter_provider
                 _providers.set_meter_provider(metrics.NoOpMeterProvider() if is_global else None)
@@ -93,17 +95,6 @@ def _env_flag(name: str) -> bool:
     return _env(name).lower() == "true"
 
 
-def _protocol(signal: str) -> str:
-    protocol = _env(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
-    protocol = protocol or "grpc"
-    if protocol not in _PROTOCOLS:
-        raise ConfigError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported; use one of "
-            f"{', '.join(_PROTOCOLS)}"
-        )
-    return protocol
-
-
 def _resource(service_name: str | None) -> Any:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
@@ -116,45 +107,6 @@ def _resource(service_name: str | None) -> Any:
     return detected
 
 
-def _span_exporter(protocol: str) -> Any:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter()
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpSpanExporter,
-    )
-
-    return HttpSpanExporter()
-
-
-def _metric_exporter(protocol: str) -> Any:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        return OTLPMetricExporter()
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-        OTLPMetricExporter as HttpMetricExporter,
-    )
-
-    return HttpMetricExporter()
-
-
-def _exemplar_filter() -> Any:
-    """No exemplars unless ``OTEL_METRICS_EXEMPLAR_FILTER`` asks for them (``None``: the SDK
-    then follows the variable).
-
-    The SDK's default (``trace_based``) offers every measurement taken inside a sampled span
-    to an exemplar reservoir — on every invocation, several times — for exemplars that spans
-    of the same invocation already provide (they carry the same ids and durations).
-    """
-    if _env("OTEL_METRICS_EXEMPLAR_FILTER"):
-        return None
-    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter
-
-    return AlwaysOffExemplarFilter()
-
-
 def _file_name(service_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", service_name) or _DEFAULT_SERVICE_NAME
 
@@ -164,10 +116,12 @@ def configure_telemetry(service_name: str | None = None) -> TelemetryHandle:
 
     * ``OTEL_SDK_DISABLED=true``: nothing is set up.
     * ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``: spans go over
-      OTLP (batched), by ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` — ``grpc`` (the default, as
-      in the Python SDK) or ``http/protobuf`` — with ``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS``.
-      Metrics go too when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``..._METRICS_ENDPOINT`` is set
-      (and ``OTEL_METRICS_EXPORTER`` is not ``none``).
+      OTLP, batched as ``OTEL_BSP_*`` say, by ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` —
+      ``grpc`` (the default, as in the Python SDK) or ``http/protobuf`` — with the
+      ``OTEL_EXPORTER_OTLP_[TRACES_]{HEADERS,TIMEOUT,COMPRESSION,CERTIFICATE,...}`` variables.
+      Metrics go too, every ``OTEL_METRIC_EXPORT_INTERVAL``, when ``OTEL_EXPORTER_OTLP_ENDPOINT``
+      or ``..._METRICS_ENDPOINT`` is set (and ``OTEL_METRICS_EXPORTER`` is not ``none``), with
+      the temporality ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` asks for.
     * else ``ADK_MESH_TRACE_DIR``: spans are appended as OTLP JSON lines to
       ``<dir>/<service.name>.jsonl``.
     * else nothing: no exporter, and the instrumentation stays off (negligible overhead).
@@ -175,7 +129,8 @@ def configure_telemetry(service_name: str | None = None) -> TelemetryHandle:
     ``service.name`` is ``OTEL_SERVICE_NAME`` if set, else the one in
     ``OTEL_RESOURCE_ATTRIBUTES``, else ``service_name``. Sampling follows
     ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based always-on,
-    so a caller's sampling decision is honoured).
+    so a caller's sampling decision is honoured); span limits follow ``OTEL_SPAN_*`` and
+    ``OTEL_ATTRIBUTE_*``.
 
     Idempotent: while a configuration is active, later calls return the same handle.
     """
@@ -199,24 +154,29 @@ def _configure(service_name: str | None) -> TelemetryHandle:
         return TelemetryHandle(service_name=service_name or _DEFAULT_SERVICE_NAME)
 
     from opentelemetry.sdk.resources import SERVICE_NAME
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    from adk_mesh.telemetry._export import ExporterSink, OtlpBatchSink
+    from adk_mesh.telemetry._tracer import LeanTracerProvider
 
     resource = _resource(service_name)
     name = str(resource.attributes.get(SERVICE_NAME, _DEFAULT_SERVICE_NAME))
-    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider = LeanTracerProvider(resource)
     handle = TelemetryHandle(service_name=name, _tracer_provider=tracer_provider)
     if traces_endpoint:
-        protocol = _protocol("TRACES")
-        tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(protocol)))
-        handle.exporter = "otlp/grpc" if protocol == "grpc" else "otlp/http"
+        from adk_mesh.telemetry._otlp import TraceEncoder
+        from adk_mesh.telemetry._transport import transport_from_env
+
+        transport = transport_from_env("traces")
+        encoder = TraceEncoder(resource.attributes, resource.schema_url)
+        tracer_provider.add_sink(OtlpBatchSink(encoder, transport))
+        handle.exporter = "otlp/grpc" if transport.protocol == "grpc" else "otlp/http"
     else:
         from adk_mesh.telemetry._file_exporter import JsonLinesSpanExporter
 
         path = os.path.join(trace_dir, f"{_file_name(name)}.jsonl")
         # One small append per span: the file is complete the moment a run ends, which is
         # what a demo reading it back needs.
-        tracer_provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
+        tracer_provider.add_sink(ExporterSink(JsonLinesSpanExporter(path)))
         handle.exporter = "file"
     _providers.set_tracer_provider(tracer_provider)
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
@@ -226,14 +186,18 @@ def _configure(service_name: str | None) -> TelemetryHandle:
         "OTEL_EXPORTER_OTLP_ENDPOINT"
     )
     if metrics_endpoint and _env("OTEL_METRICS_EXPORTER").lower() != "none":
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from adk_mesh.telemetry._export import PeriodicMetricExport
+        from adk_mesh.telemetry._meter import LeanMeterProvider, temporality_from_env
+        from adk_mesh.telemetry._otlp import MetricsEncoder
+        from adk_mesh.telemetry._transport import transport_from_env
 
-        reader = PeriodicExportingMetricReader(_metric_exporter(_protocol("METRICS")))
-        meter_provider = MeterProvider(
-            resource=resource, metric_readers=[reader], exemplar_filter=_exemplar_filter()
-        )
+        meter_provider = LeanMeterProvider(temporality_preference=temporality_from_env())
         handle._meter_provider = meter_provider
+        handle._metric_export = PeriodicMetricExport(
+            meter_provider,
+            MetricsEncoder(resource.attributes, resource.schema_url),
+            transport_from_env("metrics"),
+        )
         handle.metrics_exported = True
         _providers.set_meter_provider(meter_provider)
         if _providers.get_global_meter_provider_unset():

@@ -10,7 +10,8 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from adk_mesh.agents.base import BaseAgent
@@ -22,6 +23,8 @@ from adk_mesh.mesh._channel import open_channel
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.telemetry import _providers
+from adk_mesh.telemetry._export import readable_span
+from adk_mesh.telemetry._tracer import LeanSpan, LeanTracerProvider, Sampler, SpanLimits
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content, Event, Part
@@ -30,17 +33,23 @@ from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 RUN = "adk_mesh.v1.AgentService/Run"
 
 
-class SpanWaiter(SpanProcessor):
-    """Collects finished spans and lets a test wait for one by name and kind."""
+class SpanWaiter:
+    """A span sink: collects finished spans and lets a test wait for one by name and kind."""
 
     def __init__(self) -> None:
         self.finished: list[ReadableSpan] = []
         self._changed = asyncio.Condition()
         self._loop = asyncio.get_running_loop()
 
-    def on_end(self, span: ReadableSpan) -> None:
-        self.finished.append(span)
+    def on_end(self, span: LeanSpan) -> None:
+        self.finished.append(readable_span(span))
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._notify()))
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -60,8 +69,12 @@ class SpanWaiter(SpanProcessor):
 @pytest.fixture
 async def waiter() -> AsyncIterator[SpanWaiter]:
     processor = SpanWaiter()
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
+    provider = LeanTracerProvider(
+        Resource({"service.name": "test"}),
+        sampler=Sampler(),
+        limits=SpanLimits(),
+        sinks=[processor],
+    )
     with _providers.use_tracer_provider(provider):
         yield processor
     provider.shutdown()

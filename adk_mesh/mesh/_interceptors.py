@@ -37,6 +37,7 @@ from opentelemetry.util.types import AttributeValue
 from adk_mesh.telemetry import _metrics
 from adk_mesh.telemetry._propagation import (
     attributes_from_baggage,
+    current_invocation_attributes,
     extract_context,
     inject_context,
 )
@@ -101,7 +102,7 @@ async def _intercept(
     if tracer is None or full.startswith(_UNTRACED_PREFIXES):
         return await continuation(details, request)
     attributes = _rpc_attributes(service, method)
-    attributes.update(attributes_from_baggage())
+    attributes.update(current_invocation_attributes())
     span = tracer.start_span(full.lstrip("/"), kind=SpanKind.CLIENT, attributes=attributes)
     context = trace.set_span_in_context(span)
     metadata = grpc.aio.Metadata()

@@ -3,6 +3,12 @@
 Every hop carries ``traceparent``/``tracestate`` and a ``baggage`` header holding the
 invocation's ids, so the spans a callee starts before it knows the invocation (its gRPC
 server span) still carry ``adk_mesh.invocation_id``.
+
+Inside a process the ids travel as one value of the OpenTelemetry context
+(:func:`with_invocation`), set once per span; they become W3C baggage entries only on the way
+out of a mesh call (:func:`inject_context`). So an invocation costs one context entry per span
+rather than five baggage copies, and its user and session ids never ride along on calls that
+are not mesh hops (a model provider's HTTP API, say, under a propagating HTTP instrumentation).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from opentelemetry import baggage, propagate
-from opentelemetry.context import Context
+from opentelemetry.context import Context, create_key, get_value, set_value
 from opentelemetry.util.types import AttributeValue
 
 if TYPE_CHECKING:
@@ -26,10 +32,11 @@ __all__ = [
     "SESSION_ID",
     "USER_ID",
     "attributes_from_baggage",
+    "current_invocation_attributes",
     "extract_context",
     "inject_context",
     "invocation_attributes",
-    "with_invocation_baggage",
+    "with_invocation",
 ]
 
 INVOCATION_ID = "adk_mesh.invocation_id"
@@ -58,23 +65,22 @@ def invocation_attributes(ctx: InvocationContext) -> dict[str, AttributeValue]:
     return attributes
 
 
-def with_invocation_baggage(
-    ctx: InvocationContext,
-    context: Context,
-    attributes: Mapping[str, AttributeValue] | None = None,
-) -> Context:
-    """``context`` with the invocation's ids in its baggage (``attributes``: the
-    :func:`invocation_attributes` of ``ctx`` when the caller has them already)."""
-    # Inner spans of an invocation inherit its baggage from the outer ones: only what differs
-    # (a new branch, or a context without the ids) is set, each entry costing a new context.
-    if attributes is None:
-        attributes = invocation_attributes(ctx)
-    present = baggage.get_all(context)
-    for key in BAGGAGE_KEYS:
-        value = attributes.get(key)
-        if value is not None and present.get(key) != value:
-            context = baggage.set_baggage(key, value, context=context)
-    return context
+_INVOCATION = create_key("adk_mesh.invocation")
+
+
+def with_invocation(ids: Mapping[str, AttributeValue], context: Context) -> Context:
+    """``context`` carrying the invocation attributes ``ids`` (an :func:`invocation_attributes`
+    result, never changed afterwards) for the spans and the mesh calls started inside it."""
+    return set_value(_INVOCATION, ids, context)
+
+
+def current_invocation_attributes(context: Context | None = None) -> dict[str, AttributeValue]:
+    """The invocation attributes ``context`` (default: the current one) carries: set by an
+    enclosing span of this process, else received as baggage from the caller."""
+    ids = get_value(_INVOCATION, context)
+    if isinstance(ids, Mapping):
+        return dict(ids)
+    return attributes_from_baggage(context)
 
 
 def attributes_from_baggage(context: Context | None = None) -> dict[str, AttributeValue]:
@@ -93,6 +99,13 @@ def attributes_from_baggage(context: Context | None = None) -> dict[str, Attribu
 
 def inject_context(context: Context | None = None) -> dict[str, str]:
     """The headers (``traceparent``, ``tracestate``, ``baggage``) that carry ``context``."""
+    ids = get_value(_INVOCATION, context)
+    if isinstance(ids, Mapping):
+        present = baggage.get_all(context)
+        for key in BAGGAGE_KEYS:
+            value = ids.get(key)
+            if value is not None and present.get(key) != value:
+                context = baggage.set_baggage(key, value, context=context)
     carrier: dict[str, str] = {}
     propagate.inject(carrier, context=context)
     return carrier

@@ -32,9 +32,9 @@ from opentelemetry.util.types import AttributeValue
 from adk_mesh.telemetry import _metrics
 from adk_mesh.telemetry._propagation import (
     INVOCATION_ID,
-    attributes_from_baggage,
+    current_invocation_attributes,
     invocation_attributes,
-    with_invocation_baggage,
+    with_invocation,
 )
 from adk_mesh.telemetry._providers import get_tracer
 
@@ -193,13 +193,12 @@ def trace_invocation(
     if tracer is None:
         return events
     annotate_current_span(ctx)
-    attributes = invocation_attributes(ctx)
-    attributes[OPERATION_NAME] = "invoke_workflow"
-    attributes["gen_ai.agent.name"] = ctx.agent.name
+    ids = invocation_attributes(ctx)
+    attributes = {**ids, OPERATION_NAME: "invoke_workflow", "gen_ai.agent.name": ctx.agent.name}
     span = tracer.start_span(
         f"invoke_workflow {ctx.app_name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
-    context = with_invocation_baggage(ctx, trace.set_span_in_context(span), attributes)
+    context = with_invocation(ids, trace.set_span_in_context(span))
     return _traced(span, context, events, operation="invoke_workflow")
 
 
@@ -214,7 +213,8 @@ def trace_agent_run(
     if tracer is None:
         return events
     remote = _is_remote(agent)
-    attributes = invocation_attributes(ctx)
+    ids = invocation_attributes(ctx)
+    attributes = dict(ids)
     attributes[OPERATION_NAME] = "invoke_agent"
     attributes["gen_ai.agent.name"] = agent.name
     if agent.description:
@@ -232,7 +232,7 @@ def trace_agent_run(
         kind=SpanKind.CLIENT if remote else SpanKind.INTERNAL,
         attributes=attributes,
     )
-    context = with_invocation_baggage(ctx, trace.set_span_in_context(span), attributes)
+    context = with_invocation(ids, trace.set_span_in_context(span))
     started = time.perf_counter()
 
     def on_end(outcome: _Outcome) -> None:
@@ -315,8 +315,8 @@ def trace_model_call(
     provider = provider_name(model)
     request_model = request.model or model.name
     config = request.config
-    # The invocation's ids come from the baggage the enclosing agent span attached.
-    attributes = attributes_from_baggage()
+    # The invocation's ids come from the context the enclosing agent span attached.
+    attributes = current_invocation_attributes()
     attributes |= {
         OPERATION_NAME: "chat",
         "gen_ai.provider.name": provider,
@@ -415,7 +415,8 @@ def trace_tool_call(
     if tracer is None:
         yield
         return
-    attributes = invocation_attributes(ctx)
+    ids = invocation_attributes(ctx)
+    attributes = dict(ids)
     attributes[OPERATION_NAME] = "execute_tool"
     attributes["gen_ai.tool.name"] = tool_name
     attributes["gen_ai.tool.type"] = _tool_type(tool)
@@ -430,9 +431,7 @@ def trace_tool_call(
     span = tracer.start_span(
         f"execute_tool {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
-    token = otel_context.attach(
-        with_invocation_baggage(ctx, trace.set_span_in_context(span), attributes)
-    )
+    token = otel_context.attach(with_invocation(ids, trace.set_span_in_context(span)))
     started = time.perf_counter()
     error_type: str | None = None
     try:

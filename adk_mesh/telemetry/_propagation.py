@@ -13,11 +13,14 @@ are not mesh hops (a model provider's HTTP API, say, under a propagating HTTP in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import quote_plus, unquote_plus
 
-from opentelemetry import baggage, propagate
+from opentelemetry import baggage, propagate, trace
 from opentelemetry.context import Context, create_key, get_value, set_value
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from opentelemetry.util.types import AttributeValue
 
 if TYPE_CHECKING:
@@ -97,10 +100,128 @@ def attributes_from_baggage(context: Context | None = None) -> dict[str, Attribu
     return attributes
 
 
+# --- W3C headers ------------------------------------------------------------------------------
+#
+# With the default propagators (W3C trace context and baggage), a mesh hop is encoded and
+# parsed here directly: the same headers the OpenTelemetry propagators write and read, at a
+# fraction of their cost (~12 µs to inject and ~18 µs to extract through the API here, paid
+# on every call). Any other propagator configuration (OTEL_PROPAGATORS=b3, say) goes through
+# the API unchanged.
+
+_W3C_FIELDS = frozenset({"traceparent", "tracestate", "baggage"})
+_w3c_textmap: tuple[object, bool] | None = None
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_PLAIN = re.compile(r"[A-Za-z0-9_.\-]*").fullmatch
+# The W3C baggage limits, as the API's propagator applies them.
+_MAX_BAGGAGE_HEADER = 8192
+_MAX_BAGGAGE_PAIR = 4096
+_MAX_BAGGAGE_PAIRS = 180
+_MAX_TRACESTATE = 512
+_TRACE_FLAGS = {flags: TraceFlags(flags) for flags in range(256)}
+
+
+def _w3c_propagation() -> bool:
+    """Whether the global propagator writes exactly the W3C headers (the default)."""
+    global _w3c_textmap
+    textmap = propagate.get_global_textmap()
+    cached = _w3c_textmap
+    if cached is not None and cached[0] is textmap:
+        return cached[1]
+    w3c = set(textmap.fields) == _W3C_FIELDS
+    _w3c_textmap = (textmap, w3c)
+    return w3c
+
+
+def _quoted(text: str) -> str:
+    return text if _PLAIN(text) else quote_plus(text)
+
+
+def _baggage_header(entries: Mapping[str, object]) -> str:
+    pairs: list[str] = []
+    total = 0
+    for key, value in entries.items():
+        pair = f"{_quoted(key)}={_quoted(str(value))}"
+        if len(pair) > _MAX_BAGGAGE_PAIR:
+            continue
+        total += len(pair) + (1 if pairs else 0)
+        if total > _MAX_BAGGAGE_HEADER or len(pairs) >= _MAX_BAGGAGE_PAIRS:
+            break
+        pairs.append(pair)
+    return ",".join(pairs)
+
+
+def _inject_w3c(context: Context | None, ids: Mapping[str, object] | None) -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    span_context = trace.get_current_span(context).get_span_context()
+    if span_context.is_valid:
+        carrier["traceparent"] = (
+            f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-"
+            f"{span_context.trace_flags:02x}"
+        )
+        if span_context.trace_state:
+            carrier["tracestate"] = span_context.trace_state.to_header()
+    entries: Mapping[str, object] = baggage.get_all(context)
+    if ids:
+        merged = dict(entries)
+        for key in BAGGAGE_KEYS:
+            value = ids.get(key)
+            if value is not None:
+                merged[key] = value
+        entries = merged
+    if entries:
+        header = _baggage_header(entries)
+        if header:
+            carrier["baggage"] = header
+    return carrier
+
+
+def _extract_w3c(carrier: Mapping[str, str]) -> Context:
+    context = Context()
+    traceparent = carrier.get("traceparent")
+    match = _TRACEPARENT.fullmatch(traceparent.strip()) if traceparent else None
+    if match is not None:
+        version, trace_hex, span_hex, flags, rest = match.groups()
+        trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+        if trace_id and span_id and version != "ff" and not (version == "00" and rest):
+            state_header = carrier.get("tracestate")
+            state = (
+                TraceState.from_header([state_header])
+                if state_header and len(state_header) <= _MAX_TRACESTATE
+                else None
+            )
+            parent = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[int(flags, 16)], state)
+            context = trace.set_span_in_context(NonRecordingSpan(parent), context)
+    header = carrier.get("baggage")
+    if header and len(header) <= _MAX_BAGGAGE_HEADER:
+        entries: dict[str, str] = {}
+        for item in header.split(",", _MAX_BAGGAGE_PAIRS)[:_MAX_BAGGAGE_PAIRS]:
+            if len(item) > _MAX_BAGGAGE_PAIR:
+                continue
+            name, separator, value = item.partition("=")
+            if not separator:
+                continue
+            name, value = name.strip(" \t"), value.strip(" \t")
+            if not name:
+                continue
+            if "%" in name or "+" in name:
+                name = unquote_plus(name)
+            if "%" in value or "+" in value:
+                value = unquote_plus(value)
+            entries[name] = value
+        for name, value in entries.items():
+            context = baggage.set_baggage(name, value, context=context)
+    return context
+
+
 def inject_context(context: Context | None = None) -> dict[str, str]:
-    """The headers (``traceparent``, ``tracestate``, ``baggage``) that carry ``context``."""
+    """The headers (``traceparent``, ``tracestate``, ``baggage``) that carry ``context``: its
+    span, its baggage and the invocation's ids."""
     ids = get_value(_INVOCATION, context)
-    if isinstance(ids, Mapping):
+    if not isinstance(ids, Mapping):
+        ids = None
+    if _w3c_propagation():
+        return _inject_w3c(context, ids)
+    if ids is not None:
         present = baggage.get_all(context)
         for key in BAGGAGE_KEYS:
             value = ids.get(key)
@@ -115,4 +236,6 @@ def extract_context(headers: Iterable[tuple[str, str | bytes]] | Mapping[str, st
     """The context an incoming call's headers carry (an empty one when they carry none)."""
     items = headers.items() if isinstance(headers, Mapping) else headers
     carrier = {key.lower(): value for key, value in items if isinstance(value, str)}
+    if _w3c_propagation():
+        return _extract_w3c(carrier)
     return propagate.extract(carrier)

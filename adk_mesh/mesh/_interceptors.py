@@ -48,6 +48,8 @@ __all__ = ["client_interceptors", "server_interceptors"]
 _CANCELLED_ATTRIBUTE = "adk_mesh.cancelled"
 # Infrastructure calls (health probes, reflection) would bury the invocations' spans.
 _UNTRACED_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
+# A server has a handful of methods; the bound only guards against handlers made per call.
+_MAX_TRACED_HANDLERS = 1024
 
 
 def _method_parts(method: str | bytes) -> tuple[str, str, str]:
@@ -276,7 +278,16 @@ def _wrap_unary_stream(
 
 
 class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """A SERVER span per call, child of the caller's context, current for the handler."""
+    """A SERVER span per call, child of the caller's context, current for the handler.
+
+    gRPC asks for the handler on every call; the traced version of each (method, handler)
+    is built once and kept.
+    """
+
+    def __init__(self) -> None:
+        self._traced: dict[
+            tuple[str, int], tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]
+        ] = {}
 
     async def intercept_service(
         self,
@@ -287,6 +298,19 @@ class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         full: str = handler_call_details.method
         if handler is None or full.startswith(_UNTRACED_PREFIXES):
             return handler
+        key = (full, id(handler))
+        cached = self._traced.get(key)
+        # The handler is kept with its traced version: its id cannot be reused meanwhile.
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        traced = self._trace(handler, full)
+        if len(self._traced) >= _MAX_TRACED_HANDLERS:
+            self._traced.clear()
+        self._traced[key] = (handler, traced)
+        return traced
+
+    @staticmethod
+    def _trace(handler: grpc.RpcMethodHandler, full: str) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary_unary(handler.unary_unary, full),

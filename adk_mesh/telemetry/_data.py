@@ -70,26 +70,71 @@ class SpanLink:
 
 
 class FinishedSpan(Protocol):
-    """A span that ended, as the encoder reads it (the recorder's span class has these)."""
+    """A span that ended, as the encoder reads it (the recorder's span class has these;
+    read-only here)."""
 
-    name: str
-    scope: Scope
-    trace_id: int  # 128 bits, never 0
-    span_id: int  # 64 bits, never 0
-    parent_span_id: int  # 0 for a root span
-    trace_state: str  # W3C tracestate header value, "" when none
-    flags: int  # W3C trace flags | FLAG_HAS_IS_REMOTE | (FLAG_IS_REMOTE if the parent is remote)
-    kind: int  # OTLP SpanKind: 1 internal, 2 server, 3 client, 4 producer, 5 consumer
-    start_time: int  # unix ns
-    end_time: int  # unix ns
-    attributes: Mapping[str, AnyValue]
-    events: Sequence[SpanEvent]
-    links: Sequence[SpanLink]
-    status_code: int  # OTLP StatusCode: 0 unset, 1 ok, 2 error
-    status_message: str
-    dropped_attributes_count: int
-    dropped_events_count: int
-    dropped_links_count: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def scope(self) -> Scope: ...
+
+    # 128 bits, never 0
+    @property
+    def trace_id(self) -> int: ...
+
+    # 64 bits, never 0
+    @property
+    def span_id(self) -> int: ...
+
+    # 0 for a root span
+    @property
+    def parent_span_id(self) -> int: ...
+
+    # W3C tracestate header value, "" when none
+    @property
+    def trace_state(self) -> str: ...
+
+    # W3C trace flags | FLAG_HAS_IS_REMOTE | (FLAG_IS_REMOTE if the parent is remote)
+    @property
+    def flags(self) -> int: ...
+
+    # OTLP SpanKind: 1 internal, 2 server, 3 client, 4 producer, 5 consumer
+    @property
+    def kind(self) -> int: ...
+
+    # unix ns
+    @property
+    def start_time(self) -> int: ...
+
+    # unix ns
+    @property
+    def end_time(self) -> int: ...
+
+    @property
+    def attributes(self) -> Mapping[str, AnyValue]: ...
+
+    @property
+    def events(self) -> Sequence[SpanEvent]: ...
+
+    @property
+    def links(self) -> Sequence[SpanLink]: ...
+
+    # OTLP StatusCode: 0 unset, 1 ok, 2 error
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def status_message(self) -> str: ...
+
+    @property
+    def dropped_attributes_count(self) -> int: ...
+
+    @property
+    def dropped_events_count(self) -> int: ...
+
+    @property
+    def dropped_links_count(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

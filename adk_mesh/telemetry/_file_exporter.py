@@ -1,8 +1,9 @@
-"""A span exporter that appends OTLP JSON lines to a file (the OTLP file-exporter format).
+"""A span sink that appends OTLP JSON lines to a file (the OTLP file-exporter format).
 
-Each export appends one line: an ``ExportTraceServiceRequest`` in the protobuf JSON mapping
-with the OTLP JSON rules (trace and span ids as hex, enums as integers). Imported only when
-configured: it needs the SDK and the OTLP encoder.
+Each ended span appends one line: an ``ExportTraceServiceRequest`` in the protobuf JSON
+mapping with the OTLP JSON rules (trace and span ids as hex, enums as integers). One small
+append per span, at once: the file is complete the moment a run ends, which is what a demo
+reading it back needs. Imported only when configured.
 """
 
 from __future__ import annotations
@@ -10,16 +11,19 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-__all__ = ["JsonLinesSpanExporter", "otlp_json"]
+from adk_mesh.telemetry._otlp import TraceEncoder
+
+if TYPE_CHECKING:
+    from adk_mesh.telemetry._tracer import LeanSpan
+
+__all__ = ["JsonLinesSink", "otlp_json"]
 
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
 
@@ -45,30 +49,26 @@ def otlp_json(request: Any) -> dict[str, Any]:
     return result
 
 
-class JsonLinesSpanExporter(SpanExporter):
-    """Appends each batch of spans to ``path`` as one OTLP JSON line."""
+class JsonLinesSink:
+    """Appends each ended span to ``path`` as one OTLP JSON line."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, resource_attributes: Mapping[str, Any]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._encoder = TraceEncoder(resource_attributes)
         self._lock = threading.Lock()
         self._closed = False
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def on_end(self, span: LeanSpan) -> None:
         if self._closed:
-            return SpanExportResult.FAILURE
-        if not spans:
-            return SpanExportResult.SUCCESS
-        line = json.dumps(otlp_json(encode_spans(spans)), separators=(",", ":"))
-        try:
-            with self._lock, self.path.open("a", encoding="utf-8") as file:
-                file.write(line + "\n")
-        except OSError:
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        self._closed = True
+            return
+        request = ExportTraceServiceRequest.FromString(self._encoder.encode([span]))
+        line = json.dumps(otlp_json(request), separators=(",", ":"))
+        with self._lock, self.path.open("a", encoding="utf-8") as file:
+            file.write(line + "\n")
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True
+
+    def shutdown(self) -> None:
+        self._closed = True

@@ -155,7 +155,7 @@ def _configure(service_name: str | None) -> TelemetryHandle:
 
     from opentelemetry.sdk.resources import SERVICE_NAME
 
-    from adk_mesh.telemetry._export import ExporterSink, OtlpBatchSink
+    from adk_mesh.telemetry._export import OtlpBatchSink
     from adk_mesh.telemetry._tracer import LeanTracerProvider
 
     resource = _resource(service_name)
@@ -171,12 +171,10 @@ def _configure(service_name: str | None) -> TelemetryHandle:
         tracer_provider.add_sink(OtlpBatchSink(encoder, transport))
         handle.exporter = "otlp/grpc" if transport.protocol == "grpc" else "otlp/http"
     else:
-        from adk_mesh.telemetry._file_exporter import JsonLinesSpanExporter
+        from adk_mesh.telemetry._file_exporter import JsonLinesSink
 
         path = os.path.join(trace_dir, f"{_file_name(name)}.jsonl")
-        # One small append per span: the file is complete the moment a run ends, which is
-        # what a demo reading it back needs.
-        tracer_provider.add_sink(ExporterSink(JsonLinesSpanExporter(path)))
+        tracer_provider.add_sink(JsonLinesSink(path, resource.attributes))
         handle.exporter = "file"
     _providers.set_tracer_provider(tracer_provider)
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):

@@ -21,8 +21,6 @@ from opentelemetry import trace
 from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util._once import Once
 
@@ -37,7 +35,8 @@ from adk_mesh.telemetry import (
     read_trace_files,
     records_from_otlp_json,
 )
-from adk_mesh.telemetry._file_exporter import JsonLinesSpanExporter
+from adk_mesh.telemetry._file_exporter import JsonLinesSink
+from adk_mesh.telemetry._tracer import LeanTracerProvider, Sampler, SpanLimits
 
 # --- isolation ------------------------------------------------------------------------------
 
@@ -438,17 +437,20 @@ def test_trace_dir_writes_otlp_json_lines(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert (parent_record.kind, parent_record.service_name) == ("SERVER", "weather tools/v1")
 
 
-def test_file_exporter_appends_and_refuses_after_shutdown(tmp_path: Path) -> None:
+def test_file_sink_appends_a_line_per_span_and_stops_at_shutdown(tmp_path: Path) -> None:
     path = tmp_path / "nested" / "svc.jsonl"
-    exporter = JsonLinesSpanExporter(path)
-    provider = TracerProvider(resource=Resource({"service.name": "svc"}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = JsonLinesSink(path, {"service.name": "svc"})
+    provider = LeanTracerProvider(
+        Resource({"service.name": "svc"}), sampler=Sampler(), limits=SpanLimits(), sinks=[sink]
+    )
     tracer = provider.get_tracer("t")
     tracer.start_span("one").end()
     tracer.start_span("two").end()
     assert [r.name for r in read_trace_files(tmp_path / "nested")] == ["one", "two"]
+    assert [r.service_name for r in read_trace_files(tmp_path / "nested")] == ["svc", "svc"]
     provider.shutdown()
-    assert exporter.export([]) is SpanExportResult.FAILURE
+    sink.on_end(tracer.start_span("late"))  # type: ignore[arg-type]  # after shutdown: dropped
+    assert len(path.read_text().splitlines()) == 2
 
 
 # --- reading back and printing --------------------------------------------------------------

@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from adk_mesh.errors import AdkIOError, ConfigError
 from adk_mesh.mesh._drain import CallGate
-from adk_mesh.mesh._interceptors import client_interceptors, server_interceptors
+from adk_mesh.mesh._interceptors import TracedChannel, server_interceptors
 
 __all__ = ["MAX_MESSAGE_BYTES", "MeshServer", "channel_options", "open_channel"]
 
@@ -76,9 +76,7 @@ def open_channel(target: str) -> grpc.aio.Channel:
     """An insecure channel to ``target`` (``host:port`` or ``dns:///host:port``)."""
     if not target:
         raise ConfigError("a mesh target must not be empty; write host:port or dns:///host:port")
-    return grpc.aio.insecure_channel(
-        target, options=channel_options(), interceptors=client_interceptors()
-    )
+    return TracedChannel(grpc.aio.insecure_channel(target, options=channel_options()))
 
 
 class MeshServer:

@@ -1,5 +1,7 @@
-"""gRPC interceptors: an RPC span on both sides of every mesh call, and the trace context
-(``traceparent``, ``tracestate``, ``baggage`` with the invocation's ids) in the metadata.
+"""RPC spans on both sides of every mesh call, and the trace context (``traceparent``,
+``tracestate``, ``baggage`` with the invocation's ids) in the metadata: a traced channel on
+the client (:class:`TracedChannel`, what :func:`~adk_mesh.mesh._channel.open_channel`
+returns), a server interceptor on the server.
 
 Written here rather than taken from ``opentelemetry-instrumentation-grpc`` because a streaming
 call's span must end exactly when the stream does, with the right status, in every case:
@@ -43,7 +45,7 @@ from adk_mesh.telemetry._propagation import (
 )
 from adk_mesh.telemetry._providers import get_tracer, tracing_enabled
 
-__all__ = ["client_interceptors", "server_interceptors"]
+__all__ = ["TracedChannel", "server_interceptors"]
 
 _CANCELLED_ATTRIBUTE = "adk_mesh.cancelled"
 # Infrastructure calls (health probes, reflection) would bury the invocations' spans.
@@ -94,72 +96,143 @@ def _final_status(call: Any) -> tuple[grpc.StatusCode, str | None]:
     return grpc.StatusCode.UNKNOWN, None
 
 
-async def _intercept(
-    continuation: Callable[[Any, Any], Awaitable[Any]],
-    details: grpc.aio.ClientCallDetails,
-    request: Any,
-) -> Any:
-    tracer = get_tracer()
-    full, service, method = _method_parts(details.method)
-    if tracer is None or full.startswith(_UNTRACED_PREFIXES):
-        return await continuation(details, request)
-    attributes = _rpc_attributes(service, method)
-    attributes.update(current_invocation_attributes())
-    span = tracer.start_span(full.lstrip("/"), kind=SpanKind.CLIENT, attributes=attributes)
-    context = trace.set_span_in_context(span)
-    metadata = grpc.aio.Metadata()
-    for key, value in details.metadata or ():
-        metadata.add(key, value)
-    for key, value in inject_context(context).items():
-        metadata.add(key, value)
-    new_details = grpc.aio.ClientCallDetails(
-        details.method,
-        details.timeout,
-        metadata,
-        details.credentials,
-        details.wait_for_ready,
-    )
-    try:
-        call = await continuation(new_details, request)
-    except asyncio.CancelledError:
-        finish_rpc_span(span, grpc.StatusCode.CANCELLED, "cancelled before it started")
-        raise
-    except grpc.RpcError as error:
-        finish_rpc_span(span, error.code(), error.details())
-        raise
-    except BaseException as error:
-        finish_rpc_span(span, grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
-        raise
+class _TracedCall:
+    """A traced multi-callable: a CLIENT span per call, the trace context in its metadata.
 
-    def done(finished: Any) -> None:
-        finish_rpc_span(span, *_final_status(finished))
+    A synchronous wrapper, not a ``grpc.aio`` client interceptor: an intercepted channel runs
+    the interceptor chain in a task of its own per call, which cost more than the span. The
+    call object gRPC returns is handed back unchanged; the span ends in its done-callback.
+    """
 
-    call.add_done_callback(done)
-    return call
+    __slots__ = ("_inner", "_method", "_name", "_service")
 
+    def __init__(self, inner: Any, full: str) -> None:
+        self._inner = inner
+        _, self._service, self._method = _method_parts(full)
+        self._name = full.lstrip("/")
 
-class _UnaryUnaryClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """A CLIENT span per unary call (gRPC files an interceptor under one call type only)."""
-
-    async def intercept_unary_unary(
+    def __call__(
         self,
-        continuation: Callable[[Any, Any], Awaitable[Any]],
-        client_call_details: grpc.aio.ClientCallDetails,
         request: Any,
+        *,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
     ) -> Any:
-        return await _intercept(continuation, client_call_details, request)
+        tracer = get_tracer()
+        if tracer is None:
+            return self._inner(
+                request,
+                timeout=timeout,
+                metadata=metadata,
+                credentials=credentials,
+                wait_for_ready=wait_for_ready,
+                compression=compression,
+            )
+        attributes = _rpc_attributes(self._service, self._method)
+        attributes.update(current_invocation_attributes())
+        span = tracer.start_span(self._name, kind=SpanKind.CLIENT, attributes=attributes)
+        headers = list(metadata or ())
+        headers.extend(inject_context(trace.set_span_in_context(span)).items())
+        try:
+            call = self._inner(
+                request,
+                timeout=timeout,
+                metadata=headers,
+                credentials=credentials,
+                wait_for_ready=wait_for_ready,
+                compression=compression,
+            )
+        except BaseException as error:
+            finish_rpc_span(span, grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
+            raise
+
+        def done(finished: Any) -> None:
+            finish_rpc_span(span, *_final_status(finished))
+
+        call.add_done_callback(done)
+        return call
 
 
-class _UnaryStreamClientInterceptor(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    """A CLIENT span per server-streaming call."""
+class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
+    """A ``grpc.aio`` channel whose stubs trace every unary and server-streaming call.
 
-    async def intercept_unary_stream(
+    Stubs ask their channel for one multi-callable per method; this channel hands out
+    :class:`_TracedCall` wrappers around the real channel's (health and reflection calls
+    excepted). Everything else is the real channel's. Tracing is decided per call, so a
+    channel opened before telemetry was configured traces once it is.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._channel = channel
+
+    async def __aenter__(self) -> TracedChannel:
+        await self._channel.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._channel.__aexit__(*exc_info)
+
+    async def close(self, grace: float | None = None) -> None:
+        await self._channel.close(grace)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self._channel.get_state(try_to_connect)
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        await self._channel.wait_for_state_change(last_observed_state)
+
+    async def channel_ready(self) -> None:
+        await self._channel.channel_ready()
+
+    def unary_unary(
         self,
-        continuation: Callable[[Any, Any], Awaitable[Any]],
-        client_call_details: grpc.aio.ClientCallDetails,
-        request: Any,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
     ) -> Any:
-        return await _intercept(continuation, client_call_details, request)
+        inner = self._channel.unary_unary(
+            method, request_serializer, response_deserializer, _registered_method
+        )
+        return inner if method.startswith(_UNTRACED_PREFIXES) else _TracedCall(inner, method)
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> Any:
+        inner = self._channel.unary_stream(
+            method, request_serializer, response_deserializer, _registered_method
+        )
+        return inner if method.startswith(_UNTRACED_PREFIXES) else _TracedCall(inner, method)
+
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> Any:
+        # Client-streaming methods: none in the mesh contract, so not traced.
+        return self._channel.stream_unary(
+            method, request_serializer, response_deserializer, _registered_method
+        )
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> Any:
+        return self._channel.stream_stream(
+            method, request_serializer, response_deserializer, _registered_method
+        )
 
 
 # --- server ---------------------------------------------------------------------------------
@@ -324,13 +397,6 @@ class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 response_serializer=handler.response_serializer,
             )
         return handler  # client-streaming methods: none in the mesh contract
-
-
-def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
-    """The interceptors of a new client channel: none while tracing is off."""
-    if not tracing_enabled():
-        return []
-    return [_UnaryUnaryClientInterceptor(), _UnaryStreamClientInterceptor()]
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:

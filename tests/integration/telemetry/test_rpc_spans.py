@@ -298,3 +298,28 @@ async def test_remote_agent_and_remote_tool_continue_the_trace(waiter: SpanWaite
     for span in finished:
         assert span.attributes is not None
         assert span.attributes["adk_mesh.invocation_id"] == invocation_id, span.name
+
+
+async def test_a_channel_opened_before_tracing_traces_once_it_is_on() -> None:
+    """Tracing is decided per call: a long-lived channel picks it up (and drops it) later."""
+    server = AgentServer(Scripted("solo", "end"))
+    port = await server.start("127.0.0.1:0")
+    try:
+        async with open_channel(f"127.0.0.1:{port}") as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            [_ async for _ in stub.Run(root_request())]  # tracing off: nothing recorded
+            processor = SpanWaiter()
+            provider = LeanTracerProvider(
+                Resource({"service.name": "test"}),
+                sampler=Sampler(),
+                limits=SpanLimits(),
+                sinks=[processor],
+            )
+            with _providers.use_tracer_provider(provider):
+                [_ async for _ in stub.Run(root_request(), metadata=(("x-caller", "test"),))]
+                client = await processor.wait(RUN, SpanKind.CLIENT)
+            [_ async for _ in stub.Run(root_request())]  # off again
+    finally:
+        await server.stop(None)
+    assert code_of(client) == 0
+    assert [s.name for s in processor.finished if s.kind is SpanKind.CLIENT] == [RUN]

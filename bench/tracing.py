@@ -167,6 +167,165 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": 22}
 
 
+# --- the deployed mesh: `adk-mesh serve` processes ------------------------------------------
+
+
+def weather_tools() -> list[Any]:
+    """``adk-mesh serve tools tracing:weather_tools``."""
+    from adk_mesh.tools.function_tool import FunctionTool
+
+    return [FunctionTool(get_weather)]
+
+
+def weather_agent() -> Any:
+    """``adk-mesh serve agent tracing:weather_agent``: Gemini at $BENCH_MODEL_URL, tools from
+    the tool service at $BENCH_TOOLS_TARGET."""
+    from adk_mesh.agents.llm_agent import LlmAgent
+    from adk_mesh.mesh import RemoteToolset
+    from adk_mesh.models import GeminiModel
+
+    model = GeminiModel(
+        "gemini-2.5-flash", base_url=os.environ["BENCH_MODEL_URL"], api_key="bench-key"
+    )
+    return LlmAgent(
+        name="weather", model=model, tools=[RemoteToolset(os.environ["BENCH_TOOLS_TARGET"])]
+    )
+
+
+class Service:
+    """One ``adk-mesh serve`` process on a free port, stopped (drained) when done."""
+
+    def __init__(self, kind: str, reference: str, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "adk_mesh", "serve", kind, reference, "--port", "0"],
+            cwd=BENCH_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()  # adk-mesh: serving <kind> <name> on <host>:<port>
+        if " on " not in line:
+            self.process.kill()
+            raise RuntimeError(f"adk-mesh serve {kind} did not start: {line!r}")
+        self.target = line.rsplit(" on ", 1)[1].strip()
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, every thread) the process used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.process.terminate()  # SIGTERM: drain, flush the spans, exit
+        self.process.wait(timeout=30)
+
+
+async def measure_deployed(invocations: int, block: int, warmup: int) -> float:
+    """Two deployments of the same mesh, side by side: one unconfigured, one exporting to a
+    receiver; a plain gRPC client alternates between them."""
+    import grpc
+
+    from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+
+    receiver = Child("--receiver")
+    gemini = Child("--fake-gemini")
+    services: list[Service] = []
+    channels: list[Any] = []
+    try:
+        base = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith("OTEL_") and key != "ADK_MESH_TRACE_DIR"
+        }
+        base["BENCH_MODEL_URL"] = gemini.url
+        stubs: dict[str, Any] = {}
+        processes: dict[str, list[Service]] = {}
+        for condition, extra in (
+            (OFF, {}),
+            (EXPORTED, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}),
+        ):
+            env = {**base, **extra}
+            tools = Service("tools", "tracing:weather_tools", env)
+            services.append(tools)
+            agent = Service(
+                "agent", "tracing:weather_agent", {**env, "BENCH_TOOLS_TARGET": tools.target}
+            )
+            services.append(agent)
+            processes[condition] = [tools, agent]
+            channel = grpc.aio.insecure_channel(agent.target)
+            channels.append(channel)
+            stubs[condition] = agent_pb2_grpc.AgentServiceStub(channel)
+        request = agent_pb2.RunRequest(
+            root=agent_pb2.RootRun(
+                user_id="u",
+                new_message=content_pb2.Content(
+                    role="user", parts=[content_pb2.Part(text="Weather in Paris?")]
+                ),
+            )
+        )
+        samples: dict[str, list[float]] = {OFF: [], EXPORTED: []}
+
+        async def timed_block(condition: str, count: int, keep: bool) -> None:
+            stub = stubs[condition]
+            for _ in range(count):
+                start = time.perf_counter_ns()
+                async for _ in stub.Run(request):
+                    pass
+                if keep:
+                    samples[condition].append((time.perf_counter_ns() - start) / 1000)
+
+        for condition in stubs:
+            await timed_block(condition, warmup, keep=False)
+
+        def cpu(condition: str) -> float:
+            return sum(service.cpu_seconds() for service in processes[condition])
+
+        cpu_before = {condition: cpu(condition) for condition in processes}
+        started = time.perf_counter()
+        done, order = 0, [OFF, EXPORTED]
+        while done < invocations:
+            count = min(block, invocations - done)
+            for condition in order:
+                await timed_block(condition, count, keep=True)
+            order.reverse()
+            done += count
+        elapsed = time.perf_counter() - started
+        # Per invocation, in ms: what the two services of each deployment burned, every
+        # thread included (the exporter's too).
+        cpu_ms = {c: (cpu(c) - cpu_before[c]) * 1000 / invocations for c in processes}
+    finally:
+        for channel in channels:
+            await channel.close()
+        for service in services:
+            service.stop()
+        gemini.stop()
+        last = receiver.stop().split()
+    spans, exports = (int(last[0]), int(last[1])) if len(last) == 2 else (0, 0)
+    off, on = statistics.median(samples[OFF]), statistics.median(samples[EXPORTED])
+    print(
+        f"deployed: {invocations} invocations per condition, alternating blocks of {block} "
+        f"({elapsed:.1f} s)"
+    )
+    print(f"  {'tracing off':32} {describe(samples[OFF])}")
+    print(f"  {LABELS[EXPORTED]:32} {describe(samples[EXPORTED])}   {percent(on, off):+6.1f} %")
+    print(
+        f"  CPU of the two services per invocation: {cpu_ms[OFF]:.2f} ms off, "
+        f"{cpu_ms[EXPORTED]:.2f} ms on ({percent(cpu_ms[EXPORTED], cpu_ms[OFF]):+.1f} %)"
+    )
+    print(
+        f"  received by the OTLP receiver: {spans} spans in {exports} exports "
+        f"({spans / (invocations + warmup):.1f} spans per exported invocation; 13 expected: "
+        "the client is a plain gRPC stub)"
+    )
+    added = percent(on, off)
+    verdict = "ok" if added <= TARGET_PERCENT else "MISSED"
+    print(
+        f"  tracing adds {on - off:.1f} µs per invocation ({(on - off) / 13:.1f} µs per span): "
+        f"{added:+.1f} % (target <= {TARGET_PERCENT:g} %: {verdict})"
+    )
+    return added
+
+
 async def scripted_workload(stack: AsyncExitStack, model_url: str) -> tuple[Invoke, int]:
     """bench/runner.py's invocation; (invoke, spans per invocation)."""
     sys.path.insert(0, str(BENCH_DIR))
@@ -343,7 +502,10 @@ async def measure(workload: str, invocations: int, block: int, warmup: int) -> f
 
 async def run(workloads: list[str], invocations: int, block: int, warmup: int) -> None:
     for workload in workloads:
-        await measure(workload, invocations, block, warmup)
+        if workload == "deployed":
+            await measure_deployed(invocations, block, warmup)
+        else:
+            await measure(workload, invocations, block, warmup)
 
 
 def main() -> None:
@@ -354,12 +516,14 @@ def main() -> None:
         serve_fake_gemini()
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--workload", choices=["mesh", "scripted", "both"], default="both")
+    parser.add_argument(
+        "--workload", choices=["deployed", "mesh", "scripted", "all"], default="all"
+    )
     parser.add_argument("--invocations", type=int, default=2000, help="per condition")
     parser.add_argument("--block", type=int, default=100, help="invocations per block")
     parser.add_argument("--warmup", type=int, default=200)
     args = parser.parse_args()
-    workloads = ["mesh", "scripted"] if args.workload == "both" else [args.workload]
+    workloads = ["deployed", "mesh", "scripted"] if args.workload == "all" else [args.workload]
     asyncio.run(run(workloads, args.invocations, args.block, args.warmup))
 
 

@@ -375,10 +375,27 @@ class _RetryingTransport(ABC):
         self._backoff_base = backoff_base
         self._closed = threading.Event()
         self._warnings = _Warnings(_WARNING_INTERVAL)
+        self._pid = os.getpid()
+        self._connection: object = None
+        self._inherited: list[object] = []
 
     @abstractmethod
     def _attempt(self, body: bytes, timeout: float) -> _Outcome:
         """Send ``body`` once, waiting at most ``timeout`` seconds."""
+
+    @abstractmethod
+    def _connect(self) -> object:
+        """Open the connection (a gRPC channel, an HTTP client) and return it."""
+
+    def _check_fork(self) -> None:
+        """In the child of a ``fork``, open a connection of its own: the parent's sockets and
+        gRPC's state belong to the parent. The inherited one is kept, never used or closed
+        (closing it would act on the parent's connection)."""
+        pid = os.getpid()
+        if pid != self._pid:
+            self._inherited.append(self._connection)
+            self._pid = pid
+            self._connection = self._connect()
 
     @abstractmethod
     def _close(self) -> None:
@@ -472,24 +489,32 @@ class _GrpcTransport(_RetryingTransport):
         self.description = f"otlp/grpc {settings.endpoint}"
         if target == settings.endpoint:  # no scheme to tell
             self.description += " (tls)" if settings.secure else " (insecure)"
-        options = [("grpc.primary_user_agent", user_agent)]
+        self._target = target
+        self._options = [("grpc.primary_user_agent", user_agent)]
+        self._credentials: grpc.ChannelCredentials | None = None
         if settings.secure:
-            credentials = grpc.ssl_channel_credentials(
+            self._credentials = grpc.ssl_channel_credentials(
                 root_certificates=_read_pem(settings.certificate) if settings.certificate else None,
                 private_key=_read_pem(settings.client_key) if settings.client_key else None,
                 certificate_chain=(
                     _read_pem(settings.client_certificate) if settings.client_certificate else None
                 ),
             )
-            self._channel = grpc.secure_channel(target, credentials, options)
-        else:
-            self._channel = grpc.insecure_channel(target, options)
-        # No serializers: the request bytes go as they are and the response comes back raw.
-        self._export = self._channel.unary_unary(self._signal.grpc_method)
         self._metadata = tuple((name.lower(), value) for name, value in settings.headers)
         self._compression = grpc.Compression.Gzip if settings.gzip else None
+        self._connection = self._connect()
+
+    def _connect(self) -> grpc.Channel:
+        if self._credentials is not None:
+            self._channel = grpc.secure_channel(self._target, self._credentials, self._options)
+        else:
+            self._channel = grpc.insecure_channel(self._target, self._options)
+        # No serializers: the request bytes go as they are and the response comes back raw.
+        self._export = self._channel.unary_unary(self._signal.grpc_method)
+        return self._channel
 
     def _attempt(self, body: bytes, timeout: float) -> _Outcome:
+        self._check_fork()
         try:
             response = self._export(
                 body, timeout=timeout, metadata=self._metadata, compression=self._compression
@@ -538,7 +563,13 @@ class _HttpTransport(_RetryingTransport):
         headers.append(("Content-Type", "application/x-protobuf"))
         if settings.gzip:
             headers.append(("Content-Encoding", "gzip"))
-        self._client = httpx.Client(headers=headers, verify=_tls_context(settings))
+        self._headers = headers
+        self._verify = _tls_context(settings)
+        self._connection = self._connect()
+
+    def _connect(self) -> httpx.Client:
+        self._client = httpx.Client(headers=self._headers, verify=self._verify)
+        return self._client
 
     def send(self, body: bytes, timeout: float) -> bool:
         # Compressed once, not on every attempt.
@@ -547,6 +578,7 @@ class _HttpTransport(_RetryingTransport):
         )
 
     def _attempt(self, body: bytes, timeout: float) -> _Outcome:
+        self._check_fork()
         try:
             response = self._client.post(self._settings.endpoint, content=body, timeout=timeout)
         except httpx.TransportError as failure:

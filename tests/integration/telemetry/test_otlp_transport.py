@@ -802,3 +802,44 @@ def test_warnings_say_how_many_like_them_were_held_back(
         "another kind: x",
         "collector down: later (and 2 more like it)",
     ]
+
+
+# -- after a fork ---------------------------------------------------------------------------
+
+
+def test_http_in_a_forked_child_sends_on_a_connection_of_its_own(
+    http_collector: HttpCollector, transports: Callable[..., Transport]
+) -> None:
+    transport = transports(protocol="http/protobuf", endpoint=http_collector.traces_url())
+    assert transport.send(SPAN_REQUEST, timeout=5)  # the parent's connection is open now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, b"1" if transport.send(SPAN_REQUEST, timeout=5) else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"1"
+    assert transport.send(SPAN_REQUEST, timeout=5)  # the parent's connection still works
+    assert len(http_collector.requests) == 3
+
+
+def test_grpc_reconnects_when_the_process_id_changed(
+    grpc_collector: GrpcCollector,
+    transports: Callable[..., Transport],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # gRPC itself supports using it in a forked child only with GRPC_ENABLE_FORK_SUPPORT; the
+    # transport's part is to open a channel of its own there, checked without forking.
+    transport = transports(endpoint=grpc_collector.endpoint)
+    assert transport.send(SPAN_REQUEST, timeout=5)
+    inherited = transport._connection  # type: ignore[attr-defined]
+    monkeypatch.setattr(os, "getpid", lambda: -1)
+    assert transport.send(SPAN_REQUEST, timeout=5)
+    assert transport._connection is not inherited  # type: ignore[attr-defined]
+    assert transport._inherited == [inherited]  # type: ignore[attr-defined]
+    assert len(grpc_collector.requests) == 2

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from adk_mesh.telemetry import _providers, _setup
 from adk_mesh.telemetry._export import ExporterSink
+from adk_mesh.telemetry._spans import refresh_capture_content
 from adk_mesh.telemetry._tracer import LeanTracerProvider, Sampler, SpanLimits
 
 
@@ -45,8 +46,11 @@ def metric_reader() -> Iterator[InMemoryMetricReader]:
 
 @pytest.fixture(autouse=True)
 def _fresh_telemetry_configuration() -> Iterator[None]:
-    """configure_telemetry is idempotent per process: forget its handle around each test."""
+    """configure_telemetry is idempotent per process: forget its handle around each test; and
+    read ADK_MESH_CAPTURE_CONTENT again (a test may set it)."""
+    refresh_capture_content()
     yield
+    refresh_capture_content()
     handle = _setup._handle
     if handle is not None:
         handle.shutdown()

@@ -133,20 +133,21 @@ def record_tool_duration(seconds: float, tool_name: str, error_type: str | None)
     )
 
 
+_ChatAttributes = tuple[
+    dict[str, AttributeValue], dict[str, AttributeValue], dict[str, AttributeValue]
+]
+_chat_sets: dict[tuple[str, str, str | None, str | None], _ChatAttributes] = {}
+
+
 def _chat_attributes(
     provider: str, request_model: str, response_model: str | None, error_type: str | None
-) -> tuple[dict[str, AttributeValue], dict[str, AttributeValue], dict[str, AttributeValue]]:
+) -> _ChatAttributes:
     """The attributes of a model call's duration, input and output token measurements."""
-    key = ("chat", provider, request_model, response_model or None, error_type)
-    duration = _attribute_sets.get(key)
-    input_key = (*key, "input")
-    output_key = (*key, "output")
-    if duration is not None:
-        input_tokens = _attribute_sets.get(input_key)
-        output_tokens = _attribute_sets.get(output_key)
-        if input_tokens is not None and output_tokens is not None:
-            return duration, input_tokens, output_tokens
-    duration = {
+    key = (provider, request_model, response_model or None, error_type)
+    cached = _chat_sets.get(key)
+    if cached is not None:
+        return cached
+    duration: dict[str, AttributeValue] = {
         OPERATION_NAME: "chat",
         "gen_ai.provider.name": provider,
         "gen_ai.request.model": request_model,
@@ -155,11 +156,11 @@ def _chat_attributes(
         duration["gen_ai.response.model"] = response_model
     if error_type is not None:
         duration[ERROR_TYPE] = error_type
-    return (
-        _remember(key, duration),
-        _remember(input_key, {**duration, TOKEN_TYPE: "input"}),
-        _remember(output_key, {**duration, TOKEN_TYPE: "output"}),
-    )
+    sets = (duration, {**duration, TOKEN_TYPE: "input"}, {**duration, TOKEN_TYPE: "output"})
+    if len(_chat_sets) >= _MAX_ATTRIBUTE_SETS:
+        _chat_sets.clear()
+    _chat_sets[key] = sets
+    return sets
 
 
 def record_model_call(

@@ -144,6 +144,9 @@ def configure_telemetry(service_name: str | None = None) -> TelemetryHandle:
 
 
 def _configure(service_name: str | None) -> TelemetryHandle:
+    from adk_mesh.telemetry._spans import refresh_capture_content
+
+    refresh_capture_content()
     if _env_flag("OTEL_SDK_DISABLED"):
         return TelemetryHandle(service_name=service_name or _DEFAULT_SERVICE_NAME)
     traces_endpoint = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or _env(

@@ -52,6 +52,7 @@ __all__ = [
     "record_control_transfer",
     "record_tool_error",
     "record_tool_result",
+    "refresh_capture_content",
     "trace_agent_run",
     "trace_invocation",
     "trace_model_call",
@@ -76,9 +77,27 @@ _MAX_ATTRIBUTE_CHARS = 16_384
 T = TypeVar("T")
 
 
+_capture: bool | None = None
+
+
 def capture_content() -> bool:
-    """Whether prompts, answers, tool arguments and results go on spans (off by default)."""
-    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("true", "1", "yes")
+    """Whether prompts, answers, tool arguments and results go on spans (off by default).
+
+    ``ADK_MESH_CAPTURE_CONTENT`` is read once, at the first span (and again by
+    :func:`~adk_mesh.telemetry.configure_telemetry` and :func:`refresh_capture_content`):
+    looking up an unset variable costs an exception inside ``os.environ``, ~9 µs a span.
+    """
+    capture = _capture
+    if capture is None:
+        capture = refresh_capture_content()
+    return capture
+
+
+def refresh_capture_content() -> bool:
+    """Read ``ADK_MESH_CAPTURE_CONTENT`` again; returns the new setting."""
+    global _capture
+    _capture = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("true", "1", "yes")
+    return _capture
 
 
 # --- the outcome of a span --------------------------------------------------------------------

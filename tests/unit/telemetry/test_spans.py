@@ -18,6 +18,7 @@ from adk_mesh.errors import ModelError
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.telemetry import CAPTURE_CONTENT_ENV, _providers
+from adk_mesh.telemetry._spans import refresh_capture_content
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.agent_tool import AgentTool
 from adk_mesh.types import Content, Event, LlmResponse, Part, UsageMetadata
@@ -173,6 +174,7 @@ async def test_no_content_is_recorded_by_default(
 ) -> None:
     monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
     monkeypatch.setenv("GOOGLE_API_KEY", "AIza-NEVER-RECORDED")
+    assert not refresh_capture_content()
     await run_turn(build_agents())
     text = all_attribute_text(spans.get_finished_spans())
     for marker in ("USER-PROMPT-MARKER", "SYSTEM-PROMPT-MARKER", "Lisbon", "sunny", "sk-SECRET"):
@@ -187,6 +189,7 @@ async def test_content_is_recorded_when_asked_and_keys_never(
 ) -> None:
     monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
     monkeypatch.setenv("GOOGLE_API_KEY", "AIza-NEVER-RECORDED")
+    assert refresh_capture_content()  # read when telemetry is configured, or on request
     await run_turn(build_agents())
     finished = spans.get_finished_spans()
     text = all_attribute_text(finished)

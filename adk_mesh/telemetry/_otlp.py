@@ -270,24 +270,32 @@ class TraceEncoder(_RequestWriter):
     def encode(self, spans: Sequence[FinishedSpan]) -> bytes:
         """The request carrying ``spans`` in one ``ResourceSpans``, one ``ScopeSpans`` per
         scope in first-seen order (equal scopes share one); ``b""`` when there are none."""
-        if not spans:
+        encode_span = self.encode_span
+        return self.frame([(span.scope, encode_span(span)) for span in spans])
+
+    def frame(self, encoded: Sequence[tuple[Scope, bytes]]) -> bytes:
+        """The request around spans already encoded by :meth:`encode_span`, grouped as
+        :meth:`encode` groups them; ``b""`` when there are none.
+
+        Encoding a span as it ends and framing the batch later lets an exporter keep bytes,
+        not span objects, until it sends.
+        """
+        if not encoded:
             return b""
         groups: dict[bytes, list[bytes]] = {}
         last_scope: Scope | None = None
         group: list[bytes] = []
-        encode_span = self._encode_span
-        for span in spans:
-            scope = span.scope
+        for scope, body in encoded:
             if scope is not last_scope:
                 header = self._scope_header(scope)
                 group = groups.setdefault(header, [header])
                 last_scope = scope
-            body = encode_span(span)
             group.append(b"\x12" + _varint(len(body)))  # ScopeSpans.spans = 2
             group.append(body)
         return self._request(list(groups.values()))
 
-    def _encode_span(self, span: FinishedSpan) -> bytes:
+    def encode_span(self, span: FinishedSpan) -> bytes:
+        """One ``Span`` message (its fields, without the enclosing tag and length)."""
         trace_id = span.trace_id
         parts = [
             _IDS.pack(_TRACE_ID_TAG, trace_id >> 64, trace_id & _UINT64, _SPAN_ID_TAG, span.span_id)

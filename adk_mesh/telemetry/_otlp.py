@@ -277,8 +277,8 @@ class TraceEncoder(_RequestWriter):
         """The request around spans already encoded by :meth:`encode_span`, grouped as
         :meth:`encode` groups them; ``b""`` when there are none.
 
-        Encoding a span as it ends and framing the batch later lets an exporter keep bytes,
-        not span objects, until it sends.
+        Encoding and framing are separate steps, so spans can be encoded whenever suits the
+        caller (as each ends, say) and framed into one request later.
         """
         if not encoded:
             return b""

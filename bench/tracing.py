@@ -1,17 +1,21 @@
 """What tracing costs per invocation: exporting over OTLP/gRPC against tracing off, same run.
 
-Two workloads, each measured on its own:
+Three workloads, each measured on its own. The mesh is the same in the first two: a client
+calls ``Run`` on an :class:`~adk_mesh.mesh.AgentServer`; its agent's model is Gemini
+(``GeminiModel`` over HTTP to a fake Gemini server speaking the real wire format, answering at
+once, in a separate process); the model calls one tool, served by a
+:class:`~adk_mesh.mesh.ToolServer` through a ``RemoteToolset``; then it answers.
 
-* **mesh** — an invocation as a deployment runs it: a client calls ``Run`` on an
-  :class:`~adk_mesh.mesh.AgentServer`; its agent's model is Gemini (``GeminiModel`` over HTTP
-  to a fake Gemini server speaking the real wire format, answering at once, in a separate
-  process); the model calls one tool, served by a :class:`~adk_mesh.mesh.ToolServer` through
-  a ``RemoteToolset``; then it answers. Client, agent service and tool service share this
-  process and its event loop, so the time measured is the CPU all three spend — the figure
-  is the cost of tracing summed over every service an invocation crosses: 14 spans — Run
-  (client and server), invoke_workflow, invoke_agent, two chat, two ListTools and one CallTool
-  (client and server each; the agent lists its remote tools before each model call), and
-  execute_tool on both sides of the tool call.
+* **deployed** — as operators run it: the agent service and the tool service are
+  ``adk-mesh serve`` processes, twice — one deployment unconfigured, one with
+  ``OTEL_EXPORTER_OTLP_ENDPOINT`` set — and a plain gRPC client (no tracing of its own, as a
+  polyglot client) alternates between them. Latency as the client sees it, and the CPU the
+  two services burn per invocation (every thread, the exporter's too). 13 spans.
+* **mesh** — client, agent service and tool service on this process's event loop, so the
+  time measured is the CPU all three spend: the cost of tracing summed over every service an
+  invocation crosses. 14 spans — Run (client and server), invoke_workflow, invoke_agent, two
+  chat, two ListTools and one CallTool (client and server each; the agent lists its remote
+  tools before each model call), and execute_tool on both sides of the tool call.
 * **scripted** — the worst case: bench/runner.py's workload (imported from it), an agent in
   this process whose instant, scripted model calls one tool and answers, on an in-memory
   session (5 spans). With no network and no model, tracing is measured against nothing but
@@ -21,16 +25,16 @@ Two workloads, each measured on its own:
 :func:`~adk_mesh.telemetry.configure_telemetry` — the lean span recorder, batching, OTLP/gRPC
 — with the metric instruments recording, to a receiver this benchmark starts on 127.0.0.1 in
 a separate process (an OTLP collector is never inside the measured process). Every span of
-every invocation is exported: the receiver's count is printed at the end. *Recorded* keeps
-the spans and metrics but exports nothing (what recording alone costs). *Tracing off* is the
-same process with the instrumentation pointed at no-op providers, i.e. an unconfigured
-process.
+every invocation is exported: the receiver's count is printed at the end. In the in-process
+workloads, *recorded* keeps the spans and metrics but exports nothing (what recording alone
+costs), and *tracing off* has each condition's services and channels built under no-op
+providers, i.e. an unconfigured process.
 
-The conditions run in the same process and event loop, in rotating blocks of invocations, so
-load on the machine and the interpreter's warm-up fall on all alike. The figure is the median
-per-invocation time of each, and the percentage tracing adds (target <= 15 %).
+The conditions alternate in blocks of invocations within one run, so load on the machine and
+the interpreter's warm-up fall on all alike. The figure is the median per-invocation time of
+each, and the percentage tracing adds (target <= 15 %).
 
-Run: python bench/tracing.py [--workload mesh|scripted|both] [--invocations N] [--block N]
+Run: python bench/tracing.py [--workload deployed|mesh|scripted|all] [--invocations N]
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ import httpx
 
 from adk_mesh.errors import AdkError, ConfigError, ModelError
 from adk_mesh.models.base import Llm, LlmRequest
+from adk_mesh.telemetry._propagation import trace_headers
 from adk_mesh.types import Content, FinishReason, LlmResponse, Part, UsageMetadata
 
 __all__ = [
@@ -294,6 +295,8 @@ class HttpTransport:
 
     def _build(self, client: httpx.AsyncClient, wire: WireRequest) -> httpx.Request:
         headers = {name: header.value() for name, header in self._secret_headers.items()}
+        # The model call's span continues at the provider (traceparent only, no baggage).
+        headers.update(trace_headers())
         content = json.dumps(wire.body, separators=(",", ":"), ensure_ascii=False).encode()
         return client.build_request(
             "POST", wire.path, content=content, params=wire.params or None, headers=headers

@@ -39,6 +39,7 @@ __all__ = [
     "extract_context",
     "inject_context",
     "invocation_attributes",
+    "trace_headers",
     "with_invocation",
 ]
 
@@ -229,6 +230,25 @@ def inject_context(context: Context | None = None) -> dict[str, str]:
                 context = baggage.set_baggage(key, value, context=context)
     carrier: dict[str, str] = {}
     propagate.inject(carrier, context=context)
+    return carrier
+
+
+def trace_headers(context: Context | None = None) -> dict[str, str]:
+    """The trace context of ``context`` (default: the current one) for a hop that is not a
+    mesh call, such as a model provider's HTTP API: ``traceparent`` and ``tracestate`` only.
+
+    No baggage goes along, so the invocation's user and session ids stay inside the mesh; a
+    self-hosted model server behind an instrumented proxy still continues the trace. Empty
+    when there is no span (tracing off).
+    """
+    span_context = trace.get_current_span(context).get_span_context()
+    if not span_context.is_valid:
+        return {}
+    without_baggage = baggage.clear(context)
+    if _w3c_propagation():
+        return _inject_w3c(without_baggage, None)
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=without_baggage)
     return carrier
 
 

@@ -20,6 +20,7 @@ from adk_mesh.telemetry._propagation import (
     current_invocation_attributes,
     extract_context,
     inject_context,
+    trace_headers,
     with_invocation,
 )
 
@@ -172,3 +173,12 @@ def b3_like_propagator() -> Iterator[None]:
 def test_other_propagators_go_through_the_api() -> None:
     assert inject_context(Context()) == {"x-custom": "yes"}
     assert not _propagation._w3c_propagation()
+
+
+def test_trace_headers_for_other_hops_carry_no_baggage() -> None:
+    parent = SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=TraceFlags(1))
+    context = trace.set_span_in_context(NonRecordingSpan(parent), Context())
+    context = baggage.set_baggage("adk_mesh.user_id", "u1", context=context)
+    context = with_invocation({INVOCATION_ID: "e-1"}, context)
+    assert trace_headers(context) == {"traceparent": f"00-{0xABC:032x}-{0xDEF:016x}-01"}
+    assert trace_headers(Context()) == {}  # no span, nothing to continue

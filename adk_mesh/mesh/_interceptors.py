@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from grpc._common import CYGRPC_STATUS_CODE_TO_STATUS_CODE
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -65,9 +66,14 @@ def _rpc_attributes(service: str, method: str) -> dict[str, AttributeValue]:
     return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
 
 
+# The numeric status codes, by member identity: an enum member's value is a property and its
+# hash runs Python code, so both are paid once here.
+_STATUS_NUMBERS = {id(code): code.value[0] for code in grpc.StatusCode}
+
+
 def finish_rpc_span(span: Span, code: grpc.StatusCode, details: str | None) -> None:
     """Set the final status of an RPC span and end it."""
-    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    span.set_attribute("rpc.grpc.status_code", _STATUS_NUMBERS[id(code)])
     if code is grpc.StatusCode.CANCELLED:
         span.set_attribute(_CANCELLED_ATTRIBUTE, True)
     elif code is not grpc.StatusCode.OK:
@@ -84,8 +90,6 @@ def _final_status(call: Any) -> tuple[grpc.StatusCode, str | None]:
     """The status of a call that is done, read without awaiting (we are in its callback)."""
     status = getattr(getattr(call, "_cython_call", None), "_status", None)
     if status is not None:
-        from grpc._common import CYGRPC_STATUS_CODE_TO_STATUS_CODE
-
         code = CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(status.code())
         if code is not None:
             details = status.details()

@@ -75,14 +75,14 @@ _INVOCATION = create_key("adk_mesh.invocation")
 def with_invocation(ids: Mapping[str, AttributeValue], context: Context) -> Context:
     """``context`` carrying the invocation attributes ``ids`` (an :func:`invocation_attributes`
     result, never changed afterwards) for the spans and the mesh calls started inside it."""
-    return set_value(_INVOCATION, ids, context)
+    return set_value(_INVOCATION, ids if isinstance(ids, dict) else dict(ids), context)
 
 
 def current_invocation_attributes(context: Context | None = None) -> dict[str, AttributeValue]:
     """The invocation attributes ``context`` (default: the current one) carries: set by an
     enclosing span of this process, else received as baggage from the caller."""
     ids = get_value(_INVOCATION, context)
-    if isinstance(ids, Mapping):
+    if isinstance(ids, dict):  # (a dict check: an ABC check costs more than the copy)
         return dict(ids)
     return attributes_from_baggage(context)
 
@@ -137,7 +137,27 @@ def _quoted(text: str) -> str:
     return text if _PLAIN(text) else quote_plus(text)
 
 
+# Baggage headers already written, by their entries: the calls of one invocation (and the
+# invocations of one session) send the same few.
+_MAX_HEADERS_KEPT = 1024
+_headers_kept: dict[tuple[tuple[str, object], ...], str] = {}
+
+
 def _baggage_header(entries: Mapping[str, object]) -> str:
+    key = tuple(entries.items())
+    try:
+        header = _headers_kept.get(key)
+    except TypeError:  # an unhashable value (the API lets baggage hold any object)
+        return _write_baggage_header(entries)
+    if header is None:
+        header = _write_baggage_header(entries)
+        if len(_headers_kept) >= _MAX_HEADERS_KEPT:
+            _headers_kept.clear()
+        _headers_kept[key] = header
+    return header
+
+
+def _write_baggage_header(entries: Mapping[str, object]) -> str:
     pairs: list[str] = []
     total = 0
     for key, value in entries.items():
@@ -177,7 +197,8 @@ def _inject_w3c(context: Context | None, ids: Mapping[str, object] | None) -> di
 
 
 def _extract_w3c(carrier: Mapping[str, str]) -> Context:
-    context = Context()
+    header = carrier.get("baggage")
+    context = _baggage_context(header) if header else _EMPTY_CONTEXT
     traceparent = carrier.get("traceparent")
     match = _TRACEPARENT.fullmatch(traceparent.strip()) if traceparent else None
     if match is not None:
@@ -192,33 +213,53 @@ def _extract_w3c(carrier: Mapping[str, str]) -> Context:
             )
             parent = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[int(flags, 16)], state)
             context = trace.set_span_in_context(NonRecordingSpan(parent), context)
-    header = carrier.get("baggage")
-    if header and len(header) <= _MAX_BAGGAGE_HEADER:
-        entries: dict[str, str] = {}
-        for item in header.split(",", _MAX_BAGGAGE_PAIRS)[:_MAX_BAGGAGE_PAIRS]:
-            if len(item) > _MAX_BAGGAGE_PAIR:
-                continue
-            name, separator, value = item.partition("=")
-            if not separator:
-                continue
-            name, value = name.strip(" \t"), value.strip(" \t")
-            if not name:
-                continue
-            if "%" in name or "+" in name:
-                name = unquote_plus(name)
-            if "%" in value or "+" in value:
-                value = unquote_plus(value)
-            entries[name] = value
-        for name, value in entries.items():
-            context = baggage.set_baggage(name, value, context=context)
     return context
+
+
+_EMPTY_CONTEXT = Context()
+# A context holding just the baggage of a header, by the header: the calls of one invocation
+# (and the invocations of one session) carry the same one. Contexts never change.
+_baggage_contexts: dict[str, Context] = {}
+
+
+def _baggage_context(header: str) -> Context:
+    context = _baggage_contexts.get(header)
+    if context is None:
+        context = _EMPTY_CONTEXT
+        for name, value in _baggage_entries(header).items():
+            context = baggage.set_baggage(name, value, context=context)
+        if len(_baggage_contexts) >= _MAX_HEADERS_KEPT:
+            _baggage_contexts.clear()
+        _baggage_contexts[header] = context
+    return context
+
+
+def _baggage_entries(header: str) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    if len(header) > _MAX_BAGGAGE_HEADER:
+        return entries
+    for item in header.split(",", _MAX_BAGGAGE_PAIRS)[:_MAX_BAGGAGE_PAIRS]:
+        if len(item) > _MAX_BAGGAGE_PAIR:
+            continue
+        name, separator, value = item.partition("=")
+        if not separator:
+            continue
+        name, value = name.strip(" \t"), value.strip(" \t")
+        if not name:
+            continue
+        if "%" in name or "+" in name:
+            name = unquote_plus(name)
+        if "%" in value or "+" in value:
+            value = unquote_plus(value)
+        entries[name] = value
+    return entries
 
 
 def inject_context(context: Context | None = None) -> dict[str, str]:
     """The headers (``traceparent``, ``tracestate``, ``baggage``) that carry ``context``: its
     span, its baggage and the invocation's ids."""
     ids = get_value(_INVOCATION, context)
-    if not isinstance(ids, Mapping):
+    if not isinstance(ids, dict):
         ids = None
     if _w3c_propagation():
         return _inject_w3c(context, ids)
@@ -254,7 +295,7 @@ def trace_headers(context: Context | None = None) -> dict[str, str]:
 
 def extract_context(headers: Iterable[tuple[str, str | bytes]] | Mapping[str, str]) -> Context:
     """The context an incoming call's headers carry (an empty one when they carry none)."""
-    items = headers.items() if isinstance(headers, Mapping) else headers
+    items = headers.items() if isinstance(headers, dict | Mapping) else headers
     carrier = {key.lower(): value for key, value in items if isinstance(value, str)}
     if _w3c_propagation():
         return _extract_w3c(carrier)

@@ -269,13 +269,13 @@ def _bounded_attributes(
         if len(kept) >= count_limit:
             dropped += 1
             continue
-        value = _clean(value, max_length)
-        if value is _INVALID:
+        cleaned = _clean(value, max_length)
+        if cleaned is _INVALID:
             logger.warning(
                 "attribute %r: invalid value type %s, dropped", key, type(value).__name__
             )
             continue
-        kept[key] = value
+        kept[key] = cleaned
     return kept, dropped
 
 
@@ -421,10 +421,13 @@ class LeanSpan(trace.Span):
             return
         limits = self._limits
         if type(value) not in _SIMPLE_TYPES or limits.attribute_value_length is not None:
-            value = _clean(value, limits.attribute_value_length)
-            if value is _INVALID:
-                logger.warning("attribute %r: invalid value type, dropped", key)
+            cleaned = _clean(value, limits.attribute_value_length)
+            if cleaned is _INVALID:
+                logger.warning(
+                    "attribute %r: invalid value type %s, dropped", key, type(value).__name__
+                )
                 return
+            value = cleaned
         attributes = self.attributes
         if key not in attributes and len(attributes) >= limits.attribute_count:
             self.dropped_attributes_count += 1

@@ -445,3 +445,13 @@ def test_the_stock_sdk_provider_records_the_same_tree(sdk_spans: InMemorySpanExp
     assert tree(exporter.get_finished_spans()) == tree(sdk_spans.get_finished_spans())
     assert len(exporter.get_finished_spans()) == 5
     assert otel_context.get_current() == otel_context.Context()
+
+
+def test_an_invalid_value_is_named_in_the_warning(
+    tracer: trace.Tracer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        tracer.start_span("s", attributes={"bad": object()}).end()  # type: ignore[dict-item]
+        tracer.start_span("t").set_attribute("worse", None)  # type: ignore[arg-type]
+    assert "'bad': invalid value type object" in caplog.text
+    assert "'worse': invalid value type NoneType" in caplog.text

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Measurement", "format_table", "measure"]
+__all__ = ["Measurement", "describe_latencies", "format_table", "measure"]
 
 
 @dataclass(frozen=True)
@@ -121,3 +121,10 @@ def format_table(
         )
 
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def describe_latencies(samples: Sequence[float]) -> str:
+    """``median … µs   p99 … µs`` of per-call times in microseconds."""
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return f"median {statistics.median(samples):8.1f} µs   p99 {p99:8.1f} µs"

@@ -24,6 +24,8 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from _harness import describe_latencies
+
 Invocation = Callable[[], Awaitable[None]]
 
 
@@ -131,12 +133,6 @@ async def measure(invoke: Invocation, invocations: int, warmup: int) -> list[flo
     return [ns / 1000 for ns in _timings]
 
 
-def describe(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return f"median {statistics.median(samples):8.1f} µs   p99 {p99:8.1f} µs"
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--invocations", type=int, default=3000)
@@ -147,13 +143,13 @@ async def main() -> None:
 
     ours = await measure(await adk_mesh_invocation(), args.invocations, args.warmup)
     print(f"agent -> 1 tool call -> answer, in-memory session, {args.invocations} invocations")
-    print(f"  adk-mesh    {describe(ours)}")
+    print(f"  adk-mesh    {describe_latencies(ours)}")
     adk = await google_adk_invocation()
     if adk is None:
         print("  google-adk  not installed (make bench installs it); no ratio")
         return
     theirs = await measure(adk, args.invocations, args.warmup)
-    print(f"  google-adk  {describe(theirs)}")
+    print(f"  google-adk  {describe_latencies(theirs)}")
     ratio = statistics.median(theirs) / statistics.median(ours)
     print(f"  google-adk / adk-mesh overhead: {ratio:.1f}x (target >= 3x)")
 

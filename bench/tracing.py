@@ -52,6 +52,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from _harness import describe_latencies
+
 BENCH_DIR = Path(__file__).resolve().parent
 TARGET_PERCENT = 15.0
 
@@ -310,8 +312,9 @@ async def measure_deployed(invocations: int, block: int, warmup: int) -> float:
         f"deployed: {invocations} invocations per condition, alternating blocks of {block} "
         f"({elapsed:.1f} s)"
     )
-    print(f"  {'tracing off':32} {describe(samples[OFF])}")
-    print(f"  {LABELS[EXPORTED]:32} {describe(samples[EXPORTED])}   {percent(on, off):+6.1f} %")
+    print(f"  {'tracing off':32} {describe_latencies(samples[OFF])}")
+    exported = describe_latencies(samples[EXPORTED])
+    print(f"  {LABELS[EXPORTED]:32} {exported}   {percent(on, off):+6.1f} %")
     print(
         f"  CPU of the two services per invocation: {cpu_ms[OFF]:.2f} ms off, "
         f"{cpu_ms[EXPORTED]:.2f} ms on ({percent(cpu_ms[EXPORTED], cpu_ms[OFF]):+.1f} %)"
@@ -321,13 +324,7 @@ async def measure_deployed(invocations: int, block: int, warmup: int) -> float:
         f"({spans / (invocations + warmup):.1f} spans per exported invocation; 13 expected: "
         "the client is a plain gRPC stub)"
     )
-    added = percent(on, off)
-    verdict = "ok" if added <= TARGET_PERCENT else "MISSED"
-    print(
-        f"  tracing adds {on - off:.1f} µs per invocation ({(on - off) / 13:.1f} µs per span): "
-        f"{added:+.1f} % (target <= {TARGET_PERCENT:g} %: {verdict})"
-    )
-    return added
+    return print_verdict(on, off, 13)
 
 
 async def scripted_workload(stack: AsyncExitStack, model_url: str) -> tuple[Invoke, int]:
@@ -389,10 +386,15 @@ def percent(on: float, off: float) -> float:
     return (on / off - 1) * 100
 
 
-def describe(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return f"median {statistics.median(samples):8.1f} µs   p99 {p99:8.1f} µs"
+def print_verdict(on: float, off: float, spans: int) -> float:
+    """Print what tracing adds (median µs per invocation, on vs off); returns the %."""
+    added = percent(on, off)
+    verdict = "ok" if added <= TARGET_PERCENT else "MISSED"
+    print(
+        f"  tracing adds {on - off:.1f} µs per invocation ({(on - off) / spans:.1f} µs per "
+        f"span): {added:+.1f} % (target <= {TARGET_PERCENT:g} %: {verdict})"
+    )
+    return added
 
 
 OFF, RECORDED, EXPORTED = "off", "recorded", "exported"
@@ -487,7 +489,7 @@ async def measure(workload: str, invocations: int, block: int, warmup: int) -> f
     for condition, label in LABELS.items():
         median = statistics.median(samples[condition])
         added = "" if condition == OFF else f"   {percent(median, off):+6.1f} %"
-        print(f"  {label:32} {describe(samples[condition])}{added}")
+        print(f"  {label:32} {describe_latencies(samples[condition])}{added}")
     exported_invocations = invocations + warmup
     print(
         f"  received by the OTLP receiver: {spans} spans in {exports} exports "
@@ -495,13 +497,7 @@ async def measure(workload: str, invocations: int, block: int, warmup: int) -> f
         f"{spans_each} expected); dropped by a full queue: {dropped}"
     )
     on = statistics.median(samples[EXPORTED])
-    added = percent(on, off)
-    verdict = "ok" if added <= TARGET_PERCENT else "MISSED"
-    print(
-        f"  tracing adds {on - off:.1f} µs per invocation ({(on - off) / spans_each:.1f} µs "
-        f"per span): {added:+.1f} % (target <= {TARGET_PERCENT:g} %: {verdict})"
-    )
-    return added
+    return print_verdict(on, off, spans_each)
 
 
 async def run(workloads: list[str], invocations: int, block: int, warmup: int) -> None:

@@ -160,6 +160,13 @@ class _TracedCall:
         return call
 
 
+def _traced(multi_callable: Any, method: str) -> Any:
+    """``multi_callable`` traced, unless ``method`` is infrastructure (health, reflection)."""
+    if method.startswith(_UNTRACED_PREFIXES):
+        return multi_callable
+    return _TracedCall(multi_callable, method)
+
+
 class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
     """A ``grpc.aio`` channel whose stubs trace every unary and server-streaming call.
 
@@ -198,10 +205,12 @@ class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
         response_deserializer: Callable[[bytes], Any] | None = None,
         _registered_method: bool | None = False,
     ) -> Any:
-        inner = self._channel.unary_unary(
-            method, request_serializer, response_deserializer, _registered_method
+        return _traced(
+            self._channel.unary_unary(
+                method, request_serializer, response_deserializer, _registered_method
+            ),
+            method,
         )
-        return inner if method.startswith(_UNTRACED_PREFIXES) else _TracedCall(inner, method)
 
     def unary_stream(
         self,
@@ -210,10 +219,12 @@ class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
         response_deserializer: Callable[[bytes], Any] | None = None,
         _registered_method: bool | None = False,
     ) -> Any:
-        inner = self._channel.unary_stream(
-            method, request_serializer, response_deserializer, _registered_method
+        return _traced(
+            self._channel.unary_stream(
+                method, request_serializer, response_deserializer, _registered_method
+            ),
+            method,
         )
-        return inner if method.startswith(_UNTRACED_PREFIXES) else _TracedCall(inner, method)
 
     def stream_unary(
         self,

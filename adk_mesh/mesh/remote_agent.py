@@ -66,12 +66,15 @@ class RemoteAgent(BaseAgent):
         self.agent_name = agent_name
         self.timeout = timeout
         self._channel: grpc.aio.Channel | None = None
+        self._cached_stub: Any = None
 
     def _stub(self) -> Any:
         # Opened on first use, so that the channel belongs to the running event loop.
+        # The stub is kept with its channel: a stub builds a multi-callable per method.
         if self._channel is None:
             self._channel = open_channel(self.target)
-        return agent_pb2_grpc.AgentServiceStub(self._channel)
+            self._cached_stub = agent_pb2_grpc.AgentServiceStub(self._channel)
+        return self._cached_stub
 
     async def close(self) -> None:
         """Close the channel. Idempotent."""

@@ -59,15 +59,18 @@ class RemoteToolset(Toolset):
         self.list_timeout = list_timeout
         self.call_timeout = call_timeout
         self._channel: grpc.aio.Channel | None = None
+        self._cached_stub: Any = None
         # The last listing per (app, user): while the server is unreachable, the model still
         # sees these tools, and a call to one fails as a ToolError the model can read.
         self._last_listing: dict[tuple[str, str], list[BaseTool]] = {}
 
     def _stub(self) -> Any:
         # The channel is opened on first use so that it belongs to the running event loop.
+        # The stub is kept with its channel: a stub builds a multi-callable per method.
         if self._channel is None:
             self._channel = open_channel(self.target)
-        return tool_pb2_grpc.ToolServiceStub(self._channel)
+            self._cached_stub = tool_pb2_grpc.ToolServiceStub(self._channel)
+        return self._cached_stub
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
         request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))

@@ -7,7 +7,7 @@
   batch is full. A full queue drops new spans (counted, and said once) rather than block the
   traced code.
 * :class:`ExporterSink` — hands each ended span, as an SDK ``ReadableSpan``, to any SDK
-  ``SpanExporter`` at once (the JSON-lines trace files, tests' in-memory exporter).
+  ``SpanExporter`` at once (the console exporter, tests' in-memory exporter).
 * :class:`PeriodicMetricExport` — collects the lean meter every ``OTEL_METRIC_EXPORT_INTERVAL``
   and sends the points as OTLP.
 
@@ -31,6 +31,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
 from adk_mesh.telemetry._data import FLAG_IS_REMOTE, MetricData, Scope
+from adk_mesh.telemetry._env import env_int
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -63,22 +64,6 @@ class _MetricsEncoder(Protocol):
     def encode(self, scopes: Sequence[tuple[Scope, Sequence[MetricData]]]) -> bytes: ...
 
 
-def _env_millis(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value <= 0:
-        logger.warning(
-            "%s=%r is not a positive number of milliseconds: using %d", name, raw, default
-        )
-        return default
-    return value
-
-
 class BatchSettings:
     """The batch span processor's settings (``OTEL_BSP_*``; times in seconds)."""
 
@@ -106,10 +91,10 @@ class BatchSettings:
     @classmethod
     def from_env(cls) -> BatchSettings:
         return cls(
-            schedule_delay=_env_millis("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000,
-            export_timeout=_env_millis("OTEL_BSP_EXPORT_TIMEOUT", 30_000) / 1000,
-            max_queue=_env_millis("OTEL_BSP_MAX_QUEUE_SIZE", 2048),
-            max_batch=_env_millis("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
+            schedule_delay=env_int("OTEL_BSP_SCHEDULE_DELAY", default=5000, minimum=1) / 1000,
+            export_timeout=env_int("OTEL_BSP_EXPORT_TIMEOUT", default=30_000, minimum=1) / 1000,
+            max_queue=env_int("OTEL_BSP_MAX_QUEUE_SIZE", default=2048, minimum=1),
+            max_batch=env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", default=512, minimum=1),
         )
 
 
@@ -335,12 +320,12 @@ class PeriodicMetricExport:
         self._interval = (
             interval
             if interval is not None
-            else _env_millis("OTEL_METRIC_EXPORT_INTERVAL", 60_000) / 1000
+            else env_int("OTEL_METRIC_EXPORT_INTERVAL", default=60_000, minimum=1) / 1000
         )
         self._timeout = (
             timeout
             if timeout is not None
-            else _env_millis("OTEL_METRIC_EXPORT_TIMEOUT", 30_000) / 1000
+            else env_int("OTEL_METRIC_EXPORT_TIMEOUT", default=30_000, minimum=1) / 1000
         )
         self._worker = _Worker("adk-mesh-metric-export", self._interval, self._export)
 

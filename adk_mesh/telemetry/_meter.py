@@ -256,6 +256,15 @@ class _Stream(ABC):
     def _stop(self) -> None:
         """Drop every later measurement and forget the aggregates (provider shut down)."""
 
+    def _metric_data(
+        self, kind: str, points: Sequence[NumberPoint | HistogramPoint], *, monotonic: bool = False
+    ) -> MetricData:
+        """This instrument's points as one metric (gauges have no temporality)."""
+        temporality = CUMULATIVE if kind == "gauge" else self._temporality
+        return MetricData(
+            self.name, self.description, self.unit, kind, points, temporality, monotonic
+        )
+
     def _warn_overflow(self) -> None:
         if not self._warned_overflow:
             self._warned_overflow = True
@@ -321,6 +330,15 @@ class _SyncStream(_Stream, Generic[_Series]):
 
     @abstractmethod
     def _metric(self, points: list[NumberPoint | HistogramPoint]) -> MetricData: ...
+
+    def _series_of(self, attributes: Attributes) -> _Series:
+        """The series of ``attributes``: by its fast key, else :meth:`_series_for`. Lock held."""
+        key = tuple(attributes.items()) if attributes else ()
+        try:
+            series = self._series_by_fast_key.get(key)
+        except TypeError:  # an unhashable value, such as a list
+            series = None
+        return series if series is not None else self._series_for(key, attributes)
 
     def _series_for(self, fast_key: _FastKey, attributes: Attributes) -> _Series:
         """The series of an attribute set missing from the fast-key table. Lock held."""
@@ -388,15 +406,7 @@ class _SumStream(_SyncStream[_NumberSeries]):
         return NumberPoint(series.attributes, start, now, series.value)
 
     def _metric(self, points: list[NumberPoint | HistogramPoint]) -> MetricData:
-        return MetricData(
-            self.name,
-            self.description,
-            self.unit,
-            "sum",
-            points,
-            temporality=self._temporality,
-            monotonic=self.monotonic,
-        )
+        return self._metric_data("sum", points, monotonic=self.monotonic)
 
 
 class _Counter(_SumStream, metrics.Counter):
@@ -411,15 +421,8 @@ class _Counter(_SumStream, metrics.Counter):
         if not 0 <= amount < inf:
             self._reject(amount)
             return
-        key = tuple(attributes.items()) if attributes else ()
         with self._lock:
-            try:
-                series = self._series_by_fast_key.get(key)
-            except TypeError:  # an unhashable value, such as a list
-                series = None
-            if series is None:
-                series = self._series_for(key, attributes)
-            series.value += amount
+            self._series_of(attributes).value += amount
 
 
 class _UpDownCounter(_SumStream, metrics.UpDownCounter):
@@ -435,15 +438,8 @@ class _UpDownCounter(_SumStream, metrics.UpDownCounter):
         if not -inf < amount < inf:
             self._reject(amount)
             return
-        key = tuple(attributes.items()) if attributes else ()
         with self._lock:
-            try:
-                series = self._series_by_fast_key.get(key)
-            except TypeError:
-                series = None
-            if series is None:
-                series = self._series_for(key, attributes)
-            series.value += amount
+            self._series_of(attributes).value += amount
 
 
 class _Gauge(_SyncStream[_NumberSeries], APIGauge):
@@ -460,15 +456,8 @@ class _Gauge(_SyncStream[_NumberSeries], APIGauge):
         if not -inf < amount < inf:
             self._reject(amount)
             return
-        key = tuple(attributes.items()) if attributes else ()
         with self._lock:
-            try:
-                series = self._series_by_fast_key.get(key)
-            except TypeError:
-                series = None
-            if series is None:
-                series = self._series_for(key, attributes)
-            series.value = amount
+            self._series_of(attributes).value = amount
 
     def _new_series(self, attributes: Mapping[str, AnyValue], start: int) -> _NumberSeries:
         return _NumberSeries(attributes, start, 0)
@@ -477,7 +466,7 @@ class _Gauge(_SyncStream[_NumberSeries], APIGauge):
         return NumberPoint(series.attributes, 0, now, series.value)
 
     def _metric(self, points: list[NumberPoint | HistogramPoint]) -> MetricData:
-        return MetricData(self.name, self.description, self.unit, "gauge", points)
+        return self._metric_data("gauge", points)
 
 
 class _Histogram(_SyncStream[_HistogramSeries], metrics.Histogram):
@@ -502,14 +491,8 @@ class _Histogram(_SyncStream[_HistogramSeries], metrics.Histogram):
         if not 0 <= amount < inf:
             self._reject(amount)
             return
-        key = tuple(attributes.items()) if attributes else ()
         with self._lock:
-            try:
-                series = self._series_by_fast_key.get(key)
-            except TypeError:
-                series = None
-            if series is None:
-                series = self._series_for(key, attributes)
+            series = self._series_of(attributes)
             series.count += 1
             series.sum += amount
             if amount < series.min:
@@ -536,14 +519,7 @@ class _Histogram(_SyncStream[_HistogramSeries], metrics.Histogram):
         )
 
     def _metric(self, points: list[NumberPoint | HistogramPoint]) -> MetricData:
-        return MetricData(
-            self.name,
-            self.description,
-            self.unit,
-            "histogram",
-            points,
-            temporality=self._temporality,
-        )
+        return self._metric_data("histogram", points)
 
 
 _Callback = Callable[[CallbackOptions], Iterable[Observation]]
@@ -636,15 +612,7 @@ class _ObservableSumStream(_ObservableStream):
             NumberPoint(series.attributes, start, collection.time, series.value)
             for series in observed.values()
         ]
-        return MetricData(
-            self.name,
-            self.description,
-            self.unit,
-            "sum",
-            points,
-            temporality=self._temporality,
-            monotonic=self.monotonic,
-        )
+        return self._metric_data("sum", points, monotonic=self.monotonic)
 
 
 class _ObservableCounter(_ObservableSumStream, metrics.ObservableCounter):
@@ -694,7 +662,7 @@ class _ObservableGauge(_ObservableStream, metrics.ObservableGauge):
             NumberPoint(series.attributes, 0, collection.time, series.value)
             for series in observed.values()
         ]
-        return MetricData(self.name, self.description, self.unit, "gauge", points)
+        return self._metric_data("gauge", points)
 
 
 # --- Meter and provider -----------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The runtime never holds a tracer of its own: it asks :func:`get_tracer` each time, so a test
 (or an embedding application) can swap the provider with :func:`use_tracer_provider` without
 touching OpenTelemetry's set-once globals. ``None`` from :func:`get_tracer` means tracing is
-off (no SDK provider anywhere): the instrumentation then does nothing at all, which is what
+off (no recording provider anywhere): the instrumentation then does nothing at all, which is what
 keeps an unconfigured process at its untraced speed.
 """
 
@@ -34,7 +34,7 @@ _meter_provider: metrics.MeterProvider | None = None
 _tracer_cache: tuple[trace.TracerProvider, trace.Tracer | None] | None = None
 _meter_cache: tuple[metrics.MeterProvider, metrics.Meter | None] | None = None
 
-# The API's placeholders: a process where nobody installed an SDK provider.
+# The API's placeholders: a process where nobody installed a recording provider.
 _NO_TRACING = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _NO_METRICS = (metrics.NoOpMeterProvider, _ProxyMeterProvider)
 
@@ -44,7 +44,7 @@ def _current_tracer_provider() -> trace.TracerProvider:
 
 
 def tracing_enabled() -> bool:
-    """Whether a real (SDK) tracer provider is installed, here or globally."""
+    """Whether a recording tracer provider (ours or an SDK one) is installed, here or globally."""
     return not isinstance(_current_tracer_provider(), _NO_TRACING)
 
 
@@ -102,7 +102,7 @@ def set_meter_provider(provider: metrics.MeterProvider | None) -> None:
 
 @contextmanager
 def use_tracer_provider(provider: trace.TracerProvider) -> Iterator[None]:
-    """Trace with ``provider`` inside the block (tests: an SDK provider with an in-memory
+    """Trace with ``provider`` inside the block (tests: a provider with an in-memory
     exporter), then go back to the previous one."""
     previous = _tracer_provider
     set_tracer_provider(provider)

@@ -8,8 +8,8 @@ work it traced. This recorder keeps what a span must have and nothing else: a sl
 object that *is* the finished record, no copy at the end, W3C ids from ``random.getrandbits``
 (as the SDK does), the six standard samplers decided inline, attribute limits as the spec
 sets them, and sinks that take each ended span — a batching OTLP exporter
-(:mod:`~adk_mesh.telemetry._export`) or any SDK ``SpanExporter`` (the JSON-lines file, tests'
-in-memory exporter).
+(:mod:`~adk_mesh.telemetry._export`), the JSON-lines trace file, or any SDK ``SpanExporter``
+(tests' in-memory exporter).
 
 It implements the API (``opentelemetry.trace.TracerProvider``/``Tracer``/``Span``) in full, so
 anything instrumented with OpenTelemetry — ours and other libraries' — records through it, and
@@ -49,6 +49,7 @@ from adk_mesh.telemetry._data import (
     SpanEvent,
     SpanLink,
 )
+from adk_mesh.telemetry._env import env_int
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -150,22 +151,6 @@ def sampler_from_env() -> Sampler:
 # --- limits -----------------------------------------------------------------------------------
 
 
-def _env_limit(*names: str, default: int | None) -> int | None:
-    for name in names:
-        raw = os.environ.get(name, "").strip()
-        if not raw:
-            continue
-        try:
-            value = int(raw)
-        except ValueError:
-            logger.warning("%s=%r is not an integer: ignored", name, raw)
-            continue
-        if value >= 0:
-            return value
-        logger.warning("%s=%r is negative: ignored", name, raw)
-    return default
-
-
 class SpanLimits:
     """How much one span keeps (the spec's span limits, from ``OTEL_SPAN_*`` and
     ``OTEL_ATTRIBUTE_*``; ``None`` value length: unlimited)."""
@@ -198,21 +183,19 @@ class SpanLimits:
 
     @classmethod
     def from_env(cls) -> SpanLimits:
-        count = _env_limit(
-            "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT", default=128
-        )
-        length = _env_limit(
-            "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
-            "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
-            default=None,
-        )
         return cls(
-            attribute_count=count if count is not None else 128,
-            attribute_value_length=length,
-            event_count=_env_limit("OTEL_SPAN_EVENT_COUNT_LIMIT", default=128) or 0,
-            link_count=_env_limit("OTEL_SPAN_LINK_COUNT_LIMIT", default=128) or 0,
-            attributes_per_event=_env_limit("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", default=128) or 0,
-            attributes_per_link=_env_limit("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", default=128) or 0,
+            attribute_count=env_int(
+                "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT", default=128
+            ),
+            attribute_value_length=env_int(
+                "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+                "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+                default=None,
+            ),
+            event_count=env_int("OTEL_SPAN_EVENT_COUNT_LIMIT", default=128),
+            link_count=env_int("OTEL_SPAN_LINK_COUNT_LIMIT", default=128),
+            attributes_per_event=env_int("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", default=128),
+            attributes_per_link=env_int("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", default=128),
         )
 
 

@@ -20,12 +20,18 @@ Status: OK leaves the span UNSET (as instrumentations do); CANCELLED leaves it U
 
 The server span is the parent of everything the handler does: the handler runs with it (and
 the caller's baggage) attached, around each step only, never across a ``yield``.
+
+When opentelemetry-instrumentation-grpc already traces grpc.aio in this process (under
+``opentelemetry-instrument``, say), its spans are the RPC spans and these stand aside, so no call
+is traced twice; on the client side the invocation's ids are then put in the context's baggage
+around the call, so its interceptor carries them to the next service.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -43,6 +49,7 @@ from adk_mesh.telemetry._propagation import (
     current_invocation_attributes,
     extract_context,
     inject_context,
+    invocation_as_baggage,
 )
 from adk_mesh.telemetry._providers import get_tracer, tracing_enabled
 
@@ -53,6 +60,19 @@ _CANCELLED_ATTRIBUTE = "adk_mesh.cancelled"
 _UNTRACED_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 # A server has a handful of methods; the bound only guards against handlers made per call.
 _MAX_TRACED_HANDLERS = 1024
+
+
+def _traced_by_grpc_instrumentation(instrumentor: str) -> bool:
+    """Whether opentelemetry-instrumentation-grpc's ``instrumentor`` (a singleton) is on.
+
+    Read from the instrumentor's own state, without constructing it (its constructor resets
+    the filter it was instrumented with) and without importing the package when it is absent.
+    """
+    module = sys.modules.get("opentelemetry.instrumentation.grpc")
+    if module is None:
+        return False
+    instance = getattr(getattr(module, instrumentor, None), "_instance", None)
+    return bool(getattr(instance, "is_instrumented_by_opentelemetry", False))
 
 
 def _method_parts(method: str | bytes) -> tuple[str, str, str]:
@@ -135,6 +155,23 @@ class _TracedCall:
                 wait_for_ready=wait_for_ready,
                 compression=compression,
             )
+        if _traced_by_grpc_instrumentation("GrpcAioInstrumentorClient"):
+            # Its interceptor makes the span and injects the current context (in a task it
+            # creates now, with a copy of this context): the ids go in as baggage.
+            carried = invocation_as_baggage()
+            token = otel_context.attach(carried) if carried is not None else None
+            try:
+                return self._inner(
+                    request,
+                    timeout=timeout,
+                    metadata=metadata,
+                    credentials=credentials,
+                    wait_for_ready=wait_for_ready,
+                    compression=compression,
+                )
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
         attributes = _rpc_attributes(self._service, self._method)
         attributes.update(current_invocation_attributes())
         span = tracer.start_span(self._name, kind=SpanKind.CLIENT, attributes=attributes)
@@ -415,5 +452,8 @@ class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
-    """The interceptors of a new server: none while tracing is off."""
-    return [_ServerInterceptor()] if tracing_enabled() else []
+    """The interceptors of a new server: none while tracing is off, or while
+    opentelemetry-instrumentation-grpc traces the server (its interceptor makes the spans)."""
+    if not tracing_enabled() or _traced_by_grpc_instrumentation("GrpcAioInstrumentorServer"):
+        return []
+    return [_ServerInterceptor()]

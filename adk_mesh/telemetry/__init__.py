@@ -14,17 +14,23 @@ Every span carries ``adk_mesh.invocation_id`` (and app, user, session, branch;
 to ``traceparent``. Prompts, answers, tool arguments and results are recorded only with
 ``ADK_MESH_CAPTURE_CONTENT=true`` (secret-looking keys redacted even then); keys never.
 
-Nothing is exported until :func:`configure_telemetry` finds ``OTEL_*`` configuration (or
-``ADK_MESH_TRACE_DIR``); unconfigured, the instrumentation is off. The instrumentation talks
-only to the OpenTelemetry API. What :func:`configure_telemetry` installs behind it is a lean
-pipeline of our own — a span recorder (``_tracer``), a meter (``_meter``), an OTLP protobuf
-encoder (``_otlp``) and the OTLP/gRPC and OTLP/HTTP transports (``_transport``), batched off
-the traced thread (``_export``) — because the SDK's costs more per span than a scripted agent
-turn does. An application that installs its own SDK providers is traced through them instead.
+The pipeline is the OpenTelemetry SDK with the official exporters, set up by
+:func:`configure_telemetry` from the standard ``OTEL_*`` variables — or the SDK providers the
+application (or ``opentelemetry-instrument``) installed, joined rather than doubled. With nothing
+configured, nothing is installed and the instrumentation is off. :class:`InvocationSpanProcessor`
+stamps the invocation's ids on every span made inside an invocation, other instrumentation's
+too, and :class:`InvocationLogRecordProcessor` on every log record;
+:class:`InvocationLogFormatter` shows them on a console line.
 """
 
 from __future__ import annotations
 
+from adk_mesh.telemetry._file_exporter import OtlpJsonFileSpanExporter
+from adk_mesh.telemetry._processors import (
+    InvocationLogFormatter,
+    InvocationLogRecordProcessor,
+    InvocationSpanProcessor,
+)
 from adk_mesh.telemetry._records import (
     SpanRecord,
     format_span_trees,
@@ -37,6 +43,10 @@ from adk_mesh.telemetry._spans import CAPTURE_CONTENT_ENV
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "TRACE_DIR_ENV",
+    "InvocationLogFormatter",
+    "InvocationLogRecordProcessor",
+    "InvocationSpanProcessor",
+    "OtlpJsonFileSpanExporter",
     "SpanRecord",
     "TelemetryHandle",
     "configure_telemetry",

@@ -1,31 +1,33 @@
-"""A span sink that appends OTLP JSON lines to a file (the OTLP file-exporter format).
+"""A span exporter that appends OTLP JSON lines to one file per service (the OTLP file format).
 
-Each ended span appends one line: an ``ExportTraceServiceRequest`` in the protobuf JSON
-mapping with the OTLP JSON rules (trace and span ids as hex, enums as integers). One small
-append per span, at once: the file is complete the moment a run ends, which is what a demo
-reading it back needs. Imported only when configured.
+Each export appends one line per service to ``<directory>/<service.name>.jsonl``: an
+``ExportTraceServiceRequest`` encoded by the official OTLP encoder
+(``opentelemetry-exporter-otlp-proto-common``), written in the protobuf JSON mapping with the
+OTLP JSON rules (trace and span ids as hex, enums as integers). Behind a
+``SimpleSpanProcessor`` each ended span is one line at once, so the file is complete the moment
+a run ends, which is what a demo reading it back needs.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf import json_format
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from adk_mesh.telemetry._otlp import TraceEncoder
-
-if TYPE_CHECKING:
-    from adk_mesh.telemetry._tracer import LeanSpan
-
-__all__ = ["JsonLinesSink", "otlp_json"]
+__all__ = ["OtlpJsonFileSpanExporter", "otlp_json"]
 
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
+_DEFAULT_NAME = "adk-mesh"
 
 
 def _hex_ids(value: Any) -> Any:
@@ -49,23 +51,36 @@ def otlp_json(request: Any) -> dict[str, Any]:
     return result
 
 
-class JsonLinesSink:
-    """Appends each ended span to ``path`` as one OTLP JSON line."""
+def file_name(service_name: str) -> str:
+    """The file a service's spans go to: its name with anything unsafe in a path replaced."""
+    return (re.sub(r"[^A-Za-z0-9_.-]", "_", service_name) or _DEFAULT_NAME) + ".jsonl"
 
-    def __init__(self, path: str | Path, resource_attributes: Mapping[str, Any]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._encoder = TraceEncoder(resource_attributes)
+
+class OtlpJsonFileSpanExporter(SpanExporter):
+    """Appends spans as OTLP JSON lines to ``<directory>/<service.name>.jsonl``."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._closed = False
 
-    def on_end(self, span: LeanSpan) -> None:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
-            return
-        request = ExportTraceServiceRequest.FromString(self._encoder.encode([span]))
-        line = json.dumps(otlp_json(request), separators=(",", ":"))
-        with self._lock, self.path.open("a", encoding="utf-8") as file:
-            file.write(line + "\n")
+            return SpanExportResult.FAILURE
+        by_service: dict[str, list[ReadableSpan]] = defaultdict(list)
+        for span in spans:
+            name = span.resource.attributes.get("service.name") if span.resource else None
+            by_service[str(name or _DEFAULT_NAME)].append(span)
+        try:
+            with self._lock:
+                for service, group in by_service.items():
+                    line = json.dumps(otlp_json(encode_spans(group)), separators=(",", ":"))
+                    with (self.directory / file_name(service)).open("a", encoding="utf-8") as file:
+                        file.write(line + "\n")
+        except OSError:
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True

@@ -38,6 +38,7 @@ __all__ = [
     "current_invocation_attributes",
     "extract_context",
     "inject_context",
+    "invocation_as_baggage",
     "invocation_attributes",
     "trace_headers",
     "with_invocation",
@@ -85,6 +86,21 @@ def current_invocation_attributes(context: Context | None = None) -> dict[str, A
     if isinstance(ids, dict):  # (a dict check: an ABC check costs more than the copy)
         return dict(ids)
     return attributes_from_baggage(context)
+
+
+def invocation_as_baggage(context: Context | None = None) -> Context | None:
+    """``context`` (default: the current one) with the invocation's ids as W3C baggage entries,
+    for a hop whose headers another instrumentation writes; ``None`` when the ids are not held
+    as a context value (none at all, or already baggage)."""
+    ids = get_value(_INVOCATION, context)
+    if not isinstance(ids, dict):
+        return None
+    carried = context
+    for key in BAGGAGE_KEYS:
+        value = ids.get(key)
+        if value is not None:
+            carried = baggage.set_baggage(key, value, context=carried)
+    return carried
 
 
 def attributes_from_baggage(context: Context | None = None) -> dict[str, AttributeValue]:

@@ -17,7 +17,6 @@ from opentelemetry.metrics._internal import _ProxyMeterProvider
 
 __all__ = [
     "INSTRUMENTATION_NAME",
-    "get_global_meter_provider_unset",
     "get_meter",
     "get_tracer",
     "set_meter_provider",
@@ -80,11 +79,6 @@ def get_meter() -> metrics.Meter | None:
         meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
     _meter_cache = (provider, meter)
     return meter
-
-
-def get_global_meter_provider_unset() -> bool:
-    """Whether nobody installed a global meter provider yet."""
-    return isinstance(metrics.get_meter_provider(), _ProxyMeterProvider)
 
 
 def set_tracer_provider(provider: trace.TracerProvider | None) -> None:

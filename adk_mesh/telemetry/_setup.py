@@ -1,25 +1,41 @@
-"""Setting up export from the standard ``OTEL_*`` environment variables."""
+"""Setting up the OpenTelemetry SDK pipeline from the standard ``OTEL_*`` environment variables.
+
+One pipeline per process, and it is the SDK's: when the application (or
+``opentelemetry-instrument``) already installed an SDK ``TracerProvider``, adk-mesh joins it;
+otherwise it installs one through the SDK's own environment configuration — the code
+``opentelemetry-instrument`` runs — so every standard variable means what it means everywhere.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
+import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry import metrics, trace
 
+from adk_mesh.errors import ConfigError
 from adk_mesh.telemetry import _providers
 
 __all__ = ["TRACE_DIR_ENV", "TelemetryHandle", "configure_telemetry"]
 
-#: With no OTLP endpoint configured, each process appends its spans as OTLP JSON lines to
+#: Each process also appends its spans as OTLP JSON lines to
 #: ``$ADK_MESH_TRACE_DIR/<service.name>.jsonl`` (for demos and local runs).
 TRACE_DIR_ENV = "ADK_MESH_TRACE_DIR"
 
 _DEFAULT_SERVICE_NAME = "adk-mesh"
+
+Signal = Literal["traces", "metrics", "logs"]
+_EXPORTER_ENV: dict[Signal, str] = {
+    "traces": "OTEL_TRACES_EXPORTER",
+    "metrics": "OTEL_METRICS_EXPORTER",
+    "logs": "OTEL_LOGS_EXPORTER",
+}
+# The OTLP exporters' entry-point names by protocol, as the SDK resolves ``otlp``.
+_OTLP_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
 
 logger = logging.getLogger(__name__)
 
@@ -30,35 +46,54 @@ class TelemetryHandle:
 
     Attributes:
         service_name: the ``service.name`` of this process's spans.
-        exporter: ``"otlp/grpc"``, ``"otlp/http"``, ``"file"`` or ``"none"``.
-        metrics_exported: whether metrics are exported (OTLP only).
+        pipeline: ``"adk-mesh"`` (adk-mesh installed the SDK providers), ``"application"``
+            (it joined the providers the application or ``opentelemetry-instrument``
+            installed), ``"off"`` (nothing configured: no instrumentation at all) or
+            ``"disabled"`` (``OTEL_SDK_DISABLED=true``).
+        span_exporters: the span exporters adk-mesh configured, by entry-point name
+            (``otlp_proto_grpc``, ``otlp_proto_http``, ``console``, ...), plus
+            ``otlp_json_file`` for ``ADK_MESH_TRACE_DIR``.
+        metrics_exported: whether adk-mesh configured a metric exporter.
+        logs_exported: whether adk-mesh configured a log exporter (and a logging handler).
     """
 
     service_name: str
-    exporter: str = "none"
+    pipeline: str = "off"
+    span_exporters: tuple[str, ...] = ()
     metrics_exported: bool = False
+    logs_exported: bool = False
     _tracer_provider: Any = field(default=None, repr=False)
     _meter_provider: Any = field(default=None, repr=False)
-    _metric_export: Any = field(default=None, repr=False)
+    _logger_provider: Any = field(default=None, repr=False)
+    _owned: bool = field(default=False, repr=False)
     _shut_down: bool = field(default=False, repr=False)
 
     @property
     def enabled(self) -> bool:
-        """Whether spans are recorded and exported."""
-        return self._tracer_provider is not None and not self._shut_down
+        """Whether adk-mesh's spans are recorded."""
+        return (
+            not self._shut_down
+            and self._tracer_provider is not None
+            and _providers.tracing_enabled()
+        )
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Export every finished span now; ``False`` if the timeout ran out."""
+        """Export every finished span, metric point and log record now; ``False`` if the
+        timeout ran out."""
         flushed = True
-        if self._tracer_provider is not None:
-            flushed = bool(self._tracer_provider.force_flush(timeout_millis))
-        if self._metric_export is not None:
-            flushed = bool(self._metric_export.force_flush(timeout_millis)) and flushed
+        for provider in (self._tracer_provider, self._meter_provider, self._logger_provider):
+            flush = getattr(provider, "force_flush", None)
+            if flush is not None:
+                flushed = bool(flush(timeout_millis)) and flushed
         return flushed
 
     def shutdown(self) -> None:
-        """Flush the spans (and metrics) still buffered and stop exporting. Idempotent; call it
-        on graceful shutdown, after the servers stopped."""
+        """Flush what is still buffered and stop exporting. Idempotent; call it on graceful
+        shutdown, after the servers stopped (at interpreter exit the SDK does it anyway).
+
+        Providers the application installed are only flushed: their lifetime is the
+        application's.
+        """
         global _handle
         with _lock:
             if self._shut_down:
@@ -66,142 +101,266 @@ class TelemetryHandle:
             self._shut_down = True
             if _handle is self:
                 _handle = None
-        # OpenTelemetry's global providers are set once: when the global one is this one, the
-        # instrumentation is pointed at a no-op provider, so it is off again, as before.
+        if not self._owned:
+            self.force_flush()
+            return
+        if self.logs_exported:
+            _stop_logging_handler()
+        for provider in (self._tracer_provider, self._meter_provider, self._logger_provider):
+            if provider is not None:
+                provider.shutdown()
+        # OpenTelemetry's global providers are set once: the instrumentation is pointed at
+        # no-op providers instead, so it is off again, as before.
         if self._tracer_provider is not None:
-            self._tracer_provider.shutdown()
-            if _providers._tracer_provider is self._tracer_provider:
-                is_global = trace.get_tracer_provider() is self._tracer_provider
-                _providers.set_tracer_provider(trace.NoOpTracerProvider() if is_global else None)
+            _providers.set_tracer_provider(trace.NoOpTracerProvider())
         if self._meter_provider is not None:
-            if self._metric_export is not None:
-                self._metric_export.shutdown()  # a last export, then the provider stops
-            else:
-                self._meter_provider.shutdown()
-            if _providers._meter_provider is self._meter_provider:
-                is_global = metrics.get_meter_provider() is self._meter_provider
-                _providers.set_meter_provider(metrics.NoOpMeterProvider() if is_global else None)
+            _providers.set_meter_provider(metrics.NoOpMeterProvider())
 
 
 _lock = threading.Lock()
 _handle: TelemetryHandle | None = None
+# Providers that already have adk-mesh's processors (a provider is joined once).
+_joined: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _env(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
-def _env_flag(name: str) -> bool:
-    return _env(name).lower() == "true"
-
-
-def _resource(service_name: str | None) -> Any:
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-
-    # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME (which wins); the
-    # service's own name applies only when neither names the service.
-    detected = Resource.create()
-    current = str(detected.attributes.get(SERVICE_NAME, ""))
-    if current.startswith("unknown_service"):
-        return detected.merge(Resource({SERVICE_NAME: service_name or _DEFAULT_SERVICE_NAME}))
-    return detected
-
-
-def _file_name(service_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", service_name) or _DEFAULT_SERVICE_NAME
-
-
 def configure_telemetry(service_name: str | None = None) -> TelemetryHandle:
-    """Set up tracing and metrics export for this process from the standard variables.
+    """Set up tracing, metrics and logs for this process: one OpenTelemetry SDK pipeline.
 
     * ``OTEL_SDK_DISABLED=true``: nothing is set up.
-    * ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``: spans go over
-      OTLP, batched as ``OTEL_BSP_*`` say, by ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` —
-      ``grpc`` (the default, as in the Python SDK) or ``http/protobuf`` — with the
-      ``OTEL_EXPORTER_OTLP_[TRACES_]{HEADERS,TIMEOUT,COMPRESSION,CERTIFICATE,...}`` variables.
-      Metrics go too, every ``OTEL_METRIC_EXPORT_INTERVAL``, when ``OTEL_EXPORTER_OTLP_ENDPOINT``
-      or ``..._METRICS_ENDPOINT`` is set (and ``OTEL_METRICS_EXPORTER`` is not ``none``), with
-      the temporality ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` asks for.
-    * else ``ADK_MESH_TRACE_DIR``: spans are appended as OTLP JSON lines to
-      ``<dir>/<service.name>.jsonl``.
-    * else nothing: no exporter, and the instrumentation stays off (negligible overhead).
+    * An SDK ``TracerProvider`` is already installed (by the application, or by
+      ``opentelemetry-instrument``): adk-mesh's spans go through it — its sampler, processors
+      and exporters — and so do its metrics and logs through the installed meter and logger
+      providers. adk-mesh adds only :class:`~adk_mesh.telemetry.InvocationSpanProcessor` (and
+      :class:`~adk_mesh.telemetry.InvocationLogRecordProcessor`), which stamp the invocation's
+      ids on the spans and log records of other instrumentation too.
+    * Otherwise, when something asks for export, the SDK is configured by its own environment
+      configuration (what ``opentelemetry-instrument`` runs): ``OTEL_TRACES_EXPORTER``,
+      ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` (``otlp``, ``console``, ``none``, or
+      any exporter registered by entry point), ``OTEL_TRACES_SAMPLER[_ARG]``,
+      ``OTEL_RESOURCE_ATTRIBUTES`` and resource detectors, every ``OTEL_EXPORTER_OTLP_*``
+      setting, ``OTEL_BSP_*``, ``OTEL_METRIC_EXPORT_*``. An OTLP endpoint
+      (``OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT``) alone means ``otlp`` for traces and
+      metrics; logs are exported only when ``OTEL_LOGS_EXPORTER`` asks (records of Python's
+      ``logging``, through opentelemetry-instrumentation-logging's handler).
+      ``ADK_MESH_TRACE_DIR`` adds OTLP JSON lines files, ``<dir>/<service.name>.jsonl``.
+    * Nothing asks: nothing is installed and adk-mesh's instrumentation stays off (no cost).
 
     ``service.name`` is ``OTEL_SERVICE_NAME`` if set, else the one in
-    ``OTEL_RESOURCE_ATTRIBUTES``, else ``service_name``. Sampling follows
-    ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based always-on,
-    so a caller's sampling decision is honoured); span limits follow ``OTEL_SPAN_*`` and
-    ``OTEL_ATTRIBUTE_*``.
+    ``OTEL_RESOURCE_ATTRIBUTES``, else ``service_name`` (``adk-mesh serve`` passes the agent's or
+    toolset's name). Spans still buffered are exported at interpreter exit, as the SDK does, and
+    by :meth:`TelemetryHandle.shutdown`.
 
     Idempotent: while a configuration is active, later calls return the same handle.
+
+    Raises:
+        ConfigError: the variables name an exporter, sampler or protocol that does not exist.
     """
     global _handle
     with _lock:
         if _handle is not None:
             return _handle
-        handle = _configure(service_name)
+        handle = _configure(service_name or _DEFAULT_SERVICE_NAME)
         _handle = handle
         return handle
 
 
-def _configure(service_name: str | None) -> TelemetryHandle:
+def _configure(service_name: str) -> TelemetryHandle:
+    from opentelemetry.sdk.trace import TracerProvider
+
     from adk_mesh.telemetry._spans import refresh_capture_content
 
     refresh_capture_content()
-    if _env_flag("OTEL_SDK_DISABLED"):
-        return TelemetryHandle(service_name=service_name or _DEFAULT_SERVICE_NAME)
-    traces_endpoint = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or _env(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    if _env("OTEL_SDK_DISABLED").lower() == "true":
+        return TelemetryHandle(service_name=service_name, pipeline="disabled")
+    installed = trace.get_tracer_provider()
+    if isinstance(installed, TracerProvider):
+        return _join(installed, service_name)
+    if not isinstance(installed, trace.ProxyTracerProvider):
+        # NoOpTracerProvider (tracing switched off on purpose) or another API implementation:
+        # adk-mesh's spans go wherever the API sends them, and nothing is added.
+        name = service_name
+        return TelemetryHandle(service_name=name, pipeline="application")
+    return _install(service_name)
+
+
+# --- joining the application's pipeline --------------------------------------------------
+
+
+def _join(provider: Any, service_name: str) -> TelemetryHandle:
+    from opentelemetry._logs import get_logger_provider
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from adk_mesh.telemetry._file_exporter import OtlpJsonFileSpanExporter
+    from adk_mesh.telemetry._processors import (
+        InvocationLogRecordProcessor,
+        InvocationSpanProcessor,
     )
-    trace_dir = _env(TRACE_DIR_ENV)
-    if not traces_endpoint and not trace_dir:
-        return TelemetryHandle(service_name=service_name or _DEFAULT_SERVICE_NAME)
 
-    from opentelemetry.sdk.resources import SERVICE_NAME
-
-    from adk_mesh.telemetry._export import OtlpBatchSink
-    from adk_mesh.telemetry._tracer import LeanTracerProvider
-
-    resource = _resource(service_name)
-    name = str(resource.attributes.get(SERVICE_NAME, _DEFAULT_SERVICE_NAME))
-    tracer_provider = LeanTracerProvider(resource)
-    handle = TelemetryHandle(service_name=name, _tracer_provider=tracer_provider)
-    if traces_endpoint:
-        from adk_mesh.telemetry._otlp import TraceEncoder
-        from adk_mesh.telemetry._transport import transport_from_env
-
-        transport = transport_from_env("traces")
-        encoder = TraceEncoder(resource.attributes, resource.schema_url)
-        tracer_provider.add_sink(OtlpBatchSink(encoder, transport))
-        handle.exporter = "otlp/grpc" if transport.protocol == "grpc" else "otlp/http"
-    else:
-        from adk_mesh.telemetry._file_exporter import JsonLinesSink
-
-        path = os.path.join(trace_dir, f"{_file_name(name)}.jsonl")
-        tracer_provider.add_sink(JsonLinesSink(path, resource.attributes))
-        handle.exporter = "file"
-    _providers.set_tracer_provider(tracer_provider)
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        trace.set_tracer_provider(tracer_provider)
-
-    metrics_endpoint = _env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or _env(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
-    if metrics_endpoint and _env("OTEL_METRICS_EXPORTER").lower() != "none":
-        from adk_mesh.telemetry._export import PeriodicMetricExport
-        from adk_mesh.telemetry._meter import LeanMeterProvider, temporality_from_env
-        from adk_mesh.telemetry._otlp import MetricsEncoder
-        from adk_mesh.telemetry._transport import transport_from_env
-
-        meter_provider = LeanMeterProvider(temporality_preference=temporality_from_env())
-        handle._meter_provider = meter_provider
-        handle._metric_export = PeriodicMetricExport(
-            meter_provider,
-            MetricsEncoder(resource.attributes, resource.schema_url),
-            transport_from_env("metrics"),
+    exporters: tuple[str, ...] = ()
+    if provider not in _joined:
+        _joined.add(provider)
+        provider.add_span_processor(InvocationSpanProcessor())
+        trace_dir = _env(TRACE_DIR_ENV)
+        if trace_dir:
+            provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileSpanExporter(trace_dir)))
+            exporters = ("otlp_json_file",)
+    logger_provider = get_logger_provider()
+    if isinstance(logger_provider, LoggerProvider) and logger_provider not in _joined:
+        _joined.add(logger_provider)
+        logger_provider.add_log_record_processor(InvocationLogRecordProcessor())
+    resource = getattr(provider, "resource", None)
+    name = str(resource.attributes.get("service.name", "")) if resource is not None else ""
+    if not name or name.startswith("unknown_service"):
+        logger.warning(
+            "the installed OpenTelemetry pipeline names this service %r: set OTEL_SERVICE_NAME "
+            "(adk-mesh would have named it %r)",
+            name,
+            service_name,
         )
-        handle.metrics_exported = True
-        _providers.set_meter_provider(meter_provider)
-        if _providers.get_global_meter_provider_unset():
-            metrics.set_meter_provider(meter_provider)
-    logger.debug("telemetry for %s: spans %s", name, handle.exporter)
+    return TelemetryHandle(
+        service_name=name or service_name,
+        pipeline="application",
+        span_exporters=exporters,
+        _tracer_provider=provider,
+        _meter_provider=metrics.get_meter_provider(),
+        _logger_provider=logger_provider,
+    )
+
+
+# --- installing the SDK from the environment ---------------------------------------------
+
+
+def _exporters_asked(signal: Signal) -> bool:
+    names = [name.strip().lower() for name in _env(_EXPORTER_ENV[signal]).split(",")]
+    return any(name and name != "none" for name in names)
+
+
+def _implicit_otlp(signal: Signal) -> list[str]:
+    """``otlp`` for a signal whose exporter variable is unset but whose OTLP endpoint is set
+    (the spec's default exporter, taken only when an endpoint says where to)."""
+    if signal == "logs" or _env(_EXPORTER_ENV[signal]):
+        return []
+    endpoint = _env(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT") or _env(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if not endpoint:
+        return []
+    protocol = (
+        _env(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+        or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    )
+    name = _OTLP_BY_PROTOCOL.get(protocol)
+    if name is None:
+        raise ConfigError(
+            f"OTLP protocol {protocol!r} is not supported for {signal}: "
+            f"use one of {', '.join(sorted(_OTLP_BY_PROTOCOL))}"
+        )
+    return [name]
+
+
+def _resource_attributes(service_name: str) -> dict[str, str]:
+    """``service.name`` for the SDK's resource, unless the variables already name one."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME (which wins).
+    detected = str(Resource.create().attributes.get(SERVICE_NAME, ""))
+    if not detected or detected.startswith("unknown_service"):
+        return {SERVICE_NAME: service_name}
+    return {}
+
+
+def _install(service_name: str) -> TelemetryHandle:
+    trace_dir = _env(TRACE_DIR_ENV)
+    implicit = {signal: _implicit_otlp(signal) for signal in _EXPORTER_ENV}
+    asked = {signal: bool(implicit[signal]) or _exporters_asked(signal) for signal in implicit}
+    if not (trace_dir or any(asked.values())):
+        return TelemetryHandle(service_name=service_name)
+
+    from opentelemetry._logs import get_logger_provider
+    from opentelemetry.sdk._configuration import _initialize_components
+    from opentelemetry.sdk.resources import SERVICE_NAME
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from adk_mesh.telemetry._file_exporter import OtlpJsonFileSpanExporter
+    from adk_mesh.telemetry._processors import (
+        InvocationLogRecordProcessor,
+        InvocationSpanProcessor,
+    )
+
+    span_processors: list[Any] = [InvocationSpanProcessor()]
+    if trace_dir:
+        span_processors.append(SimpleSpanProcessor(OtlpJsonFileSpanExporter(trace_dir)))
+    try:
+        # The SDK's environment configuration, as opentelemetry-instrument runs it: it reads
+        # the OTEL_*_EXPORTER variables itself (the implicit ``otlp`` names come in addition),
+        # the sampler, the resource and every exporter setting, and sets the global providers.
+        _initialize_components(
+            trace_exporter_names=implicit["traces"],
+            metric_exporter_names=implicit["metrics"],
+            log_exporter_names=[],
+            resource_attributes=_resource_attributes(service_name),
+            span_processors=span_processors,
+            log_record_processors=[InvocationLogRecordProcessor()],
+            setup_logging_handler=False,
+        )
+    except Exception as error:  # the SDK raises RuntimeError or ValueError for bad settings
+        raise ConfigError(f"OpenTelemetry configuration: {error}") from error
+
+    tracer_provider = trace.get_tracer_provider()
+    meter_provider = metrics.get_meter_provider()
+    logger_provider = get_logger_provider()
+    span_exporters = tuple(
+        implicit["traces"]
+        + [name.strip() for name in _env("OTEL_TRACES_EXPORTER").split(",") if name.strip()]
+    )
+    span_exporters = tuple(name for name in span_exporters if name.lower() != "none")
+    if trace_dir:
+        span_exporters += ("otlp_json_file",)
+    _joined.update((tracer_provider, logger_provider))
+    # Spans or metrics nobody exports are not made at all: the instrumentation is pointed at
+    # no-op providers for them (the SDK's global ones stay, set once).
+    if not span_exporters:
+        _providers.set_tracer_provider(trace.NoOpTracerProvider())
+    if not asked["metrics"]:
+        _providers.set_meter_provider(metrics.NoOpMeterProvider())
+    if asked["logs"]:
+        _start_logging_handler()
+    resource = getattr(tracer_provider, "resource", None)
+    name = resource.attributes.get(SERVICE_NAME) if resource is not None else None
+    handle = TelemetryHandle(
+        service_name=str(name or service_name),
+        pipeline="adk-mesh",
+        span_exporters=span_exporters,
+        metrics_exported=asked["metrics"],
+        logs_exported=asked["logs"],
+        _tracer_provider=tracer_provider,
+        _meter_provider=meter_provider,
+        _logger_provider=logger_provider,
+        _owned=True,
+    )
+    logger.debug("telemetry for %s: %s", handle.service_name, handle)
     return handle
+
+
+def _start_logging_handler() -> None:
+    """Records of Python's ``logging`` become OpenTelemetry log records (at the levels the
+    loggers let through), by opentelemetry-instrumentation-logging's handler."""
+    from opentelemetry.instrumentation.logging import LoggingInstrumentor
+
+    instrumentor = LoggingInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(enable_log_auto_instrumentation=True)
+
+
+def _stop_logging_handler() -> None:
+    from opentelemetry.instrumentation.logging import LoggingInstrumentor
+
+    instrumentor = LoggingInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()

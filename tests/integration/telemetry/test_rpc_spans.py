@@ -11,7 +11,7 @@ import grpc
 import grpc.aio
 import pytest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
 from adk_mesh.agents.base import BaseAgent
@@ -23,8 +23,6 @@ from adk_mesh.mesh._channel import open_channel
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.telemetry import _providers
-from adk_mesh.telemetry._export import readable_span
-from adk_mesh.telemetry._tracer import LeanSpan, LeanTracerProvider, Sampler, SpanLimits
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content, Event, Part
@@ -33,16 +31,17 @@ from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 RUN = "adk_mesh.v1.AgentService/Run"
 
 
-class SpanWaiter:
-    """A span sink: collects finished spans and lets a test wait for one by name and kind."""
+class SpanWaiter(SpanProcessor):
+    """A span processor: collects finished spans and lets a test wait for one by name and
+    kind."""
 
     def __init__(self) -> None:
         self.finished: list[ReadableSpan] = []
         self._changed = asyncio.Condition()
         self._loop = asyncio.get_running_loop()
 
-    def on_end(self, span: LeanSpan) -> None:
-        self.finished.append(readable_span(span))
+    def on_end(self, span: ReadableSpan) -> None:
+        self.finished.append(span)
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._notify()))
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -66,15 +65,16 @@ class SpanWaiter:
         return found
 
 
+def traced_by(processor: SpanWaiter) -> TracerProvider:
+    provider = TracerProvider(resource=Resource({"service.name": "test"}), shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    return provider
+
+
 @pytest.fixture
 async def waiter() -> AsyncIterator[SpanWaiter]:
     processor = SpanWaiter()
-    provider = LeanTracerProvider(
-        Resource({"service.name": "test"}),
-        sampler=Sampler(),
-        limits=SpanLimits(),
-        sinks=[processor],
-    )
+    provider = traced_by(processor)
     with _providers.use_tracer_provider(provider):
         yield processor
     provider.shutdown()
@@ -309,12 +309,7 @@ async def test_a_channel_opened_before_tracing_traces_once_it_is_on() -> None:
             stub = agent_pb2_grpc.AgentServiceStub(channel)
             [_ async for _ in stub.Run(root_request())]  # tracing off: nothing recorded
             processor = SpanWaiter()
-            provider = LeanTracerProvider(
-                Resource({"service.name": "test"}),
-                sampler=Sampler(),
-                limits=SpanLimits(),
-                sinks=[processor],
-            )
+            provider = traced_by(processor)
             with _providers.use_tracer_provider(provider):
                 [_ async for _ in stub.Run(root_request(), metadata=(("x-caller", "test"),))]
                 client = await processor.wait(RUN, SpanKind.CLIENT)

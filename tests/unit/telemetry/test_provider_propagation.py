@@ -30,7 +30,8 @@ async def test_the_provider_request_carries_the_chat_spans_traceparent(
     (chat,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat ")]
     assert chat.context is not None
     assert request.headers["traceparent"] == (
-        f"00-{chat.context.trace_id:032x}-{chat.context.span_id:016x}-01"
+        f"00-{chat.context.trace_id:032x}-{chat.context.span_id:016x}-"
+        f"{chat.context.trace_flags:02x}"
     )
     # The invocation's ids (user, session) never leave the mesh as baggage.
     assert "baggage" not in request.headers

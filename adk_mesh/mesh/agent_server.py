@@ -28,6 +28,7 @@ from adk_mesh.mesh._status import error_boundary
 from adk_mesh.runner import Runner, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
+from adk_mesh.telemetry._spans import annotate_current_span
 from adk_mesh.tools.base import BaseTool
 from adk_mesh.types import Content, Event
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
@@ -212,6 +213,7 @@ class AgentServer(MeshServer):
             call_path=(*call_path, self.agent.name),
             deadline=deadline,
         )
+        annotate_current_span(ctx)
 
         async def applied() -> AsyncGenerator[Event, None]:
             # The view is updated as events flow, so later steps see earlier changes.

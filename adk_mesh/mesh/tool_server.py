@@ -94,6 +94,7 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
     ) -> tool_pb2.ListToolsResponse:
         async with error_boundary(context):
             invocation = _invocation(request.context, deadline=deadline_of(context))
+            telemetry.annotate_current_span(invocation)
             tools = await self._toolset.tools(ReadonlyContext(invocation))
             return tool_pb2.ListToolsResponse(
                 tools=[codec.declaration_to_proto(tool.declaration()) for tool in tools],
@@ -113,6 +114,9 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
             # Contexts the tool builds itself (a Runner it calls) read the deadline here.
             serving_deadline.set(deadline)
             invocation = _invocation(request.context, codec.state_from_map(request.state), deadline)
+            # The RPC span started before the request was read: a caller that sent no baggage
+            # (a client in another language) still finds it by the invocation id.
+            telemetry.annotate_current_span(invocation)
             tools = await self._toolset.tools(ReadonlyContext(invocation))
             tool = next((t for t in tools if t.name == request.tool_name), None)
             if tool is None:

@@ -196,7 +196,7 @@ def annotate_current_span(ctx: InvocationContext) -> None:
     """Put the invocation's ids on the current span when it lacks them (a gRPC server span
     that started before the invocation had an id)."""
     span = trace.get_current_span()
-    if not span.is_recording():
+    if not ctx.invocation_id or not span.is_recording():
         return
     attributes = getattr(span, "attributes", None)
     if attributes is not None and INVOCATION_ID in attributes:

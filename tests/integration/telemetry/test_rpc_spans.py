@@ -26,7 +26,7 @@ from adk_mesh.telemetry import _providers
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content, Event, Part
-from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, tool_pb2, tool_pb2_grpc
 
 RUN = "adk_mesh.v1.AgentService/Run"
 
@@ -298,6 +298,54 @@ async def test_remote_agent_and_remote_tool_continue_the_trace(waiter: SpanWaite
     for span in finished:
         assert span.attributes is not None
         assert span.attributes["adk_mesh.invocation_id"] == invocation_id, span.name
+
+
+async def test_a_caller_without_baggage_still_finds_each_server_span_by_invocation(
+    waiter: SpanWaiter,
+) -> None:
+    """A client in another language sends the ids in the request only: ListTools, CallTool and
+    a delegated Run are found by the invocation id all the same."""
+    tools = ToolServer([FunctionTool(shout)], name="shouting")
+    agents = AgentServer(Scripted("solo", "end"))
+    tools_port = await tools.start("127.0.0.1:0")
+    agents_port = await agents.start("127.0.0.1:0")
+    caller = tool_pb2.CallerContext(
+        app_name="app", user_id="u1", session_id="s1", invocation_id="e-polyglot"
+    )
+    try:
+        # Plain channels: no span, no traceparent, no baggage from this side.
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{tools_port}") as channel:
+            stub = tool_pb2_grpc.ToolServiceStub(channel)
+            await stub.ListTools(tool_pb2.ListToolsRequest(context=caller))
+            call_request = tool_pb2.CallToolRequest(context=caller, tool_name="shout")
+            call_request.args.update({"text": "hi"})
+            [_ async for _ in stub.CallTool(call_request)]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{agents_port}") as channel:
+            request = agent_pb2.RunRequest(
+                delegated=agent_pb2.DelegatedRun(
+                    invocation_id="e-polyglot",
+                    session=agent_pb2.SessionView(app_name="app", user_id="u1", session_id="s1"),
+                    user_content=content_pb2.Content(
+                        role="user", parts=[content_pb2.Part(text="hi")]
+                    ),
+                )
+            )
+            [_ async for _ in agent_pb2_grpc.AgentServiceStub(channel).Run(request)]
+        served = [
+            await waiter.wait(name, SpanKind.SERVER)
+            for name in (
+                "adk_mesh.v1.ToolService/ListTools",
+                "adk_mesh.v1.ToolService/CallTool",
+                RUN,
+            )
+        ]
+    finally:
+        await tools.stop(None)
+        await agents.stop(None)
+    for span in served:
+        assert span.attributes is not None
+        assert span.attributes["adk_mesh.invocation_id"] == "e-polyglot", span.name
+        assert span.attributes["adk_mesh.session_id"] == "s1", span.name
 
 
 async def test_a_channel_opened_before_tracing_traces_once_it_is_on() -> None:

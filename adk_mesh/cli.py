@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, TextIO
@@ -162,6 +163,21 @@ def _error_line(error: BaseException) -> str:
 # --- commands ------------------------------------------------------------------------------
 
 
+def _console_logging(level: str) -> None:
+    """Log lines on stderr, each written inside an invocation with its invocation, trace and
+    span ids. Left alone when the process's logging is configured already (by
+    ``opentelemetry-instrument``'s log correlation, say)."""
+    from adk_mesh.telemetry import InvocationLogFormatter
+
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    if any(isinstance(handler, logging.StreamHandler) for handler in root.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(InvocationLogFormatter())
+    root.addHandler(handler)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from adk_mesh.mesh import AgentServer, ToolServer
     from adk_mesh.mesh._channel import MeshServer
@@ -169,6 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
     from adk_mesh.mesh.serve import PortTakenError, describe_server, serve_until_signal
     from adk_mesh.telemetry import configure_telemetry
 
+    _console_logging(args.log_level)
     address = f"{args.host}:{args.port}"
     try:
         server: MeshServer
@@ -327,6 +344,13 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         sub.add_argument(
             "--grace", type=float, default=10.0, help="seconds running calls get on SIGTERM"
+        )
+        sub.add_argument(
+            "--log-level",
+            default="warning",
+            choices=["debug", "info", "warning", "error"],
+            help="console log level (default warning); each line written inside an invocation "
+            "names its invocation, trace and span",
         )
     agent.add_argument("--app", help="app name of root runs (default: the agent's name)")
     agent.add_argument(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from adk_mesh import codec
 from adk_mesh.mesh._channel import open_channel
+from adk_mesh.telemetry import TRACE_DIR_ENV, read_trace_files
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 from tests.e2e.conftest import REPO_ROOT, ServiceFactory, wait_for_file
 
@@ -98,3 +100,26 @@ def test_a_port_that_is_taken_is_a_clear_error() -> None:
     assert result.returncode == 2
     assert result.stderr == f"error: port {port} is taken\n"
     assert result.stdout == ""
+
+
+async def test_a_log_line_written_inside_an_invocation_names_it(
+    start_service: ServiceFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = tmp_path / "traces"
+    monkeypatch.setenv(TRACE_DIR_ENV, str(traces))
+    service = start_service("chatty", "agent", "tests.e2e.apps.chatty:root_agent")
+    async with open_channel(service.wait_ready()) as channel:
+        responses = [r async for r in agent_pb2_grpc.AgentServiceStub(channel).Run(root_run("hi"))]
+    invocation_id = responses[-1].event.invocation_id
+    service.process.send_signal(signal.SIGTERM)
+    assert service.process.wait(timeout=20) == 0
+
+    (line,) = [line for line in service.stderr().splitlines() if "the model was asked" in line]
+    match = re.search(r"tests\.e2e\.apps\.chatty \[(.*)\]: the model was asked 'hi'$", line)
+    assert match is not None, line
+    where = dict(item.split("=", 1) for item in match.group(1).split())
+    assert where["invocation_id"] == invocation_id
+    # The span it names is the model call it was written in, in the trace it belongs to.
+    (chat,) = [record for record in read_trace_files(traces) if record.name.startswith("chat ")]
+    assert (where["trace_id"], where["span_id"]) == (chat.trace_id, chat.span_id)
+    assert chat.invocation_id == invocation_id

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from adk_mesh import BaseTool, ReadonlyContext, Toolset
+from adk_mesh import BaseTool, ConfigError, ReadonlyContext, Toolset
 from adk_mesh.mesh import RemoteToolset
 from adk_mesh.mesh.serve import PortTakenError, serve_until_signal
+from adk_mesh.telemetry import configure_telemetry
 
 __all__ = [
     "APP_NAME",
@@ -79,17 +80,6 @@ def remote_tools(*names: str) -> OnlyTools:
     return OnlyTools(RemoteToolset(target("tools"), name="travel_tools"), names)
 
 
-def _configure_telemetry(service: str) -> Callable[[], Any] | None:
-    """Tracing for this process when adk_mesh.telemetry offers it; the shutdown to call."""
-    try:
-        from adk_mesh.telemetry import configure_telemetry  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    handle = configure_telemetry(service)
-    shutdown = getattr(handle, "shutdown", None)
-    return shutdown if callable(shutdown) else None
-
-
 def run_service(
     name: str,
     build_server: Callable[[argparse.Namespace], Any],
@@ -106,7 +96,11 @@ def run_service(
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
-    shutdown = _configure_telemetry(f"adk-mesh-{name}")
+    try:
+        telemetry = configure_telemetry(f"adk-mesh-{name}")
+    except ConfigError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
     try:
         server = build_server(args)
         asyncio.run(serve_until_signal(server, f"{args.host}:{args.port}", grace=args.grace))
@@ -120,6 +114,5 @@ def run_service(
     except KeyboardInterrupt:
         return 130
     finally:
-        if shutdown is not None:
-            shutdown()
+        telemetry.shutdown()
     return 0

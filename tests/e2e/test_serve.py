@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import socket
@@ -99,6 +100,28 @@ def test_a_port_that_is_taken_is_a_clear_error() -> None:
         )
     assert result.returncode == 2
     assert result.stderr == f"error: port {port} is taken\n"
+    assert result.stdout == ""
+
+
+SERVE_TOOLS = (sys.executable, "-m", "adk_mesh", "serve", "tools", "tests.e2e.apps.tools:tools")
+
+
+def test_an_exporter_that_does_not_exist_is_a_clear_error() -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env["OTEL_TRACES_EXPORTER"] = "jaeger_thrift_typo"
+    result = subprocess.run(
+        [*SERVE_TOOLS, "--port", "0"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: OpenTelemetry configuration: ")
+    assert "jaeger_thrift_typo" in result.stderr
+    assert "Traceback" not in result.stderr
     assert result.stdout == ""
 
 

@@ -24,16 +24,12 @@ def new_invocation_id() -> str:
 
 
 def _transferable_across_tree(agent: BaseAgent) -> bool:
-    """An agent can keep the conversation across turns only if every agent from it up to the
-    root is an LlmAgent that allows transfers to its parent: a workflow agent on the path owns
-    the order of its children, so the next turn starts again from the root."""
-    from adk_mesh.agents.llm_agent import LlmAgent
-
+    """An agent keeps the conversation across turns only if it and every agent above it keep
+    it (:attr:`~adk_mesh.agents.base.BaseAgent.keeps_conversation`): a workflow agent on the
+    path owns the order of its children, so the next turn starts again from the root."""
     current: BaseAgent | None = agent
     while current is not None:
-        if not isinstance(current, LlmAgent):
-            return False
-        if current.parent_agent is not None and current.disallow_transfer_to_parent:
+        if not current.keeps_conversation:
             return False
         current = current.parent_agent
     return True

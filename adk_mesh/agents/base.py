@@ -6,14 +6,21 @@ import abc
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from contextlib import aclosing
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from adk_mesh.contexts import CallbackContext, InvocationContext
 from adk_mesh.errors import ConfigError
 from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Content, Event
 
-__all__ = ["AgentCallback", "BaseAgent", "call_callbacks", "validate_agent_name"]
+__all__ = [
+    "AgentCallback",
+    "BaseAgent",
+    "RemoteLocation",
+    "call_callbacks",
+    "validate_agent_name",
+]
 
 #: ``(callback_context) -> Content | None``, sync or async. Returning Content from a
 #: before-callback skips the agent and answers with it; from an after-callback, adds a reply.
@@ -51,6 +58,19 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteLocation:
+    """Where an agent that runs in another service runs.
+
+    Attributes:
+        target: the address of its service (``host:port`` or ``dns:///host:port``).
+        agent_name: the agent of that service's tree that runs.
+    """
+
+    target: str
+    agent_name: str
+
+
 class BaseAgent(abc.ABC):
     """An agent: something that runs in an invocation and yields events.
 
@@ -66,7 +86,18 @@ class BaseAgent(abc.ABC):
     * An agent stops early when ``ctx.ended`` is set. Cancellation arrives as
       ``asyncio.CancelledError`` at an ``await``; let it through.
     * Errors are raised (an :class:`~adk_mesh.errors.AdkError` subclass), not yielded.
+
+    What the runtime needs to know of an agent it asks the agent, never its class: whether it
+    owns its children's transfers (:attr:`owns_child_transfers`), whether it keeps the
+    conversation for the user's next turn (:attr:`keeps_conversation`), whether it runs in
+    another service (:attr:`remote_location`). An agent of your own declares them as the
+    built-in ones do.
     """
+
+    #: Whether this agent decides the order of its children itself, as workflow agents do: a
+    #: transfer made by one of its children is then followed inside the step that made it
+    #: (the target runs, then the agent goes on with its next step), never above it.
+    owns_child_transfers: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -109,6 +140,19 @@ class BaseAgent(abc.ABC):
         while agent.parent_agent is not None:
             agent = agent.parent_agent
         return agent
+
+    @property
+    def keeps_conversation(self) -> bool:
+        """Whether this agent, when it answered last, answers the user's next turn itself
+        (provided every agent above it keeps the conversation too); otherwise the next turn
+        starts again from the root. No by default: an agent that decides an order (a workflow)
+        starts over."""
+        return False
+
+    @property
+    def remote_location(self) -> RemoteLocation | None:
+        """Where the agent runs when it runs in another service; ``None`` for this process."""
+        return None
 
     def walk(self) -> Iterator[BaseAgent]:
         """This agent and all its descendants, depth first."""

@@ -163,12 +163,17 @@ class LlmAgent(BaseAgent):
 
     # --- transfers --------------------------------------------------------------------------
 
+    @property
+    def keeps_conversation(self) -> bool:
+        """An LLM agent answers the next turn too, unless it may not hand back to its parent."""
+        return self.parent_agent is None or not self.disallow_transfer_to_parent
+
     def transfer_targets(self) -> list[BaseAgent]:
-        """Agents this one may transfer to: its sub-agents, then its parent and peers when the
-        parent is an LlmAgent (a workflow parent decides the order itself)."""
+        """Agents this one may transfer to: its sub-agents, then its parent and peers unless
+        the parent owns its children's transfers (a workflow parent decides the order)."""
         targets = list(self.sub_agents)
         parent = self.parent_agent
-        if isinstance(parent, LlmAgent):
+        if parent is not None and not parent.owns_child_transfers:
             if not self.disallow_transfer_to_parent:
                 targets.append(parent)
             if not self.disallow_transfer_to_peers:

@@ -10,29 +10,21 @@ from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import AgentNotFoundError, DelegationError
 from adk_mesh.types import Event
 
-__all__ = ["DEFAULT_MAX_TRANSFERS", "follow_transfers", "is_workflow_agent"]
+__all__ = ["DEFAULT_MAX_TRANSFERS", "follow_transfers"]
 
 DEFAULT_MAX_TRANSFERS = 10
 
 
-def is_workflow_agent(agent: BaseAgent) -> bool:
-    """Workflow agents decide the order of their children themselves, and so own the
-    transfers their children make."""
-    from adk_mesh.agents.workflow import LoopAgent, ParallelAgent, SequentialAgent
-
-    return isinstance(agent, SequentialAgent | ParallelAgent | LoopAgent)
-
-
 def _owns_transfer(current: BaseAgent, author: BaseAgent | None) -> bool:
     """Whether a transfer made by ``author`` is followed at the level running ``current``:
-    yes unless a workflow agent stands between them, ``current`` included (that one follows
-    it, inside its step).
+    yes unless an agent that owns its children's transfers (a workflow agent) stands between
+    them, ``current`` included (that one follows it, inside its step).
     An author outside the tree (a remote agent's own sub-agent) is ``current``'s."""
     if author is None:
         return True
     agent: BaseAgent | None = author.parent_agent if author is not current else None
     while agent is not None:
-        if is_workflow_agent(agent):
+        if agent.owns_child_transfers:
             return False
         if agent is current:
             break

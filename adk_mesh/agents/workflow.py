@@ -25,6 +25,8 @@ class SequentialAgent(BaseAgent):
     """Runs its sub-agents one after the other, each seeing what the previous ones did. A
     transfer made by a child runs its target within that step; then the next step runs."""
 
+    owns_child_transfers = True
+
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         for sub_agent in self.sub_agents:
             async with aclosing(_run_step(ctx, sub_agent)) as events:
@@ -41,6 +43,8 @@ class LoopAgent(BaseAgent):
     Args:
         max_iterations: upper bound of rounds; ``None`` loops until an escalation.
     """
+
+    owns_child_transfers = True
 
     def __init__(
         self,
@@ -86,6 +90,8 @@ class ParallelAgent(BaseAgent):
     they do not see each other's events. Events interleave as they are produced; each child
     waits until its previous event was taken (and so appended by the Runner) before it goes
     on. When one child fails, the others are cancelled and the failure is raised."""
+
+    owns_child_transfers = True
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         if not self.sub_agents:

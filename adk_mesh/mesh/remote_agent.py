@@ -9,7 +9,7 @@ import grpc
 import grpc.aio
 
 from adk_mesh import codec
-from adk_mesh.agents.base import BaseAgent
+from adk_mesh.agents.base import BaseAgent, RemoteLocation
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
@@ -67,6 +67,16 @@ class RemoteAgent(BaseAgent):
         self.timeout = timeout
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
+
+    @property
+    def keeps_conversation(self) -> bool:
+        """The remote agent answers the user's next turn too, as a local LLM agent would (its
+        own service decides who in its tree answers)."""
+        return True
+
+    @property
+    def remote_location(self) -> RemoteLocation:
+        return RemoteLocation(self.target, self.agent_name or self.name)
 
     def _stub(self) -> Any:
         # Opened on first use, so that the channel belongs to the running event loop.

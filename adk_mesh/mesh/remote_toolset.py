@@ -101,6 +101,8 @@ class RemoteToolset(Toolset):
 class RemoteTool(BaseTool):
     """One tool of a :class:`RemoteToolset`; its declaration is the server's, unchanged."""
 
+    is_remote = True
+
     def __init__(self, toolset: RemoteToolset, declaration: ToolDeclaration) -> None:
         super().__init__(
             declaration.name, declaration.description, is_long_running=declaration.long_running

@@ -173,14 +173,6 @@ async def _traced(
             span.end()
 
 
-def _is_remote(agent: BaseAgent) -> bool:
-    # RemoteAgent lives in adk_mesh.mesh, which the runtime must not import: recognise it by
-    # its module and its target instead.
-    return type(agent).__module__.startswith("adk_mesh.mesh.") and isinstance(
-        getattr(agent, "target", None), str
-    )
-
-
 def _server_attributes(target: str) -> dict[str, AttributeValue]:
     address = target.removeprefix("dns:///").removeprefix("ipv4:")
     host, _, port = address.rpartition(":")
@@ -231,7 +223,7 @@ def trace_agent_run(
     tracer = get_tracer()
     if tracer is None:
         return events
-    remote = _is_remote(agent)
+    remote = agent.remote_location
     ids = invocation_attributes(ctx)
     attributes = dict(ids)
     attributes[OPERATION_NAME] = "invoke_agent"
@@ -239,16 +231,14 @@ def trace_agent_run(
     if agent.description:
         attributes["gen_ai.agent.description"] = agent.description
     attributes["adk_mesh.agent.type"] = type(agent).__name__
-    if remote:
-        target = str(getattr(agent, "target", ""))
-        attributes.update(_server_attributes(target))
-        remote_name = getattr(agent, "agent_name", "") or agent.name
-        attributes["gen_ai.agent.id"] = f"{target}/{remote_name}"
+    if remote is not None:
+        attributes.update(_server_attributes(remote.target))
+        attributes["gen_ai.agent.id"] = f"{remote.target}/{remote.agent_name}"
     if ctx.delegation_depth:
         attributes["adk_mesh.delegation_depth"] = ctx.delegation_depth
     span = tracer.start_span(
         f"invoke_agent {agent.name}",
-        kind=SpanKind.CLIENT if remote else SpanKind.INTERNAL,
+        kind=SpanKind.CLIENT if remote is not None else SpanKind.INTERNAL,
         attributes=attributes,
     )
     context = with_invocation(ids, trace.set_span_in_context(span))
@@ -414,7 +404,7 @@ def trace_model_call(
 def _tool_type(tool: BaseTool | None) -> str:
     if tool is None:
         return "function"
-    if tool.is_builtin or type(tool).__module__.startswith("adk_mesh.mesh."):
+    if tool.is_builtin or tool.is_remote:
         # Run by the provider, or by a tool service: not a function of this process.
         return "extension"
     return "function"

@@ -42,6 +42,8 @@ class BaseTool(abc.ABC):
 
     #: Tools served by a provider itself (Google Search) are not executed by the runtime.
     is_builtin: bool = False
+    #: Tools executed by another service (a tool service's tools, an agent service's agent).
+    is_remote: bool = False
 
     def __init__(
         self,

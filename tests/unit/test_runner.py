@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+
 import pytest
 
-from adk_mesh import Content, InvalidArgumentError, LlmAgent, Runner, ToolContext
+from adk_mesh import (
+    BaseAgent,
+    Content,
+    Event,
+    InvalidArgumentError,
+    InvocationContext,
+    LlmAgent,
+    Runner,
+    SequentialAgent,
+    ToolContext,
+)
 from adk_mesh.errors import SessionNotFoundError
+from adk_mesh.mesh import RemoteAgent
+from adk_mesh.runner import find_agent_to_run
+from adk_mesh.sessions.base import Session
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
 
@@ -101,3 +116,44 @@ async def test_model_failure_keeps_the_session_consistent() -> None:
         )
     stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
     assert stored is not None and [e.author for e in stored.events] == ["user"]
+
+
+def _answered_last_by(author: str) -> Session:
+    session = Session(id="s", app_name="app", user_id="u")
+    session.events = [
+        Event.new(invocation_id="e-1", author="user", content=Content.from_text("user", "hi")),
+        Event.new(invocation_id="e-1", author=author, content=Content.from_text("model", "hello")),
+    ]
+    return session
+
+
+class Custom(BaseAgent):
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        yield ctx.new_event(content=Content.from_text("model", "custom"))
+
+
+@pytest.mark.parametrize(
+    ("answered", "answers_next"),
+    [
+        ("specialist", "specialist"),  # an LLM agent keeps the conversation
+        ("remote", "remote"),  # so does a remote agent (it answered as a sub-agent)
+        ("strict", "root"),  # one that may not hand back to its parent does not
+        ("custom", "root"),  # an agent that does not say it does, does not
+        ("step", "root"),  # nor does one below a workflow agent
+    ],
+)
+def test_who_answers_the_next_turn_is_asked_of_the_agents(answered: str, answers_next: str) -> None:
+    root = LlmAgent(
+        name="root",
+        model=ScriptedModel([]),
+        sub_agents=[
+            LlmAgent(name="specialist", model=ScriptedModel([])),
+            RemoteAgent("remote", "127.0.0.1:1"),
+            LlmAgent(name="strict", model=ScriptedModel([]), disallow_transfer_to_parent=True),
+            Custom(name="custom"),
+            SequentialAgent(name="flow", sub_agents=[LlmAgent(name="step", model="offline")]),
+        ],
+    )
+    message = Content.from_text("user", "and now?")
+    chosen = find_agent_to_run(root, _answered_last_by(answered), message)
+    assert chosen.name == answers_next

@@ -7,16 +7,18 @@ consumer of the event stream; nothing waits on a clock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from adk_mesh.agents import follow_transfers
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.agents.workflow import LoopAgent, ParallelAgent, SequentialAgent
-from adk_mesh.contexts import CallbackContext
+from adk_mesh.contexts import CallbackContext, InvocationContext
 from adk_mesh.errors import ConfigError, ModelError
 from adk_mesh.models.base import LlmRequest
 from adk_mesh.runner import Runner
@@ -365,3 +367,36 @@ async def test_a_transfer_inside_a_sequential_step_does_not_abandon_the_later_st
     specialist_model.assert_consumed()
     assert [e.author for e in turn.events][-2:] == ["specialist", "summarizer"]
     summarizer_model.assert_consumed()
+
+
+class MyPipeline(BaseAgent):
+    """A user's own workflow agent, written as SequentialAgent is: it declares that it owns its
+    children's transfers and follows each child's with the public helper."""
+
+    owns_child_transfers = True
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        for sub_agent in self.sub_agents:
+            async with aclosing(follow_transfers(ctx, sub_agent, root=self.root_agent)) as events:
+                async for event in events:
+                    yield event
+
+
+@pytest.mark.parametrize("workflow", [SequentialAgent, MyPipeline])
+async def test_a_users_workflow_agent_owns_transfers_as_the_built_in_one_does(
+    workflow: type[BaseAgent],
+) -> None:
+    specialist = LlmAgent(name="specialist", model=ScriptedModel(["special answer"]))
+    triage = LlmAgent(
+        name="triage",
+        model=ScriptedModel([call("transfer_to_agent", {"agent_name": "specialist"})]),
+        sub_agents=[specialist],
+    )
+    summarizer = LlmAgent(name="summarizer", model=ScriptedModel(["summary"]))
+    pipeline = workflow(name="pipeline", sub_agents=[triage, summarizer])
+
+    turn = await run_turn(pipeline)
+
+    assert [e.author for e in turn.events] == ["triage", "triage", "specialist", "summarizer"]
+    # And, as for the built-in one, the triage agent may not hand back to a workflow parent.
+    assert [agent.name for agent in triage.transfer_targets()] == ["specialist"]

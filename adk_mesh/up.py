@@ -14,6 +14,7 @@ The config lists the services, their ports, the stores and the model::
     model = ""                                    # "" : ADK_MESH_MODEL, a provider key, or offline
     ready_timeout = 30                            # seconds each service has to become ready
     grace = 5                                     # seconds each service has to drain on stop
+    env = { KEY = "value" }                       # environment of every service
 
     [services.tools]
     module = "services.tools"                     # run as: python -m MODULE --host H --port P
@@ -23,6 +24,11 @@ The config lists the services, their ports, the stores and the model::
     model = ""                                    # overrides [mesh].model for this service
     env = { KEY = "value" }                       # extra environment
     # command = ["adk-mesh", "serve", "agent", "my.mod:agent", "--port", "{port}"]
+    # command = "adk-mesh serve agent my.mod:agent --port {port}"   # split as a shell would
+
+Every key is checked with its TOML type (``root = "false"`` is an error, not a string that
+reads as true); an unknown key, a value of the wrong type, an unknown service in ``after`` or
+services that wait for each other in a cycle are one-line errors naming the table and key.
 
 Services start in dependency order (``after``); each is ready once it printed its ready line
 (``adk-mesh: serving ... on host:port``) and answers the gRPC health check with SERVING.
@@ -42,8 +48,12 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import graphlib
+import json
+import math
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
@@ -53,7 +63,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from adk_mesh.errors import ConfigError
 
@@ -142,100 +162,285 @@ def _absolute_url(url: str, root: Path) -> str:
     return url
 
 
-def _typed(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    value = table[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ConfigError(f"{where}.{key} must be a {names}, not {value!r}")
+# --- the config file, validated ------------------------------------------------------------
+#
+# The TOML is checked by pydantic models in strict mode: TOML has real booleans, integers and
+# arrays, so a value of the wrong type is a mistake to report, never something to coerce
+# (``root = "false"`` must not turn into True). The models are private; what the rest of the
+# module works with are the plain MeshConfig and ServiceSpec values built from them.
+
+
+def _seconds(minimum: float, *, inclusive: bool) -> Callable[[float], float]:
+    def check(value: float) -> float:
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+            bound = f"{minimum:g} or more" if inclusive else f"more than {minimum:g}"
+            raise PydanticCustomError(
+                "seconds_range",
+                "expected {bound} seconds, got {value}",
+                {"bound": bound, "value": value},
+            )
+        return value
+
+    return check
+
+
+def _port(value: int) -> int:
+    if not 0 <= value <= 65535:
+        raise PydanticCustomError(
+            "port_range",
+            "expected a port from 0 to 65535 (0 picks a free one), got {value}",
+            {"value": value},
+        )
     return value
+
+
+def _service_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise PydanticCustomError(
+            "service_name",
+            "a service name is letters, digits, '_' and '-', starting with a letter",
+        )
+    return name
+
+
+def _command(value: object) -> object:
+    """``"adk-mesh serve ..."`` split as a shell would; an array is checked as it is."""
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as error:
+            raise PydanticCustomError(
+                "command_syntax",
+                "cannot split {command} into words: {reason}",
+                {"command": _toml_value(value), "reason": str(error)},
+            ) from None
+        value = parts
+    elif not isinstance(value, list):
+        raise PydanticCustomError(
+            "command_type",
+            "expected a string or an array of strings, got {got}",
+            {"got": _toml_value(value)},
+        )
+    if not value:
+        raise PydanticCustomError("command_empty", "the command is empty")
+    return value
+
+
+def _environment_value(value: object) -> object:
+    # A number is written as it reads (PORT = 8080); a boolean is refused rather than turned
+    # into Python's "True".
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise PydanticCustomError(
+            "environment_type",
+            "expected a string (or a number), got {got}",
+            {"got": _toml_value(value)},
+        )
+    return value
+
+
+_Port = Annotated[int, AfterValidator(_port)]
+_EnvironmentValue = Annotated[str, BeforeValidator(_environment_value)]
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class _ServiceTable(_Table):
+    """``[services.<name>]``."""
+
+    module: str | None = None
+    command: Annotated[list[str] | None, BeforeValidator(_command)] = None
+    port: _Port
+    after: list[str] = []
+    root: bool = False
+    model: str = ""
+    env: dict[str, _EnvironmentValue] = {}
+
+    @model_validator(mode="after")
+    def _module_or_command(self) -> _ServiceTable:
+        if (self.module is None) == (self.command is None):
+            raise PydanticCustomError("module_or_command", "set exactly one of module or command")
+        if self.module is not None and not self.module:
+            raise PydanticCustomError("module_empty", "module is empty")
+        return self
+
+
+class _MeshTable(_Table):
+    """``[mesh]``."""
+
+    host: str = "127.0.0.1"
+    state_dir: str = ".adk-mesh"
+    sessions: str = ""
+    artifacts: str = ""
+    model: str = ""
+    ready_timeout: Annotated[float, AfterValidator(_seconds(0, inclusive=False))] = 30.0
+    grace: Annotated[float, AfterValidator(_seconds(0, inclusive=True))] = 5.0
+    env: dict[str, _EnvironmentValue] = {}
+
+
+class _MeshFile(_Table):
+    """The whole file."""
+
+    mesh: _MeshTable = _MeshTable()
+    services: dict[Annotated[str, AfterValidator(_service_name)], _ServiceTable] = {}
+
+
+_TYPE_NAMES = {
+    "string_type": "a string",
+    "bool_type": "a boolean (true/false)",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "list_type": "an array",
+    "dict_type": "a table",
+    "model_type": "a table",
+}
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _toml_value(value: object) -> str:
+    """How a TOML value reads in an error: ``the string "false"``, ``an array``, ..."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {json.dumps(value, ensure_ascii=False)}"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__} value"  # dates and times
+
+
+def _where(location: tuple[int | str, ...]) -> str:
+    """``[services.planner] root`` for ``("services", "planner", "root")``."""
+    parts = [part for part in location if part != "[key]"]
+    if not parts:
+        return ""
+    top = str(parts[0])
+    if top == "services" and len(parts) >= 2:
+        table, rest = f"[services.{_toml_key(str(parts[1]))}]", parts[2:]
+    elif top in _MeshFile.model_fields:
+        table, rest = f"[{top}]", parts[1:]
+    else:
+        return _toml_key(top)
+    if not rest:
+        return table
+    key = _toml_key(str(rest[0])) + "".join(
+        f"[{part}]" if isinstance(part, int) else f".{_toml_key(part)}" for part in rest[1:]
+    )
+    return f"{table} {key}"
+
+
+def _known_keys(location: tuple[int | str, ...]) -> str:
+    model: type[BaseModel] = _MeshFile
+    if len(location) == 2 and location[0] == "mesh":
+        model = _MeshTable
+    elif len(location) == 3 and location[0] == "services":
+        model = _ServiceTable
+    elif len(location) != 1:
+        return ""
+    return "; known keys: " + ", ".join(model.model_fields)
+
+
+def _explain(error: ErrorDetails) -> str:
+    """One pydantic error as a line about the TOML: where, what was expected, what was found."""
+    location = tuple(error["loc"])
+    kind = error["type"]
+    if kind in _TYPE_NAMES:
+        problem = f"expected {_TYPE_NAMES[kind]}, got {_toml_value(error['input'])}"
+    elif kind == "extra_forbidden":
+        problem = "unknown key" + _known_keys(location)
+    elif kind == "missing" and location[-1:] == ("port",):
+        problem = "missing; set port (0 picks a free one)"
+    elif kind == "missing":
+        problem = "missing"
+    else:
+        problem = error["msg"]
+    where = _where(location)
+    return f"{where}: {problem}" if where else problem
 
 
 def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "config") -> MeshConfig:
     """A :class:`MeshConfig` from parsed TOML; paths relative to ``root_dir``.
 
     Raises:
-        ConfigError: a missing or mistyped key, an unknown dependency, a dependency cycle.
+        ConfigError: a missing, unknown or mistyped key (the message names the table, the key,
+            what was expected and what was found), an unknown dependency, a dependency cycle.
     """
     root_dir = root_dir.resolve()
-    mesh = data.get("mesh", {})
-    known_mesh = {"host", "state_dir", "sessions", "artifacts", "model", "ready_timeout", "grace"}
-    unknown = sorted(set(mesh) - known_mesh - {"env"})
-    if unknown:
-        raise ConfigError(f"{source}: unknown key(s) in [mesh]: {', '.join(unknown)}")
-    settings: dict[str, Any] = {}
-    for key in ("host", "state_dir", "sessions", "artifacts", "model"):
-        if key in mesh:
-            settings[key] = _typed(mesh, key, str, f"{source}: mesh")
-    for key in ("ready_timeout", "grace"):
-        if key in mesh:
-            settings[key] = float(_typed(mesh, key, (int, float), f"{source}: mesh"))
-    state_dir = root_dir / settings.pop("state_dir", ".adk-mesh")
-    services_table = data.get("services")
-    if not isinstance(services_table, Mapping) or not services_table:
+    try:
+        parsed = _MeshFile.model_validate(dict(data))
+    except ValidationError as error:
+        problems = dict.fromkeys(_explain(details) for details in error.errors())
+        raise ConfigError(f"{source}: " + "; ".join(problems)) from None
+    if not parsed.services:
         raise ConfigError(f"{source}: no [services.<name>] tables; list at least one service")
-    specs: dict[str, ServiceSpec] = {}
-    for name, table in services_table.items():
-        where = f"{source}: services.{name}"
-        if not _NAME.fullmatch(name):
-            raise ConfigError(f"{where}: a service name is letters, digits, '_' and '-'")
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"{where} must be a table")
-        known = {"module", "command", "port", "after", "root", "model", "env"}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
-        if "port" not in table:
-            raise ConfigError(f"{where}: set port (0 picks a free one)")
-        port = _typed(table, "port", int, where)
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"{where}.port must be 0 to 65535, not {port}")
-        module = _typed(table, "module", str, where) if "module" in table else None
-        command = tuple(str(part) for part in table.get("command", ()))
-        if (module is None) == (not command):
-            raise ConfigError(f"{where}: set exactly one of module or command")
-        specs[name] = ServiceSpec(
+    mesh = parsed.mesh
+    specs = {
+        name: ServiceSpec(
             name=name,
-            port=port,
-            module=module,
-            command=command,
-            after=tuple(str(dependency) for dependency in table.get("after", ())),
-            root=bool(table.get("root", False)),
-            model=str(table.get("model", "")),
-            env={str(k): str(v) for k, v in dict(table.get("env", {})).items()},
+            port=table.port,
+            module=table.module,
+            command=tuple(table.command or ()),
+            after=tuple(table.after),
+            root=table.root,
+            model=table.model,
+            env=dict(table.env),
         )
+        for name, table in parsed.services.items()
+    }
     return MeshConfig(
         root_dir=root_dir,
         services=_start_order(specs, source),
-        state_dir=state_dir,
-        env={str(k): str(v) for k, v in dict(mesh.get("env", {})).items()},
-        **settings,
+        host=mesh.host,
+        state_dir=root_dir / mesh.state_dir,
+        sessions=mesh.sessions,
+        artifacts=mesh.artifacts,
+        model=mesh.model,
+        ready_timeout=mesh.ready_timeout,
+        grace=mesh.grace,
+        env=dict(mesh.env),
     )
 
 
 def _start_order(specs: Mapping[str, ServiceSpec], source: str) -> tuple[ServiceSpec, ...]:
-    ordered: list[ServiceSpec] = []
-    state: dict[str, str] = {}
-
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        if state.get(name) == "done":
-            return
-        if state.get(name) == "visiting":
-            raise ConfigError(
-                f"{source}: services depend on each other in a cycle: " + " -> ".join((*path, name))
-            )
-        state[name] = "visiting"
-        for dependency in specs[name].after:
+    """The services, each after those it names in ``after``; otherwise in config order."""
+    position = {name: index for index, name in enumerate(specs)}
+    for spec in specs.values():
+        for dependency in spec.after:
             if dependency not in specs:
                 raise ConfigError(
-                    f"{source}: services.{name}.after names {dependency!r}, which is not a "
-                    f"service; known: {', '.join(specs)}"
+                    f"{source}: [services.{_toml_key(spec.name)}] after names {dependency!r}, "
+                    f"which is not a service; known: {', '.join(specs)}"
                 )
-            visit(dependency, (*path, name))
-        state[name] = "done"
-        ordered.append(specs[name])
-
-    for name in specs:
-        visit(name, ())
+    sorter = graphlib.TopologicalSorter({name: spec.after for name, spec in specs.items()})
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as error:
+        # graphlib lists each node before the one that waits for it; read as "waits for",
+        # from the service that comes first in the file.
+        cycle = list(reversed(error.args[1][:-1]))
+        first = min(range(len(cycle)), key=lambda index: position[cycle[index]])
+        cycle = cycle[first:] + cycle[:first]
+        raise ConfigError(
+            f"{source}: services wait for each other (after) in a cycle: "
+            + " -> ".join([*cycle, cycle[0]])
+        ) from None
+    ordered: list[ServiceSpec] = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready(), key=position.__getitem__)
+        ordered.extend(specs[name] for name in ready)
+        sorter.done(*ready)
     return tuple(ordered)
 
 

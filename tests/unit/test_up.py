@@ -39,13 +39,70 @@ def test_a_dependency_cycle_is_refused(tmp_path: Path) -> None:
         parse_config(data, root_dir=tmp_path)
 
 
+def test_a_cycle_names_every_service_in_it_from_the_first_in_the_file(tmp_path: Path) -> None:
+    data = config_data(
+        free={"module": "m", "port": 0},
+        x={"module": "m", "port": 0, "after": ["free", "z"]},
+        y={"module": "m", "port": 0, "after": ["x"]},
+        z={"module": "m", "port": 0, "after": ["y"]},
+    )
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, root_dir=tmp_path, source="mesh.toml")
+    assert raised.value.message == (
+        "mesh.toml: services wait for each other (after) in a cycle: x -> z -> y -> x"
+    )
+
+
+def test_a_service_waiting_for_itself_is_a_cycle(tmp_path: Path) -> None:
+    data = config_data(a={"module": "m", "port": 0, "after": ["a"]})
+    with pytest.raises(ConfigError, match=r"cycle: a -> a$"):
+        parse_config(data, root_dir=tmp_path)
+
+
+def test_services_start_after_their_dependencies_and_otherwise_in_file_order(
+    tmp_path: Path,
+) -> None:
+    data = config_data(
+        a={"module": "m", "port": 0, "after": ["d"]},
+        b={"module": "m", "port": 0},
+        c={"module": "m", "port": 0, "after": ["a", "b"]},
+        d={"module": "m", "port": 0},
+    )
+    config = parse_config(data, root_dir=tmp_path)
+    assert [spec.name for spec in config.services] == ["b", "d", "a", "c"]
+
+
+def test_a_command_string_is_split_as_a_shell_would(tmp_path: Path) -> None:
+    command = "adk-mesh serve agent 'my app.mod:agent' --host {host} --port {port}"
+    config = parse_config(config_data(a={"command": command, "port": 0}), root_dir=tmp_path)
+    [spec] = config.services
+    assert spec.command == (
+        "adk-mesh", "serve", "agent", "my app.mod:agent", "--host", "{host}", "--port", "{port}"
+    )  # fmt: skip
+    assert spec.argv("127.0.0.1", 8080)[-4:] == ["--host", "127.0.0.1", "--port", "8080"]
+
+
+def test_values_are_taken_with_their_toml_types(tmp_path: Path) -> None:
+    data = config_data(
+        a={"command": ["run", "{port}"], "port": 65535, "root": False, "env": {"N": 8080}}
+    )
+    data["mesh"].update(ready_timeout=2, grace=0.5, env={"RATIO": 0.25, "NAME": "x"})
+    config = parse_config(data, root_dir=tmp_path)
+    [spec] = config.services
+    assert (spec.command, spec.port, spec.root, dict(spec.env)) == (
+        ("run", "{port}"), 65535, False, {"N": "8080"}
+    )  # fmt: skip
+    assert (config.ready_timeout, config.grace) == (2.0, 0.5)
+    assert dict(config.env) == {"RATIO": "0.25", "NAME": "x"}
+
+
 @pytest.mark.parametrize(
     ("service", "message"),
     [
         ({"module": "m", "port": 0, "after": ["nope"]}, "'nope', which is not a service"),
         ({"module": "m"}, "set port"),
         ({"port": 1}, "exactly one of module or command"),
-        ({"module": "m", "port": "80"}, "port must be a int"),
+        ({"module": "m", "port": "80"}, 'port: expected an integer, got the string "80"'),
         ({"module": "m", "port": 0, "colour": "red"}, "unknown key"),
     ],
 )
@@ -54,6 +111,133 @@ def test_bad_service_tables_are_explained(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(config_data(a=service), root_dir=tmp_path)
+
+
+def table(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """The table at ``path`` ("services.a"), made if absent."""
+    for key in path.split("."):
+        data = data.setdefault(key, {})
+    return data
+
+
+A = "[services.a]"
+BOOLEAN = "a boolean (true/false)"
+PORT_RANGE = "expected a port from 0 to 65535 (0 picks a free one)"
+EXPECTED_ENV = "expected a string (or a number)"
+SERVICE_KEYS = "module, command, port, after, root, model, env"
+MESH_KEYS = "host, state_dir, sessions, artifacts, model, ready_timeout, grace, env"
+
+
+@pytest.mark.parametrize(
+    ("path", "values", "message"),
+    [
+        ("services.a", {"root": "false"}, f'{A} root: expected {BOOLEAN}, got the string "false"'),
+        ("services.a", {"root": 1}, f"{A} root: expected {BOOLEAN}, got the integer 1"),
+        ("services.a", {"port": 99999}, f"{A} port: {PORT_RANGE}, got 99999"),
+        ("services.a", {"port": -1}, f"{A} port: {PORT_RANGE}, got -1"),
+        ("services.a", {"port": True}, f"{A} port: expected an integer, got the boolean true"),
+        ("services.a", {"port": 80.0}, f"{A} port: expected an integer, got the number 80.0"),
+        ("services.a", {"module": ["m"]}, f"{A} module: expected a string, got an array"),
+        ("services.a", {"module": ""}, f"{A}: module is empty"),
+        (
+            "services.a",
+            {"module": None, "command": ["run", 1]},
+            f"{A} command[1]: expected a string, got the integer 1",
+        ),
+        (
+            "services.a",
+            {"module": None, "command": 7},
+            f"{A} command: expected a string or an array of strings, got the integer 7",
+        ),
+        ("services.a", {"module": None, "command": ""}, f"{A} command: the command is empty"),
+        ("services.a", {"module": None, "command": []}, f"{A} command: the command is empty"),
+        (
+            "services.a",
+            {"module": None, "command": 'run "x'},
+            f'{A} command: cannot split the string "run \\"x" into words: No closing quotation',
+        ),
+        ("services.a", {"command": ["run"]}, f"{A}: set exactly one of module or command"),
+        ("services.a", {"after": "b"}, f'{A} after: expected an array, got the string "b"'),
+        ("services.a", {"after": ["b", 2]}, f"{A} after[1]: expected a string, got the integer 2"),
+        ("services.a", {"model": False}, f"{A} model: expected a string, got the boolean false"),
+        ("services.a", {"env": {"X": True}}, f"{A} env.X: {EXPECTED_ENV}, got the boolean true"),
+        ("services.a", {"env": {"A B": [1]}}, f'{A} env."A B": {EXPECTED_ENV}, got an array'),
+        ("services.a", {"env": "X=1"}, f'{A} env: expected a table, got the string "X=1"'),
+        ("services.a", {"colour": "red"}, f"{A} colour: unknown key; known keys: {SERVICE_KEYS}"),
+        ("mesh", {"hosts": "x"}, f"[mesh] hosts: unknown key; known keys: {MESH_KEYS}"),
+        ("mesh", {"host": 127}, "[mesh] host: expected a string, got the integer 127"),
+        (
+            "mesh",
+            {"ready_timeout": "30"},
+            '[mesh] ready_timeout: expected a number, got the string "30"',
+        ),
+        (
+            "mesh",
+            {"ready_timeout": 0},
+            "[mesh] ready_timeout: expected more than 0 seconds, got 0.0",
+        ),
+        ("mesh", {"grace": -1}, "[mesh] grace: expected 0 or more seconds, got -1.0"),
+        ("mesh", {"grace": float("nan")}, "[mesh] grace: expected 0 or more seconds, got nan"),
+        ("servics.b", {"port": 0}, "servics: unknown key; known keys: mesh, services"),
+    ],
+)
+def test_mistyped_and_unknown_keys_name_the_table_the_key_and_the_expected_type(
+    tmp_path: Path, path: str, values: dict[str, Any], message: str
+) -> None:
+    data = config_data(a={"module": "m", "port": 0})
+    target = table(data, path)
+    for key, value in values.items():
+        if value is None:
+            target.pop(key)
+        else:
+            target[key] = value
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, root_dir=tmp_path, source="mesh.toml")
+    assert raised.value.message == f"mesh.toml: {message}"
+
+
+def test_a_service_that_is_not_a_table_or_has_a_bad_name_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(config_data(a=5), root_dir=tmp_path, source="mesh.toml")  # type: ignore[arg-type]
+    assert raised.value.message == "mesh.toml: [services.a]: expected a table, got the integer 5"
+    data = {"services": {"my service": {"module": "m", "port": 0}}}
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, root_dir=tmp_path, source="mesh.toml")
+    assert raised.value.message == (
+        'mesh.toml: [services."my service"]: a service name is letters, digits, '
+        "'_' and '-', starting with a letter"
+    )
+
+
+def test_every_problem_of_a_file_is_reported_on_one_line(tmp_path: Path) -> None:
+    data = config_data(a={"module": "m", "port": "1", "root": "yes"}, b={"module": "m"})
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, root_dir=tmp_path, source="mesh.toml")
+    assert raised.value.message == (
+        'mesh.toml: [services.a] port: expected an integer, got the string "1"; '
+        '[services.a] root: expected a boolean (true/false), got the string "yes"; '
+        "[services.b] port: missing; set port (0 picks a free one)"
+    )
+
+
+def test_a_config_without_services_is_refused(tmp_path: Path) -> None:
+    for data in ({"mesh": {}}, {"services": {}}):
+        with pytest.raises(ConfigError, match=r"no \[services.<name>\] tables"):
+            parse_config(data, root_dir=tmp_path)
+
+
+def test_up_prints_a_bad_config_as_one_line_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "mesh.toml"
+    config.write_text('[services.planner]\nmodule = "m"\nport = 0\nroot = "false"\n')
+    assert main(["--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"error: {config}: [services.planner] root: expected a boolean (true/false), "
+        'got the string "false"\n'
+    )
+    assert captured.out == ""
 
 
 def test_a_missing_config_file_is_a_clear_error(tmp_path: Path, capsys: Any) -> None:

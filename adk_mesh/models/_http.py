@@ -2,11 +2,14 @@
 with bounded exponential backoff, streaming decoders for SSE and NDJSON, error extraction and
 the base class every HTTP provider builds on.
 
-Retries (:class:`RetryPolicy`) cover HTTP 408, 429 and 5xx (except 501) and connection
-failures (connect errors, resets, timeouts). They happen only before any byte of a streamed
-body was consumed, so a caller never sees a response twice. ``Retry-After`` (seconds or an HTTP
-date) and ``retry-after-ms`` are honoured, capped by ``max_retry_after``; otherwise the delay is
-"full jitter": uniform in ``[0, min(max_backoff, initial_backoff * 2**retry)]``.
+Retries follow one :class:`RetryPolicy`, in one loop for plain and streamed requests: HTTP
+408, 429 and 5xx (except 501) and connection failures (connect errors, resets, timeouts). They
+happen only before any byte of a streamed body was consumed, so a caller never sees a response
+twice. ``Retry-After`` (seconds or an HTTP date) and ``retry-after-ms`` are honoured, capped by
+``max_retry_after``; otherwise the delay is "full jitter": uniform in
+``[0, min(max_backoff, initial_backoff * 2**retry)]``. A wait that would outlast the deadline
+of the mesh call being served (:data:`adk_mesh.contexts.serving_deadline`) is not waited: the
+failure is raised at once.
 
 API keys live in :class:`Secret` (its repr is ``'***'``), go only into request headers, and
 every message we build is passed through :func:`redact` before it reaches an exception or a
@@ -27,10 +30,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Literal
+from datetime import UTC
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
 import httpx
 
+from adk_mesh.contexts import serving_deadline
 from adk_mesh.errors import AdkError, ConfigError, ModelError
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.telemetry._propagation import trace_headers
@@ -60,6 +65,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("adk_mesh.models")
+
+_T = TypeVar("_T")
 
 #: connect / write / pool timeouts are short; the read timeout is long because a model may
 #: think for minutes before its first byte.
@@ -129,14 +136,28 @@ async def _sleep(seconds: float) -> None:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How failed attempts are retried.
+    """When and how long to wait before a failed attempt is tried again: the one policy every
+    provider request follows (plain and streamed alike).
+
+    Retried: HTTP 408, 429 and 5xx except 501, and connection failures (connect errors,
+    resets, timeouts, protocol errors). Anything else (another 4xx, 501, a malformed body)
+    fails at once.
+
+    The wait before retry ``n`` (0-based) is the server's ``retry-after-ms`` or ``Retry-After``
+    (delta-seconds or an HTTP date), capped by ``max_retry_after``; without one it is "full
+    jitter", uniform in ``[0, min(max_backoff, initial_backoff * 2**n)]``. A wait that would
+    not end before the call's deadline is not waited: the last failure is raised instead.
 
     Attributes:
         max_attempts: total attempts, the first one included (1 disables retries).
         initial_backoff: the backoff cap of the first retry, in seconds; doubles per retry.
         max_backoff: the largest backoff cap, in seconds.
-        max_retry_after: the longest ``Retry-After`` honoured; longer values are capped.
+        max_retry_after: the longest server-requested wait honoured; longer ones are cut to
+            it. It is apart from ``max_backoff`` because a server that asks for 30 s and is
+            called again after 8 s answers 429 again.
         sleep: how to wait (tests inject one that records the delays and returns at once).
+        uniform: the random source of the jitter, ``random.uniform``'s signature.
+        clock: the wall clock (``time.time``) an HTTP-date ``Retry-After`` is measured from.
     """
 
     max_attempts: int = 3
@@ -144,23 +165,65 @@ class RetryPolicy:
     max_backoff: float = 8.0
     max_retry_after: float = 60.0
     sleep: Callable[[float], Awaitable[None]] = field(default=_sleep, repr=False, compare=False)
+    uniform: Callable[[float, float], float] = field(
+        default=random.uniform, repr=False, compare=False
+    )
+    clock: Callable[[], float] = field(default=time.time, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError("RetryPolicy.max_attempts must be at least 1")
-        if self.initial_backoff < 0 or self.max_backoff < 0 or self.max_retry_after < 0:
-            raise ConfigError("RetryPolicy delays must not be negative")
+        delays = (self.initial_backoff, self.max_backoff, self.max_retry_after)
+        if not all(math.isfinite(value) and value >= 0 for value in delays):
+            raise ConfigError("RetryPolicy delays must be finite and not negative")
 
-    def delay(self, retry: int, retry_after: float | None = None) -> float:
-        """The wait before retry number ``retry`` (0-based)."""
+    @staticmethod
+    def retries_status(status: int) -> bool:
+        """Whether an HTTP error status is worth another attempt."""
+        return status in (408, 429) or (status >= 500 and status != 501)
+
+    @staticmethod
+    def retries_error(exc: BaseException) -> bool:
+        """Whether a transport failure is worth another attempt."""
+        return isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS)
+
+    def backoff(self, retry: int) -> float:
+        """The full-jitter wait before retry number ``retry`` (0-based)."""
+        # 2.0**1000 is still a float; a larger exponent would overflow and the cap holds anyway.
+        cap = min(self.max_backoff, self.initial_backoff * 2.0 ** min(retry, 1000))
+        return self.uniform(0.0, cap)
+
+    def retry_after(self, headers: Mapping[str, str]) -> float | None:
+        """The wait the server asked for (uncapped), or ``None`` when it asked for none."""
+        return parse_retry_after(headers, now=self.clock())
+
+    def delay(
+        self, retry: int, retry_after: float | None = None, *, time_left: float | None = None
+    ) -> float | None:
+        """The wait before retry number ``retry`` (0-based), or ``None``: do not retry.
+
+        Args:
+            retry: how many retries came before this one.
+            retry_after: the server's requested wait in seconds, if it sent one.
+            time_left: seconds until the call's deadline, if it has one.
+        """
+        if retry + 1 >= self.max_attempts:
+            return None
         if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_retry_after)
-        cap = min(self.max_backoff, self.initial_backoff * (2**retry))
-        return random.uniform(0.0, cap)
+            wait = min(max(retry_after, 0.0), self.max_retry_after)
+        else:
+            wait = self.backoff(retry)
+        if time_left is not None and wait >= time_left:
+            return None  # the retry could not start before the deadline
+        return wait
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date).
+
+    ``now`` is the wall-clock time an HTTP date is measured from (default: ``time.time()``).
+    A date in the past means "now" (0); a value that is neither, or is negative, is ignored.
+    """
     millis = headers.get("retry-after-ms")
     if millis is not None:
         try:
@@ -178,8 +241,10 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     except ValueError:
         try:
             when = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):
             return None
+        if when.tzinfo is None:  # "-0000": an HTTP date is always UTC
+            when = when.replace(tzinfo=UTC)
         current = time.time() if now is None else now
         return max(0.0, when.timestamp() - current)
     if not math.isfinite(seconds) or seconds < 0:
@@ -187,8 +252,10 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     return seconds
 
 
-def _is_retryable_status(status: int) -> bool:
-    return status in (408, 429) or (status >= 500 and status != 501)
+def _time_left() -> float | None:
+    """Seconds until the deadline of the mesh call being served, if there is one."""
+    deadline = serving_deadline.get()
+    return None if deadline is None else deadline - time.monotonic()
 
 
 # --------------------------------------------------------------------------- errors
@@ -322,51 +389,71 @@ class HttpTransport:
             metadata={"provider": self.provider},
         )
 
-    async def _wait_before_retry(self, retry: int, reason: str, retry_after: float | None) -> None:
-        delay = self.retry.delay(retry, retry_after)
-        logger.info(
-            "%s request failed (%s); retry %d/%d in %.3fs",
-            self.provider,
-            self._redact(reason),
-            retry + 1,
-            self.retry.max_attempts - 1,
-            delay,
-        )
-        await self.retry.sleep(delay)
+    async def _send(
+        self,
+        wire: WireRequest,
+        *,
+        stream: bool,
+        start: Callable[[httpx.Response], Awaitable[_T]],
+    ) -> tuple[httpx.Response, _T]:
+        """Send ``wire`` until an attempt succeeds or :attr:`retry` gives up.
+
+        ``start`` runs on a successful (< 400) response; a retryable transport failure inside
+        it is retried like one while sending, so it should read as little as it needs to know
+        the response is good. Returns the response, still open when ``stream`` is set (the
+        caller closes it), and what ``start`` returned.
+        """
+        client = self._get_client()
+        policy = self.retry
+        retry = 0
+        while True:
+            response: httpx.Response | None = None
+            retry_after: float | None = None
+            cause: Exception | None = None
+            try:
+                response = await client.send(self._build(client, wire), stream=stream)
+                if response.status_code < 400:
+                    return response, await start(response)
+                status = response.status_code
+                error = self.error_from_response(status, await response.aread())
+                retryable = policy.retries_status(status)
+                retry_after = policy.retry_after(response.headers) if retryable else None
+                reason = f"HTTP {status}"
+            except httpx.HTTPError as exc:
+                what = "request failed" if response is None else "stream failed"
+                error, cause = self._transport_error(exc, what), exc
+                retryable = policy.retries_error(exc)
+                reason = type(exc).__name__
+            except BaseException:
+                if response is not None:
+                    await response.aclose()
+                raise
+            if response is not None:
+                await response.aclose()
+            delay = policy.delay(retry, retry_after, time_left=_time_left()) if retryable else None
+            if delay is None:
+                raise error from cause
+            logger.info(
+                "%s request failed (%s); retry %d/%d in %.3fs",
+                self.provider,
+                self._redact(reason),
+                retry + 1,
+                policy.max_attempts - 1,
+                delay,
+            )
+            await policy.sleep(delay)
+            retry += 1
 
     async def post_json(self, wire: WireRequest) -> Any:
         """POST and return the decoded JSON body, retrying as the policy allows."""
-        client = self._get_client()
-        attempt = 0
-        while True:
-            attempt += 1
-            can_retry = attempt < self.retry.max_attempts
-            try:
-                response = await client.send(self._build(client, wire))
-            except _RETRYABLE_TRANSPORT_ERRORS as exc:
-                if can_retry:
-                    await self._wait_before_retry(attempt - 1, type(exc).__name__, None)
-                    continue
-                raise self._transport_error(exc, "request failed") from exc
-            except httpx.HTTPError as exc:
-                raise self._transport_error(exc, "request failed") from exc
-            if response.status_code >= 400:
-                error = self.error_from_response(response.status_code, response.content)
-                if can_retry and _is_retryable_status(response.status_code):
-                    retry_after = parse_retry_after(response.headers)
-                    await self._wait_before_retry(
-                        attempt - 1, f"HTTP {response.status_code}", retry_after
-                    )
-                    continue
-                raise error
-            try:
-                return json.loads(response.content)
-            except ValueError as exc:
-                raise ModelError(
-                    f"{self.provider} returned a body that is not JSON (HTTP "
-                    f"{response.status_code})",
-                    status_code=response.status_code,
-                ) from exc
+        response, _ = await self._send(wire, stream=False, start=_nothing)
+        try:
+            return json.loads(response.content)
+        except ValueError as exc:
+            raise ModelError(
+                f"{self.provider} returned a body that is not JSON (HTTP {response.status_code})",
+                status_code=response.status_code,
+            ) from exc
 
     @asynccontextmanager
     async def stream(self, wire: WireRequest) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -376,56 +463,23 @@ class HttpTransport:
         a byte was handed out, failures raise :class:`ModelError`. Leaving the context closes
         the response (and with it the connection, when the body was not read to the end).
         """
-        client = self._get_client()
-        attempt = 0
-        while True:
-            attempt += 1
-            can_retry = attempt < self.retry.max_attempts
+
+        async def first_chunk(response: httpx.Response) -> tuple[bytes, AsyncIterator[bytes]]:
+            chunks = response.aiter_bytes()
             try:
-                response = await client.send(self._build(client, wire), stream=True)
-            except _RETRYABLE_TRANSPORT_ERRORS as exc:
-                if can_retry:
-                    await self._wait_before_retry(attempt - 1, type(exc).__name__, None)
-                    continue
-                raise self._transport_error(exc, "request failed") from exc
-            except httpx.HTTPError as exc:
-                raise self._transport_error(exc, "request failed") from exc
-            retry_reason: str | None = None
-            retry_after: float | None = None
-            chunks: AsyncIterator[bytes] | None = None
-            first = b""
-            try:
-                if response.status_code >= 400:
-                    body = await response.aread()
-                    error = self.error_from_response(response.status_code, body)
-                    if not (can_retry and _is_retryable_status(response.status_code)):
-                        raise error
-                    retry_reason = f"HTTP {response.status_code}"
-                    retry_after = parse_retry_after(response.headers)
-                else:
-                    chunks = response.aiter_bytes()
-                    try:
-                        first = await anext(chunks)
-                    except StopAsyncIteration:
-                        first = b""
-                    except _RETRYABLE_TRANSPORT_ERRORS as exc:
-                        if not can_retry:
-                            raise self._transport_error(exc, "stream failed") from exc
-                        retry_reason = type(exc).__name__
-                    except httpx.HTTPError as exc:
-                        raise self._transport_error(exc, "stream failed") from exc
-            except BaseException:
-                await response.aclose()
-                raise
-            if retry_reason is not None:
-                await response.aclose()
-                await self._wait_before_retry(attempt - 1, retry_reason, retry_after)
-                continue
-            break
+                return await anext(chunks), chunks
+            except StopAsyncIteration:
+                return b"", chunks
+
+        response, (first, chunks) = await self._send(wire, stream=True, start=first_chunk)
         try:
             yield _BodyStream(first, chunks, self)
         finally:
             await response.aclose()
+
+
+async def _nothing(response: httpx.Response) -> None:
+    return None
 
 
 class _BodyStream:

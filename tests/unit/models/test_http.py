@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import math
 import socket
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any
 
 import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adk_mesh.contexts import serving_deadline
 from adk_mesh.errors import ConfigError, ModelError
 from adk_mesh.models import GeminiModel, LlmRequest, OpenAIModel, RetryPolicy
 from adk_mesh.models._http import (
@@ -21,7 +26,6 @@ from adk_mesh.models._http import (
     ServerSentEvent,
     SseDecoder,
     error_message_from_body,
-    parse_retry_after,
     redact,
 )
 from adk_mesh.testing.fake_providers import (
@@ -159,37 +163,196 @@ def test_ndjson_skips_blank_lines_and_flushes_the_last_line() -> None:
 
 # --------------------------------------------------------------------------- retries
 
+NOON = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
-def test_retry_after_in_seconds_http_date_and_milliseconds() -> None:
-    now = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
-    later = format_datetime(datetime(2025, 1, 1, 12, 0, 30, tzinfo=UTC), usegmt=True)
 
-    assert parse_retry_after({"retry-after": "7"}) == 7.0
-    assert parse_retry_after({"retry-after": "1.5"}) == 1.5
-    assert parse_retry_after({"retry-after": later}, now=now) == 30.0
-    assert parse_retry_after({"retry-after": later}, now=now + 60) == 0.0
-    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    assert parse_retry_after({"retry-after": "soon"}) is None
-    assert parse_retry_after({"retry-after": "-3"}) is None
-    assert parse_retry_after({}) is None
+def jitter_at(fraction: float, calls: list[tuple[float, float]]) -> Callable[[float, float], float]:
+    """A ``random.uniform`` that records its bounds and returns the point ``fraction`` along."""
+
+    def uniform(low: float, high: float) -> float:
+        calls.append((low, high))
+        return low + (high - low) * fraction
+
+    return uniform
 
 
 def test_backoff_is_full_jitter_under_a_doubling_bounded_cap() -> None:
-    policy = RetryPolicy(initial_backoff=1.0, max_backoff=4.0, max_retry_after=10.0)
+    calls: list[tuple[float, float]] = []
+    policy = RetryPolicy(
+        max_attempts=10, initial_backoff=1.0, max_backoff=4.0, uniform=jitter_at(1.0, calls)
+    )
 
-    for retry, cap in [(0, 1.0), (1, 2.0), (2, 4.0), (6, 4.0)]:
-        delays = [policy.delay(retry) for _ in range(200)]
-        assert all(0.0 <= d <= cap for d in delays)
-        assert max(delays) > cap / 2  # jittered over the whole range, not fixed
-    assert policy.delay(0, retry_after=3.0) == 3.0
-    assert policy.delay(0, retry_after=120.0) == 10.0
+    assert [policy.delay(retry) for retry in range(5)] == [1.0, 2.0, 4.0, 4.0, 4.0]
+    assert calls == [(0.0, 1.0), (0.0, 2.0), (0.0, 4.0), (0.0, 4.0), (0.0, 4.0)]
+    low = RetryPolicy(max_attempts=10, initial_backoff=1.0, uniform=jitter_at(0.0, []))
+    assert low.delay(3) == 0.0  # "full" jitter: the whole range down to zero
 
 
-def test_retry_policy_rejects_nonsense() -> None:
+def test_backoff_of_a_huge_retry_number_is_the_cap_not_an_overflow() -> None:
+    policy = RetryPolicy(max_attempts=10**6, max_backoff=8.0, uniform=jitter_at(1.0, []))
+
+    assert policy.backoff(5000) == 8.0
+
+
+def test_no_delay_once_the_attempts_are_used_up() -> None:
+    policy = RetryPolicy(max_attempts=3, uniform=jitter_at(1.0, []))
+
+    assert policy.delay(0) is not None and policy.delay(1) is not None
+    assert policy.delay(2) is None
+    assert RetryPolicy(max_attempts=1).delay(0, retry_after=0.0) is None
+
+
+def test_retry_after_in_seconds_is_waited_exactly_without_jitter() -> None:
+    calls: list[tuple[float, float]] = []
+    policy = RetryPolicy(uniform=jitter_at(0.5, calls))
+
+    assert policy.retry_after({"retry-after": "7"}) == 7.0
+    assert policy.retry_after({"retry-after": " 1.5 "}) == 1.5
+    assert policy.delay(0, policy.retry_after({"retry-after": "7"})) == 7.0
+    assert policy.retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    assert calls == []
+
+
+def test_retry_after_as_an_http_date_counts_from_the_clock() -> None:
+    policy = RetryPolicy(clock=NOON.timestamp)
+    future = format_datetime(NOON + timedelta(seconds=30), usegmt=True)
+    past = format_datetime(NOON - timedelta(hours=1), usegmt=True)
+
+    assert future.endswith("GMT")
+    assert policy.retry_after({"retry-after": future}) == 30.0
+    assert policy.retry_after({"retry-after": past}) == 0.0
+    # The obsolete "-0000" zone parses to a naive datetime: still UTC, not local time.
+    assert policy.retry_after({"retry-after": "Wed, 01 Jan 2025 12:00:10 -0000"}) == 10.0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "soon",
+        "-3",
+        "nan",
+        "inf",
+        "",
+        "Wed, 32 Foo 2025 99:00:00 GMT",
+        "Fri, 31 Dec 99999 0:0:0 GMT",
+    ],
+)
+def test_garbage_retry_after_falls_back_to_jittered_backoff(value: str) -> None:
+    calls: list[tuple[float, float]] = []
+    policy = RetryPolicy(initial_backoff=1.0, clock=NOON.timestamp, uniform=jitter_at(0.5, calls))
+
+    retry_after = policy.retry_after({"retry-after": value, "retry-after-ms": value})
+
+    assert retry_after is None
+    assert policy.delay(1, retry_after) == 1.0
+    assert calls == [(0.0, 2.0)]
+
+
+def test_retry_after_is_capped() -> None:
+    policy = RetryPolicy(max_retry_after=10.0, clock=NOON.timestamp)
+    in_an_hour = format_datetime(NOON + timedelta(hours=1), usegmt=True)
+
+    assert policy.delay(0, policy.retry_after({"retry-after": "120"})) == 10.0
+    assert policy.delay(0, policy.retry_after({"retry-after": in_an_hour})) == 10.0
+    assert policy.delay(0, policy.retry_after({"retry-after-ms": "99999999"})) == 10.0
+
+
+def test_no_retry_when_the_wait_would_not_end_before_the_deadline() -> None:
+    policy = RetryPolicy(initial_backoff=4.0, uniform=jitter_at(1.0, []))
+
+    assert policy.delay(0, 3.0, time_left=5.0) == 3.0
+    assert policy.delay(0, 3.0, time_left=3.0) is None
+    assert policy.delay(0, time_left=10.0) == 4.0
+    assert policy.delay(0, time_left=2.0) is None
+    assert policy.delay(0, 0.0, time_left=-1.0) is None  # already past
+
+
+@pytest.mark.parametrize(
+    ("status", "retried"),
+    [
+        (408, True),
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (504, True),
+        (529, True),  # Anthropic's "overloaded"
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (409, False),
+        (413, False),
+        (422, False),
+        (501, False),
+    ],
+)
+def test_retryable_statuses(status: int, retried: bool) -> None:
+    assert RetryPolicy.retries_status(status) is retried
+
+
+def test_retryable_transport_errors() -> None:
+    request = httpx.Request("POST", "http://127.0.0.1/")
+    assert RetryPolicy.retries_error(httpx.ConnectError("refused", request=request))
+    assert RetryPolicy.retries_error(httpx.ReadTimeout("slow", request=request))
+    assert RetryPolicy.retries_error(httpx.RemoteProtocolError("reset", request=request))
+    assert not RetryPolicy.retries_error(httpx.UnsupportedProtocol("ftp", request=request))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 0},
+        {"initial_backoff": -1.0},
+        {"max_backoff": math.inf},
+        {"max_retry_after": math.nan},
+    ],
+)
+def test_retry_policy_rejects_nonsense(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
-        RetryPolicy(max_attempts=0)
-    with pytest.raises(ConfigError):
-        RetryPolicy(initial_backoff=-1)
+        RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_backoff_delays_come_from_the_policy_for_plain_and_streamed_calls(
+    sleeps: list[float], stream: bool
+) -> None:
+    async def record(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    calls: list[tuple[float, float]] = []
+    policy = RetryPolicy(
+        max_attempts=3, initial_backoff=0.25, sleep=record, uniform=jitter_at(0.5, calls)
+    )
+    async with FakeOpenAI(
+        ErrorReply(503, "busy"), Disconnect(), ScriptedTurn(text="third time")
+    ) as server:
+        async with server.make_model(retry=policy) as model:
+            request = LlmRequest(contents=[Content.from_text("user", "hi")])
+            responses = [r async for r in model.generate_content(request, stream=stream)]
+
+    assert responses[-1].content is not None and responses[-1].content.text == "third time"
+    assert calls == [(0.0, 0.25), (0.0, 0.5)]
+    assert sleeps == [0.125, 0.25]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_a_retry_after_past_the_served_deadline_fails_at_once(
+    retry: RetryPolicy, sleeps: list[float], stream: bool
+) -> None:
+    async with FakeOpenAI(ErrorReply(429, "slow down", retry_after="30")) as server:
+        async with server.make_model(retry=retry) as model:
+            request = LlmRequest(contents=[Content.from_text("user", "hi")])
+            token = serving_deadline.set(time.monotonic() + 20.0)
+            try:
+                with pytest.raises(ModelError) as caught:
+                    async for _ in model.generate_content(request, stream=stream):
+                        pass
+            finally:
+                serving_deadline.reset(token)
+
+    assert caught.value.status_code == 429 and "slow down" in caught.value.message
+    assert len(server.requests) == 1 and sleeps == []
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
+from adk_mesh._tasks import TaskFeed, run_all
 from adk_mesh.agents.base import AgentCallback, BaseAgent, _as_list, call_callbacks
 from adk_mesh.agents.history import build_contents
 from adk_mesh.contexts import (
@@ -305,26 +305,13 @@ class LlmAgent(BaseAgent):
     ) -> AsyncGenerator[Event, None]:
         """Run the called tools concurrently; yield forwarded events as they come, then one
         event with every function response and the merged actions."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        sink = queue.put_nowait
-        work = _run_all([self._call_tool(ctx, call, tools, sink) for call in calls])
-        task = asyncio.ensure_future(work)
-        try:
-            while not task.done() or not queue.empty():
-                if queue.empty():
-                    getter = asyncio.ensure_future(queue.get())
-                    await asyncio.wait((task, getter), return_when=asyncio.FIRST_COMPLETED)
-                    if not getter.done():
-                        getter.cancel()
-                        continue
-                    yield getter.result()
-                else:
-                    yield queue.get_nowait()
-            results = task.result()
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        async with TaskFeed[Event, list[tuple[Part | None, EventActions]]]() as feed:
+            feed.start(
+                run_all([self._call_tool(ctx, call, tools, feed.send_nowait) for call in calls])
+            )
+            async for event in feed:
+                yield event
+            results = feed.result()
         parts = [part for part, _ in results if part is not None]
         actions = EventActions()
         for _, tool_actions in results:
@@ -392,21 +379,6 @@ class LlmAgent(BaseAgent):
                 if replaced is not None:
                     response = replaced
         return response
-
-
-async def _run_all(
-    calls: list[Coroutine[Any, Any, tuple[Part | None, EventActions]]],
-) -> list[tuple[Part | None, EventActions]]:
-    """Run tool calls concurrently; when one fails, the others are cancelled (and awaited)
-    before the failure goes on, so no tool outlives a failed run."""
-    if len(calls) == 1:
-        return [await calls[0]]
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(call) for call in calls]
-    except BaseExceptionGroup as failures:
-        raise failures.exceptions[0] from None
-    return [task.result() for task in tasks]
 
 
 async def _execute(tool: BaseTool, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:

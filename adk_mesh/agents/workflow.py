@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
+from adk_mesh._tasks import TaskFeed, run_all
 from adk_mesh.agents.base import AgentCallback, BaseAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import ConfigError
@@ -96,39 +97,20 @@ class ParallelAgent(BaseAgent):
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         if not self.sub_agents:
             return
-        queue: asyncio.Queue[tuple[Event, asyncio.Event] | BaseException | None] = asyncio.Queue()
         base = ctx.branch or self.name
+        async with TaskFeed[tuple[Event, asyncio.Event], list[None]]() as feed:
 
-        async def drive(sub_agent: BaseAgent) -> None:
-            child_ctx = ctx.for_agent(ctx.agent, branch=f"{base}.{sub_agent.name}")
-            try:
+            async def drive(sub_agent: BaseAgent) -> None:
+                child_ctx = ctx.for_agent(ctx.agent, branch=f"{base}.{sub_agent.name}")
                 async with aclosing(_run_step(child_ctx, sub_agent)) as events:
                     async for event in events:
                         taken = asyncio.Event()
-                        queue.put_nowait((event, taken))
+                        feed.send_nowait((event, taken))
                         await taken.wait()
-            except asyncio.CancelledError:
-                raise
-            except BaseException as error:
-                queue.put_nowait(error)
-                return
-            queue.put_nowait(None)
 
-        tasks = [asyncio.create_task(drive(sub_agent)) for sub_agent in self.sub_agents]
-        running = len(tasks)
-        try:
-            while running:
-                item = await queue.get()
-                if item is None:
-                    running -= 1
-                    continue
-                if isinstance(item, BaseException):
-                    raise item
-                event, taken = item
+            # One child's failure cancels the others, then is raised after the events sent
+            # before it.
+            feed.start(run_all([drive(sub_agent) for sub_agent in self.sub_agents]))
+            async for event, taken in feed:
                 yield event
                 taken.set()
-        finally:
-            for task in tasks:
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
@@ -10,6 +9,7 @@ import grpc
 import grpc.aio
 
 from adk_mesh import codec
+from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
@@ -290,37 +290,15 @@ async def _responses(
                 yield response
         return
 
-    queue: asyncio.Queue[Event | None] = asyncio.Queue(MAX_PENDING_EVENTS)
-
-    async def produce() -> None:
+    async def produce(feed: TaskFeed[Event, None]) -> None:
         async with aclosing(events):
             async for event in events:
-                await queue.put(event)
-        await queue.put(None)
+                await feed.send(event)
 
-    producer = asyncio.create_task(produce())
-    try:
-        finished = False
-        while not finished:
-            if queue.empty():
-                if producer.done():
-                    producer.result()  # the run failed before its end marker: raise its error
-                    break
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait((getter, producer), return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    continue
-                ready = [getter.result()]
-            else:
-                ready = [queue.get_nowait()]
-            while not queue.empty() and len(ready) < MAX_BATCH_EVENTS:
-                ready.append(queue.get_nowait())
-            if ready[-1] is None:
-                finished = True
-            batch = [event for event in ready if event is not None]
-            if not batch:
-                break
+    async with TaskFeed[Event, None](max_pending=MAX_PENDING_EVENTS) as feed:
+        feed.start(produce(feed))
+        async for first in feed:
+            batch = [first, *feed.take_ready(MAX_BATCH_EVENTS - 1)]
             response = agent_pb2.RunResponse(session_id=session_id)
             session_id = ""
             if len(batch) == 1:
@@ -329,11 +307,6 @@ async def _responses(
                 for event in batch:
                     codec.event_to_proto(event, into=response.events.add())
             yield response
-        await producer
-    finally:
-        if not producer.done():
-            producer.cancel()
-        await asyncio.gather(producer, return_exceptions=True)
 
 
 class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import suppress
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from adk_mesh import codec
+from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext, serving_deadline
 from adk_mesh.errors import AdkError, AgentError, InvalidArgumentError, ToolNotFoundError
@@ -137,10 +136,10 @@ async def _run_tool(
     args: dict[str, Any],
 ) -> AsyncIterator[tool_pb2.CallToolResponse]:
     """Run the tool in a task; stream its progress as it comes, then exactly one result."""
-    progress: asyncio.Queue[tool_pb2.ToolProgress] = asyncio.Queue()
+    feed = TaskFeed[tool_pb2.ToolProgress, tuple[dict[str, Any] | None, AdkError | None]]()
 
     async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
-        progress.put_nowait(codec.tool_progress_to_proto(message, data, fraction))
+        feed.send_nowait(codec.tool_progress_to_proto(message, data, fraction))
 
     call_id = request.function_call_id if request.HasField("function_call_id") else None
     tool_context = ToolContext(invocation, function_call_id=call_id, progress=report)
@@ -156,24 +155,11 @@ async def _run_tool(
                 telemetry.record_tool_result(response)
             return response, error
 
-    task = asyncio.ensure_future(traced())
-    try:
-        while not task.done() or not progress.empty():
-            if progress.empty():
-                getter = asyncio.ensure_future(progress.get())
-                await asyncio.wait((task, getter), return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    continue
-                yield tool_pb2.CallToolResponse(progress=getter.result())
-            else:
-                yield tool_pb2.CallToolResponse(progress=progress.get_nowait())
-        response, error = task.result()
-    finally:
-        if not task.done():
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+    async with feed:
+        feed.start(traced())
+        async for progress in feed:
+            yield tool_pb2.CallToolResponse(progress=progress)
+        response, error = feed.result()
     result = codec.tool_result_to_proto(response, error, tool_context.actions)
     yield tool_pb2.CallToolResponse(result=result)
 

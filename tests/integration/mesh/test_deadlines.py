@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -204,3 +205,37 @@ async def test_a_call_without_deadline_leaves_the_invocation_without_one() -> No
         responses = [response async for response in stub.Run(root_run("hello"))]
     assert responses
     assert seen == [None]
+
+
+@pytest.mark.parametrize("batches", [False, True])
+async def test_a_deadline_leaves_no_task_pending_on_the_server(batches: bool) -> None:
+    """The batching stream reads its run through a task: past the deadline both stop, and the
+    event loop reports nothing ("Task was destroyed but it is pending!" before)."""
+    reported: list[str] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(str(context.get("message"))))
+    hang = Hang()
+    agent = LlmAgent(name="hanger", model=FunctionModel(hang.answer))
+    try:
+        async with serving(agent) as target, open_channel(target) as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            request = agent_pb2.RunRequest(
+                root=agent_pb2.RootRun(
+                    user_id="u1",
+                    new_message=content_pb2.Content(
+                        role="user", parts=[content_pb2.Part(text="hi")]
+                    ),
+                ),
+                accept_event_batches=batches,
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                [_ async for _ in stub.Run(request, timeout=0.3)]
+            assert failed.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            await asyncio.wait_for(hang.cancelled.wait(), 5)
+        gc.collect()
+        for _ in range(3):
+            await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert reported == []

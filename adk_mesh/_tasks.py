@@ -1,0 +1,135 @@
+"""Reading what background work produces while it runs — one helper for the runtime and the mesh.
+
+Tool calls that forward their child agents' events, parallel branches, a tool service streaming a
+tool's progress and an agent service packing events into batches all have the same shape: work
+runs in a task of its own, sends items as it goes, and one reader takes them as they come, then
+the work's result. :class:`TaskFeed` is that shape, written once, with the cases that are easy to
+get wrong handled in one place: the work's failure reaches the reader after the items sent
+before it, and a reader that stops early — it breaks out, fails, is cancelled or runs past a
+deadline — cancels the work and waits for it, leaving no task behind and nothing pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+__all__ = ["TaskFeed", "run_all"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class TaskFeed(Generic[T, R]):
+    """Runs one coroutine in a task and hands the items it sends to one reader, as they come.
+
+    Usage::
+
+        async with TaskFeed[Event, list[Part]]() as feed:
+            feed.start(work(feed.send_nowait))
+            async for item in feed:
+                ...
+            parts = feed.result()
+
+    * Iterating yields every item sent, in order, and ends when the work has ended and every
+      item was read; if the work failed, its exception is raised after the items sent before
+      it.
+    * :meth:`send` waits while ``max_pending`` items are unread (back-pressure on the work);
+      :meth:`send_nowait` never waits (``max_pending=0``, the default, bounds nothing).
+    * Leaving the ``async with`` block cancels the work if it still runs, and waits for it.
+    * The reader waits on a plain future, never on a task of its own, so a cancelled reader
+      leaves nothing pending.
+    """
+
+    def __init__(self, *, max_pending: int = 0) -> None:
+        self._items: asyncio.Queue[T] = asyncio.Queue(max_pending)
+        self._task: asyncio.Task[R] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def start(self, work: Coroutine[Any, Any, R]) -> None:
+        """Run ``work`` in a task (with a copy of the current context)."""
+        if self._task is not None:
+            work.close()
+            raise RuntimeError("this TaskFeed already runs its work")
+        self._task = asyncio.ensure_future(work)
+        self._task.add_done_callback(self._wake)
+
+    async def send(self, item: T) -> None:
+        """Hand ``item`` to the reader; waits while ``max_pending`` items are unread."""
+        await self._items.put(item)
+        self._wake()
+
+    def send_nowait(self, item: T) -> None:
+        """Hand ``item`` to the reader at once (raises ``asyncio.QueueFull`` on a full feed)."""
+        self._items.put_nowait(item)
+        self._wake()
+
+    def take_ready(self, limit: int) -> list[T]:
+        """The items already sent and not yet read, up to ``limit``, without waiting."""
+        ready: list[T] = []
+        while len(ready) < limit and not self._items.empty():
+            ready.append(self._items.get_nowait())
+        return ready
+
+    def result(self) -> R:
+        """The work's result (raises its exception); only once it has ended."""
+        return self._started().result()
+
+    def _started(self) -> asyncio.Task[R]:
+        if self._task is None:
+            raise RuntimeError("start the TaskFeed's work first")
+        return self._task
+
+    def _wake(self, _: object = None) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> TaskFeed[T, R]:
+        return self
+
+    async def __anext__(self) -> T:
+        task = self._started()
+        while True:
+            if not self._items.empty():
+                return self._items.get_nowait()
+            if task.done():
+                task.result()  # the work's failure, after every item sent before it
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def __aenter__(self) -> TaskFeed[T, R]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        task = self._task
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        # Waited for even when the reader was cancelled: no work outlives its reader.
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def run_all(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run coroutines concurrently and return their results in order; when one fails, the
+    others are cancelled (and awaited) and that failure is raised as itself, not as a group."""
+    if len(calls) == 1:
+        return [await calls[0]]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as failures:
+        raise failures.exceptions[0] from None
+    return [task.result() for task in tasks]

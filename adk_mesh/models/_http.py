@@ -1,12 +1,12 @@
 """Shared HTTP plumbing for the providers: one lazy ``httpx.AsyncClient`` per model, retries
-with bounded exponential backoff, streaming decoders for SSE and NDJSON, error extraction and
-the base class every HTTP provider builds on.
+with bounded exponential backoff, stream framing (SSE through ``httpx-sse``, NDJSON here),
+error extraction and the base class every HTTP provider builds on.
 
 Retries follow one :class:`RetryPolicy`, in one loop for plain and streamed requests: HTTP
 408, 429 and 5xx (except 501) and connection failures (connect errors, resets, timeouts). They
-happen only before any byte of a streamed body was consumed, so a caller never sees a response
-twice. ``Retry-After`` (seconds or an HTTP date) and ``retry-after-ms`` are honoured, capped by
-``max_retry_after``; otherwise the delay is "full jitter": uniform in
+happen only before the first record of a streamed body was handed out, so a caller never sees
+a response twice. ``Retry-After`` (seconds or an HTTP date) and ``retry-after-ms`` are
+honoured, capped by ``max_retry_after``; otherwise the delay is "full jitter": uniform in
 ``[0, min(max_backoff, initial_backoff * 2**retry)]``. A wait that would outlast the deadline
 of the mesh call being served (:data:`adk_mesh.contexts.serving_deadline`) is not waited: the
 failure is raised at once.
@@ -27,13 +27,14 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any, ClassVar, Final, Literal, TypeVar
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 import httpx
+from httpx_sse import EventSource
 
 from adk_mesh.contexts import serving_deadline
 from adk_mesh.errors import AdkError, ConfigError, ModelError
@@ -46,22 +47,22 @@ __all__ = [
     "HttpLlm",
     "HttpTransport",
     "LineDecoder",
-    "NdjsonDecoder",
     "PartsBuilder",
     "RetryPolicy",
     "Secret",
     "SecretHeader",
-    "ServerSentEvent",
-    "SseDecoder",
     "StreamParser",
+    "StreamRecord",
     "WireRequest",
     "error_message_from_body",
     "load_json",
     "make_usage",
+    "ndjson_records",
     "parse_arguments",
     "parse_retry_after",
     "partial_text",
     "redact",
+    "sse_records",
 ]
 
 logger = logging.getLogger("adk_mesh.models")
@@ -456,51 +457,65 @@ class HttpTransport:
             ) from exc
 
     @asynccontextmanager
-    async def stream(self, wire: WireRequest) -> AsyncIterator[AsyncIterator[bytes]]:
-        """POST and yield an iterator over the body bytes.
+    async def stream(
+        self,
+        wire: WireRequest,
+        records: Callable[[httpx.Response], AsyncGenerator[StreamRecord, None]],
+    ) -> AsyncIterator[AsyncIterator[StreamRecord]]:
+        """POST and yield an iterator over the records ``records(response)`` decodes.
 
-        Retries happen while opening, including a failure reading the first body chunk; once
-        a byte was handed out, failures raise :class:`ModelError`. Leaving the context closes
-        the response (and with it the connection, when the body was not read to the end).
+        Retries happen while opening, up to and including the decoding of the first record;
+        once a record was handed out, failures raise :class:`ModelError`. Leaving the context
+        closes the response (and with it the connection, when the body was not read to the
+        end).
         """
 
-        async def first_chunk(response: httpx.Response) -> tuple[bytes, AsyncIterator[bytes]]:
-            chunks = response.aiter_bytes()
+        async def first_record(
+            response: httpx.Response,
+        ) -> tuple[StreamRecord | None, AsyncGenerator[StreamRecord, None]]:
+            decoded = records(response)
             try:
-                return await anext(chunks), chunks
+                return await anext(decoded), decoded
             except StopAsyncIteration:
-                return b"", chunks
+                return None, decoded
 
-        response, (first, chunks) = await self._send(wire, stream=True, start=first_chunk)
+        response, (first, decoded) = await self._send(wire, stream=True, start=first_record)
         try:
-            yield _BodyStream(first, chunks, self)
+            yield _RecordStream(first, decoded, self)
         finally:
-            await response.aclose()
+            try:
+                await decoded.aclose()
+            finally:
+                await response.aclose()
 
 
 async def _nothing(response: httpx.Response) -> None:
     return None
 
 
-class _BodyStream:
-    """The body bytes of an open streamed response; failures become :class:`ModelError`."""
+class _RecordStream:
+    """The records of an open streamed response; transport failures become
+    :class:`ModelError`."""
+
+    __slots__ = ("_first", "_rest", "_transport")
 
     def __init__(
-        self, first: bytes, rest: AsyncIterator[bytes] | None, transport: HttpTransport
+        self,
+        first: StreamRecord | None,
+        rest: AsyncIterator[StreamRecord],
+        transport: HttpTransport,
     ) -> None:
-        self._first: bytes | None = first or None
+        self._first = first
         self._rest = rest
         self._transport = transport
 
-    def __aiter__(self) -> _BodyStream:
+    def __aiter__(self) -> _RecordStream:
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> StreamRecord:
         if self._first is not None:
-            chunk, self._first = self._first, None
-            return chunk
-        if self._rest is None:
-            raise StopAsyncIteration
+            record, self._first = self._first, None
+            return record
         try:
             return await anext(self._rest)
         except httpx.HTTPError as exc:
@@ -571,80 +586,50 @@ class LineDecoder:
         return lines
 
 
-@dataclass(frozen=True, slots=True)
-class ServerSentEvent:
-    """One dispatched SSE event: its ``event`` name ("message" when unnamed) and ``data``."""
+class StreamRecord(Protocol):
+    """One record of a provider stream: an SSE event, or one NDJSON line (event "message")."""
 
-    event: str
-    data: str
+    @property
+    def event(self) -> str: ...
+
+    @property
+    def data(self) -> str: ...
 
 
-class SseDecoder:
-    """Server-sent events (the WHATWG event-stream format) from raw body bytes.
+async def sse_records(response: httpx.Response) -> AsyncGenerator[StreamRecord, None]:
+    """The events of a ``text/event-stream`` response, decoded by ``httpx-sse``.
 
-    Handles ``data:`` lines spread over many chunks, multi-line data (joined by ``\\n``),
-    ``event:`` names, comments (``:``-lines), ``id:``/``retry:`` (ignored) and any line ending.
-    An event not closed by a blank line when the body ends is discarded, as the spec says.
+    Lines end only at CR, LF or CRLF, as the SSE spec says (never at U+2028, U+0085 and the
+    other characters ``str.splitlines`` splits on, which JSON leaves unescaped). A block with
+    no data (a lone ``event:``, ``id:`` or ``retry:``) is not an event. Bytes that are not
+    UTF-8 become U+FFFD, as the spec's decoding says. A response whose content type is not
+    ``text/event-stream`` raises ``httpx_sse.SSEError`` (an ``httpx.TransportError``).
     """
-
-    __slots__ = ("_data", "_event", "_lines")
-
-    def __init__(self) -> None:
-        self._lines = LineDecoder()
-        self._data: list[str] = []
-        self._event = ""
-
-    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        return self._process(self._lines.feed(chunk))
-
-    def flush(self) -> list[ServerSentEvent]:
-        events = self._process(self._lines.flush())
-        self._data.clear()
-        self._event = ""
-        return events
-
-    def _process(self, lines: list[str]) -> list[ServerSentEvent]:
-        events: list[ServerSentEvent] = []
-        for line in lines:
-            if not line:
-                if self._data:
-                    events.append(ServerSentEvent(self._event or "message", "\n".join(self._data)))
-                    self._data.clear()
-                self._event = ""
-                continue
-            if line[0] == ":":
-                continue
-            name, sep, value = line.partition(":")
-            if sep and value[:1] == " ":
-                value = value[1:]
-            if name == "data":
-                self._data.append(value)
-            elif name == "event":
-                self._event = value
-        return events
+    events = EventSource(response).aiter_sse()
+    try:
+        async for event in events:
+            if event.data:
+                yield event
+    finally:
+        await events.aclose()
 
 
-class NdjsonDecoder:
-    """Newline-delimited JSON (Ollama) from raw body bytes: one non-blank line per record."""
+@dataclass(frozen=True, slots=True)
+class _JsonLine:
+    data: str
+    event: str = "message"
 
-    __slots__ = ("_lines",)
 
-    def __init__(self) -> None:
-        self._lines = LineDecoder()
-
-    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        return [
-            ServerSentEvent("message", line)
-            for line in self._lines.feed(chunk)
-            if line and not line.isspace()
-        ]
-
-    def flush(self) -> list[ServerSentEvent]:
-        return [
-            ServerSentEvent("message", line)
-            for line in self._lines.flush()
-            if line and not line.isspace()
-        ]
+async def ndjson_records(response: httpx.Response) -> AsyncGenerator[StreamRecord, None]:
+    """The non-blank lines of a newline-delimited JSON response (Ollama), one record each."""
+    lines = LineDecoder()
+    async for chunk in response.aiter_bytes():
+        for line in lines.feed(chunk):
+            if line and not line.isspace():
+                yield _JsonLine(line)
+    for line in lines.flush():
+        if line and not line.isspace():
+            yield _JsonLine(line)
 
 
 # --------------------------------------------------------------------------- responses
@@ -758,7 +743,7 @@ class StreamParser(abc.ABC):
         self.complete = False
 
     @abc.abstractmethod
-    def feed(self, event: ServerSentEvent) -> list[LlmResponse]: ...
+    def feed(self, event: StreamRecord) -> list[LlmResponse]: ...
 
     def check_complete(self) -> None:
         if not self.complete:
@@ -884,8 +869,9 @@ class HttpLlm(Llm):
     @abc.abstractmethod
     def _new_stream_parser(self) -> StreamParser: ...
 
-    def _new_decoder(self) -> SseDecoder | NdjsonDecoder:
-        return SseDecoder() if self.framing == "sse" else NdjsonDecoder()
+    def _records(self, response: httpx.Response) -> AsyncGenerator[StreamRecord, None]:
+        """The stream's records, framed as :attr:`framing` says."""
+        return sse_records(response) if self.framing == "sse" else ndjson_records(response)
 
     def _wrap(self, exc: Exception) -> ModelError:
         message = redact(
@@ -910,11 +896,10 @@ class HttpLlm(Llm):
             yield response
             return
         parser = self._new_stream_parser()
-        decoder = self._new_decoder()
-        async with self._transport.stream(wire) as body:
-            async for chunk in body:
+        async with self._transport.stream(wire, self._records) as records:
+            async for record in records:
                 try:
-                    partials = [p for event in decoder.feed(chunk) for p in parser.feed(event)]
+                    partials = parser.feed(record)
                 except AdkError:
                     raise
                 except Exception as exc:
@@ -922,12 +907,9 @@ class HttpLlm(Llm):
                 for partial in partials:
                     yield partial
             try:
-                tail = [p for event in decoder.flush() for p in parser.feed(event)]
                 final = parser.final()
             except AdkError:
                 raise
             except Exception as exc:
                 raise self._wrap(exc) from exc
-        for partial in tail:
-            yield partial
         yield final

@@ -49,8 +49,8 @@ from adk_mesh.models._http import (
     RetryPolicy,
     Secret,
     SecretHeader,
-    ServerSentEvent,
     StreamParser,
+    StreamRecord,
     WireRequest,
     load_json,
     make_usage,
@@ -190,7 +190,7 @@ class _AnthropicStreamParser(StreamParser):
         self._blocks: dict[int, _Block] = {}
         self._grounding = _Grounding()
 
-    def feed(self, event: ServerSentEvent) -> list[LlmResponse]:
+    def feed(self, event: StreamRecord) -> list[LlmResponse]:
         data = load_json(event.data, "a stream event")
         if not isinstance(data, dict):
             raise ModelError("anthropic sent a stream event that is not a JSON object")

@@ -29,8 +29,8 @@ from adk_mesh.models._http import (
     RetryPolicy,
     Secret,
     SecretHeader,
-    ServerSentEvent,
     StreamParser,
+    StreamRecord,
     WireRequest,
     load_json,
     make_usage,
@@ -161,7 +161,7 @@ class _GeminiStreamParser(StreamParser):
         self.block_reason: str | None = None
         self._usage_data: dict[str, Any] | None = None
 
-    def feed(self, event: ServerSentEvent) -> list[LlmResponse]:
+    def feed(self, event: StreamRecord) -> list[LlmResponse]:
         data = load_json(event.data, "a stream chunk")
         _raise_if_error(data)
         if not isinstance(data, dict):

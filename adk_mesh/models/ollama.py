@@ -37,8 +37,8 @@ from adk_mesh.models._http import (
     RetryPolicy,
     Secret,
     SecretHeader,
-    ServerSentEvent,
     StreamParser,
+    StreamRecord,
     WireRequest,
     load_json,
     make_usage,
@@ -119,7 +119,7 @@ class _OllamaStreamParser(StreamParser):
         super().__init__()
         self._calls: list[Part] = []
 
-    def feed(self, event: ServerSentEvent) -> list[LlmResponse]:
+    def feed(self, event: StreamRecord) -> list[LlmResponse]:
         data = load_json(event.data, "a stream line")
         _raise_if_error(data)
         if not isinstance(data, dict):

@@ -53,8 +53,8 @@ from adk_mesh.models._http import (
     RetryPolicy,
     Secret,
     SecretHeader,
-    ServerSentEvent,
     StreamParser,
+    StreamRecord,
     WireRequest,
     load_json,
     make_usage,
@@ -153,7 +153,7 @@ class _OpenAIStreamParser(StreamParser):
         self._annotations: list[Any] = []
         self._saw_finish = False
 
-    def feed(self, event: ServerSentEvent) -> list[LlmResponse]:
+    def feed(self, event: StreamRecord) -> list[LlmResponse]:
         if event.data == "[DONE]":
             self.complete = True
             return []

@@ -1,12 +1,14 @@
-"""The shared HTTP plumbing: decoders, retries, errors, secrets."""
+"""The shared HTTP plumbing: stream framing, retries, errors, secrets."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import math
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -21,18 +23,21 @@ from adk_mesh.errors import ConfigError, ModelError
 from adk_mesh.models import GeminiModel, LlmRequest, OpenAIModel, RetryPolicy
 from adk_mesh.models._http import (
     LineDecoder,
-    NdjsonDecoder,
     Secret,
-    ServerSentEvent,
-    SseDecoder,
+    StreamRecord,
     error_message_from_body,
+    ndjson_records,
     redact,
+    sse_records,
 )
 from adk_mesh.testing.fake_providers import (
     Disconnect,
     ErrorReply,
+    FakeAnthropic,
     FakeGemini,
+    FakeOllama,
     FakeOpenAI,
+    RawReply,
     ScriptedTurn,
 )
 from adk_mesh.types import Content
@@ -106,16 +111,36 @@ def test_stream_ending_inside_a_character_raises_model_error() -> None:
         decoder.flush()
 
 
-# --------------------------------------------------------------------------- SSE
+# --------------------------------------------------------------------------- SSE and NDJSON framing
 
 
-def sse(pieces: list[bytes]) -> list[ServerSentEvent]:
-    decoder = SseDecoder()
-    events = [event for piece in pieces for event in decoder.feed(piece)]
-    return events + decoder.flush()
+class ByteChunks(httpx.AsyncByteStream):
+    """A response body that arrives in exactly these pieces."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self._pieces:
+            yield piece
 
 
-def test_sse_fields_comments_names_and_multiline_data() -> None:
+async def records(
+    pieces: list[bytes],
+    *,
+    framing: Callable[[httpx.Response], AsyncIterator[StreamRecord]] = sse_records,
+    content_type: str = "text/event-stream",
+) -> list[tuple[str, str]]:
+    response = httpx.Response(
+        200, headers={"content-type": content_type}, stream=ByteChunks(pieces)
+    )
+    try:
+        return [(record.event, record.data) async for record in framing(response)]
+    finally:
+        await response.aclose()
+
+
+async def test_sse_fields_comments_names_and_multiline_data() -> None:
     stream = (
         b": keep-alive comment\n"
         b"retry: 3000\n"
@@ -127,12 +152,13 @@ def test_sse_fields_comments_names_and_multiline_data() -> None:
         b"\n"
         b"data: plain\r\n\r\n"
         b"event: ping\n\n"  # an event without data is not dispatched
+        b"retry: 10\n\n"
         b"data: tail without blank line"
     )
 
-    assert sse([stream]) == [
-        ServerSentEvent("content_block_delta", "first line\nsecond line\n"),
-        ServerSentEvent("message", "plain"),
+    assert await records([stream]) == [
+        ("content_block_delta", "first line\nsecond line\n"),
+        ("message", "plain"),
     ]
 
 
@@ -146,19 +172,78 @@ def test_sse_events_are_independent_of_where_chunks_are_cut(cuts: list[int]) -> 
         "event: b\rdata: 日本\r\r"
     ).encode()
 
-    assert sse(split_at(stream, cuts)) == [
-        ServerSentEvent("a", '{"t": "héllo 🎉"}'),
-        ServerSentEvent("message", "x\ny"),
-        ServerSentEvent("b", "日本"),
+    assert asyncio.run(records(split_at(stream, cuts))) == [
+        ("a", '{"t": "héllo 🎉"}'),
+        ("message", "x\ny"),
+        ("b", "日本"),
     ]
 
 
-def test_ndjson_skips_blank_lines_and_flushes_the_last_line() -> None:
-    decoder = NdjsonDecoder()
-    records = decoder.feed(b'{"a":1}\n\n{"b"') + decoder.feed(b':2}\r\n  \n{"c":3}')
-    records += decoder.flush()
+#: Every character ``str.splitlines`` ends a line at, besides CR and LF; JSON leaves them
+#: unescaped, so they reach us raw inside a string.
+SPLITLINES_ONLY = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
-    assert [r.data for r in records] == ['{"a":1}', '{"b":2}', '{"c":3}']
+
+@pytest.mark.parametrize("write_size", [None, 1], ids=["whole", "every-byte"])
+async def test_sse_lines_end_only_at_cr_and_lf_never_inside_a_json_string(
+    write_size: int | None,
+) -> None:
+    text = f"line\u2028separator, next\x85line, all: {SPLITLINES_ONLY}."
+    payload = json.dumps({"text": text}, ensure_ascii=False)
+    body = f"data: {payload}\r\n\r\ndata: {payload}\n\n".encode()
+    pieces = [body] if write_size is None else split_at(body, list(range(len(body))))
+    assert len(payload.splitlines()) > 1  # what a splitlines()-based decoder would do
+
+    decoded = await records(pieces)
+
+    assert [json.loads(data)["text"] for _, data in decoded] == [text, text]
+
+
+async def test_a_stream_answered_with_another_content_type_is_a_model_error(
+    retry: RetryPolicy, sleeps: list[float]
+) -> None:
+    not_a_stream = {"id": "chatcmpl-1", "object": "chat.completion", "choices": []}
+    async with FakeOpenAI(RawReply(body=json.dumps(not_a_stream).encode())) as server:
+        async with server.make_model(retry=retry) as model:
+            request = LlmRequest(contents=[Content.from_text("user", "hi")])
+            with pytest.raises(ModelError, match=r"text/event-stream.*application/json"):
+                async for _ in model.generate_content(request, stream=True):
+                    pass
+
+    assert len(server.requests) == 1 and sleeps == []
+
+
+@pytest.mark.parametrize("write_size", [None, 1, 3], ids=["whole", "every-byte", "3-bytes"])
+async def test_unicode_line_separators_survive_every_provider_stream(
+    write_size: int | None,
+) -> None:
+    deltas = ["a\u2028b ", "c\x85d ", f"all{SPLITLINES_ONLY}"]
+    for server_type in (FakeGemini, FakeOpenAI, FakeAnthropic, FakeOllama):
+        turn = ScriptedTurn(text=deltas, write_size=write_size)
+        async with server_type(turn) as server:
+            async with server.make_model() as model:
+                request = LlmRequest(contents=[Content.from_text("user", "hi")])
+                responses = [r async for r in model.generate_content(request, stream=True)]
+
+        assert [r.content.text for r in responses[:-1] if r.content] == deltas, server_type
+        assert responses[-1].content is not None
+        assert responses[-1].content.text == "".join(deltas)
+
+
+async def test_ndjson_skips_blank_lines_and_flushes_the_last_line() -> None:
+    pieces = [b'{"a":1}\n\n{"b"', b':2}\r\n  \n{"c":3}']
+
+    decoded = await records(pieces, framing=ndjson_records, content_type="application/x-ndjson")
+
+    assert [data for _, data in decoded] == ['{"a":1}', '{"b":2}', '{"c":3}']
+
+
+async def test_ndjson_keeps_unicode_line_separators_inside_a_line() -> None:
+    line = json.dumps({"t": f"x{SPLITLINES_ONLY}y"}, ensure_ascii=False)
+
+    decoded = await records([f"{line}\n".encode()], framing=ndjson_records)
+
+    assert decoded == [("message", line)]
 
 
 # --------------------------------------------------------------------------- retries

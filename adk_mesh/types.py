@@ -2,8 +2,7 @@
 
 ``Content`` and ``Part`` carry every message; ``Event`` (with its ``LlmResponse`` and
 ``EventActions``) is one immutable entry of a session's history; ``ToolDeclaration`` is what a
-model is told about a tool. Each type converts to and from its protobuf message with
-``obj.to_proto()`` and ``Type.from_proto(msg)``; the conversion itself lives in
+model is told about a tool. Conversion to and from the protobuf messages lives in
 :mod:`adk_mesh.codec`, the only place where pydantic and protobuf meet.
 """
 
@@ -12,12 +11,9 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-if TYPE_CHECKING:
-    from adk_mesh.v1 import content_pb2, event_pb2, tool_pb2
 
 __all__ = [
     "Blob",
@@ -163,17 +159,6 @@ class Part(_Data):
         """True for binary media: inline data or a file reference."""
         return self.inline_data is not None or self.file_data is not None
 
-    def to_proto(self) -> content_pb2.Part:
-        from adk_mesh import codec
-
-        return codec.part_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, message: content_pb2.Part) -> Part:
-        from adk_mesh import codec
-
-        return codec.part_from_proto(message)
-
 
 class Content(_Data):
     """One message of a conversation: its ``role`` ("user", "model" or "tool") and its parts.
@@ -219,17 +204,6 @@ class Content(_Data):
     def function_responses(self) -> list[FunctionResponse]:
         return [p.function_response for p in self.parts if p.function_response is not None]
 
-    def to_proto(self) -> content_pb2.Content:
-        from adk_mesh import codec
-
-        return codec.content_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, message: content_pb2.Content) -> Content:
-        from adk_mesh import codec
-
-        return codec.content_from_proto(message)
-
 
 class FinishReason(StrEnum):
     """Why the model stopped generating."""
@@ -252,17 +226,6 @@ class UsageMetadata(_Data):
     cached_content_token_count: int | None = None
     thoughts_token_count: int | None = None
 
-    def to_proto(self) -> event_pb2.UsageMetadata:
-        from adk_mesh import codec
-
-        return codec.usage_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, message: event_pb2.UsageMetadata) -> UsageMetadata:
-        from adk_mesh import codec
-
-        return codec.usage_from_proto(message)
-
 
 class LlmResponse(_Data):
     """What a model produced: content plus metadata. ``partial`` marks a streaming chunk."""
@@ -277,17 +240,6 @@ class LlmResponse(_Data):
     error_message: str | None = None
     grounding_metadata: dict[str, Any] | None = None
     model_version: str | None = None
-
-    def to_proto(self) -> event_pb2.LlmResponse:
-        from adk_mesh import codec
-
-        return codec.llm_response_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, message: event_pb2.LlmResponse) -> LlmResponse:
-        from adk_mesh import codec
-
-        return codec.llm_response_from_proto(message)
 
 
 class EventActions(_Data):
@@ -321,17 +273,6 @@ class EventActions(_Data):
             transfer_to_agent=other.transfer_to_agent or self.transfer_to_agent,
             escalate=self.escalate or other.escalate,
         )
-
-    def to_proto(self) -> event_pb2.EventActions:
-        from adk_mesh import codec
-
-        return codec.actions_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, message: event_pb2.EventActions) -> EventActions:
-        from adk_mesh import codec
-
-        return codec.actions_from_proto(message)
 
 
 def new_event_id() -> str:
@@ -416,17 +357,6 @@ class Event(_Data):
             and not self.function_responses()
         )
 
-    def to_proto(self) -> event_pb2.Event:
-        from adk_mesh import codec
-
-        return codec.event_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, message: event_pb2.Event) -> Event:
-        from adk_mesh import codec
-
-        return codec.event_from_proto(message)
-
 
 class ToolDeclaration(_Data):
     """What a model is told about a tool: its name, purpose and JSON Schemas."""
@@ -436,14 +366,3 @@ class ToolDeclaration(_Data):
     parameters_schema: dict[str, Any] | None = None
     response_schema: dict[str, Any] | None = None
     long_running: bool = False
-
-    def to_proto(self) -> tool_pb2.ToolDeclaration:
-        from adk_mesh import codec
-
-        return codec.declaration_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, message: tool_pb2.ToolDeclaration) -> ToolDeclaration:
-        from adk_mesh import codec
-
-        return codec.declaration_from_proto(message)

@@ -20,6 +20,7 @@ import pydantic
 from _harness import format_table, measure
 from google.protobuf.internal import api_implementation
 
+from adk_mesh import codec
 from adk_mesh.types import Content, Event, EventActions, LlmResponse, Part
 from adk_mesh.v1 import event_pb2
 
@@ -66,17 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     event = typical_event()
-    wire = event.to_proto().SerializeToString()
+    wire = codec.event_to_proto(event).SerializeToString()
     json_text = event.model_dump_json()
     # Benchmark only a codec that is right: both paths must give the event back.
-    assert Event.from_proto(event_pb2.Event.FromString(wire)) == event
+    assert codec.event_from_proto(event_pb2.Event.FromString(wire)) == event
     assert Event.model_validate_json(json_text) == event
 
     def encode() -> bytes:
-        return event.to_proto().SerializeToString()
+        return codec.event_to_proto(event).SerializeToString()
 
     def decode() -> Event:
-        return Event.from_proto(event_pb2.Event.FromString(wire))
+        return codec.event_from_proto(event_pb2.Event.FromString(wire))
 
     def dump_json() -> str:
         return event.model_dump_json()

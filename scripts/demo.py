@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 import grpc.aio
 
-from adk_mesh import Content, Event
+from adk_mesh import Content, Event, codec
 from adk_mesh.models.offline import choose_model
 from adk_mesh.up import Mesh, MeshConfig, load_config
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
@@ -153,13 +153,13 @@ async def run_conversation(
                 root=agent_pb2.RootRun(
                     user_id=user_id,
                     session_id=turn.session_id,
-                    new_message=Content.from_text("user", message).to_proto(),
+                    new_message=codec.content_to_proto(Content.from_text("user", message)),
                 )
             )
             async for response in stub.Run(request, timeout=60):
                 if response.session_id:
                     turn.session_id = response.session_id
-                event = Event.from_proto(response.event)
+                event = codec.event_from_proto(response.event)
                 if event.author == "user":
                     continue
                 if not turn.invocation_id:

@@ -8,14 +8,16 @@ against absence, ``None`` against ``""``, timestamps).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from adk_mesh import codec
 from adk_mesh.errors import AdkJSONError, InvalidArgumentError
@@ -53,33 +55,41 @@ ROUND_TRIP = settings(max_examples=500, deadline=None)
 ALL_BYTES = bytes(range(256))
 
 
-class _ProtoConvertible(Protocol):
-    def to_proto(self) -> Any: ...
+# Each pydantic type with the codec's two conversions.
+CONVERSIONS: dict[type[Any], tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    Part: (codec.part_to_proto, codec.part_from_proto),
+    Content: (codec.content_to_proto, codec.content_from_proto),
+    UsageMetadata: (codec.usage_to_proto, codec.usage_from_proto),
+    LlmResponse: (codec.llm_response_to_proto, codec.llm_response_from_proto),
+    EventActions: (codec.actions_to_proto, codec.actions_from_proto),
+    Event: (codec.event_to_proto, codec.event_from_proto),
+    ToolDeclaration: (codec.declaration_to_proto, codec.declaration_from_proto),
+}
 
-    @classmethod
-    def from_proto(cls, message: Any) -> Self: ...
-
-    def model_dump(self) -> dict[str, Any]: ...
+T = TypeVar("T", bound=BaseModel)
 
 
-T = TypeVar("T", bound=_ProtoConvertible)
+def to_proto(value: Any) -> Any:
+    return CONVERSIONS[type(value)][0](value)
 
 
 def via_binary(value: T) -> T:
     """pydantic -> proto -> bytes -> proto -> pydantic."""
-    message = value.to_proto()
+    message = to_proto(value)
     wire = message.SerializeToString()
-    return type(value).from_proto(type(message).FromString(wire))
+    back: T = CONVERSIONS[type(value)][1](type(message).FromString(wire))
+    return back
 
 
 def via_json(value: T) -> T:
     """pydantic -> proto -> protobuf JSON mapping -> proto -> pydantic."""
-    message = value.to_proto()
+    message = to_proto(value)
     text = json_format.MessageToJson(message)
-    return type(value).from_proto(json_format.Parse(text, type(message)()))
+    back: T = CONVERSIONS[type(value)][1](json_format.Parse(text, type(message)()))
+    return back
 
 
-def assert_round_trips(value: _ProtoConvertible) -> None:
+def assert_round_trips(value: BaseModel) -> None:
     expected = expected_json(value.model_dump())
     for trip in (via_binary, via_json):
         back = trip(value)
@@ -174,7 +184,7 @@ def test_integers_beyond_two_to_the_53_are_refused(number: int) -> None:
     with pytest.raises(AdkJSONError, match="2\\*\\*53"):
         codec.json_to_value(number)
     with pytest.raises(AdkJSONError):
-        Part.from_function_call("f", {"deep": [{"n": number}]}).to_proto()
+        to_proto(Part.from_function_call("f", {"deep": [{"n": number}]}))
 
 
 @pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
@@ -182,7 +192,7 @@ def test_non_finite_floats_are_refused(number: float) -> None:
     with pytest.raises(AdkJSONError):
         codec.json_to_value(number)
     with pytest.raises(AdkJSONError):
-        EventActions(state_delta={"x": {"y": number}}).to_proto()
+        to_proto(EventActions(state_delta={"x": {"y": number}}))
 
 
 def test_integral_float_comes_back_as_equal_int() -> None:
@@ -208,7 +218,7 @@ def test_non_string_keys_are_refused() -> None:
     with pytest.raises(AdkJSONError, match="keys are strings"):
         codec.json_to_value({1: "a"})
     with pytest.raises(AdkJSONError, match="keys are strings"):
-        Part.from_function_call("f", {"nested": {1: "a"}}).to_proto()
+        to_proto(Part.from_function_call("f", {"nested": {1: "a"}}))
 
 
 @pytest.mark.parametrize("value", [b"bytes", {1, 2}, object(), datetime(2024, 1, 1, tzinfo=UTC)])
@@ -222,28 +232,28 @@ def test_values_of_non_json_types_are_refused(value: object) -> None:
 
 def test_part_proto_without_a_kind_is_invalid() -> None:
     with pytest.raises(InvalidArgumentError, match="sets none"):
-        Part.from_proto(content_pb2.Part(thought=True))
+        codec.part_from_proto(content_pb2.Part(thought=True))
     with pytest.raises(InvalidArgumentError):
-        Content.from_proto(content_pb2.Content(role="user", parts=[content_pb2.Part()]))
+        codec.content_from_proto(content_pb2.Content(role="user", parts=[content_pb2.Part()]))
 
 
 def test_empty_text_is_still_a_text_part() -> None:
     part = Part(text="")
-    assert part.to_proto().WhichOneof("data") == "text"
+    assert to_proto(part).WhichOneof("data") == "text"
     assert via_binary(part) == part
     assert via_json(part) == part
 
 
 def test_empty_args_are_present_on_the_wire_and_absent_args_read_as_empty() -> None:
-    message = Part.from_function_call("f", {}).to_proto()
+    message = to_proto(Part.from_function_call("f", {}))
     assert message.function_call.HasField("args")
     assert json_format.MessageToDict(message) == {"functionCall": {"name": "f", "args": {}}}
 
     absent = content_pb2.Part(function_call=content_pb2.FunctionCall(name="f"))
     assert not absent.function_call.HasField("args")
-    assert Part.from_proto(absent) == Part(function_call=FunctionCall(name="f", args={}))
+    assert codec.part_from_proto(absent) == Part(function_call=FunctionCall(name="f", args={}))
     parsed = json_format.Parse('{"functionResponse": {"name": "f"}}', content_pb2.Part())
-    assert Part.from_proto(parsed) == Part(function_response=FunctionResponse(name="f"))
+    assert codec.part_from_proto(parsed) == Part(function_response=FunctionResponse(name="f"))
 
 
 def test_nested_empty_objects_and_lists_survive() -> None:
@@ -271,7 +281,7 @@ def test_bytes_with_every_value_survive() -> None:
 def test_llm_response_distinguishes_none_from_empty() -> None:
     empty = LlmResponse(content=Content(), error_code="", grounding_metadata={}, model_version="")
     absent = LlmResponse()
-    empty_message, absent_message = empty.to_proto(), absent.to_proto()
+    empty_message, absent_message = to_proto(empty), to_proto(absent)
     for field in ("content", "error_code", "grounding_metadata", "model_version"):
         assert empty_message.HasField(field), field
         assert not absent_message.HasField(field), field
@@ -283,7 +293,7 @@ def test_llm_response_distinguishes_none_from_empty() -> None:
 
 
 def test_llm_response_finish_reason_unspecified_reads_as_none() -> None:
-    assert LlmResponse.from_proto(event_pb2.LlmResponse()).finish_reason is None
+    assert codec.llm_response_from_proto(event_pb2.LlmResponse()).finish_reason is None
 
 
 def test_event_actions_transfer_none_and_empty_are_distinct() -> None:
@@ -303,12 +313,12 @@ def test_tool_declaration_schema_none_and_empty_are_distinct() -> None:
     schemas: list[dict[str, Any] | None] = [None, {}]
     for schema in schemas:
         declaration = ToolDeclaration(name="t", parameters_schema=schema, response_schema=schema)
-        message = declaration.to_proto()
+        message = to_proto(declaration)
         assert message.HasField("parameters_schema") is (schema is not None)
         assert via_binary(declaration) == declaration
         assert via_json(declaration) == declaration
     parsed = json_format.Parse('{"name": "t"}', tool_pb2.ToolDeclaration())
-    assert ToolDeclaration.from_proto(parsed).parameters_schema is None
+    assert codec.declaration_from_proto(parsed).parameters_schema is None
 
 
 # --- timestamps ----------------------------------------------------------------------------
@@ -347,7 +357,7 @@ def test_naive_timestamps_are_read_as_utc() -> None:
 
 def test_proto_messages_are_the_expected_types() -> None:
     # Guards the helpers above: each type maps to the message the services put on the wire.
-    cases: list[tuple[_ProtoConvertible, type[Message]]] = [
+    cases: list[tuple[BaseModel, type[Message]]] = [
         (Part(text="x"), content_pb2.Part),
         (Content(), content_pb2.Content),
         (UsageMetadata(), event_pb2.UsageMetadata),
@@ -357,4 +367,4 @@ def test_proto_messages_are_the_expected_types() -> None:
         (ToolDeclaration(name="t"), tool_pb2.ToolDeclaration),
     ]
     for value, message_type in cases:
-        assert type(value.to_proto()) is message_type
+        assert type(to_proto(value)) is message_type

@@ -13,6 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.contexts import ToolContext
@@ -250,7 +251,7 @@ async def test_root_run_creates_the_session_and_persists_it() -> None:
         )
         session_id = first[0].session_id
         assert session_id
-        assert [Event.from_proto(r.event).text for r in first] == ["hello"]
+        assert [codec.event_from_proto(r.event).text for r in first] == ["hello"]
         second = await collect(
             stub,
             agent_pb2.RunRequest(
@@ -264,7 +265,7 @@ async def test_root_run_creates_the_session_and_persists_it() -> None:
     assert session is not None
     assert [e.text for e in session.events] == ["hi", "hello", "again", "hello again"]
     assert [e.id for e in session.events][1::2] == [
-        Event.from_proto(r.event).id for r in (*first, *second)
+        codec.event_from_proto(r.event).id for r in (*first, *second)
     ]
 
 

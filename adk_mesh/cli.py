@@ -10,8 +10,8 @@
     adk-mesh up [ARGS...]
 
 Exit codes: 0 success; 1 a failed run or call (``error: <class>: <message>``); 2 a usage or
-configuration error (``error: <message>``: a bad MODULE:ATTR, a port that is taken); 130 when
-interrupted.
+configuration error (``error: <message>``: a bad MODULE:ATTR, a port that is taken, an address
+that is not this machine's); 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def _serve(args: argparse.Namespace) -> int:
     from adk_mesh.mesh import AgentServer, ToolServer
     from adk_mesh.mesh._channel import MeshServer
     from adk_mesh.mesh._loader import load_agent, load_tools
-    from adk_mesh.mesh.serve import PortTakenError, describe_server, serve_until_signal
+    from adk_mesh.mesh.serve import BindError, describe_server, serve_until_signal
     from adk_mesh.telemetry import configure_telemetry
 
     _console_logging(args.log_level)
@@ -208,7 +208,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(serve_until_signal(server, address, grace=args.grace))
-    except PortTakenError as error:
+    except BindError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
     except AdkError as error:

@@ -22,10 +22,21 @@ from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.tool_server import ToolServer
 
-__all__ = ["PortTakenError", "describe_server", "serve_until_signal", "split_address"]
+__all__ = [
+    "BindError",
+    "PortTakenError",
+    "describe_server",
+    "serve_until_signal",
+    "split_address",
+]
 
 
-class PortTakenError(AdkIOError):
+class BindError(AdkIOError):
+    """The address to serve on cannot be bound: not an address of this machine, a port that is
+    taken, a host name that does not resolve, a privileged port."""
+
+
+class PortTakenError(BindError):
     """The port to serve on is held by another process."""
 
 
@@ -46,33 +57,59 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _port_is_taken(host: str, port: int) -> bool:
-    if port == 0:
-        return False
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # As a server binds: connections of a stopped server lingering in TIME_WAIT do not
-        # make the port "taken"; only a live listener does.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host.strip("[]"), port))
-        except OSError as error:
-            return error.errno == errno.EADDRINUSE
-    return False
+def _bind_problem(host: str, port: int) -> BindError | None:
+    """Why ``host:port`` cannot be served on, found by binding it with a plain socket first;
+    ``None`` when it can.
+
+    gRPC reports a failed bind by logging from its C core to stderr (``E... Failed to add
+    port``) before Python sees the error; binding first lets a command print one line of its
+    own instead, and leaves gRPC's log on for failures nobody foresaw.
+    """
+    name = host.strip("[]")
+    if not 0 <= port <= 65535:
+        return BindError(f"port {port} is not a port number (0 to 65535)")
+    try:
+        addresses = socket.getaddrinfo(
+            name or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as error:
+        return BindError(f"cannot bind {host}:{port}: cannot resolve {name!r}: {error.strerror}")
+    failures: list[OSError] = []
+    for family, kind, protocol, _, socket_address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            # As a server binds: connections of a stopped server lingering in TIME_WAIT do not
+            # make the port "taken"; only a live listener does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(socket_address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    return PortTakenError(f"port {port} is taken")
+                failures.append(error)
+    # gRPC serves on every address the host resolves to that it can bind.
+    if len(failures) < len(addresses):
+        return None
+    first = failures[0]
+    hint = ""
+    if first.errno == errno.EADDRNOTAVAIL:
+        hint = f"; {name} is not an address of this machine"
+    elif first.errno == errno.EACCES:
+        hint = "; ports below 1024 need privileges"
+    return BindError(f"cannot bind {host}:{port}: {first.strerror}{hint}")
 
 
 async def start_server(server: MeshServer, address: str) -> int:
-    """Start ``server`` on ``address``; a port in use raises :class:`PortTakenError`."""
+    """Start ``server`` on ``address``; an address that cannot be bound raises
+    :class:`BindError` (:class:`PortTakenError` for a port in use)."""
     host, port = split_address(address)
-    # Checked first as well, so the common case gets our message without gRPC's bind log.
-    if _port_is_taken(host, port):
-        raise PortTakenError(f"port {port} is taken")
+    problem = _bind_problem(host, port)
+    if problem is not None:
+        raise problem
     try:
         return await server.start(address)
     except AdkIOError as error:
-        if _port_is_taken(host, port):
-            raise PortTakenError(f"port {port} is taken") from error
-        raise
+        # Bound by someone else in between, or a failure the probe cannot see.
+        raise _bind_problem(host, port) or BindError(error.message) from error
 
 
 async def serve_until_signal(server: MeshServer, address: str, *, grace: float = 10.0) -> None:
@@ -80,7 +117,7 @@ async def serve_until_signal(server: MeshServer, address: str, *, grace: float =
 
     Raises:
         PortTakenError: the port is held by another process.
-        AdkIOError: the address cannot be bound for another reason.
+        BindError: the address cannot be bound for another reason.
     """
     loop = asyncio.get_running_loop()
     port = await start_server(server, address)

@@ -10,8 +10,8 @@
     adk-mesh up [ARGS...]
 
 Exit codes: 0 success; 1 a failed run or call (``error: <class>: <message>``); 2 a usage or
-configuration error (``error: <message>``: a bad MODULE:ATTR, a port that is taken, an address
-that is not this machine's); 130 when interrupted.
+configuration error (``error: <message>``: a bad MODULE:ATTR, a port out of range or taken, an
+address that is not this machine's); 130 when interrupted. Every error is one line on stderr.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import grpc
 import grpc.aio
@@ -324,10 +324,25 @@ def _up(arguments: Sequence[str]) -> int:
 # --- parser --------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one ``error:`` line, as every other error of the command is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}; see {self.prog} --help\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="adk-mesh", description="Run ADK agents and tools as a gRPC mesh."
-    )
+    parser = _Parser(prog="adk-mesh", description="Run ADK agents and tools as a gRPC mesh.")
     parser.add_argument("--version", action="version", version=f"adk-mesh {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -340,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reference", metavar="MODULE:ATTR", help="tools/functions, a Toolset, or a factory"
     )
     for sub in (agent, tools):
-        sub.add_argument("--port", type=int, required=True, help="port (0: any free port)")
+        sub.add_argument("--port", type=_port, required=True, help="port (0: any free port)")
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         sub.add_argument(
             "--grace", type=float, default=10.0, help="seconds running calls get on SIGTERM"

@@ -1,5 +1,5 @@
-"""The ``adk-mesh`` process ends cleanly: an address that cannot be bound is one error line.
-Each command is a real OS process."""
+"""The ``adk-mesh`` process ends cleanly: a bad port or an address that cannot be bound is one
+error line. Each command is a real OS process."""
 
 from __future__ import annotations
 
@@ -22,6 +22,17 @@ def adk_mesh(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 # --- ports and addresses -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_serve_with_a_port_out_of_range_is_one_error_line(port: str) -> None:
+    done = adk_mesh("serve", "tools", "tests.e2e.apps.tools:tools", "--port", port)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"error: argument --port: {port} is not a port number (0 to 65535); "
+        "see adk-mesh serve tools --help\n"
+    )
+    assert done.stdout == ""
 
 
 def test_serve_on_an_address_of_another_machine_is_one_error_line() -> None:

@@ -254,6 +254,28 @@ def test_serve_on_a_taken_port_exits_2_with_a_clear_error(
     assert captured.out == ""
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["serve", "tools", "m:t", "--port", "70000"], "argument --port: 70000 is not a port"),
+        (["serve", "tools", "m:t", "--port", "-5"], "argument --port: -5 is not a port number"),
+        (["serve", "tools", "m:t", "--port", "x"], "argument --port: 'x' is not a port number"),
+        (["serve", "tools", "m:t"], "the following arguments are required: --port"),
+        (["describe"], "the following arguments are required: TARGET"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_usage_mistakes_are_one_error_line_and_exit_2(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(arguments)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert err.endswith(" --help\n") and err.count("\n") == 1
+
+
 def test_serve_with_a_bad_reference_exits_2(
     app_module: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,7 +11,9 @@
 
 Exit codes: 0 success; 1 a failed run or call (``error: <class>: <message>``); 2 a usage or
 configuration error (``error: <message>``: a bad MODULE:ATTR, a port out of range or taken, an
-address that is not this machine's); 130 when interrupted. Every error is one line on stderr.
+address that is not this machine's); 130 when interrupted; 141 (128 + SIGPIPE, as a Unix tool
+killed by SIGPIPE) when the reader of the output went away (``adk-mesh run ... | head -1``).
+Every error is one line on stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import asyncio
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, NoReturn, TextIO
@@ -39,6 +42,10 @@ __all__ = ["EventPrinter", "format_card", "main"]
 #: Stores of ``serve agent`` when ``--store`` is not given. In memory for now: sessions are
 #: lost when the process stops; pass ``--store sqlite:///sessions.db`` to keep them.
 DEFAULT_STORE = "memory://"
+
+#: Exit code when stdout's reader went away: what a shell reports for a process killed by
+#: SIGPIPE (128 + 13). Python ignores SIGPIPE and raises BrokenPipeError instead.
+EXIT_BROKEN_PIPE = 141
 
 
 # --- printing ------------------------------------------------------------------------------
@@ -394,6 +401,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``adk-mesh ...``; the exit code."""
+    try:
+        code = _main(argv)
+        # A reader that went away is noticed here rather than by the flush at interpreter exit.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at devnull, as the Python docs advise for a broken pipe: what is still
+    buffered is then dropped at exit instead of failing a second time."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (captured in a test): nothing will be flushed to a pipe
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, descriptor)
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["up"]:
         # Everything after `up` belongs to it, options included.

@@ -1,13 +1,20 @@
-"""The ``adk-mesh`` process ends cleanly: a bad port or an address that cannot be bound is one
-error line. Each command is a real OS process."""
+"""The ``adk-mesh`` process ends cleanly: a reader that goes away, a bad port, an address that
+cannot be bound. Each command is a real OS process."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
+from collections.abc import AsyncGenerator
 
 import pytest
 
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.contexts import InvocationContext
+from adk_mesh.mesh import AgentServer
+from adk_mesh.types import Content, Event, Part
 from tests.e2e.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -19,6 +26,60 @@ def adk_mesh(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*COMMAND, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False
     )
+
+
+# --- a reader that goes away ---------------------------------------------------------------
+
+
+class AnswersTwice(BaseAgent):
+    """Answers once, then again when ``released`` is set."""
+
+    def __init__(self, released: asyncio.Event) -> None:
+        super().__init__(name="twice")
+        self.released = released
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        yield ctx.new_event(content=Content(role="model", parts=[Part.from_text("first")]))
+        await self.released.wait()
+        for number in range(3):
+            yield ctx.new_event(content=Content(role="model", parts=[Part.from_text(f"{number}")]))
+
+
+def read_one_line(descriptor: int) -> bytes:
+    """What ``head -1`` does: read a line, then close the pipe."""
+    with open(descriptor, "rb") as reader:
+        return reader.readline()
+
+
+async def test_run_into_a_pipe_whose_reader_went_away_exits_quietly() -> None:
+    """``adk-mesh run TARGET msg | head -1``: the reader closes after one line, the run goes
+    on writing, and the command ends with 141 (as if killed by SIGPIPE), no traceback."""
+    released = asyncio.Event()
+    server = AgentServer(AnswersTwice(released))
+    port = await server.start("127.0.0.1:0")
+    read_end, write_end = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND,
+            "run",
+            f"127.0.0.1:{port}",
+            "hello",
+            cwd=REPO_ROOT,
+            stdout=write_end,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        os.close(write_end)
+        first_line = await asyncio.to_thread(read_one_line, read_end)
+        # Only now does the run go on: its next lines go into a pipe nobody reads.
+        released.set()
+        assert process.stderr is not None
+        stderr = await process.stderr.read()
+        code = await process.wait()
+    finally:
+        await server.stop(0)
+    assert first_line.startswith(b"session ")
+    assert stderr.decode() == ""
+    assert code == 141
 
 
 # --- ports and addresses -------------------------------------------------------------------

@@ -18,11 +18,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from adk_mesh.errors import AdkError, AdkJSONError, ToolError, error_class_for_reason
+from adk_mesh.contexts import ReadonlyContext, RunConfig, StreamingMode
+from adk_mesh.errors import (
+    AdkError,
+    AdkJSONError,
+    InvalidArgumentError,
+    ToolError,
+    error_class_for_reason,
+)
+from adk_mesh.sessions.base import Session
 from adk_mesh.types import (
     Blob,
     Content,
@@ -38,10 +46,6 @@ from adk_mesh.types import (
     UsageMetadata,
 )
 from adk_mesh.v1 import agent_pb2, content_pb2, event_pb2, tool_pb2
-
-if TYPE_CHECKING:
-    from adk_mesh.contexts import ReadonlyContext, RunConfig
-    from adk_mesh.sessions.base import Session
 
 __all__ = [
     "actions_from_proto",
@@ -267,8 +271,6 @@ def part_from_proto(message: content_pb2.Part) -> Part:
             id=reply.id if reply.HasField("id") else None,
         )
     else:
-        from adk_mesh.errors import InvalidArgumentError
-
         raise InvalidArgumentError(
             "a Part must set one of text, inline_data, file_data, "
             "function_call or function_response; this one sets none"
@@ -478,8 +480,6 @@ def declaration_from_proto(message: tool_pb2.ToolDeclaration) -> ToolDeclaration
 
 
 # --- mesh messages -------------------------------------------------------------------------
-# Imported lazily where they would pull the runtime (sessions, contexts, errors) into the codec
-# at import time; the codec stays importable from the types module.
 
 
 def state_to_map(target: Any, state: Mapping[str, Any]) -> None:
@@ -518,8 +518,6 @@ def session_view_to_proto(session: Session) -> agent_pb2.SessionView:
 
 def session_view_from_proto(message: agent_pb2.SessionView) -> Session:
     """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session`."""
-    from adk_mesh.sessions.base import Session
-
     return Session(
         id=message.session_id,
         app_name=message.app_name,
@@ -541,8 +539,6 @@ def run_config_to_proto(config: RunConfig) -> agent_pb2.RunConfig:
 
 def run_config_from_proto(message: agent_pb2.RunConfig) -> RunConfig:
     """A RunConfig message (0 and UNSPECIFIED meaning "the default") as a RunConfig."""
-    from adk_mesh.contexts import RunConfig, StreamingMode
-
     fields: dict[str, Any] = {}
     if message.max_llm_calls > 0:
         fields["max_llm_calls"] = message.max_llm_calls

@@ -20,7 +20,7 @@
     ├── ArtifactError               the artifact store failed
     ├── AdkIOError                  file or network I/O failed
     ├── AdkJSONError                a value is not (or cannot be carried as) JSON
-    ├── CancelledError              the caller cancelled the invocation
+    ├── InvocationCancelledError    the caller cancelled the invocation
     └── DeadlineExceededError       the invocation ran out of time
 
 Control flow never uses these: a transfer or an escalation is an :class:`EventActions` field.
@@ -47,11 +47,11 @@ __all__ = [
     "AlreadyExistsError",
     "ArtifactError",
     "ArtifactNotFoundError",
-    "CancelledError",
     "ConfigError",
     "DeadlineExceededError",
     "DelegationError",
     "InvalidArgumentError",
+    "InvocationCancelledError",
     "ModelError",
     "NotFoundError",
     "SessionError",
@@ -172,7 +172,10 @@ class AdkJSONError(AdkError):
     reason = "JSON_ERROR"
 
 
-class CancelledError(AdkError):
+class InvocationCancelledError(AdkError):
+    """The caller cancelled the invocation (named apart from ``asyncio.CancelledError``, which
+    is control flow and always let through)."""
+
     reason = "CANCELLED"
 
 
@@ -201,7 +204,7 @@ GRPC_STATUS: dict[type[AdkError], str] = {
     ArtifactError: "INTERNAL",
     AdkIOError: "UNAVAILABLE",
     AdkJSONError: "INVALID_ARGUMENT",
-    CancelledError: "CANCELLED",
+    InvocationCancelledError: "CANCELLED",
     DeadlineExceededError: "DEADLINE_EXCEEDED",
 }
 

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from opentelemetry import metrics, trace
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
+from adk_mesh._version import __version__
+
 __all__ = [
     "INSTRUMENTATION_NAME",
     "get_meter",
@@ -58,8 +60,6 @@ def get_tracer() -> trace.Tracer | None:
         return cached[1]
     tracer: trace.Tracer | None = None
     if not isinstance(provider, _NO_TRACING):
-        from adk_mesh import __version__
-
         tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
     _tracer_cache = (provider, tracer)
     return tracer
@@ -74,8 +74,6 @@ def get_meter() -> metrics.Meter | None:
         return cached[1]
     meter: metrics.Meter | None = None
     if not isinstance(provider, _NO_METRICS):
-        from adk_mesh import __version__
-
         meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
     _meter_cache = (provider, meter)
     return meter

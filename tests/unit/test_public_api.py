@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import adk_mesh
 
 EXPECTED = {
@@ -17,6 +19,10 @@ EXPECTED = {
     "SessionService", "SqliteSessionService", "State", "StateMergePolicy", "StreamingMode",
     "ToolContext", "ToolDeclaration", "ToolError", "Toolset", "UsageMetadata", "__version__",
     "artifact_service_from_url", "session_service_from_url",
+    # The whole error tree.
+    "AgentNotFoundError", "AlreadyExistsError", "ArtifactNotFoundError",
+    "DeadlineExceededError", "InvocationCancelledError", "NotFoundError",
+    "SessionNotFoundError", "StateConflictError", "ToolNotFoundError",
 }  # fmt: skip
 
 
@@ -24,6 +30,38 @@ def test_public_exports_are_pinned() -> None:
     assert set(adk_mesh.__all__) == EXPECTED
     for name in adk_mesh.__all__:
         assert getattr(adk_mesh, name) is not None
+
+
+def test_the_whole_error_tree_is_exported_and_shadows_nothing() -> None:
+    import asyncio
+    import builtins
+
+    from adk_mesh import errors
+
+    tree = {name for name in errors.__all__ if name[0].isupper() and name.endswith("Error")}
+    assert tree <= set(adk_mesh.__all__)
+    assert len(tree) == 20
+    standard = set(dir(builtins)) | set(dir(asyncio))
+    assert tree.isdisjoint(standard), tree & standard
+
+
+def test_the_generated_code_imports_without_the_runtime() -> None:
+    """A client that needs only the messages and stubs pays for protobuf and grpc, no more."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, adk_mesh.v1.agent_pb2_grpc, adk_mesh.v1.tool_pb2_grpc;"
+        "print(sorted(m for m in sys.modules if m.startswith(('adk_mesh', 'pydantic', 'httpx'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = ast.literal_eval(result.stdout)
+    assert [name for name in loaded if not name.startswith("adk_mesh.v1")] == [
+        "adk_mesh",
+        "adk_mesh._version",
+    ]
 
 
 def test_runtime_never_imports_grpc() -> None:

@@ -1,40 +1,45 @@
-"""What tracing costs per invocation: exporting over OTLP/gRPC against tracing off, same run.
+"""What tracing adds per invocation of a deployed mesh: untraced against traced, in one run.
 
-Three workloads, each measured on its own. The mesh is the same in the first two: a client
-calls ``Run`` on an :class:`~adk_mesh.mesh.AgentServer`; its agent's model is Gemini
-(``GeminiModel`` over HTTP to a fake Gemini server speaking the real wire format, answering at
-once, in a separate process); the model calls one tool, served by a
-:class:`~adk_mesh.mesh.ToolServer` through a ``RemoteToolset``; then it answers.
+The workload is a mesh as operators deploy it. Two ``adk-mesh serve`` processes: an agent
+service whose ``LlmAgent`` uses ``GeminiModel`` over HTTP to a fake Gemini server (the real
+wire format; :mod:`adk_mesh.testing.fake_providers`, in a separate process), and a tool service
+the agent reaches through a ``RemoteToolset``. An invocation is one root ``Run`` from a plain
+gRPC client (this process; no tracing of its own, like a client in another language): the
+model calls ``get_weather`` on the tool service, then answers — two model calls, one tool call.
 
-* **deployed** — as operators run it: the agent service and the tool service are
-  ``adk-mesh serve`` processes, twice — one deployment unconfigured, one with
-  ``OTEL_EXPORTER_OTLP_ENDPOINT`` set — and a plain gRPC client (no tracing of its own, as a
-  polyglot client) alternates between them. Latency as the client sees it, and the CPU the
-  two services burn per invocation (every thread, the exporter's too). 13 spans.
-* **mesh** — client, agent service and tool service on this process's event loop, so the
-  time measured is the CPU all three spend: the cost of tracing summed over every service an
-  invocation crosses. 14 spans — Run (client and server), invoke_workflow, invoke_agent, two
-  chat, two ListTools and one CallTool (client and server each; the agent lists its remote
-  tools before each model call), and execute_tool on both sides of the tool call.
-* **scripted** — the worst case: bench/runner.py's workload (imported from it), an agent in
-  this process whose instant, scripted model calls one tool and answers, on an in-memory
-  session (5 spans). With no network and no model, tracing is measured against nothing but
-  the framework's own ~0.25 ms.
+This mesh is deployed twice, side by side, and the client alternates between the two:
 
-*Tracing on* is what ``adk-mesh serve`` sets up from ``OTEL_EXPORTER_OTLP_ENDPOINT``:
-:func:`~adk_mesh.telemetry.configure_telemetry` — the lean span recorder, batching, OTLP/gRPC
-— with the metric instruments recording, to a receiver this benchmark starts on 127.0.0.1 in
-a separate process (an OTLP collector is never inside the measured process). Every span of
-every invocation is exported: the receiver's count is printed at the end. In the in-process
-workloads, *recorded* keeps the spans and metrics but exports nothing (what recording alone
-costs), and *tracing off* has each condition's services and channels built under no-op
-providers, i.e. an unconfigured process.
+* **off** — the services' environment holds no ``OTEL_*`` variable at all (nor
+  ``ADK_MESH_TRACE_DIR`` / ``ADK_MESH_CAPTURE_CONTENT``; checked in ``/proc/<pid>/environ``):
+  :func:`~adk_mesh.telemetry.configure_telemetry` installs nothing, the instrumentation is off.
+* **on** — the same, plus ``OTEL_EXPORTER_OTLP_ENDPOINT`` pointing at an OTLP/gRPC receiver
+  this script runs on 127.0.0.1 in a separate process: each service runs the OpenTelemetry
+  SDK (TracerProvider, BatchSpanProcessor with its default settings, the official OTLP/gRPC
+  exporter; metrics exported too, every 60 s by default). Every span is exported: 13 per
+  invocation — agent service: Run (server), invoke_workflow, invoke_agent, 2 chat, 2 ListTools
+  and 1 CallTool (client), execute_tool; tool service: 2 ListTools and 1 CallTool (server),
+  execute_tool. The services are stopped with SIGTERM at the end (drain, then the SDK flushes
+  what is buffered), and the receiver's count is compared with 13 x the traced invocations.
 
-The conditions alternate in blocks of invocations within one run, so load on the machine and
-the interpreter's warm-up fall on all alike. The figure is the median per-invocation time of
-each, and the percentage tracing adds (target <= 15 %).
+Two workloads, each with its own four services, fake Gemini and receiver:
 
-Run: python bench/tracing.py [--workload deployed|mesh|scripted|all] [--invocations N]
+1. **deployed** — the fake Gemini answers at once: the time measured is the mesh's own (gRPC
+   hops, HTTP to the model, the framework), so tracing is measured against ~16-20 ms of pure
+   framework and transport on this machine. Reported as it is.
+2. **slow-model** — the same, with the fake Gemini waiting 300 ms before each answer (an
+   asynchronous handler sleeping, in the fake server's process), i.e. ~600 ms of model time
+   per invocation, closer to a real model. Target: tracing adds <= 1 %.
+
+Each workload runs in rounds; within a round the two deployments are called in alternating
+blocks (off on, on off, off on, ...: the same number of invocations on each side), so load on
+the machine and warm-up fall on both alike. Per round: the median latency of each side as the
+client sees it, what tracing adds (ms and %); then the median over rounds and the spread
+(min..max) of the rounds. Also printed: the CPU the two services of each deployment burned per
+invocation (every thread, the exporter's too) and the services' stderr beyond their drain lines.
+
+Everything (client, four services, fake Gemini, receiver) shares this machine's cores.
+
+Run: .venv/bin/python bench/tracing.py [--workload deployed|slow-model|all] [--rounds N]
 """
 
 from __future__ import annotations
@@ -42,29 +47,42 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from _harness import describe_latencies
 
 BENCH_DIR = Path(__file__).resolve().parent
-TARGET_PERCENT = 15.0
+TARGET_PERCENT = 1.0  # on the slow-model workload
+SPANS_PER_INVOCATION = 13
+OFF, ON = "off", "on"
+# Variables that change what telemetry a service sets up: none of them reaches either
+# deployment from this process's environment; the traced one gets exactly one of its own.
+TELEMETRY_PREFIXES = ("OTEL_",)
+TELEMETRY_VARIABLES = ("ADK_MESH_TRACE_DIR", "ADK_MESH_CAPTURE_CONTENT")
+ROUTINE_STDERR = ("adk-mesh: draining (grace ", "adk-mesh: stopped")
+
+
+def is_telemetry_variable(name: str) -> bool:
+    return name.startswith(TELEMETRY_PREFIXES) or name in TELEMETRY_VARIABLES
 
 
 # --- the receiver (a separate process) ----------------------------------------------------
 
 
 def serve_receiver() -> None:
-    """An OTLP/gRPC receiver (traces and metrics) on 127.0.0.1: prints its port, counts the
-    spans it receives, prints the count when stdin closes."""
+    """An OTLP/gRPC receiver (traces and metrics) on 127.0.0.1: prints its port, counts what
+    it receives, prints the counts as one JSON line when stdin closes."""
     import threading
+    from collections import Counter
     from concurrent import futures
 
     import grpc
@@ -78,22 +96,27 @@ def serve_receiver() -> None:
     )
 
     lock = threading.Lock()
-    counts = {"spans": 0, "exports": 0}
+    counts: dict[str, Any] = {"spans": 0, "exports": 0, "metric_exports": 0}
+    by_name: Counter[str] = Counter()
 
     class Traces(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
         def Export(self, request: Any, context: Any) -> Any:
-            spans = sum(
-                len(scope.spans)
+            names = [
+                span.name
                 for resource in request.resource_spans
                 for scope in resource.scope_spans
-            )
+                for span in scope.spans
+            ]
             with lock:
-                counts["spans"] += spans
+                counts["spans"] += len(names)
                 counts["exports"] += 1
+                by_name.update(names)
             return trace_service_pb2.ExportTraceServiceResponse()
 
     class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
         def Export(self, request: Any, context: Any) -> Any:
+            with lock:
+                counts["metric_exports"] += 1
             return metrics_service_pb2.ExportMetricsServiceResponse()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -104,15 +127,17 @@ def serve_receiver() -> None:
     print(port, flush=True)
     sys.stdin.read()  # until the benchmark closes our stdin
     server.stop(None).wait()
-    print(f"{counts['spans']} {counts['exports']}", flush=True)
+    with lock:
+        counts["by_name"] = dict(by_name)
+        print(json.dumps(counts), flush=True)
 
 
 # --- the fake model (a separate process) -------------------------------------------------------
 
 
-def serve_fake_gemini() -> None:
-    """A fake Gemini on 127.0.0.1: calls get_weather when the last turn is the user's, else
-    answers; prints its port, serves until stdin closes."""
+def serve_fake_gemini(delay_ms: float) -> None:
+    """A fake Gemini on 127.0.0.1: after ``delay_ms``, calls get_weather when the last turn is
+    the user's, else answers; prints its port, serves until stdin closes."""
     from adk_mesh.testing.fake_providers import (
         FakeGemini,
         RecordedRequest,
@@ -120,7 +145,11 @@ def serve_fake_gemini() -> None:
         ScriptedTurn,
     )
 
-    def reply(request: RecordedRequest) -> ScriptedTurn:
+    delay = delay_ms / 1000
+
+    async def reply(request: RecordedRequest) -> ScriptedTurn:
+        if delay > 0:
+            await asyncio.sleep(delay)
         last = request.json()["contents"][-1]
         if last.get("role") == "user" and "text" in last["parts"][0]:
             return ScriptedTurn(tool_calls=[ScriptedToolCall("get_weather", {"city": "Paris"})])
@@ -137,12 +166,12 @@ def serve_fake_gemini() -> None:
 
 
 class Child:
-    """A helper process of this script (``--receiver`` or ``--fake-gemini``), seen from the
+    """A helper process of this script (``--receiver`` or ``--fake-gemini MS``), seen from the
     benchmark: it prints its port first, and stops when its stdin closes."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, *args: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, __file__, role],
+            [sys.executable, __file__, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -151,29 +180,25 @@ class Child:
         line = self.process.stdout.readline()
         if not line.strip().isdigit():
             self.process.kill()
-            raise RuntimeError(f"{role} did not start: {line!r}")
+            raise RuntimeError(f"{args} did not start: {line!r}")
         self.url = f"http://127.0.0.1:{int(line)}"
 
     def stop(self) -> str:
         """Stop it; returns what it printed last."""
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.close()
+        if self.process.poll() is None:
+            self.process.stdin.close()
         last = self.process.stdout.read()
         self.process.wait(timeout=30)
         return last
 
 
-# --- the workloads --------------------------------------------------------------------------
-
-Invoke = Callable[[], Awaitable[None]]
+# --- the services: `adk-mesh serve` processes -----------------------------------------------
 
 
 def get_weather(city: str) -> dict[str, Any]:
     """Current weather of a city."""
     return {"city": city, "temp_c": 22}
-
-
-# --- the deployed mesh: `adk-mesh serve` processes ------------------------------------------
 
 
 def weather_tools() -> list[Any]:
@@ -199,68 +224,129 @@ def weather_agent() -> Any:
 
 
 class Service:
-    """One ``adk-mesh serve`` process on a free port, stopped (drained) when done."""
+    """One ``adk-mesh serve`` process on a free port; its stderr goes to a file, read after
+    the process stopped (SIGTERM: drain, flush the spans, exit)."""
 
-    def __init__(self, kind: str, reference: str, env: dict[str, str]) -> None:
+    def __init__(self, kind: str, reference: str, env: dict[str, str], label: str) -> None:
+        self.label = label
+        self.stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "adk_mesh", "serve", kind, reference, "--port", "0"],
             cwd=BENCH_DIR,
             env=env,
             stdout=subprocess.PIPE,
+            stderr=self.stderr,
             text=True,
         )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()  # adk-mesh: serving <kind> <name> on <host>:<port>
         if " on " not in line:
             self.process.kill()
-            raise RuntimeError(f"adk-mesh serve {kind} did not start: {line!r}")
+            self.process.wait()
+            self.stderr.seek(0)
+            raise RuntimeError(
+                f"adk-mesh serve {kind} did not start: {line!r}\n{self.stderr.read()}"
+            )
         self.target = line.rsplit(" on ", 1)[1].strip()
+        self.returncode: int | None = None
+        self.output = ""
+
+    def environment(self) -> dict[str, str]:
+        """The process's environment, as the kernel has it."""
+        raw = Path(f"/proc/{self.process.pid}/environ").read_bytes()
+        pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+        return {key.decode(): value.decode(errors="replace") for key, value in pairs}
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system, every thread) the process used so far."""
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self) -> None:
-        self.process.terminate()  # SIGTERM: drain, flush the spans, exit
-        self.process.wait(timeout=30)
+    def terminate(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+
+    def wait(self) -> None:
+        """After :meth:`terminate`: wait for the exit, collect the exit code and stderr."""
+        try:
+            self.returncode = self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.returncode = self.process.wait()
+        assert self.process.stdout is not None
+        stdout = self.process.stdout.read()
+        self.stderr.seek(0)
+        self.output = self.stderr.read() + (f"[stdout] {stdout}" if stdout.strip() else "")
+        self.stderr.close()
+
+    def unusual_output(self) -> list[str]:
+        """Lines of its stderr other than the drain's progress lines."""
+        return [
+            line
+            for line in self.output.splitlines()
+            if line.strip() and not line.startswith(ROUTINE_STDERR)
+        ]
 
 
-async def measure_deployed(invocations: int, block: int, warmup: int) -> float:
-    """Two deployments of the same mesh, side by side: one unconfigured, one exporting to a
-    receiver; a plain gRPC client alternates between them."""
+# --- one workload -------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    name: str
+    title: str
+    model_delay_ms: float
+    per_round: int  # invocations per condition per round
+    block: int  # invocations per block
+    warmup: int  # untimed invocations per condition, before the first round
+    target_percent: float | None = None
+
+
+def percent(on: float, off: float) -> float:
+    return (on / off - 1) * 100
+
+
+async def run_workload(workload: Workload, rounds: int) -> float | None:
+    """Runs one workload; prints its figures; returns the median added % over rounds."""
     import grpc
 
     from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 
     receiver = Child("--receiver")
-    gemini = Child("--fake-gemini")
-    services: list[Service] = []
+    gemini = Child("--fake-gemini", str(workload.model_delay_ms))
+    services: dict[str, list[Service]] = {OFF: [], ON: []}
     channels: list[Any] = []
+    stubs: dict[str, Any] = {}
+    samples: dict[str, list[float]] = {OFF: [], ON: []}
+    per_round: list[dict[str, list[float]]] = []
+    traced_invocations = 0
+    wall_started = time.perf_counter()
     try:
-        base = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith("OTEL_") and key != "ADK_MESH_TRACE_DIR"
-        }
+        base = {key: value for key, value in os.environ.items() if not is_telemetry_variable(key)}
         base["BENCH_MODEL_URL"] = gemini.url
-        stubs: dict[str, Any] = {}
-        processes: dict[str, list[Service]] = {}
-        for condition, extra in (
-            (OFF, {}),
-            (EXPORTED, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}),
-        ):
-            env = {**base, **extra}
-            tools = Service("tools", "tracing:weather_tools", env)
-            services.append(tools)
-            agent = Service(
-                "agent", "tracing:weather_agent", {**env, "BENCH_TOOLS_TARGET": tools.target}
-            )
-            services.append(agent)
-            processes[condition] = [tools, agent]
+        extra = {OFF: {}, ON: {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}}
+        for condition in (OFF, ON):
+            env = {**base, **extra[condition]}
+            tools = Service("tools", "tracing:weather_tools", env, f"{condition}/tools")
+            services[condition].append(tools)
+            agent_env = {**env, "BENCH_TOOLS_TARGET": tools.target}
+            agent = Service("agent", "tracing:weather_agent", agent_env, f"{condition}/agent")
+            services[condition].append(agent)
             channel = grpc.aio.insecure_channel(agent.target)
             channels.append(channel)
             stubs[condition] = agent_pb2_grpc.AgentServiceStub(channel)
+        # The baseline must be bare: not one telemetry variable in its processes.
+        for service in services[OFF]:
+            leaked = sorted(key for key in service.environment() if is_telemetry_variable(key))
+            if leaked:
+                raise RuntimeError(f"untraced {service.label} has {leaked} in its environment")
+        for service in services[ON]:
+            traced_env = {
+                k: v for k, v in service.environment().items() if is_telemetry_variable(k)
+            }
+            if traced_env != extra[ON]:
+                raise RuntimeError(f"traced {service.label} environment: {traced_env}")
+
         request = agent_pb2.RunRequest(
             root=agent_pb2.RootRun(
                 user_id="u",
@@ -269,262 +355,204 @@ async def measure_deployed(invocations: int, block: int, warmup: int) -> float:
                 ),
             )
         )
-        samples: dict[str, list[float]] = {OFF: [], EXPORTED: []}
 
-        async def timed_block(condition: str, count: int, keep: bool) -> None:
-            stub = stubs[condition]
-            for _ in range(count):
-                start = time.perf_counter_ns()
-                async for _ in stub.Run(request):
-                    pass
-                if keep:
-                    samples[condition].append((time.perf_counter_ns() - start) / 1000)
+        async def invoke(condition: str) -> float:
+            """One invocation; milliseconds as the client sees them."""
+            last: Any = None
+            start = time.perf_counter_ns()
+            async for response in stubs[condition].Run(request):
+                last = response
+            elapsed = (time.perf_counter_ns() - start) / 1e6
+            event = last.events[-1] if last is not None and last.events else last.event
+            texts = [part.text for part in event.llm_response.content.parts] if event else []
+            if "It is 22 °C in Paris." not in texts:
+                raise RuntimeError(f"{condition}: unexpected last response {last}")
+            return elapsed
 
-        for condition in stubs:
-            await timed_block(condition, warmup, keep=False)
+        async def block(condition: str, count: int, into: list[float] | None) -> None:
+            nonlocal traced_invocations
+            gc.collect()
+            gc.disable()  # the client's own garbage is collected between blocks, not inside
+            try:
+                for _ in range(count):
+                    elapsed = await invoke(condition)
+                    if into is not None:
+                        into.append(elapsed)
+                    if condition == ON:
+                        traced_invocations += 1
+            finally:
+                gc.enable()
+
+        for condition in (OFF, ON):
+            await block(condition, workload.warmup, None)
 
         def cpu(condition: str) -> float:
-            return sum(service.cpu_seconds() for service in processes[condition])
+            return sum(service.cpu_seconds() for service in services[condition])
 
-        cpu_before = {condition: cpu(condition) for condition in processes}
+        cpu_before = {condition: cpu(condition) for condition in services}
         started = time.perf_counter()
-        done, order = 0, [OFF, EXPORTED]
-        while done < invocations:
-            count = min(block, invocations - done)
-            for condition in order:
-                await timed_block(condition, count, keep=True)
-            order.reverse()
-            done += count
-        elapsed = time.perf_counter() - started
-        # Per invocation, in ms: what the two services of each deployment burned, every
-        # thread included (the exporter's too).
-        cpu_ms = {c: (cpu(c) - cpu_before[c]) * 1000 / invocations for c in processes}
+        order = [OFF, ON]
+        for _ in range(rounds):
+            this_round: dict[str, list[float]] = {OFF: [], ON: []}
+            done = 0
+            while done < workload.per_round:
+                count = min(workload.block, workload.per_round - done)
+                for condition in order:
+                    await block(condition, count, this_round[condition])
+                order.reverse()  # off on, on off, off on, ...
+                done += count
+            per_round.append(this_round)
+            for condition in this_round:
+                samples[condition].extend(this_round[condition])
+        measured_seconds = time.perf_counter() - started
+        timed = rounds * workload.per_round
+        cpu_ms = {c: (cpu(c) - cpu_before[c]) * 1000 / timed for c in services}
     finally:
         for channel in channels:
             await channel.close()
-        for service in services:
-            service.stop()
+        every_service = [service for group in services.values() for service in group]
+        for service in every_service:
+            service.terminate()
+        for service in every_service:
+            service.wait()
         gemini.stop()
-        last = receiver.stop().split()
-    spans, exports = (int(last[0]), int(last[1])) if len(last) == 2 else (0, 0)
-    off, on = statistics.median(samples[OFF]), statistics.median(samples[EXPORTED])
+        received_line = receiver.stop().strip()
+    received = json.loads(received_line) if received_line else {}
+    wall = time.perf_counter() - wall_started
+
+    # --- the figures ---
     print(
-        f"deployed: {invocations} invocations per condition, alternating blocks of {block} "
-        f"({elapsed:.1f} s)"
+        f"{workload.name}: {workload.title}; {rounds} rounds x {workload.per_round} "
+        f"invocations per condition, alternating blocks of {workload.block} "
+        f"(+{workload.warmup} warm-up each); measured {measured_seconds:.1f} s, "
+        f"workload total {wall:.1f} s"
     )
-    print(f"  {'tracing off':32} {describe_latencies(samples[OFF])}")
-    exported = describe_latencies(samples[EXPORTED])
-    print(f"  {LABELS[EXPORTED]:32} {exported}   {percent(on, off):+6.1f} %")
+    print(f"  {'round':>5}  {'off median':>11}  {'on median':>11}  {'added':>10}  {'added %':>8}")
+    added_ms: list[float] = []
+    added_pct: list[float] = []
+    for number, this_round in enumerate(per_round, 1):
+        off = statistics.median(this_round[OFF])
+        on = statistics.median(this_round[ON])
+        added_ms.append(on - off)
+        added_pct.append(percent(on, off))
+        print(
+            f"  {number:>5}  {off:8.2f} ms  {on:8.2f} ms  {on - off:+7.2f} ms  "
+            f"{percent(on, off):+7.2f} %"
+        )
+    median_pct = statistics.median(added_pct)
+    print(
+        f"  over {rounds} rounds: tracing adds {statistics.median(added_ms):+.2f} ms "
+        f"per invocation (median; spread {min(added_ms):+.2f} .. {max(added_ms):+.2f} ms), "
+        f"{median_pct:+.2f} % (median; spread {min(added_pct):+.2f} .. {max(added_pct):+.2f} %)"
+    )
+    off_all = describe_latencies([ms * 1000 for ms in samples[OFF]])
+    on_all = describe_latencies([ms * 1000 for ms in samples[ON]])
+    print(f"  all rounds pooled: off {off_all}")
+    print(f"                     on  {on_all}")
     print(
         f"  CPU of the two services per invocation: {cpu_ms[OFF]:.2f} ms off, "
-        f"{cpu_ms[EXPORTED]:.2f} ms on ({percent(cpu_ms[EXPORTED], cpu_ms[OFF]):+.1f} %)"
+        f"{cpu_ms[ON]:.2f} ms on ({cpu_ms[ON] - cpu_ms[OFF]:+.2f} ms, "
+        f"{percent(cpu_ms[ON], cpu_ms[OFF]):+.1f} %)"
     )
+    expected = SPANS_PER_INVOCATION * traced_invocations
+    spans = received.get("spans", 0)
+    verdict = "all received" if spans == expected else f"MISMATCH: {spans - expected:+d}"
     print(
-        f"  received by the OTLP receiver: {spans} spans in {exports} exports "
-        f"({spans / (invocations + warmup):.1f} spans per exported invocation; 13 expected: "
-        "the client is a plain gRPC stub)"
+        f"  OTLP receiver: {spans} spans received, {expected} expected "
+        f"({SPANS_PER_INVOCATION} x {traced_invocations} traced invocations): {verdict}; "
+        f"{received.get('exports', 0)} trace exports, "
+        f"{received.get('metric_exports', 0)} metric exports"
     )
-    return print_verdict(on, off, 13)
-
-
-async def scripted_workload(stack: AsyncExitStack, model_url: str) -> tuple[Invoke, int]:
-    """bench/runner.py's invocation; (invoke, spans per invocation)."""
-    sys.path.insert(0, str(BENCH_DIR))
-    import runner
-
-    invoke = await runner.adk_mesh_invocation()
-    return invoke, 5
-
-
-async def mesh_workload(stack: AsyncExitStack, model_url: str) -> tuple[Invoke, int]:
-    """client -> agent service (Gemini over HTTP) -> tool service; (invoke, spans)."""
-    from adk_mesh.agents.llm_agent import LlmAgent
-    from adk_mesh.mesh import AgentServer, RemoteToolset, ToolServer
-    from adk_mesh.mesh._channel import open_channel
-    from adk_mesh.models import GeminiModel
-    from adk_mesh.tools.function_tool import FunctionTool
-    from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
-
-    tools = ToolServer([FunctionTool(get_weather)], name="weather-tools")
-    tools_port = await tools.start("127.0.0.1:0")
-    stack.push_async_callback(tools.stop, None)
-    model = GeminiModel("gemini-2.5-flash", base_url=model_url, api_key="bench-key")
-    agent = LlmAgent(name="weather", model=model, tools=[RemoteToolset(f"127.0.0.1:{tools_port}")])
-    server = AgentServer(agent, app_name="bench")
-    port = await server.start("127.0.0.1:0")
-    stack.push_async_callback(server.stop, None)
-    channel = await stack.enter_async_context(open_channel(f"127.0.0.1:{port}"))
-    stub = agent_pb2_grpc.AgentServiceStub(channel)
-    request = agent_pb2.RunRequest(
-        root=agent_pb2.RootRun(
-            user_id="u",
-            new_message=content_pb2.Content(
-                role="user", parts=[content_pb2.Part(text="Weather in Paris?")]
-            ),
+    if spans != expected:
+        print(f"    spans by name: {received.get('by_name')}")
+    for condition in (OFF, ON):
+        for service in services[condition]:
+            unusual = service.unusual_output()
+            status = f"exit {service.returncode}"
+            if not unusual:
+                print(f"  {service.label} service: {status}, stderr: only the drain lines")
+                continue
+            print(f"  {service.label} service: {status}, stderr ({len(unusual)} other lines):")
+            for line in unusual:
+                print(f"    | {line}")
+    if workload.target_percent is not None:
+        ok = median_pct <= workload.target_percent
+        print(
+            f"  target: <= {workload.target_percent:g} % added (median over rounds): "
+            f"{'ok' if ok else 'MISSED'}"
         )
-    )
-
-    async def invoke() -> None:
-        count = 0
-        async for _ in stub.Run(request):
-            count += 1
-        assert count >= 1, count
-
-    return invoke, 14
+    print(flush=True)
+    return median_pct
 
 
-WORKLOADS: dict[str, Callable[[AsyncExitStack, str], Awaitable[tuple[Invoke, int]]]] = {
-    "mesh": mesh_workload,
-    "scripted": scripted_workload,
-}
-
-
-# --- the benchmark ------------------------------------------------------------------------
-
-
-def percent(on: float, off: float) -> float:
-    return (on / off - 1) * 100
-
-
-def print_verdict(on: float, off: float, spans: int) -> float:
-    """Print what tracing adds (median µs per invocation, on vs off); returns the %."""
-    added = percent(on, off)
-    verdict = "ok" if added <= TARGET_PERCENT else "MISSED"
-    print(
-        f"  tracing adds {on - off:.1f} µs per invocation ({(on - off) / spans:.1f} µs per "
-        f"span): {added:+.1f} % (target <= {TARGET_PERCENT:g} %: {verdict})"
-    )
-    return added
-
-
-OFF, RECORDED, EXPORTED = "off", "recorded", "exported"
-LABELS = {
-    OFF: "tracing off",
-    RECORDED: "spans recorded, not exported",
-    EXPORTED: "tracing on (batch, OTLP/gRPC)",
-}
-
-
-async def measure(workload: str, invocations: int, block: int, warmup: int) -> float:
-    """Runs one workload under the three conditions; prints them; returns the % added."""
-    from opentelemetry import metrics, trace
-
-    from adk_mesh.telemetry import _providers, configure_telemetry
-    from adk_mesh.telemetry._tracer import LeanTracerProvider
-
-    receiver = Child("--receiver")
-    try:
-        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
-        os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
-        handle = configure_telemetry("bench")
-        assert handle.exporter == "otlp/grpc", handle
-        exported = handle._tracer_provider
-        meter_provider = handle._meter_provider
-        # The same spans and metrics, with no sink: what recording costs, apart from what
-        # encoding and sending them costs.
-        recorded = LeanTracerProvider(exported.resource)
-        providers: dict[str, tuple[Any, Any]] = {
-            OFF: (trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()),
-            RECORDED: (recorded, meter_provider),
-            EXPORTED: (exported, meter_provider),
-        }
-
-        def use(condition: str) -> None:
-            tracer_provider, meters = providers[condition]
-            _providers.set_tracer_provider(tracer_provider)
-            _providers.set_meter_provider(meters)
-
-        async with AsyncExitStack() as stack:
-            gemini = Child("--fake-gemini")
-            stack.callback(gemini.stop)
-            # Each condition gets its own services and channels, built while its providers
-            # are in place: tracing off is then exactly an unconfigured deployment (no RPC
-            # interceptors at all), tracing on exactly a configured one.
-            invokers: dict[str, Invoke] = {}
-            for condition in providers:
-                use(condition)
-                invokers[condition], spans_each = await WORKLOADS[workload](stack, gemini.url)
-            samples: dict[str, list[float]] = {condition: [] for condition in providers}
-
-            async def timed_block(condition: str, count: int, keep: bool) -> None:
-                use(condition)
-                invoke = invokers[condition]
-                timings = samples[condition] if keep else []
-                gc.collect()
-                gc.disable()
-                try:
-                    for _ in range(count):
-                        start = time.perf_counter_ns()
-                        await invoke()
-                        timings.append((time.perf_counter_ns() - start) / 1000)
-                finally:
-                    gc.enable()
-
-            for condition in providers:
-                await timed_block(condition, warmup, keep=False)
-            started = time.perf_counter()
-            done = 0
-            order = list(providers)
-            while done < invocations:
-                count = min(block, invocations - done)
-                for condition in order:
-                    await timed_block(condition, count, keep=True)
-                # Rotate, so no condition always follows the same one (and its garbage).
-                order = order[1:] + order[:1]
-                done += count
-            elapsed = time.perf_counter() - started
-            use(EXPORTED)
-        handle.shutdown()
-        dropped = sum(getattr(sink, "dropped", 0) for sink in exported._sinks)
-    finally:
-        last = receiver.stop().split()
-        os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    spans, exports = (int(last[0]), int(last[1])) if len(last) == 2 else (0, 0)
-
-    off = statistics.median(samples[OFF])
-    print(
-        f"{workload}: {invocations} invocations per condition, rotating blocks of {block} "
-        f"({elapsed:.1f} s)"
-    )
-    for condition, label in LABELS.items():
-        median = statistics.median(samples[condition])
-        added = "" if condition == OFF else f"   {percent(median, off):+6.1f} %"
-        print(f"  {label:32} {describe_latencies(samples[condition])}{added}")
-    exported_invocations = invocations + warmup
-    print(
-        f"  received by the OTLP receiver: {spans} spans in {exports} exports "
-        f"({spans / exported_invocations:.1f} spans per exported invocation; "
-        f"{spans_each} expected); dropped by a full queue: {dropped}"
-    )
-    on = statistics.median(samples[EXPORTED])
-    return print_verdict(on, off, spans_each)
-
-
-async def run(workloads: list[str], invocations: int, block: int, warmup: int) -> None:
-    for workload in workloads:
-        if workload == "deployed":
-            await measure_deployed(invocations, block, warmup)
-        else:
-            await measure(workload, invocations, block, warmup)
+def workloads(args: argparse.Namespace) -> list[Workload]:
+    chosen = [
+        Workload(
+            name="deployed",
+            title="(1) the model answers at once",
+            model_delay_ms=0,
+            per_round=args.deployed_invocations,
+            block=args.deployed_block,
+            warmup=args.deployed_warmup,
+        ),
+        Workload(
+            name="slow-model",
+            title=f"(2) the model takes {args.model_delay_ms:g} ms per call (2 calls)",
+            model_delay_ms=args.model_delay_ms,
+            per_round=args.slow_invocations,
+            block=1,
+            warmup=2,
+            target_percent=TARGET_PERCENT,
+        ),
+    ]
+    return [w for w in chosen if args.workload in ("all", w.name)]
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--receiver"]:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--workload", choices=["deployed", "slow-model", "all"], default="all")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per workload (>= 1)")
+    parser.add_argument(
+        "--deployed-invocations",
+        type=int,
+        default=400,
+        help="(1): invocations per condition per round",
+    )
+    parser.add_argument("--deployed-block", type=int, default=50, help="(1): block size")
+    parser.add_argument("--deployed-warmup", type=int, default=50, help="(1): per condition")
+    parser.add_argument(
+        "--slow-invocations",
+        type=int,
+        default=20,
+        help="(2): invocations per condition per round (alternating one by one)",
+    )
+    parser.add_argument(
+        "--model-delay-ms", type=float, default=300.0, help="(2): model latency per call"
+    )
+    # The helper processes this script starts (not for direct use).
+    parser.add_argument("--receiver", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fake-gemini", type=float, metavar="MS", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.receiver:
         serve_receiver()
         return
-    if sys.argv[1:] == ["--fake-gemini"]:
-        serve_fake_gemini()
+    if args.fake_gemini is not None:
+        serve_fake_gemini(args.fake_gemini)
         return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--workload", choices=["deployed", "mesh", "scripted", "all"], default="all"
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    started = time.perf_counter()
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; client, services, fake "
+        "Gemini and OTLP receiver all on this machine\n",
+        flush=True,
     )
-    parser.add_argument("--invocations", type=int, default=2000, help="per condition")
-    parser.add_argument("--block", type=int, default=100, help="invocations per block")
-    parser.add_argument("--warmup", type=int, default=200)
-    args = parser.parse_args()
-    workloads = ["deployed", "mesh", "scripted"] if args.workload == "all" else [args.workload]
-    asyncio.run(run(workloads, args.invocations, args.block, args.warmup))
+    for workload in workloads(args):
+        asyncio.run(run_workload(workload, args.rounds))
+    print(f"total wall time {time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,12 @@
 Each provider's stream of ``--chunks`` text deltas is rendered once in its real wire format
 (by the fake servers in :mod:`adk_mesh.testing.fake_providers`: Gemini and OpenAI SSE,
 Anthropic SSE with named events, Ollama NDJSON), then fed record by record, as bytes, through
-the same code a live request uses: the framing decoder (incremental UTF-8, line splitting,
-SSE fields) and the provider's stream parser (JSON, partial ``LlmResponse`` per delta, final
-aggregate). Rows:
+the same code a live request uses: the framing (``httpx-sse`` for SSE, our line decoder for
+NDJSON, over an ``httpx.Response`` whose body yields one record per chunk) and the provider's
+stream parser (JSON, partial ``LlmResponse`` per delta, final aggregate). Rows:
 
 - ``<provider> full``: bytes -> partial responses -> final response (what a stream costs);
-- ``<provider> framing``: bytes -> SSE events / NDJSON lines only;
+- ``<provider> framing``: bytes -> SSE events / NDJSON lines only (the async iteration included);
 - ``<provider> json.loads``: the baseline, ``json.loads`` of each record's JSON payload, already
   split out (the least any parser must do).
 
@@ -20,11 +20,13 @@ Run: ``.venv/bin/python bench/models.py [--chunks N] [--runs R]``
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
+import httpx
 from _harness import Measurement, format_table, measure
 
 from adk_mesh.models import AnthropicModel, GeminiModel, OllamaModel, OpenAIModel
@@ -74,29 +76,50 @@ def payloads(records: list[bytes]) -> list[bytes]:
     return out
 
 
-def full_parse(model: HttpLlm, records: list[bytes], expected: str) -> Callable[[], None]:
-    def run() -> None:
-        decoder = model._new_decoder()
+class _Body(httpx.AsyncByteStream):
+    """A response body that yields the recorded stream one record per chunk."""
+
+    def __init__(self, records: list[bytes]) -> None:
+        self._records = records
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for record in self._records:
+            yield record
+
+
+def _response(server: FakeProviderServer, records: list[bytes]) -> httpx.Response:
+    headers = {"content-type": server.stream_content_type}
+    return httpx.Response(200, headers=headers, stream=_Body(records))
+
+
+def full_parse(
+    loop: asyncio.AbstractEventLoop,
+    server: FakeProviderServer,
+    model: HttpLlm,
+    records: list[bytes],
+    expected: str,
+) -> Callable[[], None]:
+    async def parse() -> None:
         parser = model._new_stream_parser()
-        for record in records:
-            for event in decoder.feed(record):
-                parser.feed(event)
-        for event in decoder.flush():
-            parser.feed(event)
+        async for record in model._records(_response(server, records)):
+            parser.feed(record)
         final = parser.final()
         assert final.content is not None and final.content.text == expected
 
-    return run
+    return lambda: loop.run_until_complete(parse())
 
 
-def framing_only(model: HttpLlm, records: list[bytes]) -> Callable[[], None]:
-    def run() -> None:
-        decoder = model._new_decoder()
-        for record in records:
-            decoder.feed(record)
-        decoder.flush()
+def framing_only(
+    loop: asyncio.AbstractEventLoop,
+    server: FakeProviderServer,
+    model: HttpLlm,
+    records: list[bytes],
+) -> Callable[[], None]:
+    async def frame() -> None:
+        async for _ in model._records(_response(server, records)):
+            pass
 
-    return run
+    return lambda: loop.run_until_complete(frame())
 
 
 def json_baseline(lines: list[bytes]) -> Callable[[], None]:
@@ -136,13 +159,17 @@ def main() -> None:
 
     rows: list[Measurement] = []
     baseline: Measurement | None = None
+    loop = asyncio.new_event_loop()
     for name, server, model in providers:
         records = recorded_stream(server, model, deltas)
         size = sum(map(len, records))
         print(f"{name}: {len(records)} records, {size / 1024:.0f} KiB", file=sys.stderr)
         for label, operation in (
-            (f"{name} full (bytes -> LlmResponse)", full_parse(model, records, expected)),
-            (f"{name} framing only", framing_only(model, records)),
+            (
+                f"{name} full (bytes -> LlmResponse)",
+                full_parse(loop, server, model, records, expected),
+            ),
+            (f"{name} framing only", framing_only(loop, server, model, records)),
             (f"{name} json.loads per record", json_baseline(payloads(records))),
         ):
             measured = measure(label, operation, iterations=args.iterations, runs=args.runs)
@@ -155,6 +182,7 @@ def main() -> None:
         f"{args.chunks} text deltas per stream, median of {args.runs} runs of "
         f"{args.iterations} streams; baseline: openai json.loads per record\n"
     )
+    loop.close()
     print(format_table(rows, unit="chunks", baseline=baseline))
 
 

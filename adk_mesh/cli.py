@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -143,21 +144,29 @@ def print_events(events: Iterable[Event], out: TextIO) -> None:
     printer.finish()
 
 
+def _described(label: str, description: str, indent: str) -> str:
+    """``label: description``, the description whole: a docstring's lines after the first are
+    dedented and then indented by ``indent``, under the label."""
+    if not description.strip():
+        return label
+    first, *rest = (line.rstrip() for line in inspect.cleandoc(description).splitlines())
+    return "\n".join([f"{label}: {first}", *(indent + line if line else "" for line in rest)])
+
+
 def format_card(card: agent_pb2.AgentCard) -> str:
     """The text ``adk-mesh describe`` prints for an AgentCard."""
     lines = [f"{card.name} ({card.agent_type or 'agent'})"]
     if card.app_name:
         lines.append(f"  app: {card.app_name}")
-    if card.description:
-        lines.append(f"  description: {card.description}")
+    if card.description.strip():
+        lines.append(_described("  description", card.description, "    "))
     lines.append(f"  streaming: {'yes' if card.supports_streaming else 'no'}")
     lines.append("  sub-agents:" if card.sub_agents else "  sub-agents: none")
     for sub in card.sub_agents:
-        lines.append(f"    - {sub.name}" + (f": {sub.description}" if sub.description else ""))
+        lines.append(_described(f"    - {sub.name}", sub.description, "      "))
     lines.append("  tools:" if card.tools else "  tools: none")
     for tool in card.tools:
-        summary = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
-        lines.append(f"    - {tool.name}" + (f": {summary}" if summary else ""))
+        lines.append(_described(f"    - {tool.name}", tool.description, "      "))
     return "\n".join(lines) + "\n"
 
 

@@ -230,10 +230,44 @@ def test_describe_output_lists_sub_agents_and_tools() -> None:
         "    - specialist: Knows cities.\n"
         "  tools:\n"
         "    - lookup: Look up.\n"
+        "\n"
+        "      More detail.\n"
         "    - bare\n"
     )
     assert format_card(agent_pb2.AgentCard(name="solo")).endswith(
         "  sub-agents: none\n  tools: none\n"
+    )
+
+
+def test_describe_output_keeps_whole_descriptions_indented_under_their_item() -> None:
+    card = agent_pb2.AgentCard(
+        name="coordinator",
+        description="Plans trips.\nDelegates bookings.",
+        sub_agents=[
+            agent_pb2.AgentSummary(
+                name="specialist",
+                description="Knows cities.\n\n    Ask it about:\n        - museums\n    ",
+            ),
+            agent_pb2.AgentSummary(name="quiet", description="  \n  "),
+        ],
+        tools=[
+            tool_pb2.ToolDeclaration(name="lookup", description="\n    Look up.\n    Fast.\n    ")
+        ],
+    )
+    assert format_card(card) == (
+        "coordinator (agent)\n"
+        "  description: Plans trips.\n"
+        "    Delegates bookings.\n"
+        "  streaming: no\n"
+        "  sub-agents:\n"
+        "    - specialist: Knows cities.\n"
+        "\n"
+        "      Ask it about:\n"
+        "          - museums\n"
+        "    - quiet\n"
+        "  tools:\n"
+        "    - lookup: Look up.\n"
+        "      Fast.\n"
     )
 
 

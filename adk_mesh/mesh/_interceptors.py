@@ -25,6 +25,11 @@ When opentelemetry-instrumentation-grpc already traces grpc.aio in this process 
 ``opentelemetry-instrument``, say), its spans are the RPC spans and these stand aside, so no call
 is traced twice; on the client side the invocation's ids are then put in the context's baggage
 around the call, so its interceptor carries them to the next service.
+
+On the server side, the invocation's ids the caller sent as baggage are moved out of the
+baggage for the handler, into the context value the spans read (with either interceptor): they
+stay on the spans and go on to the next mesh hop, but another instrumentation (httpx, say)
+does not copy them onto the handler's calls outside the mesh (a model provider's API).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from adk_mesh.telemetry._propagation import (
     extract_context,
     inject_context,
     invocation_as_baggage,
+    invocation_from_baggage,
 )
 from adk_mesh.telemetry._providers import get_tracer, tracing_enabled
 
@@ -145,40 +151,8 @@ class _TracedCall:
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> Any:
-        tracer = get_tracer()
-        if tracer is None:
+        def call(headers: Any) -> Any:
             return self._inner(
-                request,
-                timeout=timeout,
-                metadata=metadata,
-                credentials=credentials,
-                wait_for_ready=wait_for_ready,
-                compression=compression,
-            )
-        if _traced_by_grpc_instrumentation("GrpcAioInstrumentorClient"):
-            # Its interceptor makes the span and injects the current context (in a task it
-            # creates now, with a copy of this context): the ids go in as baggage.
-            carried = invocation_as_baggage()
-            token = otel_context.attach(carried) if carried is not None else None
-            try:
-                return self._inner(
-                    request,
-                    timeout=timeout,
-                    metadata=metadata,
-                    credentials=credentials,
-                    wait_for_ready=wait_for_ready,
-                    compression=compression,
-                )
-            finally:
-                if token is not None:
-                    otel_context.detach(token)
-        attributes = _rpc_attributes(self._service, self._method)
-        attributes.update(current_invocation_attributes())
-        span = tracer.start_span(self._name, kind=SpanKind.CLIENT, attributes=attributes)
-        headers = list(metadata or ())
-        headers.extend(inject_context(trace.set_span_in_context(span)).items())
-        try:
-            call = self._inner(
                 request,
                 timeout=timeout,
                 metadata=headers,
@@ -186,6 +160,28 @@ class _TracedCall:
                 wait_for_ready=wait_for_ready,
                 compression=compression,
             )
+
+        tracer = get_tracer()
+        if tracer is None:
+            return call(metadata)
+        if _traced_by_grpc_instrumentation("GrpcAioInstrumentorClient"):
+            # Its interceptor makes the span and injects the current context (in a task it
+            # creates now, with a copy of this context): the ids go in as baggage.
+            carried = invocation_as_baggage()
+            if carried is None:
+                return call(metadata)
+            token = otel_context.attach(carried)
+            try:
+                return call(metadata)
+            finally:
+                otel_context.detach(token)
+        attributes = _rpc_attributes(self._service, self._method)
+        attributes.update(current_invocation_attributes())
+        span = tracer.start_span(self._name, kind=SpanKind.CLIENT, attributes=attributes)
+        headers = list(metadata or ())
+        headers.extend(inject_context(trace.set_span_in_context(span)).items())
+        try:
+            started = call(headers)
         except BaseException as error:
             finish_rpc_span(span, grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
             raise
@@ -193,8 +189,8 @@ class _TracedCall:
         def done(finished: Any) -> None:
             finish_rpc_span(span, *_final_status(finished))
 
-        call.add_done_callback(done)
-        return call
+        started.add_done_callback(done)
+        return started
 
 
 def _traced(multi_callable: Any, method: str) -> Any:
@@ -322,16 +318,30 @@ def _start_server_span(
     span = tracer.start_span(
         full.lstrip("/"), context=parent, kind=SpanKind.SERVER, attributes=attributes
     )
-    return span, trace.set_span_in_context(span, parent)
+    return span, trace.set_span_in_context(span, invocation_from_baggage(parent))
+
+
+def _handler_context(
+    full: str, service: str, method: str, context: grpc.aio.ServicerContext, spans: bool
+) -> tuple[Span | None, otel_context.Context] | None:
+    """The server span (``None`` when another interceptor makes it) and the context the
+    handler runs in; ``None``: the handler runs as it is."""
+    if spans:
+        return _start_server_span(full, service, method, context)
+    # opentelemetry-instrumentation-grpc's interceptor (the outer one) made the span and
+    # attached the caller's context, baggage and all: the invocation's ids leave the baggage.
+    current = otel_context.get_current()
+    scoped = invocation_from_baggage(current)
+    return None if scoped is current else (None, scoped)
 
 
 def _wrap_unary_unary(
-    behaviour: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]], full: str
+    behaviour: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]], full: str, spans: bool
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     _, service, method = _method_parts(full)
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        started = _start_server_span(full, service, method, context)
+        started = _handler_context(full, service, method, context, spans)
         if started is None:
             return await behaviour(request, context)
         span, span_context = started
@@ -339,23 +349,25 @@ def _wrap_unary_unary(
         try:
             response = await behaviour(request, context)
         except BaseException as error:
-            finish_rpc_span(span, *_server_outcome(error, context))
+            if span is not None:
+                finish_rpc_span(span, *_server_outcome(error, context))
             raise
         finally:
             otel_context.detach(token)
-        finish_rpc_span(span, grpc.StatusCode.OK, None)
+        if span is not None:
+            finish_rpc_span(span, grpc.StatusCode.OK, None)
         return response
 
     return handler
 
 
 def _wrap_unary_stream(
-    behaviour: Callable[[Any, grpc.aio.ServicerContext], Any], full: str
+    behaviour: Callable[[Any, grpc.aio.ServicerContext], Any], full: str, spans: bool
 ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
     _, service, method = _method_parts(full)
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        started = _start_server_span(full, service, method, context)
+        started = _handler_context(full, service, method, context, spans)
         result = behaviour(request, context)
         if started is None:
             if inspect.isawaitable(result):
@@ -385,7 +397,8 @@ def _wrap_unary_stream(
                     otel_context.detach(token)
                 yield response
         except BaseException as error:
-            code, details = _server_outcome(error, context)
+            if span is not None:
+                code, details = _server_outcome(error, context)
             raise
         finally:
             try:
@@ -397,19 +410,22 @@ def _wrap_unary_stream(
                     finally:
                         otel_context.detach(token)
             finally:
-                finish_rpc_span(span, code, details)
+                if span is not None:
+                    finish_rpc_span(span, code, details)
 
     return handler
 
 
 class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """A SERVER span per call, child of the caller's context, current for the handler.
+    """A SERVER span per call, child of the caller's context, current for the handler (with
+    ``spans=False``, only the caller's ids moved out of the baggage, for the handler).
 
     gRPC asks for the handler on every call; the traced version of each (method, handler)
     is built once and kept.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spans: bool = True) -> None:
+        self._spans = spans
         self._traced: dict[
             tuple[str, int], tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]
         ] = {}
@@ -434,17 +450,16 @@ class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._traced[key] = (handler, traced)
         return traced
 
-    @staticmethod
-    def _trace(handler: grpc.RpcMethodHandler, full: str) -> grpc.RpcMethodHandler:
+    def _trace(self, handler: grpc.RpcMethodHandler, full: str) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary_unary(handler.unary_unary, full),
+                _wrap_unary_unary(handler.unary_unary, full, self._spans),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_unary_stream(handler.unary_stream, full),
+                _wrap_unary_stream(handler.unary_stream, full, self._spans),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -452,8 +467,11 @@ class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
-    """The interceptors of a new server: none while tracing is off, or while
-    opentelemetry-instrumentation-grpc traces the server (its interceptor makes the spans)."""
-    if not tracing_enabled() or _traced_by_grpc_instrumentation("GrpcAioInstrumentorServer"):
+    """The interceptors of a new server: none while tracing is off. While
+    opentelemetry-instrumentation-grpc traces the server, its interceptor (put first) makes
+    the spans, and this one only moves the caller's ids out of the baggage."""
+    if not tracing_enabled():
         return []
-    return [_ServerInterceptor()]
+    return [
+        _ServerInterceptor(spans=not _traced_by_grpc_instrumentation("GrpcAioInstrumentorServer"))
+    ]

@@ -40,6 +40,7 @@ __all__ = [
     "inject_context",
     "invocation_as_baggage",
     "invocation_attributes",
+    "invocation_from_baggage",
     "trace_headers",
     "with_invocation",
 ]
@@ -53,6 +54,7 @@ CONVERSATION_ID = "gen_ai.conversation.id"
 
 #: The invocation's ids, as baggage entries and as span attributes (same keys).
 BAGGAGE_KEYS = (INVOCATION_ID, APP_NAME, USER_ID, SESSION_ID, BRANCH)
+_BAGGAGE_KEY_SET = frozenset(BAGGAGE_KEYS)
 
 
 def invocation_attributes(ctx: InvocationContext) -> dict[str, AttributeValue]:
@@ -101,6 +103,31 @@ def invocation_as_baggage(context: Context | None = None) -> Context | None:
         if value is not None:
             carried = baggage.set_baggage(key, value, context=carried)
     return carried
+
+
+def invocation_from_baggage(context: Context) -> Context:
+    """``context`` with the invocation's ids it received as W3C baggage (a mesh call's caller
+    sent them) moved to the context value :func:`with_invocation` sets: the spans started in it
+    and the next mesh hop still carry them, but they are no longer baggage that another
+    instrumentation (httpx, say) would copy onto a call outside the mesh, such as a model
+    provider's or a tool's HTTP API. Other baggage entries stay. ``context`` itself when it
+    carries none of the ids as baggage."""
+    entries = baggage.get_all(context)
+    if not entries or _BAGGAGE_KEY_SET.isdisjoint(entries):
+        return context
+    ids: dict[str, AttributeValue] = {}
+    moved = baggage.clear(context)
+    for key, value in entries.items():
+        if key not in _BAGGAGE_KEY_SET:
+            moved = baggage.set_baggage(key, value, context=moved)
+        elif isinstance(value, str) and value:
+            ids[key] = value
+    if not ids or isinstance(get_value(_INVOCATION, moved), dict):
+        return moved
+    session_id = ids.get(SESSION_ID)
+    if session_id is not None:
+        ids[CONVERSATION_ID] = session_id
+    return set_value(_INVOCATION, ids, moved)
 
 
 def attributes_from_baggage(context: Context | None = None) -> dict[str, AttributeValue]:

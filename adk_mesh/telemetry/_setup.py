@@ -324,9 +324,18 @@ def _install(service_name: str) -> TelemetryHandle:
         span_exporters += ("otlp_json_file",)
     _joined.update((tracer_provider, logger_provider))
     # Spans or metrics nobody exports are not made at all: the instrumentation is pointed at
-    # no-op providers for them (the SDK's global ones stay, set once).
+    # other providers for them (the SDK's global ones stay, set once). Spans still drive the
+    # metrics and carry the ids onto log records: with either exported, they are started but
+    # never sampled (no recording, no export).
     if not span_exporters:
-        _providers.set_tracer_provider(trace.NoOpTracerProvider())
+        if asked["metrics"] or asked["logs"]:
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+            unsampled = TracerProvider(sampler=ALWAYS_OFF, shutdown_on_exit=False)
+            _providers.set_tracer_provider(unsampled)
+        else:
+            _providers.set_tracer_provider(trace.NoOpTracerProvider())
     if not asked["metrics"]:
         _providers.set_meter_provider(metrics.NoOpMeterProvider())
     if asked["logs"]:

@@ -354,17 +354,34 @@ def test_console_exporter_prints_the_spans() -> None:
     assert printed["resource"]["attributes"]["service.name"] == "coordinator"
 
 
-def test_none_exports_no_spans_and_records_none(
+async def test_none_exports_no_spans_but_the_metrics_still_count(
     monkeypatch: pytest.MonkeyPatch, grpc_receiver: tuple[str, Received]
 ) -> None:
     endpoint, received = grpc_receiver
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
-    handle = configure_telemetry("coordinator")
-    assert (handle.span_exporters, handle.enabled, handle.metrics_exported) == ((), False, True)
-    assert _providers.get_tracer() is None  # spans nobody exports are not made at all
+    handle = configure_telemetry("desk")
+    assert (handle.span_exporters, handle.metrics_exported) == ((), True)
+    tracer = _providers.get_tracer()
+    assert tracer is not None and not tracer.start_span("unsampled").is_recording()
+    await run_one_invocation()
     handle.shutdown()
     assert received.requests == []
+    assert {
+        "adk_mesh.agent.invocation.duration",
+        "adk_mesh.tool.duration",
+        "gen_ai.client.operation.duration",
+    } <= received.metric_names
+
+
+def test_none_everywhere_installs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    for variable in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"):
+        monkeypatch.setenv(variable, "none")
+    handle = configure_telemetry("desk")
+    assert handle.pipeline == "off"
+    assert _providers.get_tracer() is None
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def test_an_unknown_exporter_is_a_config_error_and_installs_nothing(

@@ -8,7 +8,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,12 +21,21 @@ START_TIMEOUT = 20.0
 class Service:
     """One ``adk-mesh serve`` process; ``target`` is known once its ready line was read."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        log: Path,
+        launcher: Sequence[str] = (),
+    ) -> None:
+        """``launcher``: a command that runs the service's command line (such as
+        ``opentelemetry-instrument``)."""
         self.name = name
         self.log = log
         self._log_file = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "adk_mesh", "serve", *args, "--port", "0"],
+            [*launcher, sys.executable, "-m", "adk_mesh", "serve", *args, "--port", "0"],
             cwd=REPO_ROOT,
             env=env,
             stdout=subprocess.PIPE,

@@ -69,12 +69,6 @@ class RemoteAgent(BaseAgent):
         self._cached_stub: Any = None
 
     @property
-    def keeps_conversation(self) -> bool:
-        """The remote agent answers the user's next turn too, as a local LLM agent would (its
-        own service decides who in its tree answers)."""
-        return True
-
-    @property
     def remote_location(self) -> RemoteLocation:
         return RemoteLocation(self.target, self.agent_name or self.name)
 

@@ -136,7 +136,9 @@ class Custom(BaseAgent):
     ("answered", "answers_next"),
     [
         ("specialist", "specialist"),  # an LLM agent keeps the conversation
-        ("remote", "remote"),  # so does a remote agent (it answered as a sub-agent)
+        # Not yet a remote agent: its model cannot hand back to the caller's agents, so the
+        # conversation would never return to them (the caller's targets do not travel yet).
+        ("remote", "root"),
         ("strict", "root"),  # one that may not hand back to its parent does not
         ("custom", "root"),  # an agent that does not say it does, does not
         ("step", "root"),  # nor does one below a workflow agent

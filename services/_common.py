@@ -11,7 +11,7 @@ from typing import Any
 
 from adk_mesh import BaseTool, ConfigError, ReadonlyContext, Toolset
 from adk_mesh.mesh import RemoteToolset
-from adk_mesh.mesh.serve import PortTakenError, serve_until_signal
+from adk_mesh.mesh.serve import BindError, PortTakenError, serve_until_signal
 from adk_mesh.telemetry import configure_telemetry
 
 __all__ = [
@@ -110,6 +110,9 @@ def run_service(
             f"stop it or pass --port",
             file=sys.stderr,
         )
+        return 2
+    except BindError as error:
+        print(f"error: {error.message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

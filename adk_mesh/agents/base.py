@@ -7,12 +7,15 @@ import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from adk_mesh.contexts import CallbackContext, InvocationContext
+from adk_mesh.contexts import CallbackContext, InvocationContext, ReadonlyContext
 from adk_mesh.errors import ConfigError
 from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Content, Event
+
+if TYPE_CHECKING:
+    from adk_mesh.tools.base import BaseTool
 
 __all__ = [
     "AgentCallback",
@@ -148,6 +151,14 @@ class BaseAgent(abc.ABC):
         starts again from the root. No by default: an agent that decides an order (a workflow)
         starts over."""
         return False
+
+    async def canonical_tools(
+        self, ctx: ReadonlyContext, *, skip_unavailable: bool = False
+    ) -> list[BaseTool]:
+        """The tools this agent offers its model in ``ctx``, toolsets expanded (an agent
+        without a model: none). ``skip_unavailable``: leave out a toolset that cannot be
+        listed now (a tool service that is down) instead of failing."""
+        return []
 
     @property
     def remote_location(self) -> RemoteLocation | None:

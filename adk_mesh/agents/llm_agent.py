@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -18,11 +19,13 @@ from adk_mesh.contexts import (
     StreamingMode,
     ToolContext,
 )
-from adk_mesh.errors import AgentError, ConfigError, ToolError
+from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
 from adk_mesh.types import Content, Event, EventActions, FunctionCall, LlmResponse, Part
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "InstructionProvider",
@@ -191,14 +194,21 @@ class LlmAgent(BaseAgent):
             return str(result)
         return render_instruction(instruction, ctx) if instruction else ""
 
-    async def canonical_tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+    async def canonical_tools(
+        self, ctx: ReadonlyContext, *, skip_unavailable: bool = False
+    ) -> list[BaseTool]:
         """This agent's tools with every toolset expanded for this context."""
         resolved: list[BaseTool] = []
         for tool in self.tools:
-            if isinstance(tool, Toolset):
-                resolved.extend(await tool.tools(ctx))
-            else:
+            if not isinstance(tool, Toolset):
                 resolved.append(tool)
+                continue
+            try:
+                resolved.extend(await tool.tools(ctx))
+            except AdkError as error:
+                if not skip_unavailable:
+                    raise
+                logger.warning("toolset %s left out: %s", type(tool).__name__, error.message)
         return resolved
 
     async def _build_request(

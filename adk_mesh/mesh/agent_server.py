@@ -11,10 +11,14 @@ import grpc.aio
 from adk_mesh import codec
 from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent
-from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts import ArtifactService, artifact_service_from_url
-from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, InvocationContext, serving_deadline
+from adk_mesh.contexts import (
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    InvocationContext,
+    ReadonlyContext,
+    serving_deadline,
+)
 from adk_mesh.errors import (
     AgentNotFoundError,
     DelegationError,
@@ -22,14 +26,13 @@ from adk_mesh.errors import (
     NotFoundError,
 )
 from adk_mesh.memory.base import MemoryService
-from adk_mesh.mesh._channel import MeshServer
+from adk_mesh.mesh._channel import MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
-from adk_mesh.mesh._status import error_boundary
+from adk_mesh.mesh._status import error_boundary, error_from_rpc_error
 from adk_mesh.runner import Runner, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import annotate_current_span
-from adk_mesh.tools.base import BaseTool
 from adk_mesh.types import Content, Event
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 
@@ -236,12 +239,23 @@ class AgentServer(MeshServer):
             async for response in responses:
                 yield response
 
-    def card(self, agent_name: str) -> agent_pb2.AgentCard:
-        """What ``agent_name`` (empty: the root) is and what it exposes."""
+    async def card(self, agent_name: str) -> agent_pb2.AgentCard:
+        """What ``agent_name`` (empty: the root) is and what it exposes: its tools with every
+        toolset listed (one that cannot be listed now is left out), and for an agent that runs
+        in another service, the card that service gives, under this tree's name."""
         agent = self.find(agent_name)
-        tools: list[BaseTool] = []
-        if isinstance(agent, LlmAgent):
-            tools = [tool for tool in agent.tools if isinstance(tool, BaseTool)]
+        location = agent.remote_location
+        if location is not None:
+            card = await _remote_card(location.target, location.agent_name)
+            card.name = agent.name
+            card.description = agent.description or card.description
+            return card
+        ctx = InvocationContext(
+            invocation_id=new_invocation_id(),
+            agent=agent,
+            session=Session(id="", app_name=self.app_name, user_id=""),
+        )
+        tools = await agent.canonical_tools(ReadonlyContext(ctx), skip_unavailable=True)
         return agent_pb2.AgentCard(
             name=agent.name,
             description=agent.description,
@@ -254,6 +268,23 @@ class AgentServer(MeshServer):
             agent_type=type(agent).__name__,
             app_name=self.app_name,
         )
+
+
+DESCRIBE_TIMEOUT = 10.0
+
+
+async def _remote_card(target: str, agent_name: str) -> agent_pb2.AgentCard:
+    """The AgentCard the agent service at ``target`` gives for ``agent_name``."""
+    async with open_channel(target) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        try:
+            response = await stub.Describe(
+                agent_pb2.DescribeRequest(agent_name=agent_name), timeout=DESCRIBE_TIMEOUT
+            )
+        except grpc.RpcError as error:
+            raise error_from_rpc_error(error) from None
+    card: agent_pb2.AgentCard = response.card
+    return card
 
 
 def _new_message(message: content_pb2.Content | None) -> Content:
@@ -340,5 +371,5 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         self, request: agent_pb2.DescribeRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.DescribeResponse:
         async with error_boundary(context):
-            return agent_pb2.DescribeResponse(card=self._server.card(request.agent_name))
+            return agent_pb2.DescribeResponse(card=await self._server.card(request.agent_name))
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover

@@ -181,12 +181,6 @@ async def test_describe_prints_whole_descriptions() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the AgentCard has no tools of toolsets, and Describe of a RemoteAgent does not "
-    "ask its service: AgentServer.card (adk_mesh/mesh/agent_server.py) must list them; "
-    "remove this mark when it does",
-)
 async def test_describe_shows_the_tools_of_remote_toolsets_and_remote_agents() -> None:
     tool_server = ToolServer([FunctionTool(forecast)])
     tool_port = await tool_server.start("127.0.0.1:0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +19,7 @@ from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.contexts import ToolContext
 from adk_mesh.errors import AgentNotFoundError, DelegationError, InvalidArgumentError
-from adk_mesh.mesh import AgentServer, RemoteAgent
+from adk_mesh.mesh import AgentServer, RemoteAgent, RemoteToolset
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._status import error_from_rpc_error
 from adk_mesh.models.base import LlmRequest
@@ -363,6 +364,23 @@ async def test_describe_returns_the_agent_card() -> None:
     assert [(s.name, s.description) for s in card.sub_agents] == [("helper", "Helps.")]
     assert [t.name for t in card.tools] == ["remember"]
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_describe_leaves_out_a_toolset_that_cannot_be_listed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as holder:  # a port that was free a moment ago: nothing listens
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+    down = RemoteToolset(f"127.0.0.1:{port}", list_timeout=2)
+    root = LlmAgent(name="front", model=ScriptedModel([]), tools=[FunctionTool(remember), down])
+    try:
+        async with serving(root) as (_, target), stub_for(target) as stub:
+            card = (await stub.Describe(agent_pb2.DescribeRequest())).card
+    finally:
+        await down.close()
+    assert [t.name for t in card.tools] == ["remember"]
+    assert "RemoteToolset left out" in caplog.text
 
 
 async def test_health_is_serving_and_reflection_lists_the_services() -> None:

@@ -382,10 +382,19 @@ class MyPipeline(BaseAgent):
                     yield event
 
 
-@pytest.mark.parametrize("workflow", [SequentialAgent, MyPipeline])
-async def test_a_users_workflow_agent_owns_transfers_as_the_built_in_one_does(
-    workflow: type[BaseAgent],
-) -> None:
+def users_copy(built_in: type[BaseAgent]) -> type[BaseAgent]:
+    """A class of the user's own, not derived from ``built_in``, that behaves as it does: it
+    declares the same capabilities and runs the same steps."""
+
+    class Mine(BaseAgent):
+        owns_child_transfers = built_in.owns_child_transfers
+        max_iterations = 1
+        _run_impl = built_in._run_impl
+
+    return Mine
+
+
+def triage_then_summary(workflow: type[BaseAgent]) -> tuple[BaseAgent, LlmAgent]:
     specialist = LlmAgent(name="specialist", model=ScriptedModel(["special answer"]))
     triage = LlmAgent(
         name="triage",
@@ -393,10 +402,40 @@ async def test_a_users_workflow_agent_owns_transfers_as_the_built_in_one_does(
         sub_agents=[specialist],
     )
     summarizer = LlmAgent(name="summarizer", model=ScriptedModel(["summary"]))
-    pipeline = workflow(name="pipeline", sub_agents=[triage, summarizer])
+    return workflow(name="pipeline", sub_agents=[triage, summarizer]), triage
+
+
+@pytest.mark.parametrize(
+    "workflow",
+    [
+        SequentialAgent,
+        MyPipeline,
+        users_copy(SequentialAgent),
+        users_copy(LoopAgent),
+    ],
+)
+async def test_a_users_workflow_agent_owns_transfers_as_the_built_in_one_does(
+    workflow: type[BaseAgent],
+) -> None:
+    pipeline, triage = triage_then_summary(workflow)
+    if isinstance(pipeline, LoopAgent):
+        pipeline.max_iterations = 1
 
     turn = await run_turn(pipeline)
 
     assert [e.author for e in turn.events] == ["triage", "triage", "specialist", "summarizer"]
     # And, as for the built-in one, the triage agent may not hand back to a workflow parent.
     assert [agent.name for agent in triage.transfer_targets()] == ["specialist"]
+
+
+@pytest.mark.parametrize("workflow", [ParallelAgent, users_copy(ParallelAgent)])
+async def test_a_users_parallel_agent_runs_a_branchs_transfer_in_that_branch(
+    workflow: type[BaseAgent],
+) -> None:
+    pipeline, _ = triage_then_summary(workflow)
+
+    turn = await run_turn(pipeline)
+
+    by_author = {event.author: event.branch for event in turn.events}
+    assert by_author["specialist"] == by_author["triage"] == "pipeline.triage"
+    assert by_author["summarizer"] == "pipeline.summarizer"

@@ -5,6 +5,8 @@
     AdkError                        any adk-mesh failure
     ├── ConfigError                 a developer mistake: bad wiring, unknown model prefix, ...
     ├── InvalidArgumentError        a bad request: empty message, malformed args, bad names
+    ├── UnauthenticatedError        the caller proved no identity (no, bad or expired token)
+    ├── PermissionDeniedError       the caller may not do this (a mesh-door call from a non-peer)
     ├── AlreadyExistsError          creating something that exists (a session id)
     ├── NotFoundError               something named does not exist
     │   ├── SessionNotFoundError
@@ -54,11 +56,13 @@ __all__ = [
     "InvocationCancelledError",
     "ModelError",
     "NotFoundError",
+    "PermissionDeniedError",
     "SessionError",
     "SessionNotFoundError",
     "StateConflictError",
     "ToolError",
     "ToolNotFoundError",
+    "UnauthenticatedError",
     "error_class_for_reason",
     "status_name_for",
 ]
@@ -93,6 +97,14 @@ class ConfigError(AdkError):
 
 class InvalidArgumentError(AdkError):
     reason = "INVALID_ARGUMENT"
+
+
+class UnauthenticatedError(AdkError):
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(AdkError):
+    reason = "PERMISSION_DENIED"
 
 
 class AlreadyExistsError(AdkError):
@@ -189,6 +201,8 @@ GRPC_STATUS: dict[type[AdkError], str] = {
     AdkError: "INTERNAL",
     ConfigError: "FAILED_PRECONDITION",
     InvalidArgumentError: "INVALID_ARGUMENT",
+    UnauthenticatedError: "UNAUTHENTICATED",
+    PermissionDeniedError: "PERMISSION_DENIED",
     AlreadyExistsError: "ALREADY_EXISTS",
     NotFoundError: "NOT_FOUND",
     SessionNotFoundError: "NOT_FOUND",

@@ -5,13 +5,36 @@
 * :class:`AgentServer` serves an agent tree over ``adk_mesh.v1.AgentService`` (root runs with
   a persisted session, delegated runs that persist nothing); :class:`RemoteAgent` is the
   BaseAgent that delegates to one, as a transfer target or inside an AgentTool.
+* Who may call what: :class:`ServerSecurity` (TLS with :class:`ServerTLS`, the mesh door's
+  allow-list, end-user :class:`Authenticator`\\ s); clients connect with :class:`ClientTLS`.
 """
 
 from __future__ import annotations
 
 from adk_mesh.mesh.agent_server import AgentServer
+from adk_mesh.mesh.auth import (
+    ApiKeyAuthenticator,
+    Authenticator,
+    JwtAuthenticator,
+    Principal,
+    new_api_key,
+)
 from adk_mesh.mesh.remote_agent import RemoteAgent
 from adk_mesh.mesh.remote_toolset import RemoteToolset
+from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
 from adk_mesh.mesh.tool_server import ToolServer
 
-__all__ = ["AgentServer", "RemoteAgent", "RemoteToolset", "ToolServer"]
+__all__ = [
+    "AgentServer",
+    "ApiKeyAuthenticator",
+    "Authenticator",
+    "ClientTLS",
+    "JwtAuthenticator",
+    "Principal",
+    "RemoteAgent",
+    "RemoteToolset",
+    "ServerSecurity",
+    "ServerTLS",
+    "ToolServer",
+    "new_api_key",
+]

@@ -7,13 +7,18 @@ for the idempotent reads (``Describe``, ``ListTools``) only: ``Run`` and ``CallT
 effects and are never retried by the transport.
 
 Servers derive from :class:`MeshServer`, which registers gRPC health (``SERVING`` once started,
-``NOT_SERVING`` as soon as stopping begins) and reflection for the services it serves.
+``NOT_SERVING`` as soon as stopping begins) and reflection for the services it serves, keeps
+the door of each call (see :mod:`adk_mesh.mesh.security`) and bounds the calls it runs at once.
+
+Both sides speak TLS when told (:class:`~adk_mesh.mesh.security.ServerTLS`,
+:class:`~adk_mesh.mesh.security.ClientTLS`; a client reads ``ADK_MESH_TLS_*`` by default).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,10 +28,26 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from adk_mesh.errors import AdkIOError, ConfigError
+from adk_mesh.mesh._doors import DoorKeeper
 from adk_mesh.mesh._drain import CallGate
 from adk_mesh.mesh._interceptors import TracedChannel, server_interceptors
+from adk_mesh.mesh.security import ClientTLS, ServerSecurity, is_loopback
 
-__all__ = ["MAX_MESSAGE_BYTES", "MeshServer", "channel_options", "open_channel"]
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT_CALLS",
+    "MAX_MESSAGE_BYTES",
+    "MeshServer",
+    "channel_options",
+    "open_channel",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Calls a server runs at once (streams included); more are refused with RESOURCE_EXHAUSTED.
+DEFAULT_MAX_CONCURRENT_CALLS = 256
+
+# Marks "read ADK_MESH_TLS_* from the environment" apart from an explicit ``tls=None``.
+_FROM_ENV: ClientTLS = ClientTLS()
 
 #: Largest message sent or received (32 MiB): gRPC's 4 MiB default is too small for a session
 #: view with inline artifacts, and an unbounded limit lets one bad peer exhaust memory.
@@ -72,11 +93,18 @@ def channel_options() -> list[tuple[str, Any]]:
     ]
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
-    """An insecure channel to ``target`` (``host:port`` or ``dns:///host:port``)."""
+def open_channel(target: str, *, tls: ClientTLS | None = _FROM_ENV) -> grpc.aio.Channel:
+    """A channel to ``target`` (``host:port`` or ``dns:///host:port``): TLS with ``tls``
+    (by default from ``ADK_MESH_TLS_CA`` / ``_CERT`` / ``_KEY``), plaintext when there is none."""
     if not target:
         raise ConfigError("a mesh target must not be empty; write host:port or dns:///host:port")
-    return TracedChannel(grpc.aio.insecure_channel(target, options=channel_options()))
+    if tls is _FROM_ENV:
+        tls = ClientTLS.from_env()
+    if tls is None:
+        channel = grpc.aio.insecure_channel(target, options=channel_options())
+    else:
+        channel = grpc.aio.secure_channel(target, tls.credentials(), options=channel_options())
+    return TracedChannel(channel)
 
 
 class MeshServer:
@@ -88,6 +116,8 @@ class MeshServer:
     _service_names: Sequence[str] = ()
 
     def __init__(self) -> None:
+        #: The mesh door's port once started with a mesh address; else ``None``.
+        self.mesh_port: int | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._gate = CallGate(exempt=(health.SERVICE_NAME, reflection.SERVICE_NAME))
@@ -95,13 +125,47 @@ class MeshServer:
     def _register(self, server: grpc.aio.Server) -> None:
         raise NotImplementedError
 
-    async def start(self, address: str = "127.0.0.1:0") -> int:
-        """Bind ``address``, start serving and return the bound port (useful with port 0)."""
+    async def start(
+        self,
+        address: str = "127.0.0.1:0",
+        *,
+        security: ServerSecurity | None = None,
+        mesh_address: str | None = None,
+        max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+    ) -> int:
+        """Bind ``address`` (the front door), start serving and return the bound port.
+
+        Args:
+            security: TLS, the mesh door's allow-list, end-user authentication (default:
+                plaintext, for loopback).
+            mesh_address: where the mesh door listens, with mutual TLS (``security`` must have
+                a client CA); its port is :attr:`mesh_port` afterwards.
+            max_concurrent_calls: calls run at once; more get RESOURCE_EXHAUSTED.
+
+        Raises:
+            ConfigError: plaintext beyond loopback without ``security.insecure``, or a mesh
+                address without mutual TLS.
+        """
         if self._server is not None:
             raise ConfigError(f"{type(self).__name__} is already started")
+        security = security or ServerSecurity()
+        host = address.rpartition(":")[0]
+        if security.tls is None and not is_loopback(host):
+            if not security.insecure:
+                raise ConfigError(
+                    f"refusing to serve plaintext on {address}, beyond this machine: give a TLS "
+                    "certificate and key, or --insecure on a network you trust"
+                )
+            logger.warning(
+                "serving PLAINTEXT on %s (--insecure): anyone on the network can read and "
+                "forge calls; the mesh door stays open to this machine only",
+                address,
+            )
+        if mesh_address is not None and not security.mutual_tls:
+            raise ConfigError("a mesh door port needs mutual TLS: a certificate, key and client CA")
         server = grpc.aio.server(
-            # Tracing outermost, so a call the gate refuses still has its span.
-            interceptors=[*server_interceptors(), self._gate],
+            # Tracing outermost, so a call the gate or the doors refuse still has its span.
+            interceptors=[*server_interceptors(), self._gate, DoorKeeper(security)],
             options=[
                 *_COMMON_OPTIONS,
                 # Accept the clients' keepalive pings on idle connections.
@@ -110,6 +174,7 @@ class MeshServer:
                 # A port another process holds is an error, not a silently shared port.
                 ("grpc.so_reuseport", 0),
             ],
+            maximum_concurrent_rpcs=max_concurrent_calls,
         )
         self._register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -117,13 +182,22 @@ class MeshServer:
             (*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         try:
-            port: int = server.add_insecure_port(address)
+            if security.tls is None:
+                port: int = server.add_insecure_port(address)
+            else:
+                front = security.tls.credentials(require_client_certificate=False)
+                port = server.add_secure_port(address, front)
+            if mesh_address is not None:
+                assert security.tls is not None
+                mesh = security.tls.credentials(require_client_certificate=True)
+                self.mesh_port = server.add_secure_port(mesh_address, mesh)
         except RuntimeError as error:
             raise AdkIOError(f"cannot bind {address!r}: {error}") from error
         await server.start()
         self._server = server
         for name in ("", *self._service_names):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        _log_doors(address, mesh_address, security)
         return port
 
     async def stop(self, grace: float | None = None) -> None:
@@ -153,3 +227,19 @@ class MeshServer:
     async def wait_for_termination(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()
+
+
+def _log_doors(address: str, mesh_address: str | None, security: ServerSecurity) -> None:
+    if security.tls is None:
+        logger.info("no TLS on %s: the mesh door is open to this machine's processes only", address)
+    elif mesh_address is None:
+        logger.info("TLS on %s; no mesh door (no client CA): mesh-door calls are refused", address)
+    else:
+        logger.info(
+            "TLS on %s; mesh door (mutual TLS) on %s for %s",
+            address,
+            mesh_address,
+            ", ".join(sorted(security.allow_peers)) or "no peer (empty allow-list)",
+        )
+    if not security.authenticators:
+        logger.info("no authenticator: a root run's user is whoever the request names")

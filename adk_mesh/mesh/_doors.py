@@ -1,0 +1,166 @@
+"""The door keeper: which door a call came to, and whether its caller may use it.
+
+* **Front door** — ``Describe`` and root runs. With authenticators, the caller must prove who
+  they are (UNAUTHENTICATED otherwise); a root run may name no user or the principal, never
+  another (PERMISSION_DENIED), and its user becomes the principal's id before the servicer runs.
+* **Mesh door** — delegated runs, ``ListTools`` and ``CallTool``. Only a peer gets in: with TLS,
+  a client certificate (verified by the mesh door's port) naming an identity of the allow-list;
+  without TLS, a process of this machine (loopback). Anyone else: PERMISSION_DENIED.
+* Health and reflection are open to all.
+
+Written as a server interceptor that wraps each handler once, like the tracing one: the
+request is read before the check, since ``Run`` is one door or the other by its mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from adk_mesh.errors import AdkError, PermissionDeniedError
+from adk_mesh.mesh._status import abort_with_error
+from adk_mesh.mesh.auth import authenticate
+from adk_mesh.mesh.security import ServerSecurity, peer_identities
+
+__all__ = ["DoorKeeper"]
+
+_RUN = "/adk_mesh.v1.AgentService/Run"
+_DESCRIBE = "/adk_mesh.v1.AgentService/Describe"
+_MESH_METHODS = frozenset(
+    {"/adk_mesh.v1.ToolService/ListTools", "/adk_mesh.v1.ToolService/CallTool"}
+)
+_LOOPBACK_PEERS = ("ipv4:127.", "ipv6:[::1]", "unix:")
+
+
+def _is_mesh_call(method: str, request: Any) -> bool:
+    if method == _RUN:
+        return bool(request.WhichOneof("mode") == "delegated")
+    return method in _MESH_METHODS
+
+
+class _Checks:
+    """The checks of one server's security, on one call."""
+
+    def __init__(self, security: ServerSecurity) -> None:
+        self.security = security
+
+    def peer(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        if self.security.tls is None:
+            peer = context.peer() or ""
+            if not peer.startswith(_LOOPBACK_PEERS):
+                raise PermissionDeniedError(
+                    f"{method.rsplit('/', 1)[-1]} is a mesh-door call, and without TLS this "
+                    "service's mesh door is open to processes of its own machine only"
+                )
+            return
+        identities = peer_identities(context.auth_context())
+        if not identities:
+            raise PermissionDeniedError(
+                f"{method.rsplit('/', 1)[-1]} is a mesh-door call: call the mesh port with a "
+                "client certificate of the mesh"
+            )
+        if not identities & self.security.allow_peers:
+            raise PermissionDeniedError(
+                f"peer {', '.join(sorted(identities))} is not in this service's allow-list"
+            )
+
+    async def front(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        if not self.security.authenticators:
+            return
+        metadata = {
+            key.lower(): value
+            for key, value in (context.invocation_metadata() or ())
+            if isinstance(value, str)
+        }
+        principal = await authenticate(self.security.authenticators, metadata)
+        if method == _RUN:
+            root = request.root
+            if root.user_id and root.user_id != principal.user_id:
+                raise PermissionDeniedError(
+                    "this run names another user than the one its credentials prove"
+                )
+            root.user_id = principal.user_id
+
+    async def check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        if _is_mesh_call(method, request):
+            self.peer(method, context)
+        else:
+            await self.front(method, request, context)
+
+
+def _guard_unary_unary(
+    behaviour: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
+    method: str,
+    checks: _Checks,
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            await checks.check(method, request, context)
+        except AdkError as error:
+            await abort_with_error(context, error)
+        return await behaviour(request, context)
+
+    return handler
+
+
+def _guard_unary_stream(
+    behaviour: Callable[[Any, grpc.aio.ServicerContext], Any],
+    method: str,
+    checks: _Checks,
+) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            await checks.check(method, request, context)
+        except AdkError as error:
+            await abort_with_error(context, error)
+        result = behaviour(request, context)
+        if not hasattr(result, "__aiter__"):
+            await result  # a handler that writes through context.write()
+            return
+        async for response in result:
+            yield response
+
+    return handler
+
+
+class DoorKeeper(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Checks each call of the mesh's services at its door (see the module docstring)."""
+
+    def __init__(self, security: ServerSecurity) -> None:
+        self._checks = _Checks(security)
+        self._guarded: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or not method.startswith("/adk_mesh."):
+            return handler  # health, reflection: open
+        key = (method, id(handler))
+        cached = self._guarded.get(key)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        guarded = self._guard(handler, method)
+        self._guarded[key] = (handler, guarded)
+        return guarded
+
+    def _guard(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _guard_unary_unary(handler.unary_unary, method, self._checks),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _guard_unary_stream(handler.unary_stream, method, self._checks),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # no streaming-request methods in the contract

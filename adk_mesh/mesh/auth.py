@@ -1,0 +1,281 @@
+"""End-user authentication at the front door: who is making this call.
+
+An :class:`Authenticator` turns a call's metadata into the :class:`Principal` making it. The
+front door (root runs, ``Describe``) of a service with authenticators asks them in order; the
+first that recognises the caller's credential decides. The principal's id is the user from then
+on: a root run naming another user is refused, and the id travels downstream in delegated runs
+and tool calls (trusted there because those hops are mutual TLS).
+
+Built in:
+
+* :class:`JwtAuthenticator` — ``authorization: Bearer <JWT>`` verified with PyJWT: signature by a
+  key of a JWKS (a file, re-read when it changes, or a URL, cached and fetched again for an
+  unknown ``kid``), an algorithm allow-list (RS256, ES256, EdDSA; never ``none``), issuer,
+  audience, expiry with leeway; the user id from a claim (``sub`` by default).
+* :class:`ApiKeyAuthenticator` — ``x-api-key: <key>`` looked up by its SHA-256 in a file of
+  ``<sha256 hex> <user id>`` lines (the keys themselves are never stored); re-read when it
+  changes. :func:`new_api_key` makes a key and its line.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import hashlib
+import secrets
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from adk_mesh.errors import ConfigError, UnauthenticatedError
+
+__all__ = [
+    "ApiKeyAuthenticator",
+    "Authenticator",
+    "JwtAuthenticator",
+    "Principal",
+    "authenticate",
+    "new_api_key",
+]
+
+#: Signature algorithms a token may use: asymmetric only, never ``none`` or a shared secret.
+DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is making a call, as an authenticator established it.
+
+    Attributes:
+        user_id: the user, everywhere after authentication.
+        method: how it was established (``"jwt"``, ``"api-key"``).
+        claims: what the credential said (a JWT's claims), for policies of your own.
+    """
+
+    user_id: str
+    method: str
+    claims: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Authenticator(abc.ABC):
+    """Establishes who makes a call from its metadata.
+
+    Contract: :meth:`authenticate` returns ``None`` when the call carries no credential of this
+    kind (another authenticator may know it), a :class:`Principal` when it carries a valid one,
+    and raises :class:`~adk_mesh.errors.UnauthenticatedError` — with a message the caller may
+    read, never a secret — when it carries one of this kind that is not valid. It may be called
+    concurrently and must not block the event loop.
+    """
+
+    @abc.abstractmethod
+    async def authenticate(self, metadata: Mapping[str, str]) -> Principal | None: ...
+
+
+async def authenticate(
+    authenticators: Sequence[Authenticator], metadata: Mapping[str, str]
+) -> Principal:
+    """The principal the first authenticator that knows the caller's credential establishes.
+
+    Raises:
+        UnauthenticatedError: no credential any of them knows, or an invalid one.
+    """
+    for authenticator in authenticators:
+        principal = await authenticator.authenticate(metadata)
+        if principal is not None:
+            return principal
+    raise UnauthenticatedError(
+        "this service needs credentials: send 'authorization: Bearer <token>' or 'x-api-key: <key>'"
+    )
+
+
+def _bearer(metadata: Mapping[str, str]) -> str | None:
+    value = metadata.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class _WatchedFile:
+    """A file's text, read again when the file changes (rotation without a restart)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._signature: tuple[int, int] | None = None
+        self._value: Any = None
+
+    def get(self, parse: Any) -> Any:
+        status = self.path.stat()
+        signature = (status.st_mtime_ns, status.st_size)
+        with self._lock:
+            if signature != self._signature:
+                self._value = parse(self.path.read_text(encoding="utf-8"))
+                self._signature = signature
+            return self._value
+
+
+class JwtAuthenticator(Authenticator):
+    """``authorization: Bearer <JWT>``, verified against a JWKS.
+
+    Args:
+        jwks: a JWKS file path, or an ``https://`` (or ``http://`` on loopback) URL.
+        issuer: the ``iss`` every token must carry.
+        audience: the ``aud`` every token must include (this service or this mesh).
+        user_claim: the claim holding the user id.
+        algorithms: the signature algorithms accepted (a subset of RS256, ES256, EdDSA, PS256,
+            ES384, RS384, RS512, ES512).
+        leeway: seconds of clock skew allowed on ``exp``, ``nbf`` and ``iat``.
+    """
+
+    def __init__(
+        self,
+        jwks: str | Path,
+        *,
+        issuer: str,
+        audience: str,
+        user_claim: str = "sub",
+        algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+        leeway: float = 30.0,
+    ) -> None:
+        allowed = {"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "ES512", "EdDSA"}
+        refused = set(algorithms) - allowed
+        if refused or not algorithms:
+            raise ConfigError(
+                f"JWT algorithms {sorted(refused) or '(none)'} are not accepted: use asymmetric "
+                f"ones among {', '.join(sorted(allowed))}"
+            )
+        if not issuer or not audience:
+            raise ConfigError("a JWT authenticator needs the issuer and the audience to check")
+        self.issuer = issuer
+        self.audience = audience
+        self.user_claim = user_claim
+        self.algorithms = tuple(algorithms)
+        self.leeway = leeway
+        source = str(jwks)
+        self._client: jwt.PyJWKClient | None = None
+        self._file: _WatchedFile | None = None
+        if source.startswith(("https://", "http://")):
+            self._client = jwt.PyJWKClient(source, cache_jwk_set=True, lifespan=300, timeout=10)
+        else:
+            if not Path(source).is_file():
+                raise ConfigError(f"JWKS file {source!r} does not exist")
+            self._file = _WatchedFile(source)
+            self._keys()  # a file that is not a JWKS fails now, not at the first call
+
+    def _keys(self) -> jwt.PyJWKSet:
+        assert self._file is not None
+        keys: jwt.PyJWKSet = self._file.get(jwt.PyJWKSet.from_json)
+        return keys
+
+    def _key(self, kid: str | None) -> jwt.PyJWK:
+        if self._client is not None:
+            # Cached; fetched again once for a kid it does not know (keys rotated).
+            return self._client.get_signing_key(kid or "")
+        for key in self._keys().keys:
+            if key.key_id == kid or (kid is None and len(self._keys().keys) == 1):
+                return key
+        raise jwt.PyJWKClientError(f"no key with kid {kid!r}")
+
+    async def authenticate(self, metadata: Mapping[str, str]) -> Principal | None:
+        token = _bearer(metadata)
+        if token is None or token.count(".") != 2:
+            return None  # no bearer token, or one that is not a JWT (an API key, say)
+        try:
+            header = jwt.get_unverified_header(token)
+            algorithm = header.get("alg")
+            if algorithm not in self.algorithms:
+                raise UnauthenticatedError(
+                    f"token algorithm {algorithm!r} is not accepted ({', '.join(self.algorithms)})"
+                )
+            if self._client is not None:
+                key = await asyncio.to_thread(self._key, header.get("kid"))
+            else:
+                key = self._key(header.get("kid"))
+            if key.algorithm_name != algorithm:
+                raise UnauthenticatedError("token algorithm does not match its key")
+            claims = jwt.decode(
+                token,
+                key=key.key,
+                algorithms=[algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
+                options={"require": ["exp", "iss", "aud", self.user_claim]},
+            )
+        except UnauthenticatedError:
+            raise
+        except jwt.ExpiredSignatureError:
+            raise UnauthenticatedError("token expired") from None
+        except jwt.InvalidAudienceError:
+            raise UnauthenticatedError("token is not for this audience") from None
+        except jwt.InvalidIssuerError:
+            raise UnauthenticatedError("token is from another issuer") from None
+        except (jwt.PyJWKClientError, jwt.PyJWKError):
+            raise UnauthenticatedError(
+                "token is signed by a key this service does not trust"
+            ) from None
+        except jwt.InvalidTokenError as error:
+            raise UnauthenticatedError(f"invalid token: {error}") from None
+        user = claims.get(self.user_claim)
+        if not isinstance(user, str) or not user:
+            raise UnauthenticatedError(f"token claim {self.user_claim!r} names no user")
+        return Principal(user_id=user, method="jwt", claims=claims)
+
+
+def _hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _parse_api_keys(text: str) -> dict[str, str]:
+    users: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        digest, _, user = line.partition(" ")
+        digest = digest.removeprefix("sha256:").lower()
+        user = user.strip()
+        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest) or not user:
+            raise ConfigError(
+                f"API key file line {number}: expected '<sha256 hex of the key> <user id>'"
+            )
+        users[digest] = user
+    return users
+
+
+class ApiKeyAuthenticator(Authenticator):
+    """``x-api-key: <key>``, looked up by its SHA-256 in ``path``.
+
+    The file holds one ``<sha256 hex> <user id>`` line per key (``#`` comments allowed) and is
+    read again when it changes, so keys are added and revoked without a restart.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        if not Path(path).is_file():
+            raise ConfigError(f"API key file {str(path)!r} does not exist")
+        self._file = _WatchedFile(path)
+        self._users()  # a malformed file fails now
+
+    def _users(self) -> dict[str, str]:
+        users: dict[str, str] = self._file.get(_parse_api_keys)
+        return users
+
+    async def authenticate(self, metadata: Mapping[str, str]) -> Principal | None:
+        key = metadata.get("x-api-key")
+        if key is None:
+            return None
+        user = self._users().get(_hash(key.strip()))
+        if user is None:
+            raise UnauthenticatedError("unknown API key")
+        return Principal(user_id=user, method="api-key")
+
+
+def new_api_key(user_id: str) -> tuple[str, str]:
+    """A new random API key for ``user_id`` and the line that grants it in a key file."""
+    key = "akm_" + secrets.token_urlsafe(32)
+    return key, f"{_hash(key)} {user_id}"

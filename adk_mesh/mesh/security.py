@@ -1,0 +1,311 @@
+"""Transport security and the two doors of every service, with grpcio's own credentials.
+
+**Transport.** A server serves TLS with :class:`ServerTLS` (its certificate and key, and the CA
+its mesh peers' client certificates must chain to); a client connects with :class:`ClientTLS`
+(the CA to trust, and its own certificate for mutual TLS), by default from ``ADK_MESH_TLS_CA``,
+``ADK_MESH_TLS_CERT`` and ``ADK_MESH_TLS_KEY``. Certificate files are read again when they change,
+at the next handshake: rotation needs no restart.
+
+**The two doors.** End users come in by the *front door*: root runs and ``Describe``. Other
+services of the mesh come in by the *mesh door*: delegated runs, ``ListTools`` and ``CallTool`` —
+the calls that assert a user, a session view or an invocation context. A mesh-door call is
+accepted only from a *peer*: a caller that proved, with a client certificate signed by the mesh
+CA, an identity (a DNS or URI subject alternative name, such as ``spiffe://mesh/planner``) in the
+server's allow-list. Anyone else gets PERMISSION_DENIED.
+
+With TLS the mesh door has a port of its own (``--mesh-port``), where a client certificate is
+required; the front door's port never asks for one. One port cannot do both here: grpcio's server
+credentials either never request a client certificate or require one (gRPC's C core can request
+one optionally, but the Python API does not expose it), and the front door must take end users
+who have none. Both ports are one server: the same servicers, limits and drain.
+
+Without TLS — development on loopback — there is one port, and its mesh door is open to loopback
+peers only. A server bound beyond loopback without TLS refuses to start unless told
+``insecure=True`` (``--insecure``), and then says so in its log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from adk_mesh.errors import ConfigError
+from adk_mesh.mesh.auth import ApiKeyAuthenticator, Authenticator, JwtAuthenticator
+
+__all__ = [
+    "TLS_CA_ENV",
+    "TLS_CERT_ENV",
+    "TLS_KEY_ENV",
+    "TOKEN_ENV",
+    "ClientTLS",
+    "ServerSecurity",
+    "ServerTLS",
+    "add_server_security_arguments",
+    "is_loopback",
+    "server_security_from_arguments",
+]
+
+TLS_CA_ENV = "ADK_MESH_TLS_CA"
+TLS_CERT_ENV = "ADK_MESH_TLS_CERT"
+TLS_KEY_ENV = "ADK_MESH_TLS_KEY"
+#: A bearer token ``adk-mesh run`` and ``describe`` send (``--token``).
+TOKEN_ENV = "ADK_MESH_TOKEN"
+
+logger = logging.getLogger(__name__)
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read the {what} {str(path)!r}: {error.strerror}") from None
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """A server's TLS: its certificate chain and key (PEM files), and for the mesh door the CA
+    its peers' client certificates must chain to.
+
+    The files are read again at the first handshake after any of them changed (a renewed
+    certificate is served to new connections without a restart; a half-written file is skipped
+    until it is whole).
+    """
+
+    cert_file: str | Path
+    key_file: str | Path
+    client_ca_file: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        for what, path in (
+            ("certificate", self.cert_file),
+            ("key", self.key_file),
+            ("client CA", self.client_ca_file),
+        ):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"the TLS {what} file {str(path)!r} does not exist")
+
+    def credentials(self, *, require_client_certificate: bool) -> grpc.ServerCredentials:
+        """Server credentials that follow the files; with ``require_client_certificate``, a
+        client must present a certificate signed by the client CA."""
+        if require_client_certificate and self.client_ca_file is None:
+            raise ConfigError("a mesh door needs the CA of its peers' certificates (client CA)")
+        rotating = _RotatingServerCertificate(self, with_client_ca=require_client_certificate)
+        return grpc.dynamic_ssl_server_credentials(
+            rotating.initial,
+            rotating.fetch,
+            require_client_authentication=require_client_certificate,
+        )
+
+
+class _RotatingServerCertificate:
+    """The certificate configuration of a server, reloaded when its files change."""
+
+    def __init__(self, tls: ServerTLS, *, with_client_ca: bool) -> None:
+        self._paths = [Path(tls.cert_file), Path(tls.key_file)]
+        if with_client_ca and tls.client_ca_file is not None:
+            self._paths.append(Path(tls.client_ca_file))
+        self._lock = threading.Lock()
+        self._signature = self._stat()
+        self.initial = self._load()
+
+    def _stat(self) -> tuple[tuple[int, int], ...]:
+        signature = []
+        for path in self._paths:
+            try:
+                status = path.stat()
+            except OSError:
+                return ()
+            signature.append((status.st_mtime_ns, status.st_size))
+        return tuple(signature)
+
+    def _load(self) -> Any:
+        cert = _read(self._paths[0], "certificate")
+        key = _read(self._paths[1], "key")
+        client_ca = _read(self._paths[2], "client CA") if len(self._paths) > 2 else None
+        return grpc.ssl_server_certificate_configuration([(key, cert)], client_ca)
+
+    def fetch(self) -> Any:
+        """Called by gRPC at each new handshake: a new configuration, or ``None`` to keep."""
+        signature = self._stat()
+        with self._lock:
+            if not signature or signature == self._signature:
+                return None
+            try:
+                configuration = self._load()
+            except (ConfigError, ValueError) as error:
+                logger.warning("TLS files changed but could not be loaded yet: %s", error)
+                return None
+            self._signature = signature
+        logger.info("TLS certificate reloaded from %s", self._paths[0])
+        return configuration
+
+
+@dataclass(frozen=True)
+class ClientTLS:
+    """A client's TLS: the CA that signs the servers' certificates (``None``: the system's
+    roots), and for the mesh door this service's own certificate and key (mutual TLS)."""
+
+    ca_file: str | Path | None = None
+    cert_file: str | Path | None = None
+    key_file: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ConfigError("a client certificate needs its key, and a key its certificate")
+
+    @classmethod
+    def from_env(cls) -> ClientTLS | None:
+        """From ``ADK_MESH_TLS_CA``, ``ADK_MESH_TLS_CERT`` and ``ADK_MESH_TLS_KEY``; ``None``
+        when none is set (plaintext)."""
+        ca, cert, key = (os.environ.get(name, "").strip() for name in _CLIENT_ENV)
+        if not (ca or cert or key):
+            return None
+        return cls(ca_file=ca or None, cert_file=cert or None, key_file=key or None)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        ca = _read(Path(self.ca_file), "CA") if self.ca_file is not None else None
+        cert = _read(Path(self.cert_file), "certificate") if self.cert_file is not None else None
+        key = _read(Path(self.key_file), "key") if self.key_file is not None else None
+        return grpc.ssl_channel_credentials(
+            root_certificates=ca, private_key=key, certificate_chain=cert
+        )
+
+
+_CLIENT_ENV = (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV)
+
+
+@dataclass(frozen=True)
+class ServerSecurity:
+    """Who a server lets in, and over what.
+
+    Attributes:
+        tls: the server's TLS; ``None`` serves plaintext (loopback only, unless ``insecure``).
+        allow_peers: the identities (certificate SANs: DNS names, ``spiffe://`` URIs) allowed
+            through the mesh door.
+        authenticators: how end users prove who they are at the front door; none: the user is
+            whoever the request names (development only).
+        insecure: serve plaintext beyond loopback (a trusted network; logged loudly).
+    """
+
+    tls: ServerTLS | None = None
+    allow_peers: frozenset[str] = field(default_factory=frozenset)
+    authenticators: tuple[Authenticator, ...] = ()
+    insecure: bool = False
+
+    @property
+    def mutual_tls(self) -> bool:
+        return self.tls is not None and self.tls.client_ca_file is not None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (of a bind address) is a loopback address or ``localhost``."""
+    name = host.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def add_server_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """The security flags of a server command (``adk-mesh serve``, the reference services)."""
+    group = parser.add_argument_group("security")
+    group.add_argument("--tls-cert", metavar="FILE", help="server certificate chain (PEM)")
+    group.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
+    group.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="CA of the mesh peers' client certificates (opens the mesh door on --mesh-port)",
+    )
+    group.add_argument(
+        "--mesh-port",
+        type=int,
+        metavar="PORT",
+        help="port of the mesh door (mutual TLS; 0: any free port)",
+    )
+    group.add_argument(
+        "--allow-peer",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a peer identity (certificate SAN: DNS name or URI) let through the mesh door; "
+        "repeatable",
+    )
+    group.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve plaintext beyond loopback (a trusted network only)",
+    )
+    group.add_argument("--auth-jwks", metavar="FILE|URL", help="JWKS of end users' bearer JWTs")
+    group.add_argument("--auth-issuer", metavar="ISS", help="the issuer JWTs must name")
+    group.add_argument("--auth-audience", metavar="AUD", help="the audience JWTs must name")
+    group.add_argument(
+        "--auth-user-claim", default="sub", metavar="CLAIM", help="claim with the user id"
+    )
+    group.add_argument(
+        "--auth-api-keys",
+        metavar="FILE",
+        help="API keys of end users: lines of '<sha256 hex> <user id>'",
+    )
+
+
+def server_security_from_arguments(args: argparse.Namespace) -> ServerSecurity:
+    """The :class:`ServerSecurity` the flags of :func:`add_server_security_arguments` ask for.
+
+    Raises:
+        ConfigError: flags that do not go together, or files that do not exist.
+    """
+    tls: ServerTLS | None = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        tls = ServerTLS(args.tls_cert, args.tls_key, args.tls_client_ca)
+    elif args.tls_client_ca:
+        raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+    if args.mesh_port is not None and (tls is None or tls.client_ca_file is None):
+        raise ConfigError("--mesh-port is the mutual-TLS door: give --tls-client-ca too")
+    if tls is not None and tls.client_ca_file is not None and args.mesh_port is None:
+        raise ConfigError("--tls-client-ca opens the mesh door: give it --mesh-port")
+    if args.allow_peer and (tls is None or tls.client_ca_file is None):
+        raise ConfigError("--allow-peer names mutual-TLS peers: give --tls-client-ca too")
+    authenticators: list[Authenticator] = []
+    if args.auth_jwks:
+        if not (args.auth_issuer and args.auth_audience):
+            raise ConfigError("--auth-jwks needs --auth-issuer and --auth-audience")
+        authenticators.append(
+            JwtAuthenticator(
+                args.auth_jwks,
+                issuer=args.auth_issuer,
+                audience=args.auth_audience,
+                user_claim=args.auth_user_claim,
+            )
+        )
+    elif args.auth_issuer or args.auth_audience:
+        raise ConfigError("--auth-issuer and --auth-audience go with --auth-jwks")
+    if args.auth_api_keys:
+        authenticators.append(ApiKeyAuthenticator(args.auth_api_keys))
+    return ServerSecurity(
+        tls=tls,
+        allow_peers=frozenset(args.allow_peer),
+        authenticators=tuple(authenticators),
+        insecure=args.insecure,
+    )
+
+
+def peer_identities(auth_context: Any) -> frozenset[str]:
+    """The identities a verified client certificate proves: its subject alternative names."""
+    names: Sequence[bytes] = auth_context.get("x509_subject_alternative_name", ())
+    return frozenset(name.decode(errors="replace") for name in names)

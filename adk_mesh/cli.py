@@ -198,12 +198,14 @@ def _serve(args: argparse.Namespace) -> int:
     from adk_mesh.mesh import AgentServer, ToolServer
     from adk_mesh.mesh._channel import MeshServer
     from adk_mesh.mesh._loader import load_agent, load_tools
+    from adk_mesh.mesh.security import server_security_from_arguments
     from adk_mesh.mesh.serve import BindError, describe_server, serve_until_signal
     from adk_mesh.telemetry import configure_telemetry
 
     _console_logging(args.log_level)
     address = f"{args.host}:{args.port}"
     try:
+        security = server_security_from_arguments(args)
         server: MeshServer
         if args.kind == "agent":
             agent = load_agent(args.reference)
@@ -223,8 +225,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve_until_signal(server, address, grace=args.grace))
-    except BindError as error:
+        asyncio.run(
+            serve_until_signal(
+                server, address, grace=args.grace, security=security, mesh_port=args.mesh_port
+            )
+        )
+    except (BindError, ConfigError) as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
     except AdkError as error:
@@ -239,10 +245,12 @@ def _serve(args: argparse.Namespace) -> int:
 async def _stream_run(args: argparse.Namespace, out: TextIO) -> None:
     from adk_mesh.mesh._channel import open_channel
 
+    credentials = _credentials(args)
+    user = args.user if args.user is not None else ("" if credentials else "user")
     request = agent_pb2.RunRequest(
         root=agent_pb2.RootRun(
             app_name=args.app or "",
-            user_id=args.user,
+            user_id=user,
             session_id=args.session or "",
             new_message=content_pb2.Content(
                 role="user", parts=[content_pb2.Part(text=args.message)]
@@ -254,7 +262,7 @@ async def _stream_run(args: argparse.Namespace, out: TextIO) -> None:
         request.run_config.streaming_mode = agent_pb2.STREAMING_MODE_SSE
     printer = EventPrinter(out)
     async with open_channel(args.target) as channel:
-        call = agent_pb2_grpc.AgentServiceStub(channel).Run(request)
+        call = agent_pb2_grpc.AgentServiceStub(channel).Run(request, metadata=credentials)
         try:
             async for response in _responses(call):
                 if args.json:
@@ -292,7 +300,22 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _describe_card(target: str, agent_name: str) -> agent_pb2.AgentCard:
+def _credentials(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """The call metadata that proves who the user is: ``--token`` / ``ADK_MESH_TOKEN`` as a
+    bearer token, ``--api-key`` / ``ADK_MESH_API_KEY`` as an API key."""
+    token = args.token or os.environ.get("ADK_MESH_TOKEN", "").strip()
+    api_key = args.api_key or os.environ.get("ADK_MESH_API_KEY", "").strip()
+    metadata: list[tuple[str, str]] = []
+    if token:
+        metadata.append(("authorization", f"Bearer {token}"))
+    if api_key:
+        metadata.append(("x-api-key", api_key))
+    return tuple(metadata)
+
+
+async def _describe_card(
+    target: str, agent_name: str, credentials: tuple[tuple[str, str], ...] = ()
+) -> agent_pb2.AgentCard:
     from adk_mesh.mesh._channel import open_channel
     from adk_mesh.mesh._status import error_from_rpc_error
 
@@ -300,7 +323,9 @@ async def _describe_card(target: str, agent_name: str) -> agent_pb2.AgentCard:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         try:
             response = await stub.Describe(
-                agent_pb2.DescribeRequest(agent_name=agent_name), timeout=30
+                agent_pb2.DescribeRequest(agent_name=agent_name),
+                timeout=30,
+                metadata=credentials,
             )
         except grpc.RpcError as error:
             raise error_from_rpc_error(error) from error
@@ -310,7 +335,7 @@ async def _describe_card(target: str, agent_name: str) -> agent_pb2.AgentCard:
 
 def _describe(args: argparse.Namespace) -> int:
     try:
-        card = asyncio.run(_describe_card(args.target, args.agent or ""))
+        card = asyncio.run(_describe_card(args.target, args.agent or "", _credentials(args)))
     except AdkError as error:
         print(_error_line(error), file=sys.stderr)
         return 1
@@ -370,7 +395,10 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument(
         "reference", metavar="MODULE:ATTR", help="tools/functions, a Toolset, or a factory"
     )
+    from adk_mesh.mesh.security import add_server_security_arguments
+
     for sub in (agent, tools):
+        add_server_security_arguments(sub)
         sub.add_argument("--port", type=_port, required=True, help="port (0: any free port)")
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         sub.add_argument(
@@ -392,21 +420,32 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one user turn on an agent service")
     run.add_argument("target", metavar="TARGET", help="host:port or dns:///host:port")
     run.add_argument("message", help="the user's message")
-    run.add_argument("--user", default="user", help="user id (default: user)")
+    run.add_argument("--user", help="user id (default: user; with credentials, the one they prove)")
     run.add_argument("--session", help="session id (default: a new session)")
     run.add_argument("--app", help="app name (default: the service's)")
     run.add_argument("--agent", help="agent of the served tree (default: its root)")
     run.add_argument("--stream", action="store_true", help="ask for streamed (partial) text")
     run.add_argument("--json", action="store_true", help="print one proto-JSON line per response")
 
+    _client_arguments(run)
     describe = commands.add_parser("describe", help="print an agent service's AgentCard")
     describe.add_argument("target", metavar="TARGET", help="host:port or dns:///host:port")
     describe.add_argument("--agent", help="agent of the served tree (default: its root)")
     describe.add_argument("--json", action="store_true", help="print the card as proto-JSON")
+    _client_arguments(describe)
 
     up = commands.add_parser("up", help="start a whole mesh from a config file", add_help=False)
     up.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to adk-mesh up")
     return parser
+
+
+def _client_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "credentials and TLS",
+        "TLS follows ADK_MESH_TLS_CA (and ADK_MESH_TLS_CERT / ADK_MESH_TLS_KEY for mutual TLS)",
+    )
+    group.add_argument("--token", help="bearer token of the user (default: $ADK_MESH_TOKEN)")
+    group.add_argument("--api-key", help="API key of the user (default: $ADK_MESH_API_KEY)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,7 +31,12 @@ from adk_mesh.errors import AdkIOError, ConfigError
 from adk_mesh.mesh._doors import DoorKeeper
 from adk_mesh.mesh._drain import CallGate
 from adk_mesh.mesh._interceptors import TracedChannel, server_interceptors
-from adk_mesh.mesh.security import ClientTLS, ServerSecurity, is_loopback
+from adk_mesh.mesh.security import (
+    ClientTLS,
+    ServerSecurity,
+    check_transport,
+    plaintext_beyond_loopback,
+)
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_CALLS",
@@ -149,18 +154,7 @@ class MeshServer:
         if self._server is not None:
             raise ConfigError(f"{type(self).__name__} is already started")
         security = security or ServerSecurity()
-        host = address.rpartition(":")[0]
-        if security.tls is None and not is_loopback(host):
-            if not security.insecure:
-                raise ConfigError(
-                    f"refusing to serve plaintext on {address}, beyond this machine: give a TLS "
-                    "certificate and key, or --insecure on a network you trust"
-                )
-            logger.warning(
-                "serving PLAINTEXT on %s (--insecure): anyone on the network can read and "
-                "forge calls; the mesh door stays open to this machine only",
-                address,
-            )
+        check_transport(address, security)
         if mesh_address is not None and not security.mutual_tls:
             raise ConfigError("a mesh door port needs mutual TLS: a certificate, key and client CA")
         server = grpc.aio.server(
@@ -230,7 +224,13 @@ class MeshServer:
 
 
 def _log_doors(address: str, mesh_address: str | None, security: ServerSecurity) -> None:
-    if security.tls is None:
+    if plaintext_beyond_loopback(address, security):
+        logger.warning(
+            "serving PLAINTEXT on %s (--insecure): anyone on the network can read and forge "
+            "calls; the mesh door stays open to this machine's processes only",
+            address,
+        )
+    elif security.tls is None:
         logger.info("no TLS on %s: the mesh door is open to this machine's processes only", address)
     elif mesh_address is None:
         logger.info("TLS on %s; no mesh door (no client CA): mesh-door calls are refused", address)

@@ -50,6 +50,7 @@ __all__ = [
     "ServerSecurity",
     "ServerTLS",
     "add_server_security_arguments",
+    "check_transport",
     "is_loopback",
     "server_security_from_arguments",
 ]
@@ -215,6 +216,23 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def check_transport(address: str, security: ServerSecurity) -> None:
+    """Refuse plaintext beyond loopback unless ``security.insecure`` says so.
+
+    Raises:
+        ConfigError: ``address`` is not a loopback address and there is no TLS.
+    """
+    if plaintext_beyond_loopback(address, security) and not security.insecure:
+        raise ConfigError(
+            f"refusing to serve plaintext on {address}, beyond this machine: give a TLS "
+            "certificate and key, or --insecure on a network you trust"
+        )
+
+
+def plaintext_beyond_loopback(address: str, security: ServerSecurity) -> bool:
+    return security.tls is None and not is_loopback(address.rpartition(":")[0])
 
 
 # --- the command line -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import sys
 from adk_mesh.errors import AdkIOError
 from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh.agent_server import AgentServer
+from adk_mesh.mesh.security import ServerSecurity, check_transport
 from adk_mesh.mesh.tool_server import ToolServer
 
 __all__ = [
@@ -98,36 +99,65 @@ def _bind_problem(host: str, port: int) -> BindError | None:
     return BindError(f"cannot bind {host}:{port}: {first.strerror}{hint}")
 
 
-async def start_server(server: MeshServer, address: str) -> int:
-    """Start ``server`` on ``address``; an address that cannot be bound raises
-    :class:`BindError` (:class:`PortTakenError` for a port in use)."""
-    host, port = split_address(address)
-    problem = _bind_problem(host, port)
-    if problem is not None:
-        raise problem
+async def start_server(
+    server: MeshServer,
+    address: str,
+    *,
+    security: ServerSecurity | None = None,
+    mesh_address: str | None = None,
+) -> int:
+    """Start ``server`` on ``address`` (and its mesh door on ``mesh_address``); an address
+    that cannot be bound raises :class:`BindError` (:class:`PortTakenError` for a port in
+    use)."""
+    check_transport(address, security or ServerSecurity())
+    addresses = [split_address(address)]
+    if mesh_address is not None:
+        addresses.append(split_address(mesh_address))
+    for host, port in addresses:
+        problem = _bind_problem(host, port)
+        if problem is not None:
+            raise problem
     try:
-        return await server.start(address)
+        return await server.start(address, security=security, mesh_address=mesh_address)
     except AdkIOError as error:
         # Bound by someone else in between, or a failure the probe cannot see.
-        raise _bind_problem(host, port) or BindError(error.message) from error
+        for host, port in addresses:
+            problem = _bind_problem(host, port)
+            if problem is not None:
+                raise problem from error
+        raise BindError(error.message) from error
 
 
-async def serve_until_signal(server: MeshServer, address: str, *, grace: float = 10.0) -> None:
+async def serve_until_signal(
+    server: MeshServer,
+    address: str,
+    *,
+    grace: float = 10.0,
+    security: ServerSecurity | None = None,
+    mesh_port: int | None = None,
+) -> None:
     """Serve on ``address`` until SIGTERM or SIGINT, then drain for up to ``grace`` seconds.
+
+    With ``mesh_port``, the mesh door listens on that port of the same host (mutual TLS: see
+    :mod:`adk_mesh.mesh.security`); its line, ``adk-mesh: mesh door on <host>:<port>``, comes
+    just before the ready line.
 
     Raises:
         PortTakenError: the port is held by another process.
         BindError: the address cannot be bound for another reason.
     """
     loop = asyncio.get_running_loop()
-    port = await start_server(server, address)
+    host, _ = split_address(address)
+    mesh_address = f"{host}:{mesh_port}" if mesh_port is not None else None
+    port = await start_server(server, address, security=security, mesh_address=mesh_address)
     stopping = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
     for number in signals:
         loop.add_signal_handler(number, stopping.set)
     try:
-        host, _ = split_address(address)
         kind, name = describe_server(server)
+        if server.mesh_port is not None:
+            print(f"adk-mesh: mesh door on {host}:{server.mesh_port} (mutual TLS)", flush=True)
         print(f"adk-mesh: serving {kind} {name} on {host}:{port}", flush=True)
         await stopping.wait()
         print(f"adk-mesh: draining (grace {grace:g}s)", file=sys.stderr, flush=True)

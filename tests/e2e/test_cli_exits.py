@@ -102,8 +102,9 @@ def test_serve_with_a_port_out_of_range_is_one_error_line(port: str) -> None:
 def test_serve_on_an_address_of_another_machine_is_one_error_line() -> None:
     # 203.0.113.0/24 is TEST-NET-3 (RFC 5737): documentation only, never this machine's.
     done = adk_mesh(
-        "serve", "tools", "tests.e2e.apps.tools:tools", "--host", "203.0.113.1", "--port", "0"
-    )
+        "serve", "tools", "tests.e2e.apps.tools:tools", "--host", "203.0.113.1", "--port", "0",
+        "--insecure",
+    )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr == (
         "error: cannot bind 203.0.113.1:0: Cannot assign requested address; "
@@ -115,8 +116,9 @@ def test_serve_on_an_address_of_another_machine_is_one_error_line() -> None:
 def test_serve_on_a_host_name_that_does_not_resolve_is_one_error_line() -> None:
     # .invalid never resolves (RFC 2606).
     done = adk_mesh(
-        "serve", "tools", "tests.e2e.apps.tools:tools", "--host", "nowhere.invalid", "--port", "0"
-    )
+        "serve", "tools", "tests.e2e.apps.tools:tools", "--host", "nowhere.invalid", "--port", "0",
+        "--insecure",
+    )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.startswith("error: cannot bind nowhere.invalid:0: cannot resolve ")
     assert done.stderr.count("\n") == 1
@@ -205,3 +207,32 @@ async def test_describe_shows_the_tools_of_remote_toolsets_and_remote_agents() -
         await tool_server.stop(0)
     assert "    - forecast: Forecast the weather of a city." in root
     assert "    - forecast: Forecast the weather of a city." in sub_agent
+
+
+def test_serve_refuses_plaintext_beyond_loopback_before_binding() -> None:
+    done = adk_mesh(
+        "serve", "tools", "tests.e2e.apps.tools:tools", "--host", "0.0.0.0", "--port", "0"
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: refusing to serve plaintext on 0.0.0.0:0, beyond this machine: give a TLS "
+        "certificate and key, or --insecure on a network you trust\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+        (["--mesh-port", "0"], "--mesh-port is the mutual-TLS door: give --tls-client-ca too"),
+        (["--allow-peer", "spiffe://x/y"], "--allow-peer names mutual-TLS peers"),
+        (["--auth-jwks", "jwks.json"], "--auth-jwks needs --auth-issuer and --auth-audience"),
+    ],
+)
+def test_security_flags_that_do_not_go_together_are_one_error_line(
+    flags: list[str], message: str
+) -> None:
+    done = adk_mesh("serve", "tools", "tests.e2e.apps.tools:tools", "--port", "0", *flags)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {message}")
+    assert done.stderr.count("\n") == 1

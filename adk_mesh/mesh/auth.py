@@ -130,6 +130,8 @@ class JwtAuthenticator(Authenticator):
         algorithms: the signature algorithms accepted (a subset of RS256, ES256, EdDSA, PS256,
             ES384, RS384, RS512, ES512).
         leeway: seconds of clock skew allowed on ``exp``, ``nbf`` and ``iat``.
+        jwks_refresh_cooldown: a JWKS URL is fetched again for a ``kid`` it does not know at
+            most this often (seconds), so tokens with made-up ids cannot flood the issuer.
     """
 
     def __init__(
@@ -141,6 +143,7 @@ class JwtAuthenticator(Authenticator):
         user_claim: str = "sub",
         algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
         leeway: float = 30.0,
+        jwks_refresh_cooldown: float = 30.0,
     ) -> None:
         allowed = {"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "ES512", "EdDSA"}
         refused = set(algorithms) - allowed
@@ -160,7 +163,13 @@ class JwtAuthenticator(Authenticator):
         self._client: jwt.PyJWKClient | None = None
         self._file: _WatchedFile | None = None
         if source.startswith(("https://", "http://")):
-            self._client = jwt.PyJWKClient(source, cache_jwk_set=True, lifespan=300, timeout=10)
+            self._client = jwt.PyJWKClient(
+                source,
+                cache_jwk_set=True,
+                lifespan=300,
+                timeout=10,
+                cooldown_duration=jwks_refresh_cooldown,
+            )
         else:
             if not Path(source).is_file():
                 raise ConfigError(f"JWKS file {source!r} does not exist")

@@ -17,6 +17,7 @@ from adk_mesh.errors import ConfigError, PermissionDeniedError
 from adk_mesh.mesh import AgentServer, RemoteAgent, ToolServer
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._status import error_from_rpc_error
+from adk_mesh.mesh.auth import ApiKeyAuthenticator, new_api_key
 from adk_mesh.mesh.pki import DevCertificateAuthority, IssuedCertificate
 from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
 from adk_mesh.sessions.memory import InMemorySessionService
@@ -260,3 +261,85 @@ def test_a_mesh_door_needs_mutual_tls(pki: Pki) -> None:
     tls = ServerTLS(pki.server.cert_file, pki.server.key_file)  # no client CA
     with pytest.raises(ConfigError, match="client CA"):
         tls.credentials(require_client_certificate=True)
+
+
+# --- end users at the front door ------------------------------------------------------------
+
+
+@dataclass
+class Guarded:
+    front: str
+    store: SqliteSessionService
+    key: str  # grace's API key
+
+
+@pytest.fixture
+async def guarded(pki: Pki, tmp_path: Path) -> AsyncIterator[Guarded]:
+    key, line = new_api_key("grace")
+    (tmp_path / "keys").write_text(line + "\n")
+    store = SqliteSessionService(tmp_path / "guarded.db")
+    agent = LlmAgent(name="researcher", model=ScriptedModel(["found it"] * 10))
+    server = AgentServer(agent, session_service=store)
+    security = pki.server_security(authenticators=(ApiKeyAuthenticator(tmp_path / "keys"),))
+    port = await server.start("127.0.0.1:0", security=security, mesh_address="127.0.0.1:0")
+    try:
+        yield Guarded(f"127.0.0.1:{port}", store, key)
+    finally:
+        await server.stop(None)
+
+
+async def sessions_of(store: SqliteSessionService, *users: str) -> int:
+    counts = [len(await store.list_sessions(app_name="researcher", user_id=user)) for user in users]
+    return sum(counts)
+
+
+async def run_as(
+    target: str, request: agent_pb2.RunRequest, tls: ClientTLS, key: str | None
+) -> list[agent_pb2.RunResponse]:
+    metadata = (("x-api-key", key),) if key else ()
+    async with open_channel(target, tls=tls) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        return [r async for r in stub.Run(request, timeout=10, metadata=metadata)]
+
+
+async def test_the_principal_is_the_user_and_is_what_is_persisted(
+    guarded: Guarded, pki: Pki
+) -> None:
+    responses = await run_as(guarded.front, root_run(user=""), pki.client(), guarded.key)
+    session = await guarded.store.get_session(
+        app_name="researcher", user_id="grace", session_id=responses[0].session_id
+    )
+    assert session is not None and [e.author for e in session.events] == ["user", "researcher"]
+    # Naming oneself is fine too.
+    await run_as(guarded.front, root_run(user="grace"), pki.client(), guarded.key)
+    assert await sessions_of(guarded.store, "grace") == 2
+
+
+@pytest.mark.parametrize(
+    ("user", "key", "code"),
+    [
+        ("ada", None, grpc.StatusCode.UNAUTHENTICATED),  # no credentials
+        ("ada", "akm_not-a-key", grpc.StatusCode.UNAUTHENTICATED),
+        ("ada", "grace's", grpc.StatusCode.PERMISSION_DENIED),  # acting as someone else
+    ],
+)
+async def test_a_refused_end_user_writes_nothing(
+    guarded: Guarded, pki: Pki, user: str, key: str | None, code: grpc.StatusCode
+) -> None:
+    credential = guarded.key if key == "grace's" else key
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await run_as(guarded.front, root_run(user=user), pki.client(), credential)
+    assert raised.value.code() is code
+    assert await sessions_of(guarded.store, "ada", "grace") == 0
+
+
+async def test_describe_needs_credentials_too(guarded: Guarded, pki: Pki) -> None:
+    async with open_channel(guarded.front, tls=pki.client()) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.Describe(agent_pb2.DescribeRequest())
+        card = await stub.Describe(
+            agent_pb2.DescribeRequest(), metadata=(("x-api-key", guarded.key),)
+        )
+    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert card.card.name == "researcher"

@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 from adk_mesh.errors import InvalidArgumentError
+from adk_mesh.ids import check_id
 from adk_mesh.types import Part
-
-_MAX_COMPONENT_BYTES = 255
 
 
 def validate_scope(app_name: str, user_id: str, session_id: str) -> None:
-    """Refuse app, user and session ids that could not be one safe path component.
-
-    The file backend uses them as directory names; the memory backend checks them the same
-    way so that both accept exactly the same calls.
-    """
-    for what, value in (("app_name", app_name), ("user_id", user_id), ("session_id", session_id)):
-        problem = None
-        if not value:
-            problem = "is empty"
-        elif value in (".", ".."):
-            problem = "is '.' or '..'"
-        elif "/" in value or "\\" in value:
-            problem = "contains a path separator"
-        elif any(ord(character) < 32 or character == "\x7f" for character in value):
-            problem = "contains a NUL or control character"
-        elif len(value.encode()) > _MAX_COMPONENT_BYTES:
-            problem = f"is longer than {_MAX_COMPONENT_BYTES} bytes"
-        if problem is not None:
-            raise InvalidArgumentError(f"{what} {value!r} {problem}")
+    """Refuse app, user and session ids that are not ids (:func:`adk_mesh.ids.check_id`): the
+    rule every session store applies too, so a session that exists can hold artifacts, and
+    one that makes each id a safe path component for the file backend."""
+    check_id("app_name", app_name)
+    check_id("user_id", user_id)
+    check_id("session_id", session_id)
 
 
 def normalize_part(part: Part) -> Part:

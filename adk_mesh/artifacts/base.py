@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import abc
 
-from adk_mesh.errors import InvalidArgumentError
+from adk_mesh.ids import USER_ARTIFACT_PREFIX, check_artifact_name
 from adk_mesh.types import Part
 
 __all__ = ["ArtifactService", "is_user_scoped", "validate_artifact_name"]
 
-_USER_PREFIX = "user:"
+_USER_PREFIX = USER_ARTIFACT_PREFIX
 
 
 def is_user_scoped(filename: str) -> bool:
@@ -18,26 +18,10 @@ def is_user_scoped(filename: str) -> bool:
 
 
 def validate_artifact_name(filename: str) -> None:
-    """Refuse names that could escape their scope: empty, NUL, absolute, ``..`` segments,
-    backslashes, or control characters. Raises :class:`InvalidArgumentError`."""
-    name = filename[len(_USER_PREFIX) :] if is_user_scoped(filename) else filename
-    problem = None
-    if not name:
-        problem = "is empty"
-    elif "\x00" in name:
-        problem = "contains a NUL character"
-    elif any(ord(ch) < 32 for ch in name):
-        problem = "contains a control character"
-    elif "\\" in name:
-        problem = "contains a backslash"
-    elif name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        problem = "is an absolute path"
-    elif any(segment in ("", ".", "..") for segment in name.split("/")):
-        problem = "has an empty, '.' or '..' path segment"
-    elif len(name.encode()) > 1024:
-        problem = "is longer than 1024 bytes"
-    if problem is not None:
-        raise InvalidArgumentError(f"artifact name {filename!r} {problem}")
+    """Refuse what is not an artifact name (:func:`adk_mesh.ids.check_artifact_name`: ``/``-
+    separated segments of id characters, at most 128 characters, after an optional
+    ``user:``), so no name can escape its scope. Raises :class:`InvalidArgumentError`."""
+    check_artifact_name(filename)
 
 
 class ArtifactService(abc.ABC):

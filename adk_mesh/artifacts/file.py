@@ -6,11 +6,13 @@ Layout::
     <root>/<app>/<user>/user/<name>/<version>/data             user: names (all sessions)
                                             .../meta.json      {"kind", "mime_type", "size"}
 
-``<name>`` is the artifact name as one directory: ``%``, ``/`` and ``:`` are written as
-``%25``, ``%2F`` and ``%3A``, so ``reports/q1.txt`` cannot collide with a version of
-``reports`` and nothing is nested by the name. User-scoped names keep their ``user:`` prefix
-(``user%3Aprofile.png``), which keeps them apart from the names of a session whose id
-happens to be ``user``.
+``<name>`` is the artifact name as one directory: ``/`` is written as ``%2F``, so
+``reports/q1.txt`` cannot collide with a version of ``reports`` and nothing is nested by the
+name (names hold no ``%``: see :mod:`adk_mesh.ids`; a 128-character name is at most 254
+bytes once escaped, within a file name's 255). User-scoped names keep their ``user:`` prefix
+(``user:profile.png``), which keeps them apart from the names of a session whose id happens
+to be ``user``. (Earlier versions also wrote ``:`` as ``%3A``; such directories are still
+found and listed.)
 
 A version is claimed with an atomic ``mkdir`` (so concurrent savers, even in other
 processes, never get the same number); ``data`` and then ``meta.json`` are written to a
@@ -49,11 +51,13 @@ _T = TypeVar("_T")
 
 
 def _encode_name(filename: str) -> str:
-    encoded = filename.replace("%", "%25").replace("/", "%2F").replace(":", "%3A")
-    if len(encoded.encode()) > _MAX_COMPONENT_BYTES:
+    # Validated names hold no "%", so decoding is exact; "%" is still escaped first, so a
+    # directory written before names were restricted decodes to the name it was written for.
+    encoded = filename.replace("%", "%25").replace("/", "%2F")
+    if len(encoded.encode()) > _MAX_COMPONENT_BYTES:  # pragma: no cover - ruled out by the id rule
         raise InvalidArgumentError(
             f"artifact name {filename!r} is too long for the file store "
-            f"({_MAX_COMPONENT_BYTES} bytes once '%', '/' and ':' are escaped)"
+            f"({_MAX_COMPONENT_BYTES} bytes once '/' is escaped)"
         )
     return encoded
 
@@ -87,7 +91,14 @@ class FileArtifactService(ArtifactService):
 
     def _name_directory(self, app_name: str, user_id: str, session_id: str, filename: str) -> Path:
         scope = _USER_DIRECTORY if is_user_scoped(filename) else session_id
-        return self._scope_directory(app_name, user_id, scope) / _encode_name(filename)
+        directory = self._scope_directory(app_name, user_id, scope)
+        encoded = _encode_name(filename)
+        if ":" in encoded and not (directory / encoded).exists():
+            # Stores written before ":" was left unescaped keep their names readable.
+            legacy = directory / encoded.replace(":", "%3A")
+            if legacy.exists():
+                return legacy
+        return directory / encoded
 
     def _check_inside_root(self, path: Path) -> None:
         root = os.path.realpath(self._root)

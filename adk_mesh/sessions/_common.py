@@ -18,6 +18,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError
 
 from adk_mesh.errors import AdkJSONError, InvalidArgumentError
+from adk_mesh.ids import check_id
 from adk_mesh.state import TEMP_PREFIX, ScopedDelta, split_by_scope
 from adk_mesh.types import Event
 
@@ -27,13 +28,12 @@ _IMMUTABLE_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None)
 
 
 def check_ids(app_name: str, user_id: str, session_id: str | None = None) -> None:
-    """Refuse empty identifiers with :class:`InvalidArgumentError`."""
-    if not app_name:
-        raise InvalidArgumentError("app_name must not be empty")
-    if not user_id:
-        raise InvalidArgumentError("user_id must not be empty")
-    if session_id is not None and not session_id:
-        raise InvalidArgumentError("session_id must not be empty (pass None for a new UUID)")
+    """Refuse what is not an id (:func:`adk_mesh.ids.check_id`) with
+    :class:`InvalidArgumentError`; ``session_id=None`` is not checked (a new UUID)."""
+    check_id("app_name", app_name)
+    check_id("user_id", user_id)
+    if session_id is not None:
+        check_id("session_id", session_id)
 
 
 def new_session_id(session_id: str | None) -> str:

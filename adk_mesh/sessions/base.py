@@ -40,6 +40,9 @@ class SessionService(abc.ABC):
 
     Contract, which every backend passes (``tests/unit/sessions/test_contract.py``):
 
+    * every call checks the app, user and session ids it is given with
+      :func:`adk_mesh.ids.check_id` (the rule the artifact stores apply too) and raises
+      :class:`~adk_mesh.errors.InvalidArgumentError` before reading or writing anything.
     * ``create_session`` makes a session (a UUID when ``session_id`` is None) and raises
       :class:`~adk_mesh.errors.AlreadyExistsError` for an id that exists. Initial ``state`` is
       split by scope like a delta; ``temp:`` keys are dropped.

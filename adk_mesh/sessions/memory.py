@@ -76,6 +76,7 @@ class InMemorySessionService(SessionService):
         num_recent_events: int | None = None,
         after: datetime | None = None,
     ) -> Session | None:
+        _common.check_ids(app_name, user_id, session_id)
         _common.check_num_recent_events(num_recent_events)
         key = (app_name, user_id, session_id)
         stored = self._sessions.get(key)
@@ -87,6 +88,7 @@ class InMemorySessionService(SessionService):
         )
 
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
+        _common.check_ids(app_name, user_id)
         return [
             self._build_session(key, stored, [])
             for key, stored in self._sessions.items()
@@ -94,11 +96,13 @@ class InMemorySessionService(SessionService):
         ]
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        _common.check_ids(app_name, user_id, session_id)
         self._sessions.pop((app_name, user_id, session_id), None)
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
+        _common.check_ids(session.app_name, session.user_id, session.id)
         key = (session.app_name, session.user_id, session.id)
         stored = self._sessions.get(key)
         if stored is None:

@@ -242,6 +242,7 @@ class SqliteSessionService(SessionService):
         num_recent_events: int | None = None,
         after: datetime | None = None,
     ) -> Session | None:
+        _common.check_ids(app_name, user_id, session_id)
         _common.check_num_recent_events(num_recent_events)
         after_us = _common.to_micros(after) if after is not None else None
 
@@ -270,6 +271,8 @@ class SqliteSessionService(SessionService):
         return await self._run(get)
 
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
+        _common.check_ids(app_name, user_id)
+
         def list_(connection: sqlite3.Connection) -> list[Session]:
             with _read_transaction(connection):
                 rows = connection.execute(
@@ -292,6 +295,8 @@ class SqliteSessionService(SessionService):
         return await self._run(list_)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        _common.check_ids(app_name, user_id, session_id)
+
         def delete(connection: sqlite3.Connection) -> None:
             key = (app_name, user_id, session_id)
             with _write_transaction(connection):
@@ -308,6 +313,7 @@ class SqliteSessionService(SessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
+        _common.check_ids(session.app_name, session.user_id, session.id)
         # Everything that can fail on the values (JSON checks, serialization) fails here,
         # before the transaction.
         scoped = _common.scoped_delta(event)

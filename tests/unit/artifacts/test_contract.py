@@ -118,14 +118,14 @@ async def test_names_with_separators_do_not_collide_with_versions(
 ) -> None:
     await save(service, "a", Part.from_text("plain a"))
     await save(service, "a/1", Part.from_text("a slash 1"))
-    await save(service, "a%2F1", Part.from_text("escaped-looking name"))
+    await save(service, "a-2F1", Part.from_text("escaped-looking name"))
     await save(service, "ab:c", Part.from_text("colon"))
 
     assert await load(service, "a") == Part.from_text("plain a")
     assert await load(service, "a/1") == Part.from_text("a slash 1")
-    assert await load(service, "a%2F1") == Part.from_text("escaped-looking name")
+    assert await load(service, "a-2F1") == Part.from_text("escaped-looking name")
     assert await service.list_versions(filename="a", **where()) == [1]
-    assert await service.list_artifact_keys(**where()) == ["a", "a%2F1", "a/1", "ab:c"]
+    assert await service.list_artifact_keys(**where()) == ["a", "a-2F1", "a/1", "ab:c"]
 
 
 async def test_delete_removes_every_version(service: ArtifactService) -> None:
@@ -215,15 +215,26 @@ BAD_NAMES = [
     "nul\x00byte",
     "new\nline",
     "C:\\x",
-    "C:x",
     "back\\slash",
     "user:../escape",
     "..",
-    "x" * 1025,
+    ".hidden",
+    "dir/.hidden",
+    "trailing.",
+    "a%2F1",
+    "with space.txt",
+    "caf\u00e9.txt",
+    "x" * 129,
+    "user:" + "x" * 124,
+    "x" * 10_000_000,
 ]
 
 
-@pytest.mark.parametrize("name", BAD_NAMES)
+def _shown_param(value: str) -> str:
+    return repr(value) if len(value) <= 20 else f"{len(value)}-chars"
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=_shown_param)
 async def test_names_that_could_escape_are_refused_by_every_call(
     service: ArtifactService, name: str
 ) -> None:
@@ -237,11 +248,27 @@ async def test_names_that_could_escape_are_refused_by_every_call(
         await service.delete_artifact(filename=name, **where())
 
 
-BAD_IDS = ["", ".", "..", "a/b", "../x", "/abs", "back\\slash", "nul\x00", "tab\t", "x" * 256]
+BAD_IDS = [
+    "",
+    ".",
+    "..",
+    ".hidden",
+    "trailing.",
+    "a/b",
+    "../x",
+    "/abs",
+    "back\\slash",
+    "nul\x00",
+    "tab\t",
+    "sp ace",
+    "caf\u00e9",
+    "x" * 129,
+    "x" * 10_000_000,
+]
 
 
 @pytest.mark.parametrize("field", ["app_name", "user_id", "session_id"])
-@pytest.mark.parametrize("value", BAD_IDS)
+@pytest.mark.parametrize("value", BAD_IDS, ids=_shown_param)
 async def test_ids_that_could_escape_are_refused(
     service: ArtifactService, field: str, value: str
 ) -> None:
@@ -256,3 +283,29 @@ async def test_ids_that_could_escape_are_refused(
         await service.list_versions(filename="ok.txt", **scope)
     with pytest.raises(InvalidArgumentError):
         await service.delete_artifact(filename="ok.txt", **scope)
+
+
+LONGEST_NAMES = [
+    "n" * 128,
+    "user:" + "n" * 123,
+    "/".join(["a"] * 64) + "b",
+    ":" * 128,
+    "C:x",
+    "Az09._-@:+=.txt",
+]
+
+
+@pytest.mark.parametrize("name", LONGEST_NAMES, ids=_shown_param)
+async def test_every_name_the_rule_allows_is_stored(service: ArtifactService, name: str) -> None:
+    """The file store holds every name the id rule allows, the longest and the most escaped
+    included, exactly as the memory store does."""
+    assert await save(service, name, Part.from_text("kept")) == 1
+    assert await load(service, name) == Part.from_text("kept")
+    assert name in await service.list_artifact_keys(**where())
+
+
+async def test_the_longest_ids_hold_artifacts(service: ArtifactService) -> None:
+    longest = {"app_name": "a" * 128, "user_id": "u" * 128, "session_id": "s" * 128}
+    await service.save_artifact(filename="ok.txt", artifact=Part.from_text("x"), **longest)
+
+    assert await service.list_artifact_keys(**longest) == ["ok.txt"]

@@ -38,8 +38,8 @@ async def test_layout_on_disk(tmp_path: Path) -> None:
         "app/alice/s1/dir%2Fa.txt/1/meta.json",
         "app/alice/s1/report.pdf/1/data",
         "app/alice/s1/report.pdf/1/meta.json",
-        "app/alice/user/user%3Acv.txt/1/data",
-        "app/alice/user/user%3Acv.txt/1/meta.json",
+        "app/alice/user/user:cv.txt/1/data",
+        "app/alice/user/user:cv.txt/1/meta.json",
     ]
     version = tmp_path / "app/alice/s1/report.pdf/1"
     assert (version / "data").read_bytes() == b"%PDF"
@@ -115,13 +115,33 @@ async def test_a_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
     assert names_under(outside) == []
 
 
-async def test_a_name_too_long_for_one_directory_is_refused(tmp_path: Path) -> None:
+async def test_the_most_escaped_name_fits_one_directory(tmp_path: Path) -> None:
     service = FileArtifactService(tmp_path)
-    # Valid for the contract (under 1024 bytes), too long once escaped into one path component.
-    name = "/".join(["abc"] * 100)
+    # The longest name with the most "/" the id rule allows: 128 characters, 63 escaped.
+    name = "/".join(["a"] * 64) + "b"
 
-    with pytest.raises(InvalidArgumentError, match="too long"):
-        await service.save_artifact(filename=name, artifact=Part.from_text("x"), **SCOPE)
+    await service.save_artifact(filename=name, artifact=Part.from_text("x"), **SCOPE)
+
+    (entry,) = os.listdir(tmp_path / "app/alice/s1")
+    assert len(entry.encode()) <= 255
+    assert await service.list_artifact_keys(**SCOPE) == [name]
+
+
+async def test_names_written_with_an_escaped_colon_are_still_read(tmp_path: Path) -> None:
+    """Earlier versions wrote ":" as "%3A": those versions load, list and grow as before."""
+    legacy = tmp_path / "app/alice/user/user%3Acv.txt/1"
+    legacy.mkdir(parents=True)
+    (legacy / "data").write_text("old cv")
+    (legacy / "meta.json").write_text(json.dumps({"kind": "text", "mime_type": None, "size": 6}))
+    service = FileArtifactService(tmp_path)
+
+    assert await service.load_artifact(filename="user:cv.txt", **SCOPE) == Part.from_text("old cv")
+    assert await service.list_artifact_keys(**SCOPE) == ["user:cv.txt"]
+    assert (
+        await service.save_artifact(filename="user:cv.txt", artifact=Part.from_text("new"), **SCOPE)
+        == 2
+    )
+    assert await service.list_versions(filename="user:cv.txt", **SCOPE) == [1, 2]
 
 
 async def test_data_survives_a_new_service_on_the_same_root(tmp_path: Path) -> None:

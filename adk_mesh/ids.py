@@ -1,0 +1,106 @@
+"""The one rule for the names a client chooses: app, user and session ids, artifact names.
+
+An **id** (app name, user id, session id, invocation id) is 1 to :data:`MAX_ID_CHARS` (128)
+characters, each one of::
+
+    A-Z a-z 0-9 . _ - @ : + =
+
+and it neither starts nor ends with ``.`` (so never ``.`` or ``..``). That covers UUIDs,
+e-mail addresses, ``user:`` style prefixes and base64url-ish tokens, and every id is one
+safe file name and one short SQL value.
+
+An **artifact name** is one or more ``/``-separated segments, each following the id rule, at
+most :data:`MAX_ID_CHARS` characters in all, optionally after the ``user:`` prefix that
+scopes it to the user (``report.pdf``, ``reports/q1.txt``, ``user:cv.pdf``).
+
+Every session store (memory, SQLite) and every artifact store (memory, files) checks ids with
+:func:`check_id` on every call, and the mesh servers check them where requests come in, so an
+id that one store accepts every other store accepts too: a session that exists can always
+hold artifacts. A refused id raises :class:`~adk_mesh.errors.InvalidArgumentError` before
+anything is read or written; the message quotes at most the first few characters of it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from adk_mesh.errors import InvalidArgumentError
+
+__all__ = [
+    "ID_CHARACTERS",
+    "MAX_ID_CHARS",
+    "USER_ARTIFACT_PREFIX",
+    "check_artifact_name",
+    "check_id",
+    "shown",
+]
+
+#: The longest id or artifact name, in characters (all ASCII, so also in bytes).
+MAX_ID_CHARS = 128
+#: The characters an id may hold, besides ASCII letters and digits.
+ID_CHARACTERS = "._-@:+="
+#: Artifact names with this prefix belong to the user (every session of the user sees them).
+USER_ARTIFACT_PREFIX = "user:"
+
+_ID = re.compile(r"[A-Za-z0-9_\-@:+=](?:[A-Za-z0-9._\-@:+=]*[A-Za-z0-9_\-@:+=])?")
+_SHOWN_CHARS = 40
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error message, cut after a few characters: a client's
+    megabyte-long name must not come back in the error it gets."""
+    if len(value) <= _SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
+def _problem(value: str, max_chars: int) -> str | None:
+    """What is wrong with ``value`` as an id, or ``None``."""
+    if not value:
+        return "is empty"
+    if len(value) > max_chars:
+        return f"is longer than {max_chars} characters"
+    if _ID.fullmatch(value) is None:
+        return (
+            "may hold only ASCII letters, digits and "
+            f"{' '.join(ID_CHARACTERS)}, and neither start nor end with '.'"
+        )
+    return None
+
+
+def check_id(what: str, value: str, *, max_chars: int = MAX_ID_CHARS) -> None:
+    """Refuse ``value`` unless it is an id (see the module doc).
+
+    Args:
+        what: the field, for the message (``"user_id"``).
+        value: the id.
+        max_chars: a lower bound than :data:`MAX_ID_CHARS`, for a server that wants one.
+
+    Raises:
+        InvalidArgumentError: it is not an id.
+    """
+    problem = _problem(value, min(max_chars, MAX_ID_CHARS))
+    if problem is not None:
+        raise InvalidArgumentError(f"{what} {shown(value)} {problem}")
+
+
+def check_artifact_name(filename: str, *, max_chars: int = MAX_ID_CHARS) -> None:
+    """Refuse ``filename`` unless it is an artifact name (see the module doc).
+
+    Raises:
+        InvalidArgumentError: it is not one.
+    """
+    limit = min(max_chars, MAX_ID_CHARS)
+    problem: str | None = None
+    if len(filename) > limit:
+        problem = f"is longer than {limit} characters"
+    else:
+        name = filename.removeprefix(USER_ARTIFACT_PREFIX)
+        for segment in name.split("/"):
+            problem = _problem(segment, limit)
+            if problem is not None:
+                if segment != name:
+                    problem = f"has a segment {shown(segment)} that {problem}"
+                break
+    if problem is not None:
+        raise InvalidArgumentError(f"artifact name {shown(filename)} {problem}")

@@ -434,9 +434,24 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--json", action="store_true", help="print the card as proto-JSON")
     _client_arguments(describe)
 
+    api_key = commands.add_parser(
+        "api-key",
+        help="make an API key for a user: prints the key, and the line for --auth-api-keys",
+    )
+    api_key.add_argument("user", help="the user id the key stands for")
+
     up = commands.add_parser("up", help="start a whole mesh from a config file", add_help=False)
     up.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to adk-mesh up")
     return parser
+
+
+def _api_key(args: argparse.Namespace) -> int:
+    from adk_mesh.mesh.auth import new_api_key
+
+    key, line = new_api_key(args.user)
+    print(f"key (give it to {args.user}; it is not stored anywhere): {key}")
+    print(f"line for the --auth-api-keys file: {line}")
+    return 0
 
 
 def _client_arguments(parser: argparse.ArgumentParser) -> None:
@@ -488,6 +503,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _run(args)
         if args.command == "describe":
             return _describe(args)
+        if args.command == "api-key":
+            return _api_key(args)
     except KeyboardInterrupt:
         return 130
     parser.print_help(sys.stdout)

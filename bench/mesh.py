@@ -20,12 +20,20 @@ one. B streams every partial to A (a delegated run), A relays them to the client
 the client counts (and decodes) the events received. Each service is its own OS process, the
 client a third, all on this machine.
 
+**The cost of mutual TLS on one hop.** The text agent served twice by one child process: a
+plaintext server (its mesh door open to loopback) and a server with TLS whose mesh door takes
+mutual TLS (certificates of :class:`~adk_mesh.mesh.pki.DevCertificateAuthority`, ECDSA P-256).
+The client sends the same delegated ``Run`` (a mesh-door call) to each, alternating call by call
+on established channels (the handshake is paid once per connection, not per call), in rounds;
+per round the p50 of each side and what mTLS adds; then the median over rounds and the spread.
+
 **References.** Each part also times the transport alone, with no runtime and no codec: a bare
 ``AgentService`` answering a Run with one pre-built event (the floor of one hop's latency),
 and a bare relay A' <- B' of pre-built events (the ceiling of events per second when every
 event is its own gRPC message). What the mesh adds is the distance to these figures.
 
-Run: ``.venv/bin/python bench/mesh.py [--invocations N] [--tokens N] [--streams N]``
+Run: ``.venv/bin/python bench/mesh.py [--invocations N] [--tokens N] [--streams N]
+[--only hop|stream|tls]``
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import AsyncGenerator, Callable
 from multiprocessing.connection import Connection
@@ -49,6 +58,8 @@ from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.contexts import RunConfig, StreamingMode
 from adk_mesh.mesh import AgentServer, RemoteAgent
 from adk_mesh.mesh._channel import open_channel
+from adk_mesh.mesh.pki import DevCertificateAuthority, spiffe_id
+from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.memory import InMemorySessionService
@@ -280,9 +291,10 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=5, help="streamed runs (median shown)")
     parser.add_argument(
         "--only",
-        choices=("hop", "stream"),
-        help="run only part (a) (hop) or part (b) (stream)",
+        choices=("hop", "stream", "tls"),
+        help="run only part (a) (hop), (b) (stream) or (c) (tls)",
     )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of part (c)")
     args = parser.parse_args(argv)
 
     print(
@@ -290,10 +302,12 @@ async def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs; servers in child processes, client in this one, 127.0.0.1"
     )
 
-    if args.only != "stream":
+    if args.only in (None, "hop"):
         await hop_part(args)
-    if args.only != "hop":
+    if args.only in (None, "stream"):
         await stream_part(args)
+    if args.only in (None, "tls"):
+        await tls_part(args)
     return 0
 
 
@@ -358,6 +372,90 @@ async def stream_part(args: argparse.Namespace) -> None:
     finally:
         server_a.stop()
         server_b.stop()
+
+
+def _serve_tls(pki_directory: str, conn: Connection) -> None:
+    """Child process: the text agent served in plaintext and with a mutual-TLS mesh door."""
+
+    async def serve() -> None:
+        pki = DevCertificateAuthority(pki_directory)
+        issued = pki.issue("bench-server")
+        plain, secure = AgentServer(text_agent()), AgentServer(text_agent())
+        plain_port = await plain.start("127.0.0.1:0")
+        security = ServerSecurity(
+            tls=ServerTLS(issued.cert_file, issued.key_file, pki.ca_file),
+            allow_peers=frozenset({spiffe_id("bench-client")}),
+        )
+        await secure.start("127.0.0.1:0", security=security, mesh_address="127.0.0.1:0")
+        conn.send((plain_port, secure.mesh_port))
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def delegated_request() -> agent_pb2.RunRequest:
+    return agent_pb2.RunRequest(
+        delegated=agent_pb2.DelegatedRun(
+            invocation_id="e-bench",
+            session=agent_pb2.SessionView(app_name="bench", user_id="u", session_id="s"),
+            user_content=user_message(),
+        )
+    )
+
+
+async def tls_part(args: argparse.Namespace) -> None:
+    """Part (c): what mutual TLS adds to one mesh-door hop, interleaved with plaintext."""
+    with tempfile.TemporaryDirectory() as directory:
+        pki = DevCertificateAuthority(directory)
+        client = pki.issue("bench-client")
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(target=_serve_tls, args=(directory, child), daemon=True)
+        process.start()
+        plain_port, mesh_port = parent.recv()
+        tls = ClientTLS(pki.ca_file, client.cert_file, client.key_file)
+        request = delegated_request()
+        per_round = max(1, args.invocations // args.rounds)
+        print(
+            f"\n(c) one delegated Run (mesh door): plaintext vs mutual TLS (ECDSA P-256, TLS "
+            f"1.3), alternating call by call, {args.rounds} rounds x {per_round} calls each"
+        )
+        try:
+            async with (
+                open_channel(f"127.0.0.1:{plain_port}", tls=None) as plain_channel,
+                open_channel(f"127.0.0.1:{mesh_port}", tls=tls) as tls_channel,
+            ):
+                stubs = [
+                    agent_pb2_grpc.AgentServiceStub(plain_channel),
+                    agent_pb2_grpc.AgentServiceStub(tls_channel),
+                ]
+                for _ in range(args.warmup):
+                    for stub in stubs:
+                        [_ async for _ in stub.Run(request)]
+                added: list[float] = []
+                for number in range(1, args.rounds + 1):
+                    samples: list[list[float]] = [[], []]
+                    for index in range(per_round):
+                        # Which side goes first alternates too.
+                        order = (0, 1) if index % 2 == 0 else (1, 0)
+                        for side in order:
+                            start = time.perf_counter_ns()
+                            [_ async for _ in stubs[side].Run(request)]
+                            samples[side].append((time.perf_counter_ns() - start) / 1000)
+                    plain_p50, tls_p50 = (statistics.median(side) for side in samples)
+                    added.append(tls_p50 - plain_p50)
+                    print(
+                        f"  round {number}: plaintext p50 {plain_p50:8.1f} us   mTLS p50 "
+                        f"{tls_p50:8.1f} us   added {tls_p50 - plain_p50:+7.1f} us "
+                        f"({(tls_p50 - plain_p50) / plain_p50:+.1%})"
+                    )
+                print(
+                    f"  mTLS adds {statistics.median(added):+.1f} us at p50 (median of rounds; "
+                    f"spread {min(added):+.1f} .. {max(added):+.1f} us)"
+                )
+        finally:
+            process.terminate()
+            process.join()
 
 
 if __name__ == "__main__":

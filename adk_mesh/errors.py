@@ -14,9 +14,13 @@
     │   ├── ToolNotFoundError
     │   └── ArtifactNotFoundError
     ├── AgentError                  an agent failed while running
-    │   └── DelegationError         delegation too deep, a transfer cycle, a call-path cycle
+    │   ├── DelegationError         delegation too deep, a transfer cycle, a call-path cycle
+    │   └── LlmCallLimitError       the invocation used up its model calls (max_llm_calls)
     ├── ToolError                   a tool failed (the model sees the message and can react)
-    ├── ModelError                  an LLM provider failed (carries the HTTP status)
+    ├── ModelError                  an LLM provider failed: 5xx, connection, bad response
+    │   ├── ModelAuthError          the provider refused our key (HTTP 401, 403)
+    │   ├── ModelRateLimitError     the provider's rate limit or quota (HTTP 429)
+    │   └── ModelRequestError       the provider refused the request (other HTTP 4xx)
     ├── SessionError                the session store failed
     │   └── StateConflictError      a write rejected by RejectConflicts
     ├── ArtifactError               the artifact store failed
@@ -31,6 +35,17 @@ Every class has a stable ``reason`` (sent as ``google.rpc.ErrorInfo.reason`` wit
 ``domain="adk-mesh"``) and a gRPC status code in :data:`GRPC_STATUS`, the one table the mesh
 uses to map errors to statuses and back. The table names codes as strings so the in-process
 runtime never imports grpc; :mod:`adk_mesh.mesh` turns them into ``grpc.StatusCode``.
+
+Model errors say whether trying again can help: UNAVAILABLE (``ModelError``: the provider is
+down, overloaded or unreachable; retry later), RESOURCE_EXHAUSTED (``ModelRateLimitError``:
+retry after a while), FAILED_PRECONDITION (``ModelAuthError``: the service's own key is
+wrong or lacks access; an operator must fix it, retrying cannot) and INTERNAL
+(``ModelRequestError``: the provider refused the request as built). :func:`model_error` picks
+the class from the provider's HTTP status.
+
+``caller_fault`` tells a service's log apart: a failure the caller caused (a bad request, a
+limit it reached, its own cancellation or deadline) is logged as a warning, any other as an
+error.
 """
 
 from __future__ import annotations
@@ -54,7 +69,11 @@ __all__ = [
     "DelegationError",
     "InvalidArgumentError",
     "InvocationCancelledError",
+    "LlmCallLimitError",
+    "ModelAuthError",
     "ModelError",
+    "ModelRateLimitError",
+    "ModelRequestError",
     "NotFoundError",
     "PermissionDeniedError",
     "SessionError",
@@ -64,6 +83,7 @@ __all__ = [
     "ToolNotFoundError",
     "UnauthenticatedError",
     "error_class_for_reason",
+    "model_error",
     "status_name_for",
 ]
 
@@ -79,6 +99,9 @@ class AdkError(Exception):
     """
 
     reason: ClassVar[str] = "ADK_ERROR"
+    #: The caller caused it (a bad request, a limit it reached): logged as a warning, not as
+    #: an error of the service.
+    caller_fault: ClassVar[bool] = False
 
     def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
@@ -97,22 +120,27 @@ class ConfigError(AdkError):
 
 class InvalidArgumentError(AdkError):
     reason = "INVALID_ARGUMENT"
+    caller_fault = True
 
 
 class UnauthenticatedError(AdkError):
     reason = "UNAUTHENTICATED"
+    caller_fault = True
 
 
 class PermissionDeniedError(AdkError):
     reason = "PERMISSION_DENIED"
+    caller_fault = True
 
 
 class AlreadyExistsError(AdkError):
     reason = "ALREADY_EXISTS"
+    caller_fault = True
 
 
 class NotFoundError(AdkError):
     reason = "NOT_FOUND"
+    caller_fault = True
 
 
 class SessionNotFoundError(NotFoundError):
@@ -137,6 +165,13 @@ class AgentError(AdkError):
 
 class DelegationError(AgentError):
     reason = "DELEGATION_ERROR"
+
+
+class LlmCallLimitError(AgentError):
+    """The invocation reached ``max_llm_calls``: the caller's, or the server's when lower."""
+
+    reason = "LLM_CALL_LIMIT"
+    caller_fault = True
 
 
 class ToolError(AdkError):
@@ -164,6 +199,42 @@ class ModelError(AdkError):
         self.status_code = status_code
 
 
+class ModelAuthError(ModelError):
+    """The provider refused the service's credentials (HTTP 401 or 403): not retryable."""
+
+    reason = "MODEL_AUTH_ERROR"
+
+
+class ModelRateLimitError(ModelError):
+    """The provider's rate limit or quota was hit (HTTP 429)."""
+
+    reason = "MODEL_RATE_LIMITED"
+
+
+class ModelRequestError(ModelError):
+    """The provider refused the request as it was built (HTTP 4xx other than 401, 403, 408 and
+    429): sending it again changes nothing."""
+
+    reason = "MODEL_REQUEST_REJECTED"
+
+
+def model_error(
+    message: str, *, status_code: int | None = None, metadata: Mapping[str, str] | None = None
+) -> ModelError:
+    """The :class:`ModelError` for a provider's failure with HTTP status ``status_code``: 401
+    and 403 are :class:`ModelAuthError`, 429 :class:`ModelRateLimitError`, other 4xx but 408
+    :class:`ModelRequestError`; 408, 5xx and no status at all (a connection failure, a bad
+    response) are the retryable :class:`ModelError` itself."""
+    cls: type[ModelError] = ModelError
+    if status_code in (401, 403):
+        cls = ModelAuthError
+    elif status_code == 429:
+        cls = ModelRateLimitError
+    elif status_code is not None and 400 <= status_code < 500 and status_code != 408:
+        cls = ModelRequestError
+    return cls(message, status_code=status_code, metadata=metadata)
+
+
 class SessionError(AdkError):
     reason = "SESSION_ERROR"
 
@@ -189,10 +260,12 @@ class InvocationCancelledError(AdkError):
     is control flow and always let through)."""
 
     reason = "CANCELLED"
+    caller_fault = True
 
 
 class DeadlineExceededError(AdkError):
     reason = "DEADLINE_EXCEEDED"
+    caller_fault = True
 
 
 #: The one table from error class to gRPC status code (by name). Subclasses not listed take
@@ -211,8 +284,12 @@ GRPC_STATUS: dict[type[AdkError], str] = {
     ArtifactNotFoundError: "NOT_FOUND",
     AgentError: "INTERNAL",
     DelegationError: "FAILED_PRECONDITION",
+    LlmCallLimitError: "RESOURCE_EXHAUSTED",
     ToolError: "INTERNAL",
     ModelError: "UNAVAILABLE",
+    ModelAuthError: "FAILED_PRECONDITION",
+    ModelRateLimitError: "RESOURCE_EXHAUSTED",
+    ModelRequestError: "INTERNAL",
     SessionError: "INTERNAL",
     StateConflictError: "ABORTED",
     ArtifactError: "INTERNAL",

@@ -21,6 +21,7 @@ import grpc
 import grpc.aio
 
 from adk_mesh.errors import AdkError, PermissionDeniedError
+from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
 from adk_mesh.mesh._status import abort_with_error
 from adk_mesh.mesh.auth import authenticate
 from adk_mesh.mesh.security import ServerSecurity, peer_identities
@@ -126,41 +127,19 @@ def _guard_unary_stream(
     return handler
 
 
-class DoorKeeper(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Checks each call of the mesh's services at its door (see the module docstring)."""
+class DoorKeeper(WrappingInterceptor):
+    """Checks each call of the mesh's services at its door (see the module docstring); health
+    and reflection are open."""
 
     def __init__(self, security: ServerSecurity) -> None:
+        super().__init__()
         self._checks = _Checks(security)
-        self._guarded: dict[tuple[str, int], tuple[Any, Any]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or not method.startswith("/adk_mesh."):
-            return handler  # health, reflection: open
-        key = (method, id(handler))
-        cached = self._guarded.get(key)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        guarded = self._guard(handler, method)
-        self._guarded[key] = (handler, guarded)
-        return guarded
+    def applies(self, method: str) -> bool:
+        return method.startswith("/adk_mesh.")
 
-    def _guard(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _guard_unary_unary(handler.unary_unary, method, self._checks),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _guard_unary_stream(handler.unary_stream, method, self._checks),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler  # no streaming-request methods in the contract
+    def wrap_unary_unary(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return _guard_unary_unary(behaviour, method, self._checks)
+
+    def wrap_unary_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return _guard_unary_stream(behaviour, method, self._checks)

@@ -17,6 +17,7 @@ import grpc
 import grpc.aio
 
 from adk_mesh.errors import AdkIOError
+from adk_mesh.mesh._handlers import rewrap
 from adk_mesh.mesh._status import abort_with_error
 
 __all__ = ["CallGate"]
@@ -71,17 +72,7 @@ class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return handler
         if self._closed:
             return _refusing(handler, method)
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(
-                self._track_stream(handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.unary_unary_rpc_method_handler(
-            self._track_unary(handler.unary_unary),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return rewrap(handler, unary_unary=self._track_unary, unary_stream=self._track_stream)
 
     def _track_unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def tracked(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -48,6 +48,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
 from adk_mesh.telemetry import _metrics
 from adk_mesh.telemetry._propagation import (
     attributes_from_baggage,
@@ -64,8 +65,6 @@ __all__ = ["TracedChannel", "server_interceptors"]
 _CANCELLED_ATTRIBUTE = "adk_mesh.cancelled"
 # Infrastructure calls (health probes, reflection) would bury the invocations' spans.
 _UNTRACED_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
-# A server has a handful of methods; the bound only guards against handlers made per call.
-_MAX_TRACED_HANDLERS = 1024
 
 
 def _traced_by_grpc_instrumentation(instrumentor: str) -> bool:
@@ -416,54 +415,22 @@ def _wrap_unary_stream(
     return handler
 
 
-class _ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class _ServerInterceptor(WrappingInterceptor):
     """A SERVER span per call, child of the caller's context, current for the handler (with
-    ``spans=False``, only the caller's ids moved out of the baggage, for the handler).
-
-    gRPC asks for the handler on every call; the traced version of each (method, handler)
-    is built once and kept.
-    """
+    ``spans=False``, only the caller's ids moved out of the baggage, for the handler)."""
 
     def __init__(self, spans: bool = True) -> None:
+        super().__init__()
         self._spans = spans
-        self._traced: dict[
-            tuple[str, int], tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]
-        ] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        full: str = handler_call_details.method
-        if handler is None or full.startswith(_UNTRACED_PREFIXES):
-            return handler
-        key = (full, id(handler))
-        cached = self._traced.get(key)
-        # The handler is kept with its traced version: its id cannot be reused meanwhile.
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        traced = self._trace(handler, full)
-        if len(self._traced) >= _MAX_TRACED_HANDLERS:
-            self._traced.clear()
-        self._traced[key] = (handler, traced)
-        return traced
+    def applies(self, method: str) -> bool:
+        return not method.startswith(_UNTRACED_PREFIXES)
 
-    def _trace(self, handler: grpc.RpcMethodHandler, full: str) -> grpc.RpcMethodHandler:
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary_unary(handler.unary_unary, full, self._spans),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_unary_stream(handler.unary_stream, full, self._spans),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler  # client-streaming methods: none in the mesh contract
+    def wrap_unary_unary(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return _wrap_unary_unary(behaviour, method, self._spans)
+
+    def wrap_unary_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return _wrap_unary_stream(behaviour, method, self._spans)
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:

@@ -1,0 +1,86 @@
+"""Server interceptors that wrap a method's behaviour: the one way the mesh's interceptors
+(tracing, the door keeper, the drain gate) rebuild a gRPC method handler around it.
+
+The mesh's contract has unary and server-streaming methods only; a handler of another kind is
+passed through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+__all__ = ["Behaviour", "WrappingInterceptor", "rewrap"]
+
+#: A method's behaviour as a handler holds it: ``(request, context)`` to a result or a stream.
+Behaviour = Callable[[Any, grpc.aio.ServicerContext], Any]
+
+# A server has a handful of methods; the bound only guards against handlers made per call.
+_MAX_KEPT = 1024
+
+
+def rewrap(
+    handler: grpc.RpcMethodHandler,
+    *,
+    unary_unary: Callable[[Behaviour], Behaviour],
+    unary_stream: Callable[[Behaviour], Behaviour],
+) -> grpc.RpcMethodHandler:
+    """``handler`` with its behaviour wrapped by the function for its kind."""
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary(handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream(handler.unary_stream),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
+
+
+class WrappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps each method's behaviour once — gRPC asks for the handler on every call — and
+    keeps the wrapped handler. Subclasses say which methods they wrap and how."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, int], tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    def applies(self, method: str) -> bool:
+        """Whether calls of ``method`` (``/package.Service/Method``) are wrapped."""
+        return True
+
+    def wrap_unary_unary(self, behaviour: Behaviour, method: str) -> Behaviour:
+        raise NotImplementedError
+
+    def wrap_unary_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        raise NotImplementedError
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or not self.applies(method):
+            return handler
+        key = (method, id(handler))
+        kept = self._kept.get(key)
+        # The handler is kept with its wrapped version: its id cannot be reused meanwhile.
+        if kept is not None and kept[0] is handler:
+            return kept[1]
+        wrapped = rewrap(
+            handler,
+            unary_unary=lambda behaviour: self.wrap_unary_unary(behaviour, method),
+            unary_stream=lambda behaviour: self.wrap_unary_stream(behaviour, method),
+        )
+        if len(self._kept) >= _MAX_KEPT:
+            self._kept.clear()
+        self._kept[key] = (handler, wrapped)
+        return wrapped

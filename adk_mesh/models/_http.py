@@ -34,10 +34,10 @@ from datetime import UTC
 from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 import httpx
-from httpx_sse import EventSource
+from httpx_sse import EventSource, SSEError
 
 from adk_mesh.contexts import serving_deadline
-from adk_mesh.errors import AdkError, ConfigError, ModelError
+from adk_mesh.errors import AdkError, ConfigError, ModelError, model_error
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.telemetry._propagation import trace_headers
 from adk_mesh.types import Content, FinishReason, LlmResponse, Part, UsageMetadata
@@ -381,13 +381,23 @@ class HttpTransport:
         metadata = {"provider": self.provider}
         if kind:
             metadata["error_type"] = kind
-        return ModelError(self._redact(text), status_code=status, metadata=metadata)
+        return model_error(self._redact(text), status_code=status, metadata=metadata)
 
     def _transport_error(self, exc: Exception, what: str) -> ModelError:
-        detail = str(exc) or type(exc).__name__
+        detail = self._redact(str(exc) or type(exc).__name__)
+        if isinstance(exc, SSEError):
+            # What the stream looked like (its content type), never where it came from.
+            return ModelError(
+                f"{self.provider} {what}: {type(exc).__name__}: {detail}",
+                metadata={"provider": self.provider},
+            )
+        # A network failure's text can name the provider's host and address: it goes to this
+        # service's log, with the base URL, not into the error a client may be sent.
+        logger.warning(
+            "%s %s at %s: %s: %s", self.provider, what, self.base_url, type(exc).__name__, detail
+        )
         return ModelError(
-            self._redact(f"{self.provider} {what}: {type(exc).__name__}: {detail}"),
-            metadata={"provider": self.provider},
+            f"{self.provider} {what}: {type(exc).__name__}", metadata={"provider": self.provider}
         )
 
     async def _send(
@@ -433,6 +443,9 @@ class HttpTransport:
                 await response.aclose()
             delay = policy.delay(retry, retry_after, time_left=_time_left()) if retryable else None
             if delay is None:
+                logger.warning(
+                    "%s call failed after %d attempt(s): %s", self.provider, retry + 1, error
+                )
                 raise error from cause
             logger.info(
                 "%s request failed (%s); retry %d/%d in %.3fs",

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from adk_mesh.errors import ConfigError, ModelError
+from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
     ToolCallIds,
     b64encode,
@@ -124,7 +124,7 @@ def _usage(usage: Any, previous: UsageMetadata | None = None) -> UsageMetadata |
 def _error(error: Any) -> ModelError:
     kind = error.get("type", "error") if isinstance(error, dict) else "error"
     message = error.get("message", "unknown error") if isinstance(error, dict) else str(error)
-    return ModelError(
+    return model_error(
         f"anthropic error: {message} ({kind})",
         status_code=_ERROR_STATUS.get(kind),
         metadata={"provider": "anthropic", "error_type": str(kind)},

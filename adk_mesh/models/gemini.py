@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
-from adk_mesh.errors import ConfigError, ModelError
+from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import b64encode, is_model_role, unsupported_part, uri_scheme
 from adk_mesh.models._http import (
     HttpLlm,
@@ -141,7 +141,7 @@ def _raise_if_error(data: Any) -> None:
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
         error = data["error"]
         code = error.get("code")
-        raise ModelError(
+        raise model_error(
             f"gemini error: {error.get('message', 'unknown error')} ({error.get('status', '')})",
             status_code=code if isinstance(code, int) else None,
             metadata={"provider": "gemini"},

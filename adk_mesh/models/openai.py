@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import httpx
 
-from adk_mesh.errors import ConfigError, ModelError
+from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
     ToolCallIds,
     b64encode,
@@ -119,7 +119,7 @@ def _raise_if_error(data: Any) -> None:
         else:
             message, kind = str(error), None
         code = error.get("code") if isinstance(error, dict) else None
-        raise ModelError(
+        raise model_error(
             f"openai error: {message}" + (f" ({kind})" if kind else ""),
             status_code=code if isinstance(code, int) else None,
             metadata={"provider": "openai"},

@@ -11,6 +11,7 @@ from typing import Any
 
 from adk_mesh import BaseTool, ConfigError, ReadonlyContext, Toolset
 from adk_mesh.mesh import RemoteToolset
+from adk_mesh.mesh.security import add_server_security_arguments, server_security_from_arguments
 from adk_mesh.mesh.serve import BindError, PortTakenError, serve_until_signal
 from adk_mesh.telemetry import configure_telemetry
 
@@ -88,30 +89,47 @@ def run_service(
     description: str = "",
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> int:
-    """Parse ``--host``/``--port``, build the server, serve until SIGTERM or SIGINT."""
+    """Parse ``--host``/``--port`` and the security flags of ``adk-mesh serve`` (``--tls-cert``,
+    ``--tls-key``, ``--tls-client-ca``, ``--mesh-port``, ``--allow-peer``, ``--insecure``,
+    ``--auth-*``), build the server, serve until SIGTERM or SIGINT.
+
+    A mistake in the flags or files is one ``error:`` line on stderr and exit code 2.
+    """
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}", description=description)
     parser.add_argument("--host", default=os.environ.get("ADK_MESH_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=DEFAULT_PORTS[name], help="0 picks a free port")
     parser.add_argument("--grace", type=float, default=5.0, help="seconds to drain on stop")
+    add_server_security_arguments(parser)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     try:
+        security = server_security_from_arguments(args)
         telemetry = configure_telemetry(f"adk-mesh-{name}")
     except ConfigError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
     try:
         server = build_server(args)
-        asyncio.run(serve_until_signal(server, f"{args.host}:{args.port}", grace=args.grace))
-    except PortTakenError:
+        asyncio.run(
+            serve_until_signal(
+                server,
+                f"{args.host}:{args.port}",
+                grace=args.grace,
+                security=security,
+                mesh_port=args.mesh_port,
+            )
+        )
+    except PortTakenError as error:
+        # The front door's port or the mesh door's: the message names the one.
         print(
-            f"error: port {args.port} on {args.host} is taken by another process; "
-            f"stop it or pass --port",
+            f"error: {error.message} on {args.host} by another process; stop it or pass "
+            "another --port (or --mesh-port)",
             file=sys.stderr,
         )
         return 2
-    except BindError as error:
+    except (BindError, ConfigError) as error:
+        # ConfigError: plaintext beyond loopback without --insecure, among others.
         print(f"error: {error.message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

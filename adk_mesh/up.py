@@ -15,10 +15,13 @@ The config lists the services, their ports, the stores and the model::
     ready_timeout = 30                            # seconds each service has to become ready
     grace = 5                                     # seconds each service has to drain on stop
     env = { KEY = "value" }                       # environment of every service
+    tls = "dev"                                   # "dev", "files" or "off" (see below)
+    pki_dir = ""                                  # certificates; "": <state_dir>/pki
 
     [services.tools]
     module = "services.tools"                     # run as: python -m MODULE --host H --port P
-    port = 50055                                  # 0: any free port
+    port = 50055                                  # the front door; 0: any free port
+    mesh_port = 0                                 # the mesh door (mutual TLS); 0: any free port
     after = []                                    # services that must be ready first
     root = false                                  # true: persists sessions (gets `sessions`)
     model = ""                                    # overrides [mesh].model for this service
@@ -30,16 +33,35 @@ Every key is checked with its TOML type (``root = "false"`` is an error, not a s
 reads as true); an unknown key, a value of the wrong type, an unknown service in ``after`` or
 services that wait for each other in a cycle are one-line errors naming the table and key.
 
-Services start in dependency order (``after``); each is ready once it printed its ready line
-(``adk-mesh: serving ... on host:port``) and answers the gRPC health check with SERVING.
-Every service gets ``ADK_MESH_TARGET_<NAME>=host:port`` of the services started before it,
-``ADK_MESH_ARTIFACTS``, ``ADK_MESH_SESSIONS`` (root services), ``ADK_MESH_MODEL`` when a
-model is configured, and ``ADK_MESH_TRACE_DIR=<state_dir>/traces`` unless
-``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Their output is printed line by line, prefixed with
-the service's name. Ctrl-C or SIGTERM stops them all (in reverse order, SIGTERM then, after
-the grace period, SIGKILL). A port already in use is reported before anything starts.
+**Mutual TLS by default.** With ``tls = "dev"`` (the default) ``up`` keeps a development CA
+and one certificate per service in ``pki_dir`` (``.adk-mesh/pki/``: ``ca.pem``,
+``<service>.cert.pem``, ``<service>.key.pem``), made with ``cryptography`` on first use and
+reused while valid. With ``tls = "files"`` the same files are your own CA's and are used as
+they are. Either way each is checked before anything starts — present, readable, valid now,
+signed by the CA, naming the host and its key — and a problem stops ``up`` with one line
+naming the file. Each service then serves its front door (``port``: end users, TLS) and its
+mesh door (``mesh_port``: the other services, mutual TLS) with its certificate, and lets
+through its mesh door the identities of the mesh's services (their certificates' URI names,
+``spiffe://adk-mesh.local/<service>``). A ``command`` must then take the security flags of
+``adk-mesh serve`` after its own (``--tls-cert``, ``--tls-key``, ``--tls-client-ca``,
+``--mesh-port``, ``--allow-peer``); ``adk-mesh serve`` and the reference services do.
+``tls = "off"`` serves plaintext, on loopback only (a service refuses plaintext beyond it).
 
-Programs use :class:`Mesh` (``async with Mesh(load_config("mesh.toml")) as mesh:``).
+Services start in dependency order (``after``); each is ready once it printed its ready line
+(``adk-mesh: serving ... on host:port``; with TLS its ``adk-mesh: mesh door on ...`` line
+before it) and answers the gRPC health check with SERVING. Every service gets
+``ADK_MESH_TARGET_<NAME>=host:port``, the mesh door of each service started before it,
+``ADK_MESH_TLS_CA``, ``ADK_MESH_TLS_CERT`` and ``ADK_MESH_TLS_KEY`` (its own certificate, for
+its calls to the others) with TLS on, ``ADK_MESH_ARTIFACTS``, ``ADK_MESH_SESSIONS`` (root
+services), ``ADK_MESH_MODEL`` when a model is configured, and
+``ADK_MESH_TRACE_DIR=<state_dir>/traces`` unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Their
+output is printed line by line, prefixed with the service's name. Ctrl-C or SIGTERM stops them
+all (in reverse order, SIGTERM then, after the grace period, SIGKILL). A port already in use is
+reported before anything starts. Clients use the front doors, trusting the CA
+(``ADK_MESH_TLS_CA=.adk-mesh/pki/ca.pem``; ``up`` prints it).
+
+Programs use :class:`Mesh` (``async with Mesh(load_config("mesh.toml")) as mesh:``, then
+``mesh.targets`` and ``mesh.client_tls``).
 """
 
 from __future__ import annotations
@@ -47,8 +69,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import errno
 import graphlib
+import ipaddress
 import json
 import math
 import os
@@ -63,7 +87,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -77,23 +101,34 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from adk_mesh.errors import ConfigError
 
+if TYPE_CHECKING:
+    from cryptography import x509
+
+    from adk_mesh.mesh.security import ClientTLS
+
 __all__ = [
     "DEFAULT_CONFIG",
     "Mesh",
     "MeshConfig",
+    "ServiceCertificate",
     "ServiceSpec",
     "UpError",
     "load_config",
     "main",
     "parse_config",
+    "prepare_certificates",
 ]
 
 DEFAULT_CONFIG = "mesh.toml"
 READY_LINE = re.compile(r"adk-mesh: serving .* on (\S+):(\d+)\s*$")
+MESH_DOOR_LINE = re.compile(r"adk-mesh: mesh door on (\S+):(\d+)\b")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _LOG_TAIL = 20
 
 LogSink = Callable[[str, str], None]
+#: ``"dev"``: a development CA and certificates made under the PKI directory; ``"files"``: the
+#: certificates already there (your own CA's); ``"off"``: plaintext, loopback only.
+TlsMode = Literal["dev", "files", "off"]
 
 
 class UpError(ConfigError):
@@ -107,6 +142,7 @@ class ServiceSpec:
     name: str
     port: int
     module: str | None = None
+    mesh_port: int = 0
     command: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     root: bool = False
@@ -135,10 +171,23 @@ class MeshConfig:
     ready_timeout: float = 30.0
     grace: float = 5.0
     env: Mapping[str, str] = field(default_factory=dict)
+    tls: TlsMode = "dev"
+    pki_dir: Path | None = None
 
     @property
     def trace_dir(self) -> Path:
         return self.state_dir / "traces"
+
+    @property
+    def pki_directory(self) -> Path:
+        """Where the CA and the services' certificates are: ``pki_dir``, else
+        ``<state_dir>/pki``."""
+        return self.pki_dir if self.pki_dir is not None else self.state_dir / "pki"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The CA certificate clients trust; ``None`` with ``tls = "off"``."""
+        return None if self.tls == "off" else self.pki_directory / "ca.pem"
 
     @property
     def sessions_url(self) -> str:
@@ -254,6 +303,7 @@ class _ServiceTable(_Table):
     module: str | None = None
     command: Annotated[list[str] | None, BeforeValidator(_command)] = None
     port: _Port
+    mesh_port: _Port = 0
     after: list[str] = []
     root: bool = False
     model: str = ""
@@ -279,6 +329,8 @@ class _MeshTable(_Table):
     ready_timeout: Annotated[float, AfterValidator(_seconds(0, inclusive=False))] = 30.0
     grace: Annotated[float, AfterValidator(_seconds(0, inclusive=True))] = 5.0
     env: dict[str, _EnvironmentValue] = {}
+    tls: TlsMode = "dev"
+    pki_dir: str = ""
 
 
 class _MeshFile(_Table):
@@ -358,6 +410,9 @@ def _explain(error: ErrorDetails) -> str:
     kind = error["type"]
     if kind in _TYPE_NAMES:
         problem = f"expected {_TYPE_NAMES[kind]}, got {_toml_value(error['input'])}"
+    elif kind == "literal_error":
+        expected = (error.get("ctx") or {}).get("expected", "")
+        problem = f"expected {expected}, got {_toml_value(error['input'])}"
     elif kind == "extra_forbidden":
         problem = "unknown key" + _known_keys(location)
     elif kind == "missing" and location[-1:] == ("port",):
@@ -386,10 +441,18 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
     if not parsed.services:
         raise ConfigError(f"{source}: no [services.<name>] tables; list at least one service")
     mesh = parsed.mesh
+    if mesh.tls == "off":
+        for name, table in parsed.services.items():
+            if table.mesh_port:
+                raise ConfigError(
+                    f"{source}: [services.{_toml_key(name)}] mesh_port: a mesh door is mutual "
+                    'TLS, and [mesh] tls is "off"; remove mesh_port or set tls = "dev"'
+                )
     specs = {
         name: ServiceSpec(
             name=name,
             port=table.port,
+            mesh_port=table.mesh_port,
             module=table.module,
             command=tuple(table.command or ()),
             after=tuple(table.after),
@@ -410,6 +473,8 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
         ready_timeout=mesh.ready_timeout,
         grace=mesh.grace,
         env=dict(mesh.env),
+        tls=mesh.tls,
+        pki_dir=root_dir / mesh.pki_dir if mesh.pki_dir else None,
     )
 
 
@@ -457,6 +522,250 @@ def load_config(path: str | os.PathLike[str] = DEFAULT_CONFIG) -> MeshConfig:
     return parse_config(data, root_dir=file.parent, source=str(file))
 
 
+# --- certificates -----------------------------------------------------------------------------
+#
+# With TLS on, every service serves its front door with TLS and its mesh door with mutual TLS,
+# and calls the other services' mesh doors with its own certificate. The files are checked
+# here, before anything starts, so a missing, expired or mismatched one is one line from `up`
+# rather than a failed handshake in some service's log.
+
+
+@dataclass(frozen=True)
+class ServiceCertificate:
+    """A service's certificate and key (PEM files), the CA that signs them, and the
+    identities it proves (its URI subject alternative names, else its DNS names) — what the
+    other services' allow-lists name."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    identities: tuple[str, ...]
+
+
+_WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}
+
+
+def _connect_host(host: str) -> str:
+    """The host to connect to a service bound on ``host`` (a wildcard bind: loopback)."""
+    return _WILDCARD_HOSTS.get(host, host)
+
+
+def _connect_address(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{_connect_host(host)}:{port}"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror}{where}"
+    return str(error) or type(error).__name__
+
+
+def _date(moment: datetime.datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+def _load_certificate(path: Path, what: str) -> x509.Certificate:
+    from cryptography import x509
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UpError(f"{what} is missing") from None
+    except OSError as error:
+        raise UpError(f"cannot read {what}: {_reason(error)}") from None
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise UpError(f"{what} is not a PEM certificate") from None
+
+
+def _check_dates(certificate: x509.Certificate, what: str, now: datetime.datetime) -> None:
+    if certificate.not_valid_after_utc <= now:
+        raise UpError(f"{what} expired on {_date(certificate.not_valid_after_utc)}")
+    if certificate.not_valid_before_utc > now:
+        raise UpError(f"{what} is not valid before {_date(certificate.not_valid_before_utc)}")
+
+
+def _names_host(certificate: x509.Certificate, host: str) -> bool:
+    """Whether ``certificate`` is valid for ``host`` (an IP address or a DNS name)."""
+    from cryptography import x509
+
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    name = host.strip("[]")
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        wanted = name.lower().rstrip(".")
+        for pattern in (
+            value.lower().rstrip(".") for value in names.get_values_for_type(x509.DNSName)
+        ):
+            if pattern == wanted:
+                return True
+            if pattern.startswith("*.") and wanted.partition(".")[2] == pattern[2:]:
+                return True
+        return False
+    return address in names.get_values_for_type(x509.IPAddress)
+
+
+def _identities(certificate: x509.Certificate) -> tuple[str, ...]:
+    from cryptography import x509
+
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return ()
+    uris = names.get_values_for_type(x509.UniformResourceIdentifier)
+    if uris:
+        return tuple(uris)
+    return tuple(name for name in names.get_values_for_type(x509.DNSName) if name != "localhost")
+
+
+def _check_service_certificate(
+    name: str,
+    cert_file: Path,
+    key_file: Path,
+    ca: x509.Certificate,
+    ca_file: Path,
+    host: str,
+) -> ServiceCertificate:
+    """The checked certificate of service ``name``.
+
+    Raises:
+        UpError: the certificate or key is missing or unreadable, the certificate is expired
+            or not yet valid, not signed by the CA, does not name ``host``, names no identity,
+            or the key is not its key.
+    """
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import serialization
+
+    what = f"the TLS certificate of service {name!r} ({_shown(cert_file)})"
+    certificate = _load_certificate(cert_file, what)
+    _check_dates(certificate, what, datetime.datetime.now(datetime.UTC))
+    try:
+        certificate.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise UpError(f"{what} is not signed by the mesh CA ({_shown(ca_file)})") from None
+    if not _names_host(certificate, host):
+        raise UpError(
+            f"{what} does not name {host.strip('[]')}, the host the services and clients "
+            "connect to; add it to its subject alternative names"
+        )
+    identities = _identities(certificate)
+    if not identities:
+        raise UpError(
+            f"{what} names no identity for the allow-lists (a URI such as "
+            f"spiffe://<trust domain>/{name}, or a DNS name)"
+        )
+    key_what = f"the TLS key of service {name!r} ({_shown(key_file)})"
+    try:
+        key_data = key_file.read_bytes()
+    except FileNotFoundError:
+        raise UpError(f"{key_what} is missing") from None
+    except OSError as error:
+        raise UpError(f"cannot read {key_what}: {_reason(error)}") from None
+    try:
+        key = serialization.load_pem_private_key(key_data, password=None)
+    except (ValueError, TypeError) as error:
+        raise UpError(f"{key_what} is not an unencrypted PEM private key: {error}") from None
+    public = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*public) != certificate.public_key().public_bytes(*public):
+        raise UpError(f"{key_what} is not the key of its certificate")
+    return ServiceCertificate(cert_file, key_file, ca_file, identities)
+
+
+def _check_ca(ca_file: Path) -> x509.Certificate:
+    what = f"the mesh CA certificate ({_shown(ca_file)})"
+    ca = _load_certificate(ca_file, what)
+    _check_dates(ca, what, datetime.datetime.now(datetime.UTC))
+    return ca
+
+
+def prepare_certificates(config: MeshConfig) -> dict[str, ServiceCertificate]:
+    """The certificate of each service of ``config``, checked; none with ``tls = "off"``.
+
+    With ``tls = "dev"``, a development CA and one certificate per service are made in
+    :attr:`MeshConfig.pki_directory` (and reused while valid); with ``tls = "files"`` the
+    files already there are used as they are: ``ca.pem``, ``<service>.cert.pem`` and
+    ``<service>.key.pem``.
+
+    Raises:
+        UpError: a certificate, key or CA that is missing, unreadable, expired, not valid for
+            the mesh's host, or not signed by the CA (one line naming the file).
+    """
+    if config.tls == "off":
+        return {}
+    directory = config.pki_directory
+    host = _connect_host(config.host)
+    files = {
+        spec.name: (directory / f"{spec.name}.cert.pem", directory / f"{spec.name}.key.pem")
+        for spec in config.services
+    }
+    ca_file = directory / "ca.pem"
+    if config.tls == "files":
+        hint = f' ([mesh] tls = "files" takes the certificates in {_shown(directory)} as they are)'
+        try:
+            ca = _check_ca(ca_file)
+            return {
+                name: _check_service_certificate(name, cert_file, key_file, ca, ca_file, host)
+                for name, (cert_file, key_file) in files.items()
+            }
+        except UpError as error:
+            raise UpError(error.message + hint) from None
+    return _development_certificates(config, files, host)
+
+
+def _development_certificates(
+    config: MeshConfig, files: Mapping[str, tuple[Path, Path]], host: str
+) -> dict[str, ServiceCertificate]:
+    from adk_mesh.mesh.pki import DevCertificateAuthority
+
+    directory = config.pki_directory
+    hint = f"; remove {_shown(directory)} to make new development certificates"
+    name = host.strip("[]")
+    try:
+        ipaddress.ip_address(name)
+        dns_names: tuple[str, ...] = ()
+    except ValueError:
+        dns_names = () if name == "localhost" else (name,)
+    checked: dict[str, ServiceCertificate] = {}
+    try:
+        authority = DevCertificateAuthority(directory)
+        ca = _check_ca(authority.ca_file)
+        for service, (cert_file, key_file) in files.items():
+            authority.issue(service, dns_names=dns_names)
+            try:
+                checked[service] = _check_service_certificate(
+                    service, cert_file, key_file, ca, authority.ca_file, host
+                )
+            except UpError:
+                # Reused but unfit (another host, a CA replaced by hand, a stray key): anew.
+                authority.issue(service, dns_names=dns_names, reuse=False)
+                checked[service] = _check_service_certificate(
+                    service, cert_file, key_file, ca, authority.ca_file, host
+                )
+    except UpError as error:
+        raise UpError(error.message + hint) from None
+    except (OSError, ValueError, TypeError) as error:
+        raise UpError(
+            f"cannot make the development certificates in {_shown(directory)}: "
+            f"{_reason(error)}{hint}"
+        ) from None
+    return checked
+
+
 def port_in_use(host: str, port: int) -> bool:
     """True when another process listens on ``host:port``."""
     if port == 0:
@@ -483,15 +792,19 @@ class _Running:
     tail: deque[str]
     ready: asyncio.Future[str]
     reader: asyncio.Task[None] | None = None
+    mesh_address: str = ""
 
 
 class Mesh:
     """The services of a :class:`MeshConfig`, running as child processes.
 
-    ``await start()`` starts them in order and returns once all are ready (or stops those it
-    started and raises :class:`UpError`); ``targets`` then maps each service to its
-    ``host:port``. ``await stop()`` stops them all; it is idempotent. As an async context
-    manager, the mesh is started on entry and always stopped on exit.
+    ``await start()`` makes or checks the certificates (with TLS on), starts the services in
+    order and returns once all are ready (or stops those it started and raises
+    :class:`UpError`); ``targets`` then maps each service to its front door's ``host:port``
+    (what clients call, with :attr:`client_tls`) and ``mesh_targets`` to its mesh door's (what
+    the other services call; the front door's with ``tls = "off"``). ``await stop()`` stops
+    them all; it is idempotent. As an async context manager, the mesh is started on entry and
+    always stopped on exit.
 
     Args:
         config: the mesh.
@@ -508,6 +821,10 @@ class Mesh:
     ) -> None:
         self.config = config
         self.targets: dict[str, str] = {}
+        self.mesh_targets: dict[str, str] = {}
+        #: Each service's certificate once :meth:`start` (or :meth:`prepare_certificates`)
+        #: made or checked them; empty with ``tls = "off"``.
+        self.certificates: dict[str, ServiceCertificate] = {}
         self._log = log or print_log
         self._env = dict(env or {})
         self._running: list[_Running] = []
@@ -528,10 +845,57 @@ class Mesh:
     ) -> None:
         await self.stop()
 
+    @property
+    def client_tls(self) -> ClientTLS | None:
+        """The TLS a client of the services' front doors uses (it trusts the mesh CA);
+        ``None`` with ``tls = "off"``."""
+        from adk_mesh.mesh.security import ClientTLS
+
+        ca_file = self.config.ca_file
+        return None if ca_file is None else ClientTLS(ca_file=ca_file)
+
+    def allow_list(self) -> list[str]:
+        """The peers every mesh door lets in: the identities of the mesh's services."""
+        return sorted({identity for c in self.certificates.values() for identity in c.identities})
+
+    def prepare_certificates(self) -> dict[str, ServiceCertificate]:
+        """Make or check the services' certificates (see :func:`prepare_certificates`)."""
+        self.certificates = prepare_certificates(self.config)
+        return self.certificates
+
+    def command(self, spec: ServiceSpec) -> list[str]:
+        """The command ``spec`` is started with: with TLS on, its own command followed by the
+        security flags of ``adk-mesh serve`` (certificate, key, client CA, mesh port and the
+        allow-list)."""
+        argv = spec.argv(self.config.host, spec.port)
+        certificate = self.certificates.get(spec.name)
+        if certificate is None:
+            return argv
+        argv += [
+            "--tls-cert",
+            str(certificate.cert_file),
+            "--tls-key",
+            str(certificate.key_file),
+            "--tls-client-ca",
+            str(certificate.ca_file),
+            "--mesh-port",
+            str(spec.mesh_port),
+        ]
+        for identity in self.allow_list():
+            argv += ["--allow-peer", identity]
+        return argv
+
     def environment(self, spec: ServiceSpec) -> dict[str, str]:
         """The environment ``spec`` is started with."""
+        from adk_mesh.mesh.security import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
+
         config = self.config
         env = dict(os.environ)
+        if config.tls == "off":
+            # Inherited client TLS settings would make plaintext services call each other
+            # with TLS.
+            for name in (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV):
+                env.pop(name, None)
         env.update(config.env)
         env.update(self._env)
         env["PYTHONUNBUFFERED"] = "1"
@@ -539,8 +903,14 @@ class Mesh:
         env["PYTHONPATH"] = os.pathsep.join(
             part for part in (root, env.get("PYTHONPATH", "")) if part
         )
-        for name, address in self.targets.items():
+        # Services call each other at their mesh doors, with their own certificates.
+        for name, address in self.mesh_targets.items():
             env[f"ADK_MESH_TARGET_{name.upper().replace('-', '_')}"] = address
+        certificate = self.certificates.get(spec.name)
+        if certificate is not None:
+            env[TLS_CA_ENV] = str(certificate.ca_file)
+            env[TLS_CERT_ENV] = str(certificate.cert_file)
+            env[TLS_KEY_ENV] = str(certificate.key_file)
         env["ADK_MESH_ARTIFACTS"] = config.artifacts_url
         if spec.root:
             env["ADK_MESH_SESSIONS"] = config.sessions_url
@@ -554,12 +924,14 @@ class Mesh:
 
     def check_ports(self) -> None:
         """Raise :class:`UpError` naming every configured port another process holds."""
-        taken = [spec for spec in self.config.services if port_in_use(self.config.host, spec.port)]
-        if taken:
-            lines = [
-                f"port {spec.port} of service {spec.name!r} is already in use on {self.config.host}"
-                for spec in taken
-            ]
+        host = self.config.host
+        lines = [
+            f"{door}port {port} of service {spec.name!r} is already in use on {host}"
+            for spec in self.config.services
+            for door, port in (("", spec.port), ("mesh ", spec.mesh_port))
+            if port_in_use(host, port)
+        ]
+        if lines:
             raise UpError(
                 "; ".join(lines) + ". Stop what listens there (another `adk-mesh up`?) or "
                 "change the port in the config (0 picks a free one)."
@@ -574,14 +946,16 @@ class Mesh:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         if "ADK_MESH_TRACE_DIR" not in os.environ:
             config.trace_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.prepare_certificates)
         for spec in config.services:
             running = await self._spawn(spec)
-            address = await self._wait_ready(running)
-            self.targets[spec.name] = address
+            front, mesh = await self._wait_ready(running)
+            self.targets[spec.name] = front
+            self.mesh_targets[spec.name] = mesh
 
     async def _spawn(self, spec: ServiceSpec) -> _Running:
         config = self.config
-        argv = spec.argv(config.host, spec.port)
+        argv = self.command(spec)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -609,13 +983,17 @@ class Mesh:
             line = line_bytes.decode(errors="replace").rstrip()
             running.tail.append(line)
             self._log(running.spec.name, line)
+            door = MESH_DOOR_LINE.search(line)
+            if door and not running.mesh_address:
+                running.mesh_address = _connect_address(f"{door.group(1)}:{door.group(2)}")
             found = READY_LINE.search(line)
             if found and not running.ready.done():
-                running.ready.set_result(f"{found.group(1)}:{found.group(2)}")
+                running.ready.set_result(_connect_address(f"{found.group(1)}:{found.group(2)}"))
         if not running.ready.done():
             running.ready.set_result("")
 
-    async def _wait_ready(self, running: _Running) -> str:
+    async def _wait_ready(self, running: _Running) -> tuple[str, str]:
+        """The front and mesh door addresses of a service once it is ready."""
         spec = running.spec
         try:
             address = await asyncio.wait_for(
@@ -632,8 +1010,17 @@ class Mesh:
                 f"service {spec.name!r} exited with code {code} before it was ready; its last "
                 "output:\n" + "\n".join(running.tail)
             )
-        await _health_check(address, self.config.ready_timeout, spec.name)
-        return address
+        if spec.name not in self.certificates:
+            await _health_check(address, self.config.ready_timeout, spec.name, None)
+            return address, address
+        if not running.mesh_address:
+            raise UpError(
+                f"service {spec.name!r} is ready but opened no mesh door (no `adk-mesh: mesh "
+                f"door on` line): with [mesh] tls = {self.config.tls!r} its command must take "
+                'the security flags of `adk-mesh serve`; or set [mesh] tls = "off"'
+            )
+        await _health_check(address, self.config.ready_timeout, spec.name, self.client_tls)
+        return address, running.mesh_address
 
     async def wait(self) -> tuple[str, int]:
         """Wait until a service exits; its name and exit code."""
@@ -656,6 +1043,7 @@ class Mesh:
         grace = self.config.grace if grace is None else grace
         running, self._running = self._running, []
         self.targets = {}
+        self.mesh_targets = {}
         for item in reversed(running):
             if item.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -672,13 +1060,18 @@ class Mesh:
                     await item.reader
 
 
-async def _health_check(address: str, seconds: float, name: str) -> None:
+async def _health_check(address: str, seconds: float, name: str, tls: ClientTLS | None) -> None:
     """Wait until ``address`` answers the gRPC health check with SERVING."""
     import grpc
     import grpc.aio
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    async with grpc.aio.insecure_channel(address) as channel:
+    channel = (
+        grpc.aio.insecure_channel(address)
+        if tls is None
+        else grpc.aio.secure_channel(address, tls.credentials())
+    )
+    async with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = await stub.Check(
@@ -690,6 +1083,20 @@ async def _health_check(address: str, seconds: float, name: str) -> None:
             ) from None
     if response.status != health_pb2.HealthCheckResponse.SERVING:
         raise UpError(f"service {name!r} at {address} reports {response.status} instead of SERVING")
+
+
+def _security_summary(config: MeshConfig) -> str:
+    """What ``up`` says about TLS once the mesh is ready."""
+    if config.ca_file is None:
+        return (
+            'adk-mesh up: plaintext ([mesh] tls = "off"): the mesh doors take calls from this '
+            "machine's processes only"
+        )
+    return (
+        f"adk-mesh up: mutual TLS between the services (certificates in "
+        f"{_shown(config.pki_directory)}/); clients connect with TLS, trusting its CA:\n"
+        f"  export ADK_MESH_TLS_CA={config.ca_file.resolve()}"
+    )
 
 
 async def _up(config: MeshConfig) -> int:
@@ -712,7 +1119,10 @@ async def _up(config: MeshConfig) -> int:
         start.result()
         print("adk-mesh up: all services ready (Ctrl-C stops them):", flush=True)
         for spec in config.services:
-            print(f"  {spec.name:<10} {mesh.targets[spec.name]}", flush=True)
+            front, door = mesh.targets[spec.name], mesh.mesh_targets[spec.name]
+            extra = f"  (mesh door {door})" if door != front else ""
+            print(f"  {spec.name:<10} {front}{extra}", flush=True)
+        print(_security_summary(config), flush=True)
         exited = asyncio.ensure_future(mesh.wait())
         await asyncio.wait((exited, stop_wait), return_when=asyncio.FIRST_COMPLETED)
         if exited.done():

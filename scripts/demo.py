@@ -1,8 +1,9 @@
 """`make demo`: start the travel-desk mesh, talk to it as a client would, show what happened.
 
-Starts the services of mesh.toml (adk_mesh.up), runs a scripted conversation of two sessions
-over the streaming ``AgentService.Run`` RPC of the root service, prints every event (author,
-text, tool calls, delegations, transfers, state changes, artifact versions) with its
+Starts the services of mesh.toml (adk_mesh.up) — with mutual TLS between them, certificates
+in .adk-mesh/pki/ —, runs a scripted conversation of two sessions over the streaming
+``AgentService.Run`` RPC of the root service (TLS, trusting the mesh's CA), prints every event
+(author, text, tool calls, delegations, transfers, state changes, artifact versions) with its
 invocation id, stops the mesh, then prints each invocation's span tree from the trace files.
 Service logs go to .adk-mesh/logs/<service>.log.
 """
@@ -23,6 +24,7 @@ from typing import Any, TextIO
 import grpc.aio
 
 from adk_mesh import Content, Event, codec
+from adk_mesh.mesh import ClientTLS
 from adk_mesh.models.offline import choose_model
 from adk_mesh.up import Mesh, MeshConfig, load_config
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
@@ -136,14 +138,21 @@ def print_event(event: Event, out: TextIO) -> None:
 async def run_conversation(
     target: str,
     *,
+    tls: ClientTLS | None = None,
     user_id: str = USER_ID,
     turns: Sequence[tuple[str, str]] = TURNS,
     out: TextIO | None = None,
 ) -> list[Turn]:
-    """Run ``turns`` against the root service at ``target`` over the streaming Run RPC."""
+    """Run ``turns`` against the root service at ``target`` over the streaming Run RPC (with
+    ``tls``, over TLS; else plaintext)."""
     sessions: dict[str, str] = {}
     results: list[Turn] = []
-    async with grpc.aio.insecure_channel(target) as channel:
+    channel = (
+        grpc.aio.insecure_channel(target)
+        if tls is None
+        else grpc.aio.secure_channel(target, tls.credentials())
+    )
+    async with channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         for label, message in turns:
             turn = Turn(session=label, message=message, session_id=sessions.get(label, ""))
@@ -209,6 +218,18 @@ def _file_logger(directory: Path) -> Any:
     return log
 
 
+def tls_line(config: MeshConfig) -> str:
+    """The one line that says how the services talk to each other."""
+    services = len(config.services)
+    if config.tls == "off":
+        return f'mTLS off: {services} services talk plaintext on loopback ([mesh] tls = "off")'
+    try:
+        where = config.pki_directory.resolve().relative_to(Path.cwd())
+    except ValueError:
+        where = config.pki_directory
+    return f"mTLS on: {services} services, certificates in {where}/"
+
+
 async def demo(config: MeshConfig, out: TextIO) -> list[Turn]:
     model, why = choose_model()
     if model == "offline":
@@ -223,7 +244,8 @@ async def demo(config: MeshConfig, out: TextIO) -> list[Turn]:
     async with Mesh(config, log=_file_logger(config.state_dir / "logs")) as mesh:
         for name, address in mesh.targets.items():
             out.write(f"  {name:<10} {address}\n")
-        turns = await run_conversation(mesh.targets["concierge"], out=out)
+        out.write(tls_line(config) + "\n")
+        turns = await run_conversation(mesh.targets["concierge"], tls=mesh.client_tls, out=out)
         out.write("\nStopping the mesh …\n")
     return turns
 

@@ -41,7 +41,9 @@ async def test_the_demo_conversation(tmp_path: Path) -> None:
     async with Mesh(
         config, log=lambda *_: None, env={"ADK_MESH_TRACE_DIR": str(tmp_path / "traces")}
     ) as mesh:
-        turns = await demo.run_conversation(mesh.targets["concierge"])
+        assert mesh.client_tls is not None  # mutual TLS between the services, TLS to the root
+        turns = await demo.run_conversation(mesh.targets["concierge"], tls=mesh.client_tls)
+        assert demo.tls_line(config) == f"mTLS on: 5 services, certificates in {tmp_path}/pki/"
 
     assert len(turns) == len(demo.TURNS)
     assert all(turn.final_text.startswith("[offline model]") for turn in turns)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adk_mesh.errors import ConfigError
-from adk_mesh.up import Mesh, UpError, load_config, main, parse_config
+from adk_mesh.mesh.pki import DevCertificateAuthority
+from adk_mesh.up import Mesh, MeshConfig, UpError, load_config, main, parse_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,8 +126,8 @@ A = "[services.a]"
 BOOLEAN = "a boolean (true/false)"
 PORT_RANGE = "expected a port from 0 to 65535 (0 picks a free one)"
 EXPECTED_ENV = "expected a string (or a number)"
-SERVICE_KEYS = "module, command, port, after, root, model, env"
-MESH_KEYS = "host, state_dir, sessions, artifacts, model, ready_timeout, grace, env"
+SERVICE_KEYS = "module, command, port, mesh_port, after, root, model, env"
+MESH_KEYS = "host, state_dir, sessions, artifacts, model, ready_timeout, grace, env, tls, pki_dir"
 
 
 @pytest.mark.parametrize(
@@ -178,6 +180,17 @@ MESH_KEYS = "host, state_dir, sessions, artifacts, model, ready_timeout, grace, 
         ),
         ("mesh", {"grace": -1}, "[mesh] grace: expected 0 or more seconds, got -1.0"),
         ("mesh", {"grace": float("nan")}, "[mesh] grace: expected 0 or more seconds, got nan"),
+        (
+            "mesh",
+            {"tls": "on"},
+            "[mesh] tls: expected 'dev', 'files' or 'off', got the string \"on\"",
+        ),
+        (
+            "mesh",
+            {"tls": False},
+            "[mesh] tls: expected 'dev', 'files' or 'off', got the boolean false",
+        ),
+        ("services.a", {"mesh_port": 70000}, f"{A} mesh_port: {PORT_RANGE}, got 70000"),
         ("servics.b", {"port": 0}, "servics: unknown key; known keys: mesh, services"),
     ],
 )
@@ -255,7 +268,8 @@ def test_each_service_gets_targets_stores_model_and_trace_dir(
     )
     config = parse_config(data, root_dir=tmp_path)
     mesh = Mesh(config)
-    mesh.targets["tools"] = "127.0.0.1:1234"
+    mesh.targets["tools"] = "127.0.0.1:1233"
+    mesh.mesh_targets["tools"] = "127.0.0.1:1234"
     tools, root = config.services
     env = mesh.environment(root)
     assert env["ADK_MESH_TARGET_TOOLS"] == "127.0.0.1:1234"
@@ -299,6 +313,9 @@ async def test_start_waits_for_ready_and_stop_ends_every_process(tmp_path: Path)
         await mesh.start()
         host, port = mesh.targets["tools"].rsplit(":", 1)
         assert host == "127.0.0.1" and int(port) > 0
+        # Mutual TLS by default: a mesh door of its own, certificates in the state directory.
+        assert mesh.mesh_targets["tools"] not in ("", mesh.targets["tools"])
+        assert mesh.certificates["tools"].cert_file == tmp_path / "pki" / "tools.cert.pem"
         processes = [running.process for running in mesh._running]
     finally:
         await mesh.stop()
@@ -318,3 +335,231 @@ async def test_a_service_that_dies_before_ready_is_reported_with_its_output(
         async with mesh:
             pass  # pragma: no cover
     assert "cannot start: bad config" in str(caught.value)
+
+
+# --- mutual TLS ------------------------------------------------------------------------------
+
+
+def tls_config(tmp_path: Path, tls: str = "dev", **mesh: Any) -> MeshConfig:
+    data = config_data(
+        tools={"module": "m", "port": 0},
+        planner={"module": "m", "port": 0, "after": ["tools"], "mesh_port": 50999},
+    )
+    data["mesh"].update(state_dir="state", tls=tls, **mesh)
+    return parse_config(data, root_dir=tmp_path)
+
+
+def test_tls_is_on_by_default_with_certificates_under_the_state_directory(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(config_data(a={"module": "m", "port": 0}), root_dir=tmp_path)
+    assert config.tls == "dev"
+    assert config.pki_directory == tmp_path.resolve() / ".adk-mesh" / "pki"
+    assert config.ca_file == config.pki_directory / "ca.pem"
+    assert load_config(REPO / "mesh.toml").pki_directory == REPO / ".adk-mesh" / "pki"
+
+
+def test_each_service_serves_with_its_certificate_and_calls_the_mesh_doors_with_it(
+    tmp_path: Path,
+) -> None:
+    config = tls_config(tmp_path)
+    mesh = Mesh(config)
+    certificates = mesh.prepare_certificates()
+    pki = tmp_path / "state" / "pki"
+    assert sorted(path.name for path in pki.iterdir()) == [
+        "ca-key.pem", "ca.pem", "planner.cert.pem", "planner.key.pem",
+        "tools.cert.pem", "tools.key.pem",
+    ]  # fmt: skip
+    assert certificates["tools"].identities == ("spiffe://adk-mesh.local/tools",)
+    assert mesh.allow_list() == [
+        "spiffe://adk-mesh.local/planner",
+        "spiffe://adk-mesh.local/tools",
+    ]
+    tools, planner = config.services
+    mesh.targets["tools"] = "127.0.0.1:1233"
+    mesh.mesh_targets["tools"] = "127.0.0.1:1234"
+
+    env = mesh.environment(planner)
+    assert env["ADK_MESH_TARGET_TOOLS"] == "127.0.0.1:1234"  # the mesh door, not the front
+    assert env["ADK_MESH_TLS_CA"] == str(pki / "ca.pem")
+    assert env["ADK_MESH_TLS_CERT"] == str(pki / "planner.cert.pem")
+    assert env["ADK_MESH_TLS_KEY"] == str(pki / "planner.key.pem")
+
+    argv = mesh.command(planner)
+    assert argv[argv.index("--tls-cert") + 1] == str(pki / "planner.cert.pem")
+    assert argv[argv.index("--tls-key") + 1] == str(pki / "planner.key.pem")
+    assert argv[argv.index("--tls-client-ca") + 1] == str(pki / "ca.pem")
+    assert argv[argv.index("--mesh-port") + 1] == "50999"
+    assert [argv[i + 1] for i, arg in enumerate(argv) if arg == "--allow-peer"] == (
+        mesh.allow_list()
+    )
+    assert mesh.command(tools)[mesh.command(tools).index("--mesh-port") + 1] == "0"
+    client = mesh.client_tls
+    assert client is not None and client.ca_file == pki / "ca.pem" and client.cert_file is None
+
+
+def test_development_certificates_are_reused_while_valid(tmp_path: Path) -> None:
+    config = tls_config(tmp_path)
+    Mesh(config).prepare_certificates()
+    pki = config.pki_directory
+    before = {path.name: path.read_bytes() for path in pki.iterdir()}
+    Mesh(config).prepare_certificates()
+    assert {path.name: path.read_bytes() for path in pki.iterdir()} == before
+
+
+def test_a_certificate_that_does_not_fit_is_issued_again(tmp_path: Path) -> None:
+    config = tls_config(tmp_path)
+    Mesh(config).prepare_certificates()
+    pki = config.pki_directory
+    # A key that is not the certificate's (a stray copy): made anew, not served.
+    (pki / "tools.key.pem").write_bytes((pki / "planner.key.pem").read_bytes())
+    certificates = Mesh(config).prepare_certificates()
+    assert certificates["tools"].identities == ("spiffe://adk-mesh.local/tools",)
+    assert (pki / "tools.key.pem").read_bytes() != (pki / "planner.key.pem").read_bytes()
+
+
+def test_a_ca_that_cannot_be_read_stops_up_with_one_line(tmp_path: Path) -> None:
+    config = tls_config(tmp_path)
+    (config.pki_directory / "ca.pem").mkdir(parents=True)
+    with pytest.raises(UpError) as raised:
+        Mesh(config).prepare_certificates()
+    message = raised.value.message
+    assert message.startswith(f"cannot make the development certificates in {config.pki_directory}")
+    assert "Is a directory" in message and "\n" not in message
+
+
+def own_pki(directory: Path, **days: int) -> DevCertificateAuthority:
+    """Certificates made elsewhere (as a user's CA would), for ``tls = "files"``."""
+    authority = DevCertificateAuthority(directory)
+    for service in ("tools", "planner"):
+        authority.issue(service, days=days.get(service, 30))
+    return authority
+
+
+def test_own_certificates_are_used_as_they_are(tmp_path: Path) -> None:
+    own_pki(tmp_path / "certs")
+    config = tls_config(tmp_path, tls="files", pki_dir="certs")
+    assert config.pki_directory == tmp_path.resolve() / "certs"
+    certificates = Mesh(config).prepare_certificates()
+    assert certificates["planner"].cert_file == tmp_path.resolve() / "certs" / "planner.cert.pem"
+    assert certificates["planner"].identities == ("spiffe://adk-mesh.local/planner",)
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (
+            lambda pki: (pki / "planner.cert.pem").unlink(),
+            "the TLS certificate of service 'planner' ({pki}/planner.cert.pem) is missing",
+        ),
+        (
+            lambda pki: (pki / "tools.key.pem").unlink(),
+            "the TLS key of service 'tools' ({pki}/tools.key.pem) is missing",
+        ),
+        (
+            lambda pki: (pki / "ca.pem").unlink(),
+            "the mesh CA certificate ({pki}/ca.pem) is missing",
+        ),
+        (
+            lambda pki: (pki / "ca.pem").write_text("not a certificate"),
+            "the mesh CA certificate ({pki}/ca.pem) is not a PEM certificate",
+        ),
+        (
+            lambda pki: (pki / "tools.cert.pem").write_bytes(
+                own_pki(pki.parent / "other").issue("tools").cert_file.read_bytes()
+            ),
+            "the TLS certificate of service 'tools' ({pki}/tools.cert.pem) is not signed by "
+            "the mesh CA ({pki}/ca.pem)",
+        ),
+        (
+            lambda pki: (pki / "tools.key.pem").write_bytes((pki / "planner.key.pem").read_bytes()),
+            "the TLS key of service 'tools' ({pki}/tools.key.pem) is not the key of its "
+            "certificate",
+        ),
+    ],
+)
+def test_a_missing_or_unfit_own_certificate_stops_up_with_one_line(
+    tmp_path: Path, damage: Callable[[Path], object], problem: str
+) -> None:
+    pki = tmp_path / "certs"
+    own_pki(pki)
+    damage(pki)
+    config = tls_config(tmp_path, tls="files", pki_dir="certs")
+    with pytest.raises(UpError) as raised:
+        Mesh(config).prepare_certificates()
+    assert raised.value.message == (
+        problem.format(pki=config.pki_directory)
+        + f' ([mesh] tls = "files" takes the certificates in {config.pki_directory} as they are)'
+    )
+
+
+def test_an_expired_certificate_stops_up_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own_pki(tmp_path / "certs", planner=0)  # valid until the moment it was made
+    config = tmp_path / "mesh.toml"
+    config.write_text(
+        '[mesh]\ntls = "files"\npki_dir = "certs"\nstate_dir = "state"\n'
+        '[services.tools]\nmodule = "no.such.module"\nport = 0\n'
+        '[services.planner]\nmodule = "no.such.module"\nport = 0\n'
+    )
+    assert main(["--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert re.fullmatch(
+        r"error: the TLS certificate of service 'planner' \(\S+/certs/planner\.cert\.pem\) "
+        r"expired on \d{4}-\d\d-\d\d \d\d:\d\d UTC \(\[mesh\] tls = \"files\" takes the "
+        r"certificates in \S+/certs as they are\)\n",
+        captured.err,
+    ), captured.err
+    assert captured.out == ""
+
+
+def test_a_certificate_that_does_not_name_the_host_is_refused(tmp_path: Path) -> None:
+    own_pki(tmp_path / "certs")
+    config = tls_config(tmp_path, tls="files", pki_dir="certs", host="desk.example")
+    with pytest.raises(UpError, match=r"does not name desk\.example, the host the services"):
+        Mesh(config).prepare_certificates()
+    # Development certificates name it.
+    config = tls_config(tmp_path, host="desk.example")
+    assert Mesh(config).prepare_certificates()
+
+
+def test_without_tls_services_talk_plaintext_and_inherit_no_client_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ADK_MESH_TLS_CA", "/somewhere/ca.pem")
+    data = config_data(a={"module": "m", "port": 0})
+    data["mesh"]["tls"] = "off"
+    config = parse_config(data, root_dir=tmp_path)
+    mesh = Mesh(config)
+    assert mesh.prepare_certificates() == {} and mesh.client_tls is None
+    [spec] = config.services
+    assert "--tls-cert" not in mesh.command(spec)
+    assert "ADK_MESH_TLS_CA" not in mesh.environment(spec)
+    assert not config.pki_directory.exists()
+
+
+def test_a_mesh_port_without_tls_is_refused(tmp_path: Path) -> None:
+    data = config_data(a={"module": "m", "port": 0, "mesh_port": 4000})
+    data["mesh"]["tls"] = "off"
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, root_dir=tmp_path, source="mesh.toml")
+    assert raised.value.message == (
+        'mesh.toml: [services.a] mesh_port: a mesh door is mutual TLS, and [mesh] tls is "off"; '
+        'remove mesh_port or set tls = "dev"'
+    )
+
+
+@pytest.mark.e2e
+async def test_a_service_that_opens_no_mesh_door_is_reported(tmp_path: Path) -> None:
+    ready = (
+        "import signal; print('adk-mesh: serving agent x on 127.0.0.1:1', flush=True); "
+        "signal.pause()"
+    )
+    data = config_data(plain={"command": [sys.executable, "-c", ready], "port": 0})
+    data["mesh"]["state_dir"] = str(tmp_path)
+    mesh = Mesh(parse_config(data, root_dir=REPO), log=lambda *_: None, env={})
+    with pytest.raises(UpError, match="'plain' is ready but opened no mesh door") as caught:
+        async with mesh:
+            pass  # pragma: no cover
+    assert 'set [mesh] tls = "off"' in str(caught.value)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from adk_mesh.errors import AgentError, ArtifactError, InvalidArgumentError
+from adk_mesh.errors import ArtifactError, InvalidArgumentError, LlmCallLimitError
 from adk_mesh.state import State
 from adk_mesh.types import Content, Event, EventActions, Part
 
@@ -47,10 +47,13 @@ __all__ = [
 ]
 
 DEFAULT_MAX_LLM_CALLS = 500
+DEFAULT_MAX_DELEGATION_DEPTH = 8
+#: Seconds a tool may run before it fails with a ToolError the model reads (local tools and
+#: remote ones alike); a tool may set its own :attr:`~adk_mesh.tools.base.BaseTool.timeout`.
+DEFAULT_TOOL_TIMEOUT = 600.0
 
 #: ``(message, data, fraction) -> None``: where a running tool's progress goes.
 ProgressReporter = Callable[[str, "dict[str, Any] | None", "float | None"], Awaitable[None]]
-DEFAULT_MAX_DELEGATION_DEPTH = 8
 
 #: The deadline (``time.monotonic()``) of the call a mesh service is serving, for the contexts
 #: created while serving it: a root run's context is built by the Runner, which knows nothing
@@ -69,8 +72,10 @@ class RunConfig(BaseModel):
     """How one invocation runs.
 
     Attributes:
-        max_llm_calls: upper bound of model calls in the whole invocation (all agents); past it
-            the run fails with :class:`~adk_mesh.errors.AgentError`. 0 or less: no bound.
+        max_llm_calls: upper bound of model calls in the whole invocation (all agents, and the
+            agents it delegates to); past it the run fails with
+            :class:`~adk_mesh.errors.LlmCallLimitError`. 0 or less: no bound in process; a
+            mesh server always applies its own limit, which this may only lower.
         streaming_mode: whether models stream partial events.
     """
 
@@ -81,10 +86,18 @@ class RunConfig(BaseModel):
 
 
 @dataclasses.dataclass
+class _LlmCallCount:
+    """Model calls made so far in one invocation: shared by its contexts and by the contexts
+    of the agents it delegates to in this process (an AgentTool's child)."""
+
+    calls: int = 0
+
+
+@dataclasses.dataclass
 class _InvocationShared:
     """What every copy of one invocation's context shares."""
 
-    llm_calls: int = 0
+    llm_calls: _LlmCallCount = dataclasses.field(default_factory=_LlmCallCount)
     ended: bool = False
 
 
@@ -97,6 +110,10 @@ class InvocationContext:
     ``deadline`` is the ``time.monotonic()`` instant by which the invocation must be done, or
     ``None`` for no deadline; remote calls made for it get the time that remains. Left out, it
     is the deadline of the mesh call being served (:data:`serving_deadline`), if any.
+
+    ``tool_timeout`` is how long each tool may run (``None``: no bound); ``llm_calls_of``: a
+    context whose model-call count this one shares (an AgentTool's child counts against its
+    parent's ``max_llm_calls``).
     """
 
     __slots__ = (
@@ -114,6 +131,7 @@ class InvocationContext:
         "run_config",
         "session",
         "session_service",
+        "tool_timeout",
         "user_content",
     )
 
@@ -133,6 +151,8 @@ class InvocationContext:
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         call_path: tuple[str, ...] = (),
         deadline: float | None = None,
+        tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        llm_calls_of: InvocationContext | None = None,
         _shared: _InvocationShared | None = None,
     ) -> None:
         self.invocation_id = invocation_id
@@ -149,7 +169,10 @@ class InvocationContext:
         self.max_delegation_depth = max_delegation_depth
         self.call_path = call_path
         self.deadline = deadline if deadline is not None else serving_deadline.get()
+        self.tool_timeout = tool_timeout
         self._shared = _shared or _InvocationShared()
+        if llm_calls_of is not None:
+            self._shared.llm_calls = llm_calls_of._shared.llm_calls
 
     def for_agent(self, agent: BaseAgent, *, branch: str | None = None) -> InvocationContext:
         """A copy for running ``agent`` (optionally on another branch); counters are shared."""
@@ -183,18 +206,30 @@ class InvocationContext:
         self._shared.ended = True
 
     def count_llm_call(self) -> None:
-        """Count one model call; fail past ``run_config.max_llm_calls``."""
-        self._shared.llm_calls += 1
+        """Count one model call; past ``run_config.max_llm_calls`` raise
+        :class:`~adk_mesh.errors.LlmCallLimitError` instead."""
+        count = self._shared.llm_calls
         limit = self.run_config.max_llm_calls
-        if limit > 0 and self._shared.llm_calls > limit:
-            raise AgentError(
-                f"the invocation exceeded max_llm_calls={limit}; raise RunConfig.max_llm_calls "
-                "if the agent really needs more model calls"
+        if limit > 0 and count.calls >= limit:
+            raise LlmCallLimitError(
+                f"the invocation reached max_llm_calls={limit}; no more model calls",
+                metadata={"max_llm_calls": str(limit)},
             )
+        count.calls += 1
 
     @property
     def llm_calls(self) -> int:
-        return self._shared.llm_calls
+        """Model calls made so far in this invocation."""
+        return self._shared.llm_calls.calls
+
+    @property
+    def llm_calls_left(self) -> int | None:
+        """Model calls the invocation may still make (``None``: no bound): what a delegated
+        run in another service may use."""
+        limit = self.run_config.max_llm_calls
+        if limit <= 0:
+            return None
+        return max(0, limit - self._shared.llm_calls.calls)
 
     def new_event(
         self,

@@ -9,18 +9,46 @@ from contextlib import aclosing
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts.base import ArtifactService
-from adk_mesh.contexts import InvocationContext, RunConfig
+from adk_mesh.contexts import (
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    DEFAULT_TOOL_TIMEOUT,
+    InvocationContext,
+    RunConfig,
+)
 from adk_mesh.errors import InvalidArgumentError, SessionNotFoundError
+from adk_mesh.ids import shown
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.telemetry._spans import trace_invocation
 from adk_mesh.types import Content, Event
 
-__all__ = ["Runner", "find_agent_to_run", "new_invocation_id"]
+__all__ = ["Runner", "check_new_message", "find_agent_to_run", "new_invocation_id"]
 
 
 def new_invocation_id() -> str:
     return f"e-{uuid.uuid4()}"
+
+
+def check_new_message(message: Content) -> Content:
+    """The message that starts a turn, as it is stored: from the user (an empty role means
+    the user), with at least one part that is not empty text.
+
+    Raises:
+        InvalidArgumentError: no parts, only empty (or blank) text, or another role: a client
+            cannot put words in the model's mouth.
+    """
+    if not message.parts:
+        raise InvalidArgumentError("the new message has no parts; send text or data")
+    if message.role not in ("", "user"):
+        raise InvalidArgumentError(
+            f"the new message has role {shown(message.role)}; a turn starts with the user's "
+            "message (role 'user', or leave it empty)"
+        )
+    if all(part.text is not None and not part.text.strip() for part in message.parts):
+        raise InvalidArgumentError("the new message's text is empty; send text or data")
+    if not message.role:
+        message = Content(role="user", parts=message.parts)
+    return message
 
 
 def _transferable_across_tree(agent: BaseAgent) -> bool:
@@ -71,6 +99,10 @@ class Runner:
     event (applying its state and artifact deltas) *before* yielding it, so the caller and
     the agent's next step see the same history. Partial (streaming) events are yielded and
     never stored. One invocation id marks every event of the turn.
+
+    ``max_delegation_depth`` bounds nested delegations (AgentTool, across services too);
+    ``tool_timeout`` is how long each tool call may run (``None``: no bound). The number of
+    model calls is bounded per turn by ``RunConfig.max_llm_calls``.
     """
 
     def __init__(
@@ -82,6 +114,8 @@ class Runner:
         artifact_service: ArtifactService | None = None,
         memory_service: MemoryService | None = None,
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
+        max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
+        tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
     ) -> None:
         self.agent = agent
         self.app_name = app_name
@@ -89,6 +123,8 @@ class Runner:
         self.artifact_service = artifact_service
         self.memory_service = memory_service
         self.max_transfers = max_transfers
+        self.max_delegation_depth = max_delegation_depth
+        self.tool_timeout = tool_timeout
 
     async def run(
         self,
@@ -106,10 +142,7 @@ class Runner:
         by the caller from ``session_service``; the run then uses it instead of reading it
         again (a server that has just created the session saves the second read).
         """
-        if not new_message.parts:
-            raise InvalidArgumentError("the new message has no parts; send text or data")
-        if not new_message.role:
-            new_message = Content(role="user", parts=new_message.parts)
+        new_message = check_new_message(new_message)
         if session is not None and (
             session.id != session_id
             or session.user_id != user_id
@@ -138,6 +171,8 @@ class Runner:
             memory_service=self.memory_service,
             run_config=run_config,
             user_content=new_message,
+            max_delegation_depth=self.max_delegation_depth,
+            tool_timeout=self.tool_timeout,
         )
         user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)
         await self.session_service.append_event(session, user_event)

@@ -22,7 +22,12 @@ policy                      effect                                              
                             of becoming an error response the model reads
 ``skip_summarization``      the child's answer is final; the parent's model is    off
                             not called again to summarise it
+``timeout``                 seconds the whole delegation may take; by default     inherited
+                            the invocation's ``tool_timeout``
 ==========================  ====================================================  ==========
+
+The child's model calls count against the parent invocation's ``max_llm_calls``: one
+invocation, one budget, however deep it delegates.
 
 Transfers inside the child's tree run inside the delegation. A forwarded event keeps its
 content but loses its state, artifact, transfer and escalate actions — they reach the parent
@@ -83,8 +88,10 @@ class AgentTool(BaseTool):
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         propagate_errors: bool = False,
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
+        timeout: float | None = None,
     ) -> None:
         super().__init__(agent.name, agent.description or f"Delegate a request to {agent.name}.")
+        self.timeout = timeout
         self.agent = agent
         self.skip_summarization = skip_summarization
         self.state_keys = list(state_keys) if state_keys is not None else None
@@ -177,12 +184,14 @@ class AgentTool(BaseTool):
             ),
             memory_service=parent.memory_service if self.forward_memory else None,
             run_config=RunConfig(max_llm_calls=parent.run_config.max_llm_calls),
+            llm_calls_of=parent,
             user_content=user_content,
             branch=f"{parent.branch or parent.agent.name}.{self.agent.name}",
             delegation_depth=depth,
             max_delegation_depth=limit,
             call_path=parent.call_path,
             deadline=parent.deadline,
+            tool_timeout=parent.tool_timeout,
         )
         await child_service.append_event(
             child_session,

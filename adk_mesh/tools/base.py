@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from adk_mesh.errors import AdkError, ToolError
@@ -38,12 +39,17 @@ class BaseTool(abc.ABC):
     * A long-running tool (``is_long_running``) returns at once (e.g. an operation id); its
       final result arrives later as a FunctionResponse the client sends in a new message. The
       model is told not to call it again while it is pending.
+    * A call that runs longer than :attr:`timeout` (default: the invocation's
+      ``tool_timeout``, 600 s unless the runner or server says otherwise) is cancelled and
+      reported to the model as a ``ToolError``.
     """
 
     #: Tools served by a provider itself (Google Search) are not executed by the runtime.
     is_builtin: bool = False
     #: Tools executed by another service (a tool service's tools, an agent service's agent).
     is_remote: bool = False
+    #: Seconds one call may run; ``None``: the invocation's ``tool_timeout``.
+    timeout: float | None = None
 
     def __init__(
         self,
@@ -114,11 +120,22 @@ async def execute_tool(
     tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, AdkError | None]:
     """Run a tool and return ``(response, error)`` instead of raising: an AdkError as it is,
-    any other exception (a tool bug) as a ToolError naming the tool and the exception type.
-    Cancellation passes through."""
+    any other exception (a tool bug) as a ToolError naming the tool and the exception type,
+    a call that outlives the tool's timeout (:attr:`BaseTool.timeout`, else the invocation's
+    ``tool_timeout``) as a ToolError saying so. Cancellation passes through."""
+    timeout = tool.timeout if tool.timeout is not None else ctx.invocation_context.tool_timeout
+    limit = asyncio.timeout(timeout)
     try:
-        return await tool.execute(ctx, args), None
+        async with limit:
+            return await tool.execute(ctx, args), None
     except AdkError as error:
         return None, error
+    except TimeoutError as error:
+        if limit.expired():
+            return None, ToolError(
+                f"Tool {tool.name!r} did not finish within {timeout:g} s and was stopped",
+                metadata={"timeout_seconds": f"{timeout:g}"},
+            )
+        return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")
     except Exception as error:
         return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")

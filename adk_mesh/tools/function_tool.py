@@ -140,6 +140,10 @@ class FunctionTool(BaseTool):
             result arrives later (see :class:`BaseTool`).
         run_sync_in_thread: run a sync function in a worker thread (``asyncio.to_thread``)
             instead of on the event loop; use it for blocking I/O or long CPU work.
+        timeout: seconds one call may run before the model is told it timed out (default:
+            the invocation's ``tool_timeout``). An async function is cancelled; a sync one in
+            a thread is abandoned (a thread cannot be stopped); a sync one on the event loop
+            cannot be interrupted at all, so give blocking functions ``run_sync_in_thread``.
 
     The parameter schema is generated from the type hints: ``str``, ``int``, ``float``,
     ``bool``, ``None``/``Optional``, ``list``, ``tuple``, ``set``, ``dict[str, T]``,
@@ -170,6 +174,7 @@ class FunctionTool(BaseTool):
         description: str | None = None,
         is_long_running: bool = False,
         run_sync_in_thread: bool = False,
+        timeout: float | None = None,
     ) -> None:
         if not callable(func):
             raise ConfigError(f"FunctionTool needs a callable, got {type(func).__name__}")
@@ -205,6 +210,9 @@ class FunctionTool(BaseTool):
         )
         self.func = func
         self.run_sync_in_thread = run_sync_in_thread
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"the timeout of {tool_name} must be positive seconds, not {timeout}")
+        self.timeout = timeout
         self._is_async = is_async
 
         hints, return_hint = _resolve_hints(tool_name, target, signature)

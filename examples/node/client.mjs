@@ -3,8 +3,14 @@
 //   npm install
 //   node client.mjs 127.0.0.1:50051 "What time is it in Tokyo?" [--user ada] [--session ID]
 //
+// With ADK_MESH_TLS_CA set (the CA that signed the service's certificate; `adk-mesh up` prints
+// it, e.g. .adk-mesh/pki/ca.pem) it connects with TLS, as the Python client does; with
+// ADK_MESH_TLS_CERT and ADK_MESH_TLS_KEY as well, with a client certificate (mutual TLS).
+// Without ADK_MESH_TLS_CA it connects in plaintext (a service on loopback with TLS off).
+//
 // It loads the contract straight from protos/ (no code generation), so any language with gRPC
 // can do the same with its own tooling.
+import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import grpc from "@grpc/grpc-js";
@@ -74,7 +80,26 @@ const definition = protoLoader.loadSync("adk_mesh/v1/agent.proto", {
   oneofs: true,
 });
 const { adk_mesh } = grpc.loadPackageDefinition(definition);
-const client = new adk_mesh.v1.AgentService(args.target, grpc.credentials.createInsecure());
+
+function credentials() {
+  const { ADK_MESH_TLS_CA: ca, ADK_MESH_TLS_CERT: cert, ADK_MESH_TLS_KEY: key } = process.env;
+  if (!ca) return grpc.credentials.createInsecure();
+  const read = (file) => {
+    try {
+      return fs.readFileSync(file);
+    } catch (error) {
+      console.error(`error: cannot read ${file}: ${error.message}`);
+      process.exit(2);
+    }
+  };
+  if (Boolean(cert) !== Boolean(key)) {
+    console.error("error: ADK_MESH_TLS_CERT and ADK_MESH_TLS_KEY go together");
+    process.exit(2);
+  }
+  return grpc.credentials.createSsl(read(ca), key ? read(key) : null, cert ? read(cert) : null);
+}
+
+const client = new adk_mesh.v1.AgentService(args.target, credentials());
 
 const call = client.Run({
   root: {

@@ -1,18 +1,22 @@
-"""A Node.js client (examples/node) calls an agent service with nothing but the protos."""
+"""A Node.js client (examples/node) calls an agent service with nothing but the protos, over
+TLS when given the CA (``ADK_MESH_TLS_CA``), as a client of a mesh ``adk-mesh up`` runs does."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adk_mesh import LlmAgent
-from adk_mesh.mesh import AgentServer
+from adk_mesh.mesh import AgentServer, ServerSecurity, ServerTLS
+from adk_mesh.mesh.pki import DevCertificateAuthority
 from adk_mesh.testing import ScriptedModel, call
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node"
@@ -33,8 +37,16 @@ def _ensure_node_modules() -> None:
     )
 
 
+@dataclass
+class TlsAgent:
+    target: str
+    ca_file: Path
+
+
 @pytest.fixture
-async def agent_target() -> AsyncIterator[str]:
+async def agent_service(tmp_path: Path) -> AsyncIterator[TlsAgent]:
+    """An agent service whose front door serves TLS with a certificate of a development CA."""
+
     def convert(value: float, unit: str) -> dict[str, Any]:
         """Converts kilometres to miles."""
         return {"miles": round(value * 0.621371, 2), "unit": unit}
@@ -45,32 +57,49 @@ async def agent_target() -> AsyncIterator[str]:
         tools=[convert],
         output_key="last_answer",
     )
+    authority = DevCertificateAuthority(tmp_path / "pki")
+    issued = authority.issue("desk")
     server = AgentServer(agent)
-    port = await server.start("127.0.0.1:0")
+    security = ServerSecurity(tls=ServerTLS(issued.cert_file, issued.key_file))
+    port = await server.start("127.0.0.1:0", security=security)
     try:
-        yield f"127.0.0.1:{port}"
+        yield TlsAgent(f"127.0.0.1:{port}", authority.ca_file)
     finally:
         await server.stop(None)
 
 
-@pytest.mark.timeout(300)
-async def test_node_client_streams_a_root_run(agent_target: str) -> None:
+async def node_client(target: str, ca_file: Path | None) -> tuple[int, str, str]:
+    """Run the example against ``target`` (TLS trusting ``ca_file``; plaintext without it)."""
     node = shutil.which("node")
     assert node is not None, "node is needed for the Node.js example (CI has node/npm)"
     await asyncio.to_thread(_ensure_node_modules)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("ADK_MESH_TLS_CA", "ADK_MESH_TLS_CERT", "ADK_MESH_TLS_KEY")
+    }
+    if ca_file is not None:
+        env["ADK_MESH_TLS_CA"] = str(ca_file)
     process = await asyncio.create_subprocess_exec(
         node,
         str(EXAMPLE / "client.mjs"),
-        agent_target,
+        target,
         "How far is 10 km in miles?",
         "--user",
         "ada",
+        env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    output = stdout.decode()
-    assert process.returncode == 0, stderr.decode()
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
+
+
+@pytest.mark.timeout(300)
+async def test_node_client_streams_a_root_run_over_tls(agent_service: TlsAgent) -> None:
+    code, output, errors = await node_client(agent_service.target, agent_service.ca_file)
+    assert code == 0, errors
     assert output.startswith("session ")
     assert '[desk] -> convert({"unit":"km","value":10})' in output
     assert '[desk] <- convert: {"miles":6.21,"unit":"km"}' in output
@@ -78,3 +107,12 @@ async def test_node_client_streams_a_root_run(agent_target: str) -> None:
     assert '[desk] state: last_answer="10 km is 6.21 miles."' in output
     invocations = {line.split()[-1] for line in output.splitlines() if "(invocation" in line}
     assert len(invocations) == 1
+
+
+@pytest.mark.timeout(300)
+async def test_node_client_without_the_ca_cannot_reach_a_tls_service(
+    agent_service: TlsAgent,
+) -> None:
+    code, output, errors = await node_client(agent_service.target, None)
+    assert code == 1 and output == ""
+    assert errors.startswith("error: UNAVAILABLE: "), errors

@@ -8,18 +8,20 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_PREFIX = b"adk-mesh: serving "
+MESH_DOOR_PREFIX = b"adk-mesh: mesh door on "
 START_TIMEOUT = 20.0
 
 
 class Service:
-    """One ``adk-mesh serve`` process; ``target`` is known once its ready line was read."""
+    """One ``adk-mesh serve`` process; ``target`` is known once its ready line was read, and
+    ``mesh_target`` too when it opened a mesh door (``--mesh-port``)."""
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class Service:
             stderr=self._log_file,
         )
         self.target = ""
+        self.mesh_target = ""
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> str:
         """Block until the ready line; return ``127.0.0.1:<port>``."""
@@ -62,6 +65,9 @@ class Service:
             buffer += chunk
         line = buffer.split(READY_PREFIX, 1)[1].split(b"\n", 1)[0].decode()
         self.target = line.rsplit(" on ", 1)[1]
+        if MESH_DOOR_PREFIX in buffer:  # printed just before the ready line
+            door = buffer.split(MESH_DOOR_PREFIX, 1)[1].split(b"\n", 1)[0].decode()
+            self.mesh_target = door.split(" ", 1)[0]
         return self.target
 
     def stderr(self) -> str:
@@ -99,10 +105,12 @@ def e2e_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _starter(directory: Path) -> tuple[ServiceFactory, list[Service]]:
     started: list[Service] = []
 
-    def start(name: str, *args: str, **targets: str) -> Service:
-        service = Service(
-            name, list(args), service_env(directory, **targets), directory / f"{name}.log"
-        )
+    def start(
+        name: str, *args: str, extra_env: Mapping[str, str] | None = None, **targets: str
+    ) -> Service:
+        env = service_env(directory, **targets)
+        env.update(extra_env or {})
+        service = Service(name, list(args), env, directory / f"{name}.log")
         started.append(service)
         return service
 

@@ -217,6 +217,11 @@ class InvocationContext:
             )
         count.calls += 1
 
+    def add_llm_calls(self, calls: int) -> None:
+        """Count ``calls`` model calls made for this invocation elsewhere (by a delegated run
+        in another service), so the invocation's limit covers them too."""
+        self._shared.llm_calls.calls += max(0, calls)
+
     @property
     def llm_calls(self) -> int:
         """Model calls made so far in this invocation."""

@@ -5,12 +5,15 @@
 * :class:`AgentServer` serves an agent tree over ``adk_mesh.v1.AgentService`` (root runs with
   a persisted session, delegated runs that persist nothing); :class:`RemoteAgent` is the
   BaseAgent that delegates to one, as a transfer target or inside an AgentTool.
+* What a server allows: :class:`ServerLimits` (model calls per invocation, delegation depth,
+  id length, tool timeout); a caller may lower them, never raise them.
 * Who may call what: :class:`ServerSecurity` (TLS with :class:`ServerTLS`, the mesh door's
   allow-list, end-user :class:`Authenticator`\\ s); clients connect with :class:`ClientTLS`.
 """
 
 from __future__ import annotations
 
+from adk_mesh.mesh._limits import ServerLimits
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.auth import (
     ApiKeyAuthenticator,
@@ -33,6 +36,7 @@ __all__ = [
     "Principal",
     "RemoteAgent",
     "RemoteToolset",
+    "ServerLimits",
     "ServerSecurity",
     "ServerTLS",
     "ToolServer",

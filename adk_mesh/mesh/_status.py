@@ -4,18 +4,33 @@ The server side aborts a call with the status code from :data:`adk_mesh.errors.G
 and a rich status (``grpc-status-details-bin``) holding ``ErrorInfo(reason, domain="adk-mesh",
 metadata)``. The client side reads that detail back and raises the same class with the same
 message; a status without our ErrorInfo maps by its code alone.
+
+What a client is sent never holds internal addresses, host names or stack traces: our errors'
+messages are written without them (the remote hops put the address they called in their own
+log, :func:`error_from_downstream`), and a failure that is not an :class:`AdkError` reaches
+the client as "internal error" only. The detail goes to the service's log, once, from
+:func:`error_boundary`, with the invocation id and the trace id: a warning when the caller
+caused it (:attr:`AdkError.caller_fault`), an error with its traceback otherwise.
+
+Request bytes that do not parse are INVALID_ARGUMENT, not gRPC's UNKNOWN:
+:func:`add_servicer` registers a servicer with deserializers that do not raise.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextvars
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 import grpc.aio
 from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
+from opentelemetry import trace
 
 from adk_mesh.errors import (
     ERROR_DOMAIN,
@@ -31,14 +46,20 @@ from adk_mesh.errors import (
     error_class_for_reason,
     status_name_for,
 )
+from adk_mesh.telemetry._propagation import INVOCATION_ID, current_invocation_attributes
 
 __all__ = [
+    "ServedCall",
     "abort_with_error",
+    "add_servicer",
     "error_boundary",
+    "error_from_downstream",
     "error_from_rpc_error",
     "error_to_status",
     "status_code_for",
 ]
+
+logger = logging.getLogger("adk_mesh.mesh")
 
 _DETAILS_KEY = "grpc-status-details-bin"
 
@@ -72,10 +93,14 @@ def error_to_status(error: AdkError) -> tuple[grpc.StatusCode, status_pb2.Status
 
 
 async def abort_with_error(context: grpc.aio.ServicerContext, error: AdkError) -> NoReturn:
-    """Abort the current call with the error's status code, message and ErrorInfo."""
+    """Abort the current call with the error's status code, message and ErrorInfo (and the
+    trailing metadata the handler set before, which an abort would otherwise drop)."""
     code, status = error_to_status(error)
+    earlier = tuple(context.trailing_metadata() or ())
     await context.abort(
-        code, error.message, trailing_metadata=((_DETAILS_KEY, status.SerializeToString()),)
+        code,
+        error.message,
+        trailing_metadata=(*earlier, (_DETAILS_KEY, status.SerializeToString())),
     )
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
@@ -109,16 +134,208 @@ def error_from_rpc_error(error: grpc.RpcError) -> AdkError:
     return cls(message, metadata=metadata)
 
 
+@dataclasses.dataclass
+class ServedCall:
+    """What the error handler knows of the call it guards: the method, and the invocation
+    once the servicer has read (or made) its id."""
+
+    method: str
+    invocation_id: str = ""
+
+    def log_context(self) -> str:
+        invocation = self.invocation_id or str(
+            current_invocation_attributes().get(INVOCATION_ID, "") or "-"
+        )
+        span = trace.get_current_span().get_span_context()
+        trace_id = format(span.trace_id, "032x") if span.is_valid else "-"
+        return f"invocation={invocation} trace={trace_id}"
+
+
 @asynccontextmanager
-async def error_boundary(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+async def error_boundary(
+    context: grpc.aio.ServicerContext, method: str = ""
+) -> AsyncIterator[ServedCall]:
     """The one error handler of every mesh servicer: an :class:`AdkError` aborts the call with
-    its status and ErrorInfo; any other exception becomes INTERNAL with its type and message
-    (never a bare UNKNOWN). Cancellation and aborts pass through untouched."""
+    its status and ErrorInfo; any other exception becomes INTERNAL with a message that says
+    only that (never a bare UNKNOWN, never the exception's text). Either is logged once, with
+    the invocation and trace ids: a warning when the caller caused it, else an error with the
+    traceback. Cancellation and aborts pass through untouched.
+
+    Yields the :class:`ServedCall`; set its ``invocation_id`` as soon as it is known.
+    """
+    call = ServedCall(method)
     try:
-        yield
+        yield call
     except grpc.aio.AbortError:
         raise
     except AdkError as error:
+        code = status_name_for(error)
+        if error.caller_fault:
+            logger.warning(
+                "%s refused (%s %s): %s [%s]",
+                method,
+                code,
+                error.reason,
+                error.message,
+                call.log_context(),
+            )
+        else:
+            logger.error(
+                "%s failed (%s %s): %s [%s]",
+                method,
+                code,
+                error.reason,
+                error.message,
+                call.log_context(),
+                exc_info=error,
+            )
         await abort_with_error(context, error)
     except Exception as error:
-        await abort_with_error(context, AdkError(f"{type(error).__name__}: {error}"))
+        where = call.log_context()
+        logger.error(
+            "%s failed (INTERNAL): unexpected %s [%s]",
+            method,
+            type(error).__name__,
+            where,
+            exc_info=error,
+        )
+        invocation = f" (invocation {call.invocation_id})" if call.invocation_id else ""
+        await abort_with_error(
+            context, AdkError(f"internal error{invocation}; the service's log has the details")
+        )
+
+
+# Statuses that come without our ErrorInfo (a transport failure, a peer that is not
+# adk-mesh): their details are gRPC's own text, which names addresses, so a hop says this.
+_PLAIN_MESSAGES: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.UNAVAILABLE: "unavailable",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "deadline exceeded",
+    grpc.StatusCode.CANCELLED: "cancelled",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "overloaded (too many calls at once)",
+    grpc.StatusCode.UNAUTHENTICATED: "refused our credentials",
+    grpc.StatusCode.PERMISSION_DENIED: "refused this service",
+}
+
+
+def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkError:
+    """The error to raise for a failed call this service made to ``what`` at ``target``.
+
+    An adk-mesh error the other service sent comes back as it is (its message is already fit
+    for any client). A status without it — the peer unreachable, the deadline passed, a
+    transport or TLS failure — gets a message naming ``what`` and the failure, not the
+    address or gRPC's details: those go to this service's log.
+    """
+    mapped = error_from_rpc_error(error)
+    if _error_info(error) is not None:
+        return mapped
+    code: grpc.StatusCode = error.code()
+    logger.warning(
+        "call to %s at %s failed: %s: %s", what, target, code.name, error.details() or ""
+    )
+    plain = _PLAIN_MESSAGES.get(code, f"failed ({code.name})")
+    return type(mapped)(f"{what}: {plain}", metadata=mapped.metadata)
+
+
+# --- registration: request bytes that do not parse are INVALID_ARGUMENT -------------------
+
+# Set by the deserializer of the call being served (it runs in the call's own task, just
+# before the handler): why its request did not parse, or None.
+_malformed: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "adk_mesh_malformed_request", default=None
+)
+
+
+def _tolerant(deserializer: Callable[[bytes], Any], method: str) -> Callable[[bytes], Any]:
+    """``deserializer`` that never raises: bytes that do not parse give an empty request and
+    leave the reason for the handler, which refuses the call."""
+    message_class = getattr(deserializer, "__self__", None)
+    if message_class is None:  # pragma: no cover - generated handlers use Message.FromString
+        return deserializer
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            request = deserializer(data)
+        except (DecodeError, ValueError, TypeError) as error:
+            _malformed.set(
+                f"the request to {method} is not a valid {message_class.DESCRIPTOR.full_name} "
+                f"message ({type(error).__name__}); send the protobuf encoding of the message"
+            )
+            return message_class()
+        _malformed.set(None)
+        return request
+
+    return deserialize
+
+
+async def _refuse_malformed(context: grpc.aio.ServicerContext, method: str) -> None:
+    problem = _malformed.get()
+    if problem is None:
+        return
+    logger.warning("%s refused (INVALID_ARGUMENT): %s [%s]", method, problem, _log_peer(context))
+    await abort_with_error(context, InvalidArgumentError(problem))
+
+
+def _log_peer(context: grpc.aio.ServicerContext) -> str:
+    span = trace.get_current_span().get_span_context()
+    trace_id = format(span.trace_id, "032x") if span.is_valid else "-"
+    return f"peer={context.peer()} trace={trace_id}"
+
+
+def _guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    deserializer = _tolerant(handler.request_deserializer, method)
+    if handler.unary_unary is not None:
+        behaviour = handler.unary_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await _refuse_malformed(context, method)
+            return await behaviour(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary,
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        streaming = handler.unary_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await _refuse_malformed(context, method)
+            async for response in streaming(request, context):
+                yield response
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream,
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler  # pragma: no cover - the contract has no client-streaming methods
+
+
+class _Capture:
+    """Stands in for the server while a generated ``add_*Servicer_to_server`` runs."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: Mapping[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.service, self.handlers = service, handlers
+
+
+def add_servicer(
+    add_to_server: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Server
+) -> None:
+    """Register ``servicer`` as the generated ``add_to_server`` would, with request
+    deserializers that turn bytes that do not parse into INVALID_ARGUMENT (gRPC reports a
+    deserializer that raises as UNKNOWN)."""
+    capture = _Capture()
+    add_to_server(servicer, capture)
+    service = capture.service
+    handlers = {name: _guard_handler(handler, name) for name, handler in capture.handlers.items()}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)

@@ -14,22 +14,25 @@ from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts import ArtifactService, artifact_service_from_url
 from adk_mesh.contexts import (
-    DEFAULT_MAX_DELEGATION_DEPTH,
     InvocationContext,
     ReadonlyContext,
+    RunConfig,
     serving_deadline,
 )
 from adk_mesh.errors import (
     AgentNotFoundError,
+    ConfigError,
     DelegationError,
     InvalidArgumentError,
     NotFoundError,
 )
+from adk_mesh.ids import check_id, shown
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._channel import MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
-from adk_mesh.mesh._status import error_boundary, error_from_rpc_error
-from adk_mesh.runner import Runner, new_invocation_id
+from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
+from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
+from adk_mesh.runner import Runner, check_new_message, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import annotate_current_span
@@ -66,12 +69,22 @@ class AgentServer(MeshServer):
     call's deadline becomes the invocation's ``deadline``, so the remote calls the agents make
     carry the time that remains.
 
+    The server owns its limits (:class:`~adk_mesh.mesh.ServerLimits`): model calls per
+    invocation, delegation depth, id length, tool timeout. A request may lower them, never
+    raise them. A delegated run reports the model calls it made in the trailing metadata
+    ``adk-mesh-llm-calls``, so its caller's invocation counts them too. A request that cannot
+    be served (bytes that do not parse, an id outside the id rule, a negative limit, a new
+    message that is not the user's or holds only empty text) is refused with
+    INVALID_ARGUMENT before anything is stored.
+
     Args:
         agent: the root of the served tree; its name identifies this service on call paths.
         app_name: the app of root runs (default: the agent's name).
         session_service: store of root-run sessions, or its URL (default: in memory).
         artifact_service: artifact store, or its URL (default: none).
         memory_service: long-term memory for the agents (default: none).
+        max_transfers: transfers one invocation may follow in this service's tree.
+        limits: what this server allows its callers (default: ``ServerLimits()``).
     """
 
     _service_names = (_SERVICE_NAME,)
@@ -85,6 +98,7 @@ class AgentServer(MeshServer):
         artifact_service: ArtifactService | str | None = None,
         memory_service: MemoryService | None = None,
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
+        limits: ServerLimits | None = None,
     ) -> None:
         super().__init__()
         if isinstance(session_service, str):
@@ -93,13 +107,20 @@ class AgentServer(MeshServer):
             artifact_service = artifact_service_from_url(artifact_service)
         self.agent = agent
         self.app_name = app_name or agent.name
+        try:
+            check_id("app_name", self.app_name)
+        except InvalidArgumentError as error:
+            raise ConfigError(f"{error.message}: pass app_name=... to AgentServer") from None
         self.session_service = session_service or InMemorySessionService()
         self.artifact_service = artifact_service
         self.memory_service = memory_service
         self.max_transfers = max_transfers
+        self.limits = limits or ServerLimits()
 
     def _register(self, server: grpc.aio.Server) -> None:
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(_AgentServicer(self), server)
+        add_servicer(
+            agent_pb2_grpc.add_AgentServiceServicer_to_server, _AgentServicer(self), server
+        )
 
     def find(self, agent_name: str) -> BaseAgent:
         """The agent of the served tree called ``agent_name`` (empty: the root)."""
@@ -109,7 +130,7 @@ class AgentServer(MeshServer):
         if agent is None:
             names = ", ".join(a.name for a in self.agent.walk())
             raise AgentNotFoundError(
-                f"agent {agent_name!r} is not served here; this service serves {names}"
+                f"agent {shown(agent_name)} is not served here; this service serves {names}"
             )
         return agent
 
@@ -117,25 +138,32 @@ class AgentServer(MeshServer):
         self, request: agent_pb2.RunRequest
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """A user turn through this service's Runner, persisted in its session store."""
-        responses = await self._root_responses(request)
+        responses = await self._root_responses(request, invocation_id=new_invocation_id())
         async with aclosing(responses):
             async for response in responses:
                 yield response
 
     async def _root_responses(
-        self, request: agent_pb2.RunRequest
+        self, request: agent_pb2.RunRequest, *, invocation_id: str
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """Check a root run, load (or create) its session, and return its responses, not yet
-        started: the servicer streams them without one more generator in between."""
+        started: the servicer streams them without one more generator in between. Every
+        check comes before the session is touched."""
         root = request.root
+        run_config = self._run_config(request)
         agent = self.find(request.agent_name)
-        if root.app_name and root.app_name != self.app_name:
-            raise NotFoundError(
-                f"app {root.app_name!r} is not served here; this service serves "
-                f"{self.app_name!r} (or leave app_name empty)"
-            )
+        if root.app_name:
+            self._check_id("RootRun.app_name", root.app_name)
+            if root.app_name != self.app_name:
+                raise NotFoundError(
+                    f"app {root.app_name!r} is not served here; this service serves "
+                    f"{self.app_name!r} (or leave app_name empty)"
+                )
         if not root.user_id:
             raise InvalidArgumentError("RootRun.user_id is empty; name the user")
+        self._check_id("RootRun.user_id", root.user_id)
+        if root.session_id:
+            self._check_id("RootRun.session_id", root.session_id)
         message = _new_message(root.new_message if root.HasField("new_message") else None)
         session = await self._load_session(root.user_id, root.session_id)
         runner = Runner(
@@ -145,16 +173,34 @@ class AgentServer(MeshServer):
             artifact_service=self.artifact_service,
             memory_service=self.memory_service,
             max_transfers=self.max_transfers,
+            max_delegation_depth=self.limits.max_delegation_depth,
+            tool_timeout=self.limits.tool_timeout,
         )
         # The session just read (or created) goes to the Runner: one read per root run.
         events = runner.run(
             user_id=root.user_id,
             session_id=session.id,
             new_message=message,
-            run_config=codec.run_config_from_proto(request.run_config),
+            run_config=run_config,
+            invocation_id=invocation_id,
             session=session,
         )
         return _responses(events, session_id=session.id, batches=request.accept_event_batches)
+
+    def _check_id(self, what: str, value: str) -> None:
+        check_id(what, value, max_chars=self.limits.max_id_chars)
+
+    def _run_config(self, request: agent_pb2.RunRequest) -> RunConfig:
+        """The request's RunConfig under this server's limits: ``max_llm_calls`` may lower the
+        server's, never raise it (0: the server's); a negative one is refused."""
+        requested = request.run_config.max_llm_calls
+        if requested < 0:
+            raise InvalidArgumentError(
+                f"RunConfig.max_llm_calls is {requested}; send 0 (this server's limit, "
+                f"{self.limits.max_llm_calls}) or a lower positive number"
+            )
+        config = codec.run_config_from_proto(request.run_config)
+        return config.model_copy(update={"max_llm_calls": self.limits.llm_calls_for(requested)})
 
     async def _load_session(self, user_id: str, session_id: str) -> Session:
         """The session ``session_id`` (whole), created when it is empty or unknown."""
@@ -173,7 +219,53 @@ class AgentServer(MeshServer):
         self, request: agent_pb2.RunRequest, *, deadline: float | None = None
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """A run handed down by another service: nothing persisted, every event streamed."""
+        _, responses = await self._delegated_run(request, deadline=deadline)
+        async with aclosing(responses):
+            async for response in responses:
+                yield response
+
+    def _check_delegated(self, request: agent_pb2.RunRequest) -> None:
+        """Refuse a delegated run this server cannot serve, before anything runs."""
         delegated = request.delegated
+        if delegated.delegation_depth < 0 or delegated.max_delegation_depth < 0:
+            raise InvalidArgumentError(
+                f"a delegation depth cannot be negative (delegation_depth="
+                f"{delegated.delegation_depth}, max_delegation_depth="
+                f"{delegated.max_delegation_depth})"
+            )
+        if delegated.invocation_id:
+            self._check_id("DelegatedRun.invocation_id", delegated.invocation_id)
+        view = delegated.session
+        for what, value in (
+            ("SessionView.app_name", view.app_name),
+            ("SessionView.user_id", view.user_id),
+            ("SessionView.session_id", view.session_id),
+        ):
+            if value:
+                self._check_id(what, value)
+        if len(delegated.branch) > MAX_BRANCH_CHARS:
+            raise InvalidArgumentError(
+                f"DelegatedRun.branch is longer than {MAX_BRANCH_CHARS} characters"
+            )
+        if len(delegated.call_path) > MAX_CALL_PATH:
+            raise InvalidArgumentError(
+                f"DelegatedRun.call_path names more than {MAX_CALL_PATH} agent services"
+            )
+        for name in delegated.call_path:
+            if not name or len(name) > self.limits.max_id_chars:
+                raise InvalidArgumentError(
+                    f"DelegatedRun.call_path holds {shown(name)}: agent service names are 1 to "
+                    f"{self.limits.max_id_chars} characters"
+                )
+
+    async def _delegated_run(
+        self, request: agent_pb2.RunRequest, *, deadline: float | None
+    ) -> tuple[InvocationContext, AsyncGenerator[agent_pb2.RunResponse, None]]:
+        """Check a delegated run and build its context; return it and the run's responses,
+        not started."""
+        delegated = request.delegated
+        self._check_delegated(request)
+        run_config = self._run_config(request)
         agent = self.find(request.agent_name)
         call_path = tuple(delegated.call_path)
         if self.agent.name in call_path:
@@ -182,7 +274,7 @@ class AgentServer(MeshServer):
                 f"call-path cycle: {path}; agent service {self.agent.name!r} is already running "
                 "this invocation"
             )
-        limit = delegated.max_delegation_depth or DEFAULT_MAX_DELEGATION_DEPTH
+        limit = self.limits.delegation_depth_for(delegated.max_delegation_depth)
         if delegated.delegation_depth > limit:
             raise DelegationError(
                 f"delegation depth {delegated.delegation_depth} exceeds the caller's limit of "
@@ -208,13 +300,14 @@ class AgentServer(MeshServer):
             session_service=service,
             artifact_service=self.artifact_service,
             memory_service=self.memory_service,
-            run_config=codec.run_config_from_proto(request.run_config),
+            run_config=run_config,
             user_content=user_content,
             branch=delegated.branch,
             delegation_depth=delegated.delegation_depth,
             max_delegation_depth=limit,
             call_path=(*call_path, self.agent.name),
             deadline=deadline,
+            tool_timeout=self.limits.tool_timeout,
         )
         annotate_current_span(ctx)
 
@@ -234,10 +327,7 @@ class AgentServer(MeshServer):
                         await service.append_event(session, event)
                     yield event
 
-        responses = _responses(applied(), session_id="", batches=request.accept_event_batches)
-        async with aclosing(responses):
-            async for response in responses:
-                yield response
+        return ctx, _responses(applied(), session_id="", batches=request.accept_event_batches)
 
     async def card(self, agent_name: str) -> agent_pb2.AgentCard:
         """What ``agent_name`` (empty: the root) is and what it exposes: its tools with every
@@ -246,7 +336,7 @@ class AgentServer(MeshServer):
         agent = self.find(agent_name)
         location = agent.remote_location
         if location is not None:
-            card = await _remote_card(location.target, location.agent_name)
+            card = await _remote_card(agent.name, location.target, location.agent_name)
             card.name = agent.name
             card.description = agent.description or card.description
             return card
@@ -273,7 +363,12 @@ class AgentServer(MeshServer):
 DESCRIBE_TIMEOUT = 10.0
 
 
-async def _remote_card(target: str, agent_name: str) -> agent_pb2.AgentCard:
+#: A delegated run's branch and call path are bounded like its ids: agent names joined.
+MAX_BRANCH_CHARS = 1024
+MAX_CALL_PATH = 64
+
+
+async def _remote_card(name: str, target: str, agent_name: str) -> agent_pb2.AgentCard:
     """The AgentCard the agent service at ``target`` gives for ``agent_name``."""
     async with open_channel(target) as channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
@@ -282,19 +377,17 @@ async def _remote_card(target: str, agent_name: str) -> agent_pb2.AgentCard:
                 agent_pb2.DescribeRequest(agent_name=agent_name), timeout=DESCRIBE_TIMEOUT
             )
         except grpc.RpcError as error:
-            raise error_from_rpc_error(error) from None
+            raise error_from_downstream(error, f"remote agent {name!r}", target) from None
     card: agent_pb2.AgentCard = response.card
     return card
 
 
 def _new_message(message: content_pb2.Content | None) -> Content:
-    """The message that starts a run; refused when absent or empty."""
+    """The message that starts a run: the user's, with more than empty text (see
+    :func:`~adk_mesh.runner.check_new_message`); refused when absent."""
     if message is None or not message.parts:
         raise InvalidArgumentError("the new message has no parts; send text or data")
-    content = codec.content_from_proto(message)
-    if not content.role:
-        content = Content(role="user", parts=content.parts)
-    return content
+    return check_new_message(codec.content_from_proto(message))
 
 
 #: At most this many events in one batched response, and this many waiting for the client.
@@ -349,27 +442,37 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
     async def Run(
         self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[agent_pb2.RunResponse]:
-        async with error_boundary(context):
+        async with error_boundary(context, "Run") as call:
             deadline = deadline_of(context)
             # The Runner builds a root run's context: it reads the deadline from here. This
             # call runs in a task of its own, so the value ends with it.
             serving_deadline.set(deadline)
             mode = request.WhichOneof("mode")
+            delegated: InvocationContext | None = None
             if mode == "root":
-                responses = await self._server._root_responses(request)
+                call.invocation_id = new_invocation_id()
+                responses = await self._server._root_responses(
+                    request, invocation_id=call.invocation_id
+                )
             elif mode == "delegated":
-                responses = self._server.run_delegated(request, deadline=deadline)
+                delegated, responses = await self._server._delegated_run(request, deadline=deadline)
+                call.invocation_id = delegated.invocation_id
             else:
                 raise InvalidArgumentError(
                     "RunRequest sets no mode; set root (a user turn) or delegated"
                 )
-            async with aclosing(responses):
-                async for response in responses:
-                    yield response
+            try:
+                async with aclosing(responses):
+                    async for response in responses:
+                        yield response
+            finally:
+                if delegated is not None:
+                    # The caller's invocation counts these calls against its limit.
+                    context.set_trailing_metadata(((LLM_CALLS_TRAILER, str(delegated.llm_calls)),))
 
     async def Describe(
         self, request: agent_pb2.DescribeRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.DescribeResponse:
-        async with error_boundary(context):
+        async with error_boundary(context, "Describe"):
             return agent_pb2.DescribeResponse(card=await self._server.card(request.agent_name))
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover

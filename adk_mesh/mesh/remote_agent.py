@@ -11,9 +11,11 @@ import grpc.aio
 from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent, RemoteLocation
 from adk_mesh.contexts import InvocationContext
+from adk_mesh.errors import LlmCallLimitError
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
-from adk_mesh.mesh._status import error_from_rpc_error
+from adk_mesh.mesh._limits import llm_calls_in
+from adk_mesh.mesh._status import error_from_downstream
 from adk_mesh.types import Event, EventActions
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
 
@@ -38,11 +40,15 @@ class RemoteAgent(BaseAgent):
 
     The call carries the time that remains of the invocation's deadline (or ``timeout`` when
     that is shorter); once the deadline has passed, no call is made and
-    :class:`~adk_mesh.errors.DeadlineExceededError` is raised at once.
+    :class:`~adk_mesh.errors.DeadlineExceededError` is raised at once. It also carries the
+    model calls the invocation has left (``RunConfig.max_llm_calls``), not its whole limit;
+    with none left, no call is made (:class:`~adk_mesh.errors.LlmCallLimitError`). The calls
+    the remote run reports having made count against the invocation here.
 
     Failures of the call are raised as the :class:`~adk_mesh.errors.AdkError` the remote side
-    raised. Closing the generator early (or cancelling the task) cancels the call, which
-    cancels the remote agent.
+    raised; a failure of the transport (the service unreachable, ...) names this agent, and
+    the address goes to this service's log. Closing the generator early (or cancelling the
+    task) cancels the call, which cancels the remote agent.
 
     Args:
         name: this agent's name in the caller's tree (and the author of its events).
@@ -103,9 +109,20 @@ class RemoteAgent(BaseAgent):
         )
         if ctx.user_content is not None:
             delegated.user_content.CopyFrom(codec.content_to_proto(ctx.user_content))
+        run_config = codec.run_config_to_proto(ctx.run_config)
+        left = ctx.llm_calls_left
+        if left == 0:
+            raise LlmCallLimitError(
+                f"the invocation reached max_llm_calls={ctx.run_config.max_llm_calls}; "
+                f"not delegating to {self.name!r}",
+                metadata={"max_llm_calls": str(ctx.run_config.max_llm_calls)},
+            )
+        # What is left, not the limit: the hop downstream cannot make the invocation exceed
+        # it. 0 (no bound here) leaves the limit to the remote server.
+        run_config.max_llm_calls = left or 0
         return agent_pb2.RunRequest(
             delegated=delegated,
-            run_config=codec.run_config_to_proto(ctx.run_config),
+            run_config=run_config,
             agent_name=self.agent_name,
             accept_event_batches=True,
         )
@@ -127,8 +144,12 @@ class RemoteAgent(BaseAgent):
                     yield event
             if held is not None:
                 yield held
+            ctx.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
         except grpc.RpcError as error:
-            raise error_from_rpc_error(error) from error
+            ctx.add_llm_calls(llm_calls_in(error.trailing_metadata()))
+            raise error_from_downstream(
+                error, f"remote agent {self.name!r}", self.target
+            ) from error
         finally:
             call.cancel()
 

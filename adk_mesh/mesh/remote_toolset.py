@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from adk_mesh import codec
-from adk_mesh.contexts import ReadonlyContext, ToolContext
+from adk_mesh.contexts import DEFAULT_TOOL_TIMEOUT, ReadonlyContext, ToolContext
 from adk_mesh.errors import AdkError, AdkIOError, ToolError
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
-from adk_mesh.mesh._status import error_from_rpc_error
+from adk_mesh.mesh._status import error_from_downstream
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.types import EventActions, ToolDeclaration
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
 __all__ = ["RemoteTool", "RemoteToolset"]
 
+logger = logging.getLogger("adk_mesh.mesh")
+
 DEFAULT_LIST_TIMEOUT = 10.0
-DEFAULT_CALL_TIMEOUT = 600.0
+#: The same bound as a local tool's (``DEFAULT_TOOL_TIMEOUT``).
+DEFAULT_CALL_TIMEOUT = DEFAULT_TOOL_TIMEOUT
 
 
 class RemoteToolset(Toolset):
@@ -37,7 +41,9 @@ class RemoteToolset(Toolset):
     :class:`~adk_mesh.errors.AdkIOError`); every call also carries a deadline, so nothing
     waits forever on a server that hangs: the configured timeout, or the time that remains of
     the invocation's deadline when that is shorter (a deadline already passed fails at once
-    with :class:`~adk_mesh.errors.DeadlineExceededError`).
+    with :class:`~adk_mesh.errors.DeadlineExceededError`). Such failures name the tool, never
+    the server's address: that goes to this service's log, where it helps and where clients
+    and models do not read it.
 
     Args:
         target: ``host:port`` or ``dns:///host:port`` of the ToolServer.
@@ -74,14 +80,12 @@ class RemoteToolset(Toolset):
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
         request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))
-        timeout = call_timeout(
-            ctx.invocation_context.deadline, self.list_timeout, f"tool service {self.target}"
-        )
+        timeout = call_timeout(ctx.invocation_context.deadline, self.list_timeout, "tool service")
         key = (ctx.app_name, ctx.user_id)
         try:
             response = await self._stub().ListTools(request, timeout=timeout)
         except grpc.RpcError as error:
-            failure = _with_target(error_from_rpc_error(error), self.target)
+            failure = error_from_downstream(error, "tool service", self.target)
             if isinstance(failure, AdkIOError) and key in self._last_listing:
                 return self._last_listing[key]
             raise failure from error
@@ -132,11 +136,8 @@ class RemoteTool(BaseTool):
             request.function_call_id = ctx.function_call_id
         codec.state_to_map(request.state, ctx.state.to_dict())
         toolset = self._toolset
-        timeout = call_timeout(
-            ctx.invocation_context.deadline,
-            toolset.call_timeout,
-            f"tool service {toolset.target}: {self.name!r}",
-        )
+        what = f"tool service for {self.name!r}"
+        timeout = call_timeout(ctx.invocation_context.deadline, toolset.call_timeout, what)
         call = toolset._stub().CallTool(request, timeout=timeout)
         outcome: tuple[dict[str, Any] | None, AdkError | None] | None = None
         try:
@@ -150,14 +151,17 @@ class RemoteTool(BaseTool):
                 _apply_actions(ctx, actions)
                 outcome = (response, error)
         except grpc.RpcError as error:
-            raise _with_target(error_from_rpc_error(error), toolset.target) from error
+            raise error_from_downstream(error, what, toolset.target) from error
         finally:
             if not call.done():
                 call.cancel()
         if outcome is None:
-            raise ToolError(
-                f"tool service {toolset.target} ended the call to {self.name!r} without a result"
+            logger.warning(
+                "tool service at %s ended the call to %r without a result",
+                toolset.target,
+                self.name,
             )
+            raise ToolError(f"the tool service ended the call to {self.name!r} without a result")
         response, failure = outcome
         if failure is not None:
             raise failure
@@ -175,15 +179,3 @@ def _apply_actions(ctx: ToolContext, actions: EventActions) -> None:
         ctx.actions.transfer_to_agent = actions.transfer_to_agent
     if actions.skip_summarization:
         ctx.actions.skip_summarization = True
-
-
-# Failures of the transport rather than of the tool: the message alone does not say which
-# service could not be reached.
-_TRANSPORT_REASONS = frozenset({"IO_ERROR", "DEADLINE_EXCEEDED", "CANCELLED"})
-
-
-def _with_target(error: AdkError, target: str) -> AdkError:
-    """Name the tool service in a transport failure's message."""
-    if error.reason not in _TRANSPORT_REASONS:
-        return error
-    return type(error)(f"tool service {target}: {error.message}", metadata=error.metadata)

@@ -13,9 +13,11 @@ from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext, serving_deadline
 from adk_mesh.errors import AdkError, AgentError, InvalidArgumentError, ToolNotFoundError
+from adk_mesh.ids import check_id, shown
 from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh._deadline import deadline_of
-from adk_mesh.mesh._status import error_boundary
+from adk_mesh.mesh._limits import ServerLimits
+from adk_mesh.mesh._status import add_servicer, error_boundary
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
@@ -57,10 +59,37 @@ class _CallerAgent(BaseAgent):
         yield  # pragma: no cover - makes this an async generator
 
 
+#: A caller's branch and agent name are bounded like its ids (agent names joined by dots).
+MAX_BRANCH_CHARS = 1024
+
+
+def _check_caller(caller: tool_pb2.CallerContext, limits: ServerLimits) -> None:
+    """Refuse a CallerContext whose ids (when set) break the id rule, or whose agent name or
+    branch is too long to be one."""
+    for what, value in (
+        ("CallerContext.app_name", caller.app_name),
+        ("CallerContext.user_id", caller.user_id),
+        ("CallerContext.session_id", caller.session_id),
+        ("CallerContext.invocation_id", caller.invocation_id),
+    ):
+        if value:
+            check_id(what, value, max_chars=limits.max_id_chars)
+    if len(caller.agent_name) > limits.max_id_chars:
+        raise InvalidArgumentError(
+            f"CallerContext.agent_name is longer than {limits.max_id_chars} characters"
+        )
+    if len(caller.branch) > MAX_BRANCH_CHARS:
+        raise InvalidArgumentError(
+            f"CallerContext.branch is longer than {MAX_BRANCH_CHARS} characters"
+        )
+
+
 def _invocation(
     caller: tool_pb2.CallerContext,
     state: dict[str, Any] | None = None,
     deadline: float | None = None,
+    *,
+    limits: ServerLimits,
 ) -> InvocationContext:
     """A light invocation context over the caller's ids, the state it sent and the deadline of
     its call (so a tool that calls further services passes the remaining time on)."""
@@ -76,23 +105,29 @@ def _invocation(
         session=session,
         branch=caller.branch,
         deadline=deadline,
+        tool_timeout=limits.tool_timeout,
     )
 
 
 class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
     """Thin adapter: builds the tool's context, runs it, maps errors through one handler."""
 
-    def __init__(self, toolset: Toolset, name: str) -> None:
+    def __init__(self, toolset: Toolset, name: str, limits: ServerLimits) -> None:
         self._toolset = toolset
         self._name = name
+        self._limits = limits
 
     async def ListTools(
         self,
         request: tool_pb2.ListToolsRequest,
         context: grpc.aio.ServicerContext,
     ) -> tool_pb2.ListToolsResponse:
-        async with error_boundary(context):
-            invocation = _invocation(request.context, deadline=deadline_of(context))
+        async with error_boundary(context, "ListTools") as call:
+            _check_caller(request.context, self._limits)
+            call.invocation_id = request.context.invocation_id
+            invocation = _invocation(
+                request.context, deadline=deadline_of(context), limits=self._limits
+            )
             telemetry.annotate_current_span(invocation)
             tools = await self._toolset.tools(ReadonlyContext(invocation))
             return tool_pb2.ListToolsResponse(
@@ -106,13 +141,20 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         request: tool_pb2.CallToolRequest,
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[tool_pb2.CallToolResponse]:
-        async with error_boundary(context):
+        async with error_boundary(context, "CallTool") as call:
             if not request.tool_name:
                 raise InvalidArgumentError("CallToolRequest.tool_name is empty; name the tool")
+            _check_caller(request.context, self._limits)
+            call.invocation_id = request.context.invocation_id
             deadline = deadline_of(context)
             # Contexts the tool builds itself (a Runner it calls) read the deadline here.
             serving_deadline.set(deadline)
-            invocation = _invocation(request.context, codec.state_from_map(request.state), deadline)
+            invocation = _invocation(
+                request.context,
+                codec.state_from_map(request.state),
+                deadline,
+                limits=self._limits,
+            )
             # The RPC span started before the request was read: a caller that sent no baggage
             # (a client in another language) still finds it by the invocation id.
             telemetry.annotate_current_span(invocation)
@@ -121,7 +163,7 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
             if tool is None:
                 available = ", ".join(sorted(t.name for t in tools)) or "none"
                 raise ToolNotFoundError(
-                    f"tool {request.tool_name!r} is not served to this caller by "
+                    f"tool {shown(request.tool_name)} is not served to this caller by "
                     f"{self._name!r}; available: {available}"
                 )
             args = codec.struct_to_dict(request.args)
@@ -174,9 +216,14 @@ class ToolServer(MeshServer):
     the response (or the error the tool raised) and the actions it set. The caller applies
     those actions; the server keeps nothing.
 
+    Each call of a tool is bounded by ``limits.tool_timeout`` (or the tool's own timeout):
+    past it the caller's model reads a ToolError. A CallerContext whose ids break the id rule
+    and bytes that do not parse are refused with INVALID_ARGUMENT.
+
     Args:
         tools: the tools, or a toolset that chooses them per caller.
         name: the toolset name reported to callers (default: the toolset's, or ``"tools"``).
+        limits: what this server allows its callers (default: ``ServerLimits()``).
 
     Example::
 
@@ -188,14 +235,23 @@ class ToolServer(MeshServer):
 
     _service_names = (_SERVICE_NAME,)
 
-    def __init__(self, tools: Sequence[BaseTool] | Toolset, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        tools: Sequence[BaseTool] | Toolset,
+        *,
+        name: str | None = None,
+        limits: ServerLimits | None = None,
+    ) -> None:
         super().__init__()
         self.toolset: Toolset = (
             tools if isinstance(tools, Toolset) else _StaticToolset(name or "tools", tools)
         )
         self.name = name or self.toolset.name
+        self.limits = limits or ServerLimits()
 
     def _register(self, server: grpc.aio.Server) -> None:
-        tool_pb2_grpc.add_ToolServiceServicer_to_server(
-            _ToolServicer(self.toolset, self.name), server
+        add_servicer(
+            tool_pb2_grpc.add_ToolServiceServicer_to_server,
+            _ToolServicer(self.toolset, self.name, self.limits),
+            server,
         )

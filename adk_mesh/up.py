@@ -736,10 +736,17 @@ def _development_certificates(
     hint = f"; remove {_shown(directory)} to make new development certificates"
     name = host.strip("[]")
     try:
-        ipaddress.ip_address(name)
-        dns_names: tuple[str, ...] = ()
+        address = ipaddress.ip_address(name)
     except ValueError:
-        dns_names = () if name == "localhost" else (name,)
+        dns_names: tuple[str, ...] = () if name == "localhost" else (name,)
+    else:
+        if not address.is_loopback:
+            raise UpError(
+                f"[mesh] host {name}: development certificates name loopback addresses and "
+                'DNS names only; give the host by name, bind 0.0.0.0, or use tls = "files" '
+                "with certificates that name it"
+            )
+        dns_names = ()
     checked: dict[str, ServiceCertificate] = {}
     try:
         authority = DevCertificateAuthority(directory)

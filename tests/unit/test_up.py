@@ -522,6 +522,10 @@ def test_a_certificate_that_does_not_name_the_host_is_refused(tmp_path: Path) ->
     # Development certificates name it.
     config = tls_config(tmp_path, host="desk.example")
     assert Mesh(config).prepare_certificates()
+    # They cannot name an IP address beyond loopback.
+    config = tls_config(tmp_path, host="192.0.2.7")
+    with pytest.raises(UpError, match=r"^\[mesh\] host 192\.0\.2\.7: development certificates"):
+        Mesh(config).prepare_certificates()
 
 
 def test_without_tls_services_talk_plaintext_and_inherit_no_client_tls(

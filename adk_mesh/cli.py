@@ -170,6 +170,20 @@ def format_card(card: agent_pb2.AgentCard) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _client_error_line(error: AdkError) -> str:
+    """An error line of run/describe, with a hint when plaintext met what may be a TLS port."""
+    from adk_mesh.errors import AdkIOError
+    from adk_mesh.mesh.security import ClientTLS
+
+    line = _error_line(error)
+    if isinstance(error, AdkIOError) and ClientTLS.from_env() is None:
+        line += (
+            "\n(if the service serves TLS, set ADK_MESH_TLS_CA to its CA — "
+            ".adk-mesh/pki/ca.pem for the mesh of adk-mesh up)"
+        )
+    return line
+
+
 def _error_line(error: BaseException) -> str:
     if isinstance(error, AdkError):
         return f"error: {type(error).__name__}: {error.message}"
@@ -295,7 +309,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_stream_run(args, sys.stdout))
     except AdkError as error:
-        print(_error_line(error), file=sys.stderr)
+        print(_client_error_line(error), file=sys.stderr)
         return 1
     return 0
 
@@ -337,7 +351,7 @@ def _describe(args: argparse.Namespace) -> int:
     try:
         card = asyncio.run(_describe_card(args.target, args.agent or "", _credentials(args)))
     except AdkError as error:
-        print(_error_line(error), file=sys.stderr)
+        print(_client_error_line(error), file=sys.stderr)
         return 1
     if args.json:
         sys.stdout.write(json_format.MessageToJson(card, indent=None) + "\n")

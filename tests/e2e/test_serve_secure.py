@@ -72,3 +72,4 @@ def test_a_secured_service_serves_an_authenticated_user_over_tls(
     plaintext = adk_mesh("describe", target, "--api-key", key.group(1), env=plain)
     assert plaintext.returncode == 1
     assert "AdkIOError" in plaintext.stderr
+    assert "set ADK_MESH_TLS_CA" in plaintext.stderr

@@ -212,9 +212,14 @@ _PLAIN_MESSAGES: dict[grpc.StatusCode, str] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: "deadline exceeded",
     grpc.StatusCode.CANCELLED: "cancelled",
     grpc.StatusCode.RESOURCE_EXHAUSTED: "overloaded (too many calls at once)",
-    grpc.StatusCode.UNAUTHENTICATED: "refused our credentials",
+    grpc.StatusCode.UNAUTHENTICATED: "refused this service's credentials",
     grpc.StatusCode.PERMISSION_DENIED: "refused this service",
 }
+
+
+_REFUSED_THIS_SERVICE = frozenset(
+    {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
+)
 
 
 def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkError:
@@ -223,12 +228,25 @@ def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkEr
     An adk-mesh error the other service sent comes back as it is (its message is already fit
     for any client). A status without it — the peer unreachable, the deadline passed, a
     transport or TLS failure — gets a message naming ``what`` and the failure, not the
-    address or gRPC's details: those go to this service's log.
+    address or gRPC's details: those go to this service's log. A refusal of this service
+    (PERMISSION_DENIED, UNAUTHENTICATED) is this mesh's fault, not the caller's: INTERNAL.
     """
     mapped = error_from_rpc_error(error)
+    code: grpc.StatusCode = error.code()
+    if code in _REFUSED_THIS_SERVICE:
+        # The other service refused *this* one (its certificate, its allow-list): a fault of
+        # the mesh's configuration, not of our caller, whose own status must not say it was
+        # denied. Its message names peer identities: those go to the log.
+        logger.error(
+            "call to %s at %s refused this service: %s: %s",
+            what,
+            target,
+            code.name,
+            error.details() or "",
+        )
+        return AdkError(f"{what}: {_PLAIN_MESSAGES[code]}")
     if _error_info(error) is not None:
         return mapped
-    code: grpc.StatusCode = error.code()
     logger.warning(
         "call to %s at %s failed: %s: %s", what, target, code.name, error.details() or ""
     )

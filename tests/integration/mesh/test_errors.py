@@ -25,14 +25,17 @@ from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.contexts import ReadonlyContext
 from adk_mesh.errors import (
+    AdkError,
     AdkIOError,
     ModelAuthError,
     ModelError,
     ModelRateLimitError,
+    PermissionDeniedError,
+    UnauthenticatedError,
 )
 from adk_mesh.mesh import AgentServer, RemoteAgent, RemoteToolset, ToolServer
 from adk_mesh.mesh._channel import open_channel
-from adk_mesh.mesh._status import error_from_rpc_error
+from adk_mesh.mesh._status import abort_with_error, error_from_rpc_error
 from adk_mesh.models import OpenAIModel, RetryPolicy
 from adk_mesh.models.base import LlmRequest
 from adk_mesh.testing import FunctionModel, ScriptedModel, call
@@ -292,3 +295,56 @@ async def test_an_unreachable_provider_is_unavailable_without_its_address(
     assert error.details() == "openai request failed: ConnectError"
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert f"127.0.0.1:{port}" in logged
+
+
+@asynccontextmanager
+async def refusing_agent_service(error: AdkError) -> AsyncIterator[str]:
+    """An agent service that refuses every Run as a door would, with ``error``."""
+
+    async def run_refused(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await abort_with_error(context, error)
+        yield b""  # pragma: no cover - makes this a stream handler
+
+    handler = grpc.method_handlers_generic_handler(
+        "adk_mesh.v1.AgentService", {"Run": grpc.unary_stream_rpc_method_handler(run_refused)}
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        PermissionDeniedError("peer spiffe://mesh.internal/coordinator is not in the allow-list"),
+        UnauthenticatedError("no client certificate from coordinator.mesh.internal"),
+    ],
+    ids=["permission-denied", "unauthenticated"],
+)
+async def test_a_peer_refusing_this_service_is_our_fault_not_the_callers(
+    refusal: AdkError, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with refusing_agent_service(refusal) as helper_target:
+        helper = RemoteAgent("helper", helper_target)
+        coordinator = LlmAgent(
+            name="coordinator",
+            model=ScriptedModel([call("transfer_to_agent", {"agent_name": "helper"})]),
+            sub_agents=[helper],
+        )
+        try:
+            async with serving(coordinator) as target:
+                error = await refused(target, root_run())
+        finally:
+            await helper.close()
+
+    # The end user is not told they were denied, nor who the mesh's peers are.
+    assert error.code() == grpc.StatusCode.INTERNAL
+    assert error.details() is not None and error.details().startswith("remote agent 'helper': ")
+    assert "mesh.internal" not in error.details()
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "mesh.internal" in logged

@@ -283,8 +283,10 @@ async def test_bad_ids_in_a_root_run_are_refused_and_nothing_is_written(
     tmp_path: Path, name: str
 ) -> None:
     db = tmp_path / "sessions.db"
+    artifacts = tmp_path / "artifacts"
     agent, model = looping_agent()
-    async with serving(agent, db, app_name="app") as (_, target):
+    options = {"app_name": "app", "artifact_service": f"file://{artifacts}"}
+    async with serving(agent, db, **options) as (_, target):
         error = await refused(target, root_run(**BAD_ROOT_IDS[name]))
 
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -293,6 +295,7 @@ async def test_bad_ids_in_a_root_run_are_refused_and_nothing_is_written(
     assert model.requests == []
     assert stored_rows(db) == (0, 0)
     assert file_size(db) < 1_000_000
+    assert not artifacts.exists()
 
 
 async def test_a_server_may_take_shorter_ids_only(tmp_path: Path) -> None:

@@ -290,6 +290,17 @@ def error_message_from_body(body: bytes) -> tuple[str, str | None]:
     return (text[:500] + "...") if len(text) > 500 else text, None
 
 
+def _is_json(body: bytes) -> bool:
+    """Whether an error body is JSON (an empty body counts: there is nothing to hide)."""
+    if not body.strip():
+        return True
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
+
+
 # --------------------------------------------------------------------------- transport
 
 
@@ -375,6 +386,17 @@ class HttpTransport:
 
     def error_from_response(self, status: int, body: bytes) -> ModelError:
         message, kind = error_message_from_body(body)
+        if not _is_json(body):
+            # Not the provider's API speaking (a proxy's or load balancer's page, which can
+            # name internal hosts): the body goes to this service's log, not into the error.
+            logger.warning(
+                "%s at %s answered HTTP %d with a body that is not JSON: %s",
+                self.provider,
+                self.base_url,
+                status,
+                self._redact(message),
+            )
+            message = "(a body that is not JSON; the service's log has it)"
         text = f"{self.provider} returned HTTP {status}: {message}"
         if kind:
             text += f" ({kind})"

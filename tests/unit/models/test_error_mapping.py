@@ -32,6 +32,7 @@ from adk_mesh.testing.fake_providers import (
     FakeOllama,
     FakeOpenAI,
     FakeProviderServer,
+    RawReply,
 )
 from adk_mesh.types import Content
 
@@ -120,3 +121,23 @@ async def test_an_unreachable_provider_is_unavailable_without_its_address(
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert base_url in logged
     assert sum("call failed" in record.getMessage() for record in caplog.records) == 1
+
+
+async def test_a_proxys_error_page_stays_in_the_log(
+    retry: RetryPolicy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body that is not the provider's JSON (a gateway's page naming internal hosts) is
+    logged, not carried in the error a client may read."""
+    page = b"<html>502 Bad Gateway: upstream llm-7.internal.example:8000 refused</html>"
+    replies = [RawReply(status=502, body=page, content_type="text/html")] * retry.max_attempts
+    with caplog.at_level(logging.WARNING, logger="adk_mesh.models"):
+        async with FakeOpenAI(*replies) as server:
+            async with server.make_model(retry=retry) as model:
+                with pytest.raises(ModelError) as caught:
+                    async for _ in model.generate_content(request()):
+                        pass
+
+    assert caught.value.status_code == 502
+    assert "internal.example" not in caught.value.message
+    assert "HTTP 502" in caught.value.message
+    assert any("internal.example" in record.getMessage() for record in caplog.records)

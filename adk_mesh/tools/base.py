@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from adk_mesh.errors import AdkError, ToolError
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
     from adk_mesh.models.base import LlmRequest
 
 __all__ = ["LONG_RUNNING_NOTE", "BaseTool", "Toolset", "execute_tool"]
+
+logger = logging.getLogger("adk_mesh.tools")
 
 LONG_RUNNING_NOTE = (
     "NOTE: this is a long-running operation. Do not call this tool again while an earlier "
@@ -122,7 +125,8 @@ async def execute_tool(
     """Run a tool and return ``(response, error)`` instead of raising: an AdkError as it is,
     any other exception (a tool bug) as a ToolError naming the tool and the exception type,
     a call that outlives the tool's timeout (:attr:`BaseTool.timeout`, else the invocation's
-    ``tool_timeout``) as a ToolError saying so. Cancellation passes through."""
+    ``tool_timeout``) as a ToolError saying so. Cancellation passes through. A timeout and a
+    tool bug are logged (the bug with its traceback): the model only reads the message."""
     timeout = tool.timeout if tool.timeout is not None else ctx.invocation_context.tool_timeout
     limit = asyncio.timeout(timeout)
     try:
@@ -130,12 +134,17 @@ async def execute_tool(
             return await tool.execute(ctx, args), None
     except AdkError as error:
         return None, error
-    except TimeoutError as error:
-        if limit.expired():
+    except Exception as error:
+        if isinstance(error, TimeoutError) and limit.expired():
+            logger.warning(
+                "tool %r stopped after %g s [invocation=%s]",
+                tool.name,
+                timeout,
+                ctx.invocation_id,
+            )
             return None, ToolError(
                 f"Tool {tool.name!r} did not finish within {timeout:g} s and was stopped",
                 metadata={"timeout_seconds": f"{timeout:g}"},
             )
-        return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")
-    except Exception as error:
+        logger.error("tool %r failed [invocation=%s]", tool.name, ctx.invocation_id, exc_info=error)
         return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")

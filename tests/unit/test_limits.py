@@ -240,3 +240,19 @@ def test_tools_are_bounded_by_default() -> None:
     )
     with pytest.raises(Exception, match="positive"):
         FunctionTool(never_finishes, timeout=0)
+
+
+async def test_a_timeout_and_a_tool_bug_are_logged_for_the_operator(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken() -> dict[str, Any]:
+        """Has a bug."""
+        raise KeyError("missing")
+
+    await run_tool_turn(never_finishes, tool_timeout=0.05)
+    await run_tool_turn(broken, tool_timeout=5)
+
+    records = [record for record in caplog.records if record.name == "adk_mesh.tools"]
+    assert [record.levelname for record in records] == ["WARNING", "ERROR"]
+    assert "'never_finishes' stopped after 0.05 s" in records[0].getMessage()
+    assert records[1].exc_info is not None and isinstance(records[1].exc_info[1], KeyError)

@@ -251,7 +251,10 @@ def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkEr
         "call to %s at %s failed: %s: %s", what, target, code.name, error.details() or ""
     )
     plain = _PLAIN_MESSAGES.get(code, f"failed ({code.name})")
-    return type(mapped)(f"{what}: {plain}", metadata=mapped.metadata)
+    # A peer at its limit of concurrent calls: for our caller, a dependency that is
+    # unavailable for now (retry later), not an error of the run.
+    cls = AdkIOError if code == grpc.StatusCode.RESOURCE_EXHAUSTED else type(mapped)
+    return cls(f"{what}: {plain}", metadata=mapped.metadata)
 
 
 # --- registration: request bytes that do not parse are INVALID_ARGUMENT -------------------

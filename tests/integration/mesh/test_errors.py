@@ -348,3 +348,35 @@ async def test_a_peer_refusing_this_service_is_our_fault_not_the_callers(
     assert "mesh.internal" not in error.details()
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "mesh.internal" in logged
+
+
+async def test_an_overloaded_peer_is_unavailable_for_our_caller() -> None:
+    """A peer at its limit of concurrent calls answers RESOURCE_EXHAUSTED without our
+    ErrorInfo (gRPC's own refusal): our caller may retry later, as for any unavailable peer."""
+
+    async def busy(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
+        yield b""  # pragma: no cover - makes this a stream handler
+
+    handler = grpc.method_handlers_generic_handler(
+        "adk_mesh.v1.AgentService", {"Run": grpc.unary_stream_rpc_method_handler(busy)}
+    )
+    peer = grpc.aio.server()
+    peer.add_generic_rpc_handlers((handler,))
+    port = peer.add_insecure_port("127.0.0.1:0")
+    await peer.start()
+    helper = RemoteAgent("helper", f"127.0.0.1:{port}")
+    coordinator = LlmAgent(
+        name="coordinator",
+        model=ScriptedModel([call("transfer_to_agent", {"agent_name": "helper"})]),
+        sub_agents=[helper],
+    )
+    try:
+        async with serving(coordinator) as target:
+            error = await refused(target, root_run())
+    finally:
+        await helper.close()
+        await peer.stop(None)
+
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert error.details() == "remote agent 'helper': overloaded (too many calls at once)"

@@ -3,11 +3,12 @@
 An **id** (app name, user id, session id, invocation id) is 1 to :data:`MAX_ID_CHARS` (128)
 characters, each one of::
 
-    A-Z a-z 0-9 . _ - @ : + =
+    A-Z a-z 0-9 . _ - @ : + = |
 
 and it neither starts nor ends with ``.`` (so never ``.`` or ``..``). That covers UUIDs,
-e-mail addresses, ``user:`` style prefixes and base64url-ish tokens, and every id is one
-safe file name and one short SQL value.
+e-mail addresses, ``user:`` style prefixes, base64url-ish tokens and the subjects identity
+providers put in tokens (``auth0|5f1c...``, ``google-oauth2|1234``), and every id is one safe
+file name and one short SQL value.
 
 An **artifact name** is one or more ``/``-separated segments, each following the id rule, at
 most :data:`MAX_ID_CHARS` characters in all, optionally after the ``user:`` prefix that
@@ -38,11 +39,11 @@ __all__ = [
 #: The longest id or artifact name, in characters (all ASCII, so also in bytes).
 MAX_ID_CHARS = 128
 #: The characters an id may hold, besides ASCII letters and digits.
-ID_CHARACTERS = "._-@:+="
+ID_CHARACTERS = "._-@:+=|"
 #: Artifact names with this prefix belong to the user (every session of the user sees them).
 USER_ARTIFACT_PREFIX = "user:"
 
-_ID = re.compile(r"[A-Za-z0-9_\-@:+=](?:[A-Za-z0-9._\-@:+=]*[A-Za-z0-9_\-@:+=])?")
+_ID = re.compile(r"[A-Za-z0-9_\-@:+=|](?:[A-Za-z0-9._\-@:+=|]*[A-Za-z0-9_\-@:+=|])?")
 _SHOWN_CHARS = 40
 
 

@@ -28,6 +28,7 @@ GOOD_IDS = [
     "a+b",
     "v1.2_beta",
     "_",
+    "auth0|5f1c0ad4e2",  # an identity provider's subject, the user id a JWT proves
     "A" * MAX_ID_CHARS,
 ]
 

@@ -16,6 +16,7 @@ from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._limits import llm_calls_in
 from adk_mesh.mesh._status import error_from_downstream
+from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.types import Event, EventActions
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
 
@@ -56,6 +57,8 @@ class RemoteAgent(BaseAgent):
         description: what the agent does; the caller's model reads it to route to it.
         agent_name: which agent of the remote tree runs (default: the served root).
         timeout: deadline in seconds of one remote run (default: none).
+        tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
+            ``_KEY`` from the environment; plaintext when they are unset).
     """
 
     def __init__(
@@ -66,9 +69,11 @@ class RemoteAgent(BaseAgent):
         description: str = "",
         agent_name: str = "",
         timeout: float | None = None,
+        tls: ClientTLS | None = None,
     ) -> None:
         super().__init__(name=name, description=description)
         self.target = target
+        self.tls = tls
         self.agent_name = agent_name
         self.timeout = timeout
         self._channel: grpc.aio.Channel | None = None
@@ -82,7 +87,11 @@ class RemoteAgent(BaseAgent):
         # Opened on first use, so that the channel belongs to the running event loop.
         # The stub is kept with its channel: a stub builds a multi-callable per method.
         if self._channel is None:
-            self._channel = open_channel(self.target)
+            self._channel = (
+                open_channel(self.target, tls=self.tls)
+                if self.tls is not None
+                else open_channel(self.target)
+            )
             self._cached_stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         return self._cached_stub
 

@@ -14,6 +14,7 @@ from adk_mesh.errors import AdkError, AdkIOError, ToolError
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._status import error_from_downstream
+from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.types import EventActions, ToolDeclaration
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
@@ -50,6 +51,8 @@ class RemoteToolset(Toolset):
         name: this toolset's name (default: ``remote:<target>``).
         list_timeout: deadline in seconds of each ``ListTools``.
         call_timeout: deadline in seconds of each ``CallTool``.
+        tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
+            ``_KEY`` from the environment; plaintext when they are unset).
     """
 
     def __init__(
@@ -59,9 +62,11 @@ class RemoteToolset(Toolset):
         name: str | None = None,
         list_timeout: float = DEFAULT_LIST_TIMEOUT,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        tls: ClientTLS | None = None,
     ) -> None:
         super().__init__(name or f"remote:{target}")
         self.target = target
+        self.tls = tls
         self.list_timeout = list_timeout
         self.call_timeout = call_timeout
         self._channel: grpc.aio.Channel | None = None
@@ -74,7 +79,11 @@ class RemoteToolset(Toolset):
         # The channel is opened on first use so that it belongs to the running event loop.
         # The stub is kept with its channel: a stub builds a multi-callable per method.
         if self._channel is None:
-            self._channel = open_channel(self.target)
+            self._channel = (
+                open_channel(self.target, tls=self.tls)
+                if self.tls is not None
+                else open_channel(self.target)
+            )
             self._cached_stub = tool_pb2_grpc.ToolServiceStub(self._channel)
         return self._cached_stub
 

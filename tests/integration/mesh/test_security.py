@@ -14,7 +14,7 @@ import pytest
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import ConfigError, PermissionDeniedError
-from adk_mesh.mesh import AgentServer, RemoteAgent, ToolServer
+from adk_mesh.mesh import AgentServer, RemoteAgent, RemoteToolset, ToolServer
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._status import error_from_rpc_error
 from adk_mesh.mesh.auth import ApiKeyAuthenticator, new_api_key
@@ -22,7 +22,7 @@ from adk_mesh.mesh.pki import DevCertificateAuthority, IssuedCertificate
 from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.sessions.sqlite import SqliteSessionService
-from adk_mesh.testing import ScriptedModel
+from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, tool_pb2, tool_pb2_grpc
@@ -181,6 +181,42 @@ async def test_a_remote_agent_delegates_over_mutual_tls_from_the_environment(
     finally:
         await remote.close()
     assert authors == ["researcher"]
+
+
+async def test_remote_tools_and_agents_take_their_tls_as_an_argument(
+    served: Served, pki: Pki
+) -> None:
+    tool_server = ToolServer([FunctionTool(shout)])
+    await tool_server.start(
+        "127.0.0.1:0", security=pki.server_security(), mesh_address="127.0.0.1:0"
+    )
+    toolset = RemoteToolset(f"127.0.0.1:{tool_server.mesh_port}", tls=pki.client(pki.peer))
+    remote = RemoteAgent("researcher", served.mesh, tls=pki.client(pki.peer))
+    caller = LlmAgent(
+        name="caller",
+        model=ScriptedModel([call("shout", {"text": "hi"}), "done"]),
+        tools=[toolset],
+        sub_agents=[remote],
+    )
+    sessions = InMemorySessionService()
+    session = await sessions.create_session(app_name="caller", user_id="ada")
+    ctx = InvocationContext(
+        invocation_id="e-3",
+        agent=caller,
+        session=session,
+        session_service=sessions,
+        user_content=Content.from_text("user", "hi"),
+    )
+    try:
+        tool_events = [event async for event in caller.run(ctx)]
+        remote_events = [event async for event in remote.run(ctx)]
+    finally:
+        await toolset.close()
+        await remote.close()
+        await tool_server.stop(None)
+    responses = [r.response for e in tool_events for r in e.function_responses()]
+    assert responses == [{"loud": "HI"}]
+    assert [event.author for event in remote_events] == ["researcher"]
 
 
 async def test_tool_calls_go_through_the_mesh_door_only(pki: Pki) -> None:

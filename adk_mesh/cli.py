@@ -209,7 +209,7 @@ def _console_logging(level: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from adk_mesh.mesh import AgentServer, ToolServer
+    from adk_mesh.mesh import AgentServer, ServerLimits, ToolServer
     from adk_mesh.mesh._channel import MeshServer
     from adk_mesh.mesh._loader import load_agent, load_tools
     from adk_mesh.mesh.security import server_security_from_arguments
@@ -220,6 +220,11 @@ def _serve(args: argparse.Namespace) -> int:
     address = f"{args.host}:{args.port}"
     try:
         security = server_security_from_arguments(args)
+        limits = ServerLimits(
+            max_llm_calls=args.max_llm_calls,
+            max_delegation_depth=args.max_delegation_depth,
+            tool_timeout=args.tool_timeout,
+        )
         server: MeshServer
         if args.kind == "agent":
             agent = load_agent(args.reference)
@@ -228,9 +233,10 @@ def _serve(args: argparse.Namespace) -> int:
                 app_name=args.app,
                 session_service=args.store or DEFAULT_STORE,
                 artifact_service=args.artifacts,
+                limits=limits,
             )
         else:
-            server = ToolServer(load_tools(args.reference))
+            server = ToolServer(load_tools(args.reference), limits=limits)
         # Before the gRPC server starts and before any RemoteAgent or RemoteToolset opens its
         # (lazy) channel: the tracing interceptors are installed only if tracing is on then.
         # service.name is the agent's or toolset's name unless OTEL_SERVICE_NAME says otherwise.
@@ -241,7 +247,12 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(
             serve_until_signal(
-                server, address, grace=args.grace, security=security, mesh_port=args.mesh_port
+                server,
+                address,
+                grace=args.grace,
+                security=security,
+                mesh_port=args.mesh_port,
+                max_concurrent_calls=args.max_concurrent_calls,
             )
         )
     except (BindError, ConfigError) as error:
@@ -409,10 +420,43 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument(
         "reference", metavar="MODULE:ATTR", help="tools/functions, a Toolset, or a factory"
     )
+    from adk_mesh.mesh import ServerLimits
+    from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS
     from adk_mesh.mesh.security import add_server_security_arguments
 
+    defaults = ServerLimits()
     for sub in (agent, tools):
         add_server_security_arguments(sub)
+        limits = sub.add_argument_group("limits (a caller may lower them, never raise them)")
+        limits.add_argument(
+            "--max-llm-calls",
+            type=int,
+            default=defaults.max_llm_calls,
+            metavar="N",
+            help=f"model calls per invocation (default {defaults.max_llm_calls})",
+        )
+        limits.add_argument(
+            "--max-delegation-depth",
+            type=int,
+            default=defaults.max_delegation_depth,
+            metavar="N",
+            help=f"nested delegations (default {defaults.max_delegation_depth})",
+        )
+        limits.add_argument(
+            "--tool-timeout",
+            type=float,
+            default=defaults.tool_timeout,
+            metavar="SECONDS",
+            help=f"one tool call (default {defaults.tool_timeout:g})",
+        )
+        limits.add_argument(
+            "--max-concurrent-calls",
+            type=int,
+            default=DEFAULT_MAX_CONCURRENT_CALLS,
+            metavar="N",
+            help=f"calls served at once, then RESOURCE_EXHAUSTED (default "
+            f"{DEFAULT_MAX_CONCURRENT_CALLS})",
+        )
         sub.add_argument("--port", type=_port, required=True, help="port (0: any free port)")
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         sub.add_argument(

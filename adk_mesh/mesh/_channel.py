@@ -153,6 +153,8 @@ class MeshServer:
         """
         if self._server is not None:
             raise ConfigError(f"{type(self).__name__} is already started")
+        if max_concurrent_calls < 1:
+            raise ConfigError(f"max_concurrent_calls must be 1 or more, not {max_concurrent_calls}")
         security = security or ServerSecurity()
         check_transport(address, security)
         if mesh_address is not None and not security.mutual_tls:

@@ -18,7 +18,7 @@ import socket
 import sys
 
 from adk_mesh.errors import AdkIOError
-from adk_mesh.mesh._channel import MeshServer
+from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, MeshServer
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.security import ServerSecurity, check_transport
 from adk_mesh.mesh.tool_server import ToolServer
@@ -105,6 +105,7 @@ async def start_server(
     *,
     security: ServerSecurity | None = None,
     mesh_address: str | None = None,
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
 ) -> int:
     """Start ``server`` on ``address`` (and its mesh door on ``mesh_address``); an address
     that cannot be bound raises :class:`BindError` (:class:`PortTakenError` for a port in
@@ -118,7 +119,12 @@ async def start_server(
         if problem is not None:
             raise problem
     try:
-        return await server.start(address, security=security, mesh_address=mesh_address)
+        return await server.start(
+            address,
+            security=security,
+            mesh_address=mesh_address,
+            max_concurrent_calls=max_concurrent_calls,
+        )
     except AdkIOError as error:
         # Bound by someone else in between, or a failure the probe cannot see.
         for host, port in addresses:
@@ -135,6 +141,7 @@ async def serve_until_signal(
     grace: float = 10.0,
     security: ServerSecurity | None = None,
     mesh_port: int | None = None,
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
 ) -> None:
     """Serve on ``address`` until SIGTERM or SIGINT, then drain for up to ``grace`` seconds.
 
@@ -149,7 +156,13 @@ async def serve_until_signal(
     loop = asyncio.get_running_loop()
     host, _ = split_address(address)
     mesh_address = f"{host}:{mesh_port}" if mesh_port is not None else None
-    port = await start_server(server, address, security=security, mesh_address=mesh_address)
+    port = await start_server(
+        server,
+        address,
+        security=security,
+        mesh_address=mesh_address,
+        max_concurrent_calls=max_concurrent_calls,
+    )
     stopping = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
     for number in signals:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -20,9 +22,10 @@ from adk_mesh.mesh._status import error_from_rpc_error
 from adk_mesh.mesh.auth import ApiKeyAuthenticator, new_api_key
 from adk_mesh.mesh.pki import DevCertificateAuthority, IssuedCertificate
 from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
+from adk_mesh.models.base import LlmRequest
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.sessions.sqlite import SqliteSessionService
-from adk_mesh.testing import ScriptedModel, call
+from adk_mesh.testing import FunctionModel, ScriptedModel, call
 from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, tool_pb2, tool_pb2_grpc
@@ -379,3 +382,38 @@ async def test_describe_needs_credentials_too(guarded: Guarded, pki: Pki) -> Non
         )
     assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
     assert card.card.name == "researcher"
+
+
+async def test_calls_past_the_concurrency_limit_are_resource_exhausted() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+    running = 0
+
+    async def wait(request: LlmRequest) -> str:
+        nonlocal running
+        running += 1
+        if running == 2:
+            started.set()
+        await release.wait()
+        return "done"
+
+    server = AgentServer(LlmAgent(name="waiter", model=FunctionModel(wait)))
+    port = await server.start("127.0.0.1:0", max_concurrent_calls=2)
+    try:
+        async with open_channel(f"127.0.0.1:{port}", tls=None) as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            held = [
+                asyncio.ensure_future(_drain(stub.Run(root_run(user=f"u{number}"))))
+                for number in range(2)
+            ]
+            await asyncio.wait_for(started.wait(), 10)
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await _drain(stub.Run(root_run(user="third")))
+            release.set()
+            assert [len(events) for events in await asyncio.gather(*held)] == [1, 1]
+    finally:
+        await server.stop(None)
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def _drain(call: Any) -> list[Any]:
+    return [response async for response in call]

@@ -32,7 +32,7 @@ FINISH_REASON_MALFORMED_FUNCTION_CALL: FinishReason
 FINISH_REASON_OTHER: FinishReason
 
 class Event(_message.Message):
-    __slots__ = ("id", "timestamp", "invocation_id", "branch", "author", "llm_response", "actions", "long_running_tool_ids")
+    __slots__ = ("id", "timestamp", "invocation_id", "branch", "author", "llm_response", "actions", "long_running_tool_ids", "tool_progress")
     ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class Event(_message.Message):
     LLM_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     LONG_RUNNING_TOOL_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     timestamp: _timestamp_pb2.Timestamp
     invocation_id: str
@@ -49,7 +50,22 @@ class Event(_message.Message):
     llm_response: LlmResponse
     actions: EventActions
     long_running_tool_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., author: _Optional[str] = ..., llm_response: _Optional[_Union[LlmResponse, _Mapping]] = ..., actions: _Optional[_Union[EventActions, _Mapping]] = ..., long_running_tool_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    tool_progress: ToolProgressUpdate
+    def __init__(self, id: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., author: _Optional[str] = ..., llm_response: _Optional[_Union[LlmResponse, _Mapping]] = ..., actions: _Optional[_Union[EventActions, _Mapping]] = ..., long_running_tool_ids: _Optional[_Iterable[str]] = ..., tool_progress: _Optional[_Union[ToolProgressUpdate, _Mapping]] = ...) -> None: ...
+
+class ToolProgressUpdate(_message.Message):
+    __slots__ = ("tool_name", "function_call_id", "message", "fraction", "data")
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FRACTION_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    tool_name: str
+    function_call_id: str
+    message: str
+    fraction: float
+    data: _struct_pb2.Struct
+    def __init__(self, tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., message: _Optional[str] = ..., fraction: _Optional[float] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class LlmResponse(_message.Message):
     __slots__ = ("content", "usage_metadata", "finish_reason", "partial", "turn_complete", "interrupted", "error_code", "error_message", "grounding_metadata", "model_version")

@@ -23,6 +23,7 @@
     │   └── ModelRequestError       the provider refused the request (other HTTP 4xx)
     ├── SessionError                the session store failed
     │   └── StateConflictError      a write rejected by RejectConflicts
+    │       └── SessionConflictError    a stale append: the session changed since it was loaded
     ├── ArtifactError               the artifact store failed
     ├── AdkIOError                  file or network I/O failed
     ├── AdkJSONError                a value is not (or cannot be carried as) JSON
@@ -76,6 +77,7 @@ __all__ = [
     "ModelRequestError",
     "NotFoundError",
     "PermissionDeniedError",
+    "SessionConflictError",
     "SessionError",
     "SessionNotFoundError",
     "StateConflictError",
@@ -243,6 +245,15 @@ class StateConflictError(SessionError):
     reason = "STATE_CONFLICT"
 
 
+class SessionConflictError(StateConflictError):
+    """The session changed in its store since the caller loaded it (another turn, in this
+    process or another, wrote to it), or another process holds it for a turn. Nothing was
+    written: load the session again and retry."""
+
+    reason = "SESSION_CONFLICT"
+    caller_fault = True
+
+
 class ArtifactError(AdkError):
     reason = "ARTIFACT_ERROR"
 
@@ -292,6 +303,7 @@ GRPC_STATUS: dict[type[AdkError], str] = {
     ModelRequestError: "INTERNAL",
     SessionError: "INTERNAL",
     StateConflictError: "ABORTED",
+    SessionConflictError: "ABORTED",
     ArtifactError: "INTERNAL",
     AdkIOError: "UNAVAILABLE",
     AdkJSONError: "INVALID_ARGUMENT",

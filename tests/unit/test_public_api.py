@@ -22,7 +22,7 @@ EXPECTED = {
     # The whole error tree.
     "AgentNotFoundError", "AlreadyExistsError", "ArtifactNotFoundError",
     "DeadlineExceededError", "InvocationCancelledError", "NotFoundError",
-    "SessionNotFoundError", "StateConflictError", "ToolNotFoundError",
+    "SessionNotFoundError", "StateConflictError", "SessionConflictError", "ToolNotFoundError",
     "UnauthenticatedError", "PermissionDeniedError", "LlmCallLimitError", "ModelAuthError",
     "ModelRateLimitError", "ModelRequestError",
 }  # fmt: skip
@@ -42,7 +42,7 @@ def test_the_whole_error_tree_is_exported_and_shadows_nothing() -> None:
 
     tree = {name for name in errors.__all__ if name[0].isupper() and name.endswith("Error")}
     assert tree <= set(adk_mesh.__all__)
-    assert len(tree) == 26
+    assert len(tree) == 27
     standard = set(dir(builtins)) | set(dir(asyncio))
     assert tree.isdisjoint(standard), tree & standard
 

@@ -43,6 +43,7 @@ from adk_mesh.types import (
     LlmResponse,
     Part,
     ToolDeclaration,
+    ToolProgress,
     UsageMetadata,
 )
 from adk_mesh.v1 import agent_pb2, content_pb2, event_pb2, tool_pb2
@@ -76,6 +77,8 @@ __all__ = [
     "timestamp_to_datetime",
     "tool_progress_from_proto",
     "tool_progress_to_proto",
+    "tool_progress_update_from_proto",
+    "tool_progress_update_to_proto",
     "tool_result_from_proto",
     "tool_result_to_proto",
     "usage_from_proto",
@@ -431,6 +434,8 @@ def event_to_proto(event: Event, *, into: event_pb2.Event | None = None) -> even
     actions = message.actions
     actions.SetInParent()
     _fill_actions(actions, event.actions)
+    if event.tool_progress is not None:
+        _fill_tool_progress_update(message.tool_progress, event.tool_progress)
     return message
 
 
@@ -444,6 +449,44 @@ def event_from_proto(message: event_pb2.Event) -> Event:
         llm_response=llm_response_from_proto(message.llm_response),
         actions=actions_from_proto(message.actions),
         long_running_tool_ids=list(message.long_running_tool_ids),
+        tool_progress=(
+            tool_progress_update_from_proto(message.tool_progress)
+            if message.HasField("tool_progress")
+            else None
+        ),
+    )
+
+
+def _fill_tool_progress_update(
+    message: event_pb2.ToolProgressUpdate, progress: ToolProgress
+) -> None:
+    message.SetInParent()
+    message.tool_name = progress.tool_name
+    if progress.function_call_id is not None:
+        message.function_call_id = progress.function_call_id
+    message.message = progress.message
+    if progress.fraction is not None:
+        message.fraction = progress.fraction
+    if progress.data is not None:
+        _fill_struct(message.data, progress.data)
+
+
+def tool_progress_update_to_proto(progress: ToolProgress) -> event_pb2.ToolProgressUpdate:
+    """A tool's progress as it travels on an Event (``Event.tool_progress``)."""
+    message = event_pb2.ToolProgressUpdate()
+    _fill_tool_progress_update(message, progress)
+    return message
+
+
+def tool_progress_update_from_proto(message: event_pb2.ToolProgressUpdate) -> ToolProgress:
+    return ToolProgress(
+        tool_name=message.tool_name,
+        function_call_id=(
+            message.function_call_id if message.HasField("function_call_id") else None
+        ),
+        message=message.message,
+        fraction=message.fraction if message.HasField("fraction") else None,
+        data=struct_to_dict(message.data) if message.HasField("data") else None,
     )
 
 

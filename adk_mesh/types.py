@@ -27,6 +27,7 @@ __all__ = [
     "LlmResponse",
     "Part",
     "ToolDeclaration",
+    "ToolProgress",
     "UsageMetadata",
 ]
 
@@ -275,6 +276,22 @@ class EventActions(_Data):
         )
 
 
+class ToolProgress(_Data):
+    """An update from a running tool: what it is doing and how far along it is.
+
+    It reaches the agent's clients (and the mesh) as an :class:`Event` whose ``tool_progress``
+    is set; it is shown to people as progress, never stored and never given to a model.
+    ``fraction`` is the completed part in [0, 1] when known; ``data`` is anything else the
+    tool reports, as JSON.
+    """
+
+    tool_name: str
+    function_call_id: str | None = None
+    message: str = ""
+    fraction: float | None = None
+    data: dict[str, Any] | None = None
+
+
 def new_event_id() -> str:
     return str(uuid.uuid4())
 
@@ -288,6 +305,9 @@ class Event(_Data):
 
     ``author`` is "user", an agent name or a tool name; ``invocation_id`` groups every event of
     one user turn; ``branch`` is the dotted path of the agent that produced it.
+
+    An event whose ``tool_progress`` is set is a running tool's progress update (see
+    :meth:`for_tool_progress`): partial and without content, so it is streamed and never stored.
     """
 
     id: str = Field(default_factory=new_event_id)
@@ -298,6 +318,7 @@ class Event(_Data):
     llm_response: LlmResponse = Field(default_factory=LlmResponse)
     actions: EventActions = Field(default_factory=EventActions)
     long_running_tool_ids: list[str] = Field(default_factory=list)
+    tool_progress: ToolProgress | None = None
 
     @classmethod
     def new(
@@ -319,6 +340,25 @@ class Event(_Data):
             llm_response=LlmResponse(content=content, partial=partial),
             actions=actions if actions is not None else EventActions(),
             long_running_tool_ids=long_running_tool_ids or [],
+        )
+
+    @classmethod
+    def for_tool_progress(
+        cls,
+        progress: ToolProgress,
+        *,
+        author: str,
+        invocation_id: str = "",
+        branch: str = "",
+    ) -> Event:
+        """A progress update of a running tool, from the agent that called it: a partial
+        event without content, so the Runner streams it and never stores it."""
+        return cls(
+            author=author,
+            invocation_id=invocation_id,
+            branch=branch,
+            llm_response=LlmResponse(partial=True),
+            tool_progress=progress,
         )
 
     @property

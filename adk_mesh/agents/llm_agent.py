@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import re
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -15,6 +16,7 @@ from adk_mesh.agents.history import build_contents
 from adk_mesh.contexts import (
     CallbackContext,
     InvocationContext,
+    ProgressReporter,
     ReadonlyContext,
     StreamingMode,
     ToolContext,
@@ -23,7 +25,15 @@ from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
-from adk_mesh.types import Content, Event, EventActions, FunctionCall, LlmResponse, Part
+from adk_mesh.types import (
+    Content,
+    Event,
+    EventActions,
+    FunctionCall,
+    LlmResponse,
+    Part,
+    ToolProgress,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -343,7 +353,12 @@ class LlmAgent(BaseAgent):
         tools: dict[str, BaseTool],
         sink: Callable[[Event], None],
     ) -> tuple[Part | None, EventActions]:
-        tool_context = ToolContext(ctx, function_call_id=call.id, event_sink=sink)
+        tool_context = ToolContext(
+            ctx,
+            function_call_id=call.id,
+            event_sink=sink,
+            progress=self._progress_reporter(ctx, call, sink),
+        )
         tool = tools.get(call.name)
         args = call.args
         with telemetry.trace_tool_call(call.name, tool, call.id, args, ctx):
@@ -358,6 +373,28 @@ class LlmAgent(BaseAgent):
             response = {}
         part = Part.from_function_response(call.name, response, id=call.id)
         return part, tool_context.actions
+
+    def _progress_reporter(
+        self, ctx: InvocationContext, call: FunctionCall, sink: Callable[[Event], None]
+    ) -> ProgressReporter:
+        """Where ``call``'s tool reports progress (a local tool, or a remote one's progress
+        as it arrives): a progress event in this agent's stream, never model text."""
+
+        async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
+            progress = ToolProgress(
+                tool_name=call.name,
+                function_call_id=call.id,
+                message=message,
+                fraction=_clamped(fraction),
+                data=data,
+            )
+            sink(
+                Event.for_tool_progress(
+                    progress, author=self.name, invocation_id=ctx.invocation_id, branch=ctx.branch
+                )
+            )
+
+        return report
 
     async def _answer_call(
         self,
@@ -403,6 +440,13 @@ async def _execute(tool: BaseTool, ctx: ToolContext, args: dict[str, Any]) -> di
     if isinstance(error, ToolError):
         return {"error": error.message}
     return {"error": f"{type(error).__name__}: {error.message}"}
+
+
+def _clamped(fraction: float | None) -> float | None:
+    """A reported fraction in [0, 1]; ``None`` when it is not a number."""
+    if fraction is None or math.isnan(fraction):
+        return None
+    return min(1.0, max(0.0, float(fraction)))
 
 
 def _ends_turn(event: Event) -> bool:

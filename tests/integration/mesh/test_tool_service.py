@@ -21,7 +21,7 @@ from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.tools.function_tool import FunctionTool
-from adk_mesh.types import Content, Event
+from adk_mesh.types import Content, Event, ToolProgress
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
 
@@ -111,7 +111,16 @@ async def test_tool_call_streams_progress_and_lands_actions_on_the_session(targe
         await toolset.close()
 
     progress = [e for e in events if e.partial]
-    assert [e.text for e in progress] == ["searching (50%)"]
+    assert [e.tool_progress for e in progress] == [
+        ToolProgress(
+            tool_name="book_trip",
+            function_call_id=events[0].function_calls()[0].id,
+            message="searching",
+            fraction=0.5,
+            data={"city": "Lisbon"},
+        )
+    ]
+    assert [e.text for e in progress] == [""]
     final = [e for e in events if not e.partial]
     response = final[-1].function_responses()[0]
     assert response.response == {"booked": "Lisbon", "for": "Ana"}

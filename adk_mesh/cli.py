@@ -35,10 +35,10 @@ from google.protobuf import json_format
 
 from adk_mesh import __version__, codec
 from adk_mesh.errors import AdkError, ConfigError
-from adk_mesh.types import Event, Part
+from adk_mesh.types import Event, Part, ToolProgress
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 
-__all__ = ["EventPrinter", "format_card", "main"]
+__all__ = ["EventPrinter", "format_card", "format_progress", "main"]
 
 #: Stores of ``serve agent`` when ``--store`` is not given. In memory for now: sessions are
 #: lost when the process stops; pass ``--store sqlite:///sessions.db`` to keep them.
@@ -56,8 +56,17 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
+def format_progress(progress: ToolProgress) -> str:
+    """A tool's progress as one line: ``check_fares … checking SkyLark (25%)``."""
+    text = f"{progress.tool_name} … {progress.message}".rstrip()
+    if progress.fraction is not None:
+        text += f" ({progress.fraction:.0%})"
+    return text
+
+
 class EventPrinter:
-    """Prints a run's events for people: one line per text, tool call, result and action.
+    """Prints a run's events for people: one line per text, tool call, result and action;
+    a running tool's progress on a line of its own (``… checking SkyLark (25%)``).
 
     Partial (streamed) text is written inline as it comes; the final event that repeats it
     closes the line instead of printing it again.
@@ -83,6 +92,11 @@ class EventPrinter:
 
     def print(self, event: Event) -> None:
         author = event.author or "?"
+        if event.tool_progress is not None:
+            self._close_line()
+            self._line(author, format_progress(event.tool_progress))
+            self._out.flush()
+            return
         if event.partial:
             if self._open_author != author:
                 self._close_line()

@@ -3,9 +3,9 @@
 Starts the services of mesh.toml (adk_mesh.up) — with mutual TLS between them, certificates
 in .adk-mesh/pki/ —, runs a scripted conversation of two sessions over the streaming
 ``AgentService.Run`` RPC of the root service (TLS, trusting the mesh's CA), prints every event
-(author, text, tool calls, delegations, transfers, state changes, artifact versions) with its
-invocation id, stops the mesh, then prints each invocation's span tree from the trace files.
-Service logs go to .adk-mesh/logs/<service>.log.
+(author, text, tool calls and their progress, delegations, transfers, state changes, artifact
+versions) with its invocation id, stops the mesh, then prints each invocation's span tree from
+the trace files. Service logs go to .adk-mesh/logs/<service>.log.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import grpc.aio
 
 from adk_mesh import Content, Event, codec
+from adk_mesh.cli import format_progress
 from adk_mesh.mesh import ClientTLS
 from adk_mesh.models.offline import choose_model
 from adk_mesh.up import Mesh, MeshConfig, load_config
@@ -101,6 +102,9 @@ def _short(value: Any, limit: int = 120) -> str:
 def print_event(event: Event, out: TextIO) -> None:
     """One event, readably."""
     who = f"[{event.author}]"
+    if event.tool_progress is not None:
+        out.write(f"    {who} {format_progress(event.tool_progress)}\n")
+        return
     if event.partial:
         out.write(f"    … {who} {event.text}\n")
         return

@@ -59,7 +59,18 @@ async def test_the_demo_conversation(tmp_path: Path) -> None:
     assert not any(key.startswith("temp:review") or key == "temp:draft_round" for key in delta)
     assert "relaxed pace" in delta["itinerary"]
     assert "check_fares" in fares.calls()
-    assert any(event.partial and "checking" in event.text for event in fares.events)
+    # The tool service's progress crosses two hops (tool service -> trip_planner's service ->
+    # concierge) as progress, with its fraction and call id, never as model text.
+    progress = [event.tool_progress for event in fares.events if event.tool_progress]
+    assert [update.message for update in progress][:2] == [
+        "checking SkyLark",
+        "checking Atlantic Air",
+    ]
+    assert [update.fraction for update in progress][:2] == [0.0, 0.25]
+    fare_calls = [c for e in fares.events for c in e.function_calls() if c.name == "check_fares"]
+    assert {update.function_call_id for update in progress} == {fare_calls[0].id}
+    assert {update.tool_name for update in progress} == {"check_fares"}
+    assert not any("checking" in event.text for event in fares.events if event.partial)
     assert save.artifact_delta() == {"lisbon-in-three-days.md": 1}
     assert "load_artifacts" in read.calls() and "Day 1:" in read.final_text
     assert clock.transfers() == ["logistics"] and "Tokyo is" in clock.final_text

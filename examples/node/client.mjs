@@ -1,4 +1,5 @@
-// A Node.js client for an adk-mesh agent service: one root Run, its events streamed as they come.
+// A Node.js client for an adk-mesh agent service: one root Run, its events streamed as they come
+// (a running tool's progress on a line of its own).
 //
 //   npm install
 //   node client.mjs 127.0.0.1:50051 "What time is it in Tokyo?" [--user ada] [--session ID]
@@ -70,6 +71,12 @@ function describePart(author, part) {
   return `[${author}] <empty part>`;
 }
 
+// A running tool's progress (Event.tool_progress): its own line, never mixed with model text.
+function describeProgress(author, progress) {
+  const fraction = typeof progress.fraction === "number" ? ` (${Math.round(progress.fraction * 100)}%)` : "";
+  return `[${author}] ${progress.tool_name} … ${progress.message}${fraction}`;
+}
+
 const args = parseArgs(process.argv.slice(2));
 const definition = protoLoader.loadSync("adk_mesh/v1/agent.proto", {
   includeDirs: [protoRoot],
@@ -111,7 +118,12 @@ const call = client.Run({
 call.on("data", (response) => {
   if (response.session_id) console.log(`session ${response.session_id}`);
   const event = response.event;
-  if (!event || event.llm_response?.partial) return;
+  if (!event) return;
+  if (event.tool_progress) {
+    console.log(describeProgress(event.author, event.tool_progress));
+    return;
+  }
+  if (event.llm_response?.partial) return;
   for (const part of event.llm_response?.content?.parts ?? []) {
     console.log(describePart(event.author, part));
   }

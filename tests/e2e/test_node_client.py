@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from adk_mesh import LlmAgent
+from adk_mesh import LlmAgent, ToolContext
 from adk_mesh.mesh import AgentServer, ServerSecurity, ServerTLS
 from adk_mesh.mesh.pki import DevCertificateAuthority
 from adk_mesh.testing import ScriptedModel, call
@@ -47,8 +47,10 @@ class TlsAgent:
 async def agent_service(tmp_path: Path) -> AsyncIterator[TlsAgent]:
     """An agent service whose front door serves TLS with a certificate of a development CA."""
 
-    def convert(value: float, unit: str) -> dict[str, Any]:
+    async def convert(value: float, unit: str, tool_context: ToolContext) -> dict[str, Any]:
         """Converts kilometres to miles."""
+        await tool_context.report_progress("reading the units", None, 0.0)
+        await tool_context.report_progress("multiplying", {"factor": 0.621371}, 0.5)
         return {"miles": round(value * 0.621371, 2), "unit": unit}
 
     agent = LlmAgent(
@@ -103,6 +105,9 @@ async def test_node_client_streams_a_root_run_over_tls(agent_service: TlsAgent) 
     assert output.startswith("session ")
     assert '[desk] -> convert({"unit":"km","value":10})' in output
     assert '[desk] <- convert: {"miles":6.21,"unit":"km"}' in output
+    # Progress on lines of its own, before the result, and no partial text from it.
+    assert "[desk] convert … reading the units (0%)\n[desk] convert … multiplying (50%)\n" in output
+    assert output.index("multiplying (50%)") < output.index("<- convert")
     assert "[desk] 10 km is 6.21 miles." in output
     assert '[desk] state: last_answer="10 km is 6.21 miles."' in output
     invocations = {line.split()[-1] for line in output.splitlines() if "(invocation" in line}

@@ -9,6 +9,7 @@ size exactly.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -17,10 +18,15 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError
 
-from adk_mesh.errors import AdkJSONError, InvalidArgumentError
+from adk_mesh.errors import (
+    AdkJSONError,
+    AlreadyExistsError,
+    InvalidArgumentError,
+    SessionConflictError,
+)
 from adk_mesh.ids import check_id
 from adk_mesh.state import TEMP_PREFIX, ScopedDelta, split_by_scope
-from adk_mesh.types import Event
+from adk_mesh.types import Event, new_event_id
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -48,6 +54,38 @@ def check_num_recent_events(num_recent_events: int | None) -> None:
 def now() -> float:
     """Seconds since the epoch, as ``Session.last_update_time`` holds them."""
     return time.time()
+
+
+def next_update_time(previous: float) -> float:
+    """The ``last_update_time`` of a session's next write: now, but strictly later than the
+    previous one even when the clock has not moved (or went back), so that it is a version:
+    two states of one session never share it."""
+    return max(now(), math.nextafter(previous, math.inf))
+
+
+def check_fresh(app_name: str, user_id: str, session_id: str, held: float, stored: float) -> None:
+    """Refuse an append through a session object loaded before the store's last write.
+
+    Raises:
+        SessionConflictError: ``held`` (the object's ``last_update_time``) is not ``stored``
+            (the store's): another writer appended since the object was loaded.
+    """
+    if held != stored:
+        raise SessionConflictError(
+            f"session {session_id!r} of user {user_id!r} in app {app_name!r} changed since "
+            "it was loaded (another turn wrote to it); nothing was written: load it again and "
+            "retry",
+            metadata={"session_id": session_id},
+        )
+
+
+def duplicate_event(session_id: str, event_id: str) -> AlreadyExistsError:
+    """The error for an event whose id the session already holds."""
+    return AlreadyExistsError(
+        f"session {session_id!r} already holds event {event_id!r}; an event is stored once "
+        "(nothing was written)",
+        metadata={"session_id": session_id, "event_id": event_id},
+    )
 
 
 def to_micros(moment: datetime) -> int:
@@ -101,17 +139,20 @@ def scoped_delta(event: Event) -> ScopedDelta:
 
 
 def event_to_store(event: Event, scoped: ScopedDelta) -> Event:
-    """The event as it is stored: without its ``temp:`` keys (the event itself when it has
-    none; the store keeps only its serialized form, so sharing the object is safe)."""
-    if not scoped.temp:
-        return event
-    kept = {
-        key: value
-        for key, value in event.actions.state_delta.items()
-        if not key.startswith(TEMP_PREFIX)
-    }
-    actions = event.actions.model_copy(update={"state_delta": kept})
-    return event.model_copy(update={"actions": actions})
+    """The event as it is stored: with an id (a fresh UUID when it has none) and without its
+    ``temp:`` keys. The event itself when it needs neither change; the store keeps only its
+    serialized form, so sharing the object is safe."""
+    update: dict[str, Any] = {}
+    if not event.id:
+        update["id"] = new_event_id()
+    if scoped.temp:
+        kept = {
+            key: value
+            for key, value in event.actions.state_delta.items()
+            if not key.startswith(TEMP_PREFIX)
+        }
+        update["actions"] = event.actions.model_copy(update={"state_delta": kept})
+    return event.model_copy(update=update) if update else event
 
 
 def encode_event(event: Event) -> str:

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from adk_mesh.errors import AlreadyExistsError, SessionConflictError
+from adk_mesh.ids import check_id
 from adk_mesh.types import Content, Event
 
-__all__ = ["Session", "SessionService"]
+__all__ = ["GET_OR_CREATE_ATTEMPTS", "Session", "SessionService"]
+
+#: Rounds of read-then-create :meth:`SessionService.get_or_create_session` makes before it
+#: gives up: each lost round means another caller created the session and a third deleted it.
+GET_OR_CREATE_ATTEMPTS = 5
 
 
 class Session(BaseModel):
@@ -18,7 +26,10 @@ class Session(BaseModel):
 
     ``state`` holds the session's own keys plus the app's (``app:``-prefixed) and the user's
     (``user:``-prefixed) keys, as the service merged them when it loaded the session.
-    ``last_update_time`` is seconds since the epoch of the last append.
+    ``last_update_time`` is seconds since the epoch of the session's last write (its creation
+    or its last append). It is also the session's version: every append moves it strictly
+    forward, and a store refuses an append through an object whose ``last_update_time`` is
+    not the stored one (see :meth:`SessionService.append_event`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -50,6 +61,9 @@ class SessionService(abc.ABC):
       they were appended. ``after`` keeps only events whose timestamp is strictly later than
       it; then ``num_recent_events`` keeps the last N of those (0 keeps none). Either may be
       used alone.
+    * ``get_or_create_session`` returns the session, creating it when it does not exist;
+      callers racing to create one new id all get the one session (none sees
+      :class:`~adk_mesh.errors.AlreadyExistsError`).
     * ``append_event`` never stores a partial event (it returns it untouched). Otherwise it
       applies ``state_delta`` by scope — ``app:`` for all users of the app, ``user:`` for all
       sessions of the user, unprefixed for the session, ``temp:`` only to the in-memory
@@ -57,10 +71,29 @@ class SessionService(abc.ABC):
       updates ``session`` (its events, state and ``last_update_time``) and returns the stored
       event. Stored events are immutable: later changes to the passed objects do not reach
       the store. The append and its state changes are atomic.
+    * **Event ids.** An event without an id (``""``) is stored with a fresh UUID (the returned
+      event carries it). A session holds each id once: appending an event whose id it already
+      holds — the same event twice — raises :class:`~adk_mesh.errors.AlreadyExistsError`
+      (metadata ``event_id``) and writes nothing. Refusing, rather than ignoring, the second
+      append keeps a different event that reuses an id from vanishing silently.
+    * **Stale appends.** ``session.last_update_time`` is the version the caller holds; the
+      store moves it strictly forward on every append. An append through an object that is
+      not at the stored version — another writer (a concurrent turn, a replica, another
+      process on the same file) appended since the object was loaded — raises
+      :class:`~adk_mesh.errors.SessionConflictError` (gRPC ABORTED, reason
+      ``SESSION_CONFLICT``) and writes nothing; the check and the write are one atomic step,
+      so of two writers holding one version exactly one wins. Reload and retry. The checks
+      come in this order: the session exists, the id is new, the version is current.
+    * ``claim_session`` holds a session for one writer's turn against other processes
+      sharing the store, where the store can: a claim another process (or another claim)
+      holds is refused at once with :class:`~adk_mesh.errors.SessionConflictError`. The
+      default claims nothing: the stale-append check above is then the only guard.
     * ``list_sessions`` returns the user's sessions in the app, without events.
     * ``delete_session`` removes a session and its events; deleting an unknown one is a no-op.
 
-    Implementations are safe to use from many tasks of one event loop at once.
+    Implementations are safe to use from many tasks of one event loop at once; they do not
+    serialise turns (two tasks appending through two objects of one session conflict as two
+    processes do): that is the caller's job (:class:`~adk_mesh.mesh.AgentServer` does it).
     """
 
     @abc.abstractmethod
@@ -90,8 +123,63 @@ class SessionService(abc.ABC):
     @abc.abstractmethod
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None: ...
 
+    async def get_or_create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        state: dict[str, Any] | None = None,
+    ) -> Session:
+        """The session ``session_id`` (whole), created with ``state`` when it does not exist.
+
+        Race-free: when a concurrent caller (another task, replica or process) creates the
+        session between this call's read and its create, the create's
+        :class:`~adk_mesh.errors.AlreadyExistsError` is absorbed and the session read again.
+
+        Raises:
+            SessionConflictError: the session kept appearing and disappearing (created and
+                deleted by others) for :data:`GET_OR_CREATE_ATTEMPTS` rounds.
+        """
+        for _ in range(GET_OR_CREATE_ATTEMPTS):
+            existing = await self.get_session(
+                app_name=app_name, user_id=user_id, session_id=session_id
+            )
+            if existing is not None:
+                return existing
+            try:
+                return await self.create_session(
+                    app_name=app_name, user_id=user_id, session_id=session_id, state=state
+                )
+            except AlreadyExistsError:
+                continue  # created by someone else since our read: read theirs
+        raise SessionConflictError(
+            f"session {session_id!r} of user {user_id!r} in app {app_name!r} was created and "
+            f"deleted by others {GET_OR_CREATE_ATTEMPTS} times while this call tried to read "
+            "or create it; retry",
+            metadata={"session_id": session_id},
+        )
+
     @abc.abstractmethod
     async def append_event(self, session: Session, event: Event) -> Event: ...
+
+    def claim_session(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold the session for one turn against other processes, for the ``async with``
+        block: ``async with service.claim_session(...): ...``.
+
+        A store shared by processes may refuse, at once, a claim another holder has, with
+        :class:`~adk_mesh.errors.SessionConflictError`; the holder's turn then never meets a
+        stale append, and the refused one has written nothing. A claim never waits. The
+        session need not exist yet (claim, then get or create it). This default claims
+        nothing (a store in one process, or one that cannot): the stale-append check of
+        :meth:`append_event` is then the only guard across writers.
+        """
+        check_id("app_name", app_name)
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
+        return contextlib.nullcontext()
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and files. Idempotent."""

@@ -24,16 +24,18 @@ class _StoredSession:
     # (timestamp, event JSON): the serialized form makes stored events immutable without a
     # deep copy of the whole session on every read or append.
     events: list[tuple[datetime, str]] = field(default_factory=list)
+    event_ids: set[str] = field(default_factory=set)
 
 
 class InMemorySessionService(SessionService):
     """Keeps sessions, app state and user state in dictionaries; nothing survives the process.
 
     Every method runs without awaiting anything, so each call is atomic with respect to the
-    other tasks of the event loop. Events are stored as JSON and parsed afresh by
+    other tasks of the event loop: the stale-append check and the write it guards cannot be
+    split by another task. Events are stored as JSON and parsed afresh by
     :meth:`get_session`, so neither the objects passed in nor the ones returned share anything
-    with the store. ``append_event`` returns the event passed in when it has no ``temp:`` keys
-    (only its JSON is kept), else a shallow copy without them.
+    with the store. ``append_event`` returns the event passed in when it has an id and no
+    ``temp:`` keys (only its JSON is kept), else a shallow copy with an id and without them.
     """
 
     def __init__(self) -> None:
@@ -110,11 +112,20 @@ class InMemorySessionService(SessionService):
                 f"session {session.id!r} of user {session.user_id!r} in app "
                 f"{session.app_name!r} does not exist"
             )
-        # Everything that can fail (JSON checks, serialization) happens before any change.
+        # Everything that can fail (the checks, JSON, serialization) happens before any change.
+        if event.id in stored.event_ids:
+            raise _common.duplicate_event(session.id, event.id)
+        _common.check_fresh(
+            session.app_name,
+            session.user_id,
+            session.id,
+            session.last_update_time,
+            stored.last_update_time,
+        )
         scoped = _common.scoped_delta(event)
         stored_event = _common.event_to_store(event, scoped)
         encoded = _common.encode_event(stored_event)
-        update_time = _common.now()
+        update_time = _common.next_update_time(stored.last_update_time)
 
         stored.state.update(scoped.session)
         if scoped.app:
@@ -124,6 +135,7 @@ class InMemorySessionService(SessionService):
                 scoped.user
             )
         stored.events.append((event.timestamp, encoded))
+        stored.event_ids.add(stored_event.id)
         stored.last_update_time = update_time
 
         if event.actions.state_delta:

@@ -9,6 +9,12 @@
   order, in one transaction, when a service first touches the file.
 * All SQLite work runs on one worker thread per service (the ``sqlite3`` connection lives
   there), never on the event loop.
+* ``append_event`` checks the session's version (``last_update_time``) and the event id in
+  the same ``BEGIN IMMEDIATE`` transaction as its write: of two processes appending through
+  one version, exactly one wins; the other gets ``SessionConflictError`` and writes nothing.
+* ``claim_session`` takes an exclusive lock on a file of its own in ``<path>-claims/``
+  (see :mod:`adk_mesh.sessions._claims`): a turn another process holds is refused before it
+  writes anything, and a process that dies leaves no claim behind.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,7 +36,7 @@ from adk_mesh.errors import (
     SessionError,
     SessionNotFoundError,
 )
-from adk_mesh.sessions import _common
+from adk_mesh.sessions import _claims, _common
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import ScopedDelta, merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
@@ -81,6 +87,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE INDEX events_by_session_time
             ON events (app_name, user_id, session_id, timestamp_us)""",
     ),
+    # 3: one event id per session. Files written before could hold events stored with id ""
+    # and events appended twice. An empty id becomes "migrated-<seq>"; a later copy of an
+    # event that is byte for byte the first is dropped (it was the same event appended
+    # twice); a later event that only reuses an id keeps its data under "<id>~<seq>".
+    (
+        """UPDATE events SET
+            id = 'migrated-' || seq,
+            event = json_set(event, '$.id', 'migrated-' || seq)
+        WHERE id = ''""",
+        """DELETE FROM events WHERE EXISTS (
+            SELECT 1 FROM events AS first
+            WHERE first.app_name = events.app_name AND first.user_id = events.user_id
+                AND first.session_id = events.session_id AND first.id = events.id
+                AND first.seq < events.seq AND first.event = events.event
+        )""",
+        """UPDATE events SET
+            id = id || '~' || seq,
+            event = json_set(event, '$.id', id || '~' || seq)
+        WHERE EXISTS (
+            SELECT 1 FROM events AS first
+            WHERE first.app_name = events.app_name AND first.user_id = events.user_id
+                AND first.session_id = events.session_id AND first.id = events.id
+                AND first.seq < events.seq
+        )""",
+        """CREATE UNIQUE INDEX events_by_id ON events (app_name, user_id, session_id, id)""",
+    ),
 )
 
 #: The schema version this code writes.
@@ -118,11 +150,21 @@ class SqliteSessionService(SessionService):
 
     Cancelling a call does not stop its transaction, which runs to its end on the worker
     thread: a cancelled ``append_event`` may still be stored (whole, never in part) while the
-    in-memory ``session`` passed to it is left as it was.
+    in-memory ``session`` passed to it is left as it was (and so is stale: a next append
+    through it is refused; appending the same event again says it is already stored).
+
+    :meth:`claim_session` works across processes on one file (lock files in
+    ``<path>-claims/``, on platforms with ``fcntl``); a private ``":memory:"`` database has
+    no other process to guard against and claims nothing.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = os.fspath(path)
+        self._claims = (
+            _claims.FileClaims(f"{self._path}-claims")
+            if self._path != ":memory:" and _claims.SUPPORTED
+            else None
+        )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adk-mesh-sqlite")
         self._connection: sqlite3.Connection | None = None
         self._closed = False
@@ -184,6 +226,16 @@ class SqliteSessionService(SessionService):
             self._connection = None
 
     # --- the contract --------------------------------------------------------------------
+
+    def claim_session(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> AbstractAsyncContextManager[None]:
+        if self._claims is None:
+            return super().claim_session(app_name=app_name, user_id=user_id, session_id=session_id)
+        _common.check_ids(app_name, user_id, session_id)
+        if self._closed:
+            raise SessionError("the SQLite session service is closed")
+        return self._claims.claim(app_name, user_id, session_id)
 
     async def create_session(
         self,
@@ -322,11 +374,15 @@ class SqliteSessionService(SessionService):
         timestamp_us = _common.to_micros(event.timestamp)
         app_name, user_id, session_id = session.app_name, session.user_id, session.id
 
+        held_update_time = session.last_update_time
+
         def append(connection: sqlite3.Connection) -> float:
-            update_time = _common.now()
+            # One write transaction: the version check, the id check and the write cannot be
+            # split by another connection (BEGIN IMMEDIATE takes the file's write lock first).
             with _write_transaction(connection):
                 row = connection.execute(
-                    "SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+                    "SELECT state, update_time FROM sessions "
+                    "WHERE app_name = ? AND user_id = ? AND id = ?",
                     (app_name, user_id, session_id),
                 ).fetchone()
                 if row is None:
@@ -334,6 +390,10 @@ class SqliteSessionService(SessionService):
                         f"session {session_id!r} of user {user_id!r} in app {app_name!r} "
                         "does not exist"
                     )
+                if event.id and _has_event(connection, app_name, user_id, session_id, event.id):
+                    raise _common.duplicate_event(session_id, event.id)
+                _common.check_fresh(app_name, user_id, session_id, held_update_time, row[1])
+                update_time = _common.next_update_time(row[1])
                 if scoped.session:
                     state = json.loads(row[0])
                     state.update(scoped.session)
@@ -350,11 +410,16 @@ class SqliteSessionService(SessionService):
                     )
                 _update_app_state(connection, app_name, scoped.app, update_time)
                 _update_user_state(connection, app_name, user_id, scoped.user, update_time)
-                connection.execute(
-                    "INSERT INTO events (app_name, user_id, session_id, id, timestamp_us, event) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (app_name, user_id, session_id, stored_event.id, timestamp_us, encoded),
-                )
+                try:
+                    connection.execute(
+                        "INSERT INTO events "
+                        "(app_name, user_id, session_id, id, timestamp_us, event) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (app_name, user_id, session_id, stored_event.id, timestamp_us, encoded),
+                    )
+                except sqlite3.IntegrityError:
+                    # Only a fresh UUID that collides: the checked ids were refused above.
+                    raise _common.duplicate_event(session_id, stored_event.id) from None
             return update_time
 
         update_time = await self._run(append)
@@ -389,6 +454,16 @@ def _write_transaction(connection: sqlite3.Connection) -> AbstractContextManager
 def _read_transaction(connection: sqlite3.Connection) -> AbstractContextManager[None]:
     """One consistent snapshot of the file for several queries."""
     return _transaction(connection, "BEGIN DEFERRED")
+
+
+def _has_event(
+    connection: sqlite3.Connection, app_name: str, user_id: str, session_id: str, event_id: str
+) -> bool:
+    row = connection.execute(
+        "SELECT 1 FROM events WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
+        (app_name, user_id, session_id, event_id),
+    ).fetchone()
+    return row is not None
 
 
 def _scoped_states(

@@ -14,7 +14,9 @@ from adk_mesh.errors import (
     AdkJSONError,
     AlreadyExistsError,
     InvalidArgumentError,
+    SessionConflictError,
     SessionNotFoundError,
+    StateConflictError,
 )
 from adk_mesh.sessions import (
     InMemorySessionService,
@@ -484,3 +486,223 @@ async def test_concurrent_appends_from_many_tasks_lose_nothing(service: SessionS
         assert {key for key in loaded.state if key.startswith("user:")} == {
             f"user:w{i}" for i in range(4) if i % 2 == index % 2
         }
+
+
+# --- stale appends ------------------------------------------------------------------------------
+
+
+async def test_every_append_moves_the_version_strictly_forward(service: SessionService) -> None:
+    session = await new_session(service)
+    versions = [session.last_update_time]
+
+    for i in range(20):
+        await service.append_event(session, text_event(f"e{i}"))
+        versions.append(session.last_update_time)
+
+    assert versions == sorted(set(versions))
+    assert (await reload(service, session)).last_update_time == session.last_update_time
+
+
+async def test_a_stale_append_is_refused_and_writes_nothing(service: SessionService) -> None:
+    session = await new_session(service, state={"counter": 0})
+    stale = await reload(service, session)
+    await service.append_event(session, text_event("first", state_delta={"counter": 1}))
+
+    with pytest.raises(SessionConflictError) as raised:
+        await service.append_event(
+            stale,
+            text_event("late", state_delta={"counter": 1, "app:a": 1, "user:u": 1, "temp:t": 1}),
+        )
+
+    error = raised.value
+    assert isinstance(error, StateConflictError)
+    assert error.reason == "SESSION_CONFLICT"
+    assert error.metadata == {"session_id": session.id}
+    assert "changed since it was loaded" in error.message
+    loaded = await reload(service, session)
+    assert texts(loaded) == ["first"]
+    assert loaded.state == {"counter": 1}
+    assert (await new_session(service)).state == {}  # no app: or user: key leaked either
+    # The refused object is left as it was.
+    assert stale.events == []
+    assert stale.state == {"counter": 0}
+    # Reloaded, the same write goes through.
+    fresh = await reload(service, session)
+    await service.append_event(fresh, text_event("retried", state_delta={"counter": 2}))
+    assert texts(await reload(service, session)) == ["first", "retried"]
+
+
+async def test_of_two_writers_at_one_version_exactly_one_wins(service: SessionService) -> None:
+    session = await new_session(service, state={"counter": 0})
+    holders = [await reload(service, session) for _ in range(8)]
+
+    async def increment(holder: Session) -> bool:
+        try:
+            await service.append_event(
+                holder,
+                text_event("inc", state_delta={"counter": holder.state["counter"] + 1}),
+            )
+        except SessionConflictError:
+            return False
+        return True
+
+    results = await asyncio.gather(*(increment(holder) for holder in holders))
+
+    assert results.count(True) == 1
+    loaded = await reload(service, session)
+    assert loaded.state["counter"] == 1
+    assert len(loaded.events) == 1
+
+
+async def test_a_session_object_from_before_a_delete_cannot_write_to_the_new_one(
+    service: SessionService,
+) -> None:
+    old = await new_session(service, session_id="s1")
+    await service.delete_session(app_name=APP, user_id=USER, session_id="s1")
+    await new_session(service, session_id="s1")
+
+    with pytest.raises(SessionConflictError):
+        await service.append_event(old, text_event("from the old one"))
+
+
+async def test_a_read_keeps_the_version(service: SessionService, five_events: Session) -> None:
+    """Any read (partial events, a listing) hands out the current version: it can append."""
+    partial = await reload(service, five_events, num_recent_events=0)
+    await service.append_event(partial, text_event("via a partial read"))
+    (listed,) = await service.list_sessions(app_name=APP, user_id=USER)
+    await service.append_event(listed, text_event("via a listing"))
+
+    assert texts(await reload(service, five_events))[-2:] == ["via a partial read", "via a listing"]
+
+
+# --- event ids ------------------------------------------------------------------------------------
+
+
+async def test_an_event_without_an_id_is_given_a_unique_one(service: SessionService) -> None:
+    session = await new_session(service)
+    first = text_event("a")
+    first.id = ""
+    second = text_event("b")
+    second.id = ""
+
+    stored = [await service.append_event(session, event) for event in (first, second)]
+
+    assert all(event.id for event in stored)
+    assert stored[0].id != stored[1].id
+    assert [event.id for event in (await reload(service, session)).events] == [
+        event.id for event in stored
+    ]
+    assert [event.id for event in session.events] == [event.id for event in stored]
+
+
+async def test_an_event_appended_twice_is_stored_once(service: SessionService) -> None:
+    session = await new_session(service, state={"counter": 0})
+    event = text_event("once", state_delta={"counter": 1})
+    await service.append_event(session, event)
+    version = session.last_update_time
+
+    with pytest.raises(AlreadyExistsError) as raised:
+        await service.append_event(session, event)
+
+    assert raised.value.metadata == {"session_id": session.id, "event_id": event.id}
+    assert "already holds event" in raised.value.message
+    assert texts(await reload(service, session)) == ["once"]
+    assert session.last_update_time == version
+    assert len(session.events) == 1
+    # A different event under the same id is refused too.
+    impostor = text_event("other", state_delta={"counter": 5})
+    impostor.id = event.id
+    with pytest.raises(AlreadyExistsError):
+        await service.append_event(session, impostor)
+    loaded = await reload(service, session)
+    assert texts(loaded) == ["once"]
+    assert loaded.state == {"counter": 1}
+
+
+async def test_event_ids_are_per_session(service: SessionService) -> None:
+    first = await new_session(service)
+    second = await new_session(service)
+    event = text_event("shared id")
+
+    await service.append_event(first, event)
+    await service.append_event(second, event)
+
+    assert (await reload(service, second)).events[0].id == event.id
+
+
+async def test_a_duplicate_is_reported_before_staleness(service: SessionService) -> None:
+    """A caller that lost track of an append (cancelled, say) learns that its event is in."""
+    session = await new_session(service)
+    stale = await reload(service, session)
+    event = text_event("made it")
+    await service.append_event(session, event)
+
+    with pytest.raises(AlreadyExistsError):
+        await service.append_event(stale, event)
+
+
+# --- get or create, claims ------------------------------------------------------------------------
+
+
+async def test_get_or_create_creates_then_gets(service: SessionService) -> None:
+    created = await service.get_or_create_session(
+        app_name=APP, user_id=USER, session_id="s1", state={"k": 1}
+    )
+    await service.append_event(created, text_event("hi"))
+
+    again = await service.get_or_create_session(
+        app_name=APP, user_id=USER, session_id="s1", state={"k": 2}
+    )
+
+    assert again.state == {"k": 1}
+    assert texts(again) == ["hi"]
+    assert again.last_update_time == created.last_update_time
+
+
+async def test_concurrent_get_or_create_on_one_new_id_all_get_the_one_session(
+    service: SessionService,
+) -> None:
+    sessions = await asyncio.gather(
+        *(
+            service.get_or_create_session(app_name=APP, user_id=USER, session_id="new")
+            for _ in range(20)
+        )
+    )
+
+    assert {session.id for session in sessions} == {"new"}
+    assert len(await service.list_sessions(app_name=APP, user_id=USER)) == 1
+
+
+async def test_get_or_create_reads_a_session_created_after_its_read(
+    service: SessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race itself: another writer creates the session between the read and the create."""
+    real_get = service.get_session
+    calls = 0
+
+    async def get_then_lose_the_race(**kwargs: Any) -> Session | None:
+        nonlocal calls
+        calls += 1
+        found = await real_get(**kwargs)
+        if calls == 1:
+            await service.create_session(
+                app_name=APP, user_id=USER, session_id="s1", state={"by": "other"}
+            )
+        return found
+
+    monkeypatch.setattr(service, "get_session", get_then_lose_the_race)
+
+    session = await service.get_or_create_session(app_name=APP, user_id=USER, session_id="s1")
+
+    assert session.state == {"by": "other"}
+    assert calls == 2
+
+
+async def test_claim_session_checks_ids_and_admits_one_holder(service: SessionService) -> None:
+    with pytest.raises(InvalidArgumentError):
+        service.claim_session(app_name=APP, user_id=USER, session_id="")
+
+    async with service.claim_session(app_name=APP, user_id=USER, session_id="s1"):
+        pass
+    async with service.claim_session(app_name=APP, user_id=USER, session_id="s1"):
+        pass

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adk_mesh.errors import SessionError
+from adk_mesh.errors import AlreadyExistsError, SessionError
 from adk_mesh.sessions import Session, SqliteSessionService
 from adk_mesh.sessions.sqlite import MIGRATIONS, SCHEMA_VERSION
 from adk_mesh.types import Content, Event, EventActions
@@ -267,3 +267,151 @@ async def test_an_in_memory_database_works(tmp_path: Path) -> None:
 
     assert isinstance(loaded, Session)
     assert loaded.state == {"k": 1}
+
+
+# --- stale appends across processes, event ids in old files ------------------------------------
+
+_RACER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from adk_mesh.errors import SessionConflictError
+    from adk_mesh.sessions import SqliteSessionService
+    from adk_mesh.types import Event, EventActions
+
+    async def main(path: str, worker: int) -> None:
+        service = SqliteSessionService(path)
+        try:
+            while sys.stdin.readline().strip() == "load":
+                session = await service.get_session(
+                    app_name="app", user_id="u", session_id="race"
+                )
+                assert session is not None
+                print("loaded", flush=True)
+                sys.stdin.readline()  # both processes hold the same version now: go
+                counter = session.state["counter"]
+                event = Event.new(
+                    author=f"w{worker}", actions=EventActions(state_delta={"counter": counter + 1})
+                )
+                try:
+                    await service.append_event(session, event)
+                except SessionConflictError as error:
+                    print("lost", error.reason, flush=True)
+                else:
+                    print("won", flush=True)
+        finally:
+            await service.close()
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    """
+)
+
+
+async def test_two_processes_appending_through_one_version_never_both_win(
+    tmp_path: Path,
+) -> None:
+    """Each round both processes load the session, then both append a read-modify-write of
+    the counter: the check and the write are one transaction, so exactly one wins."""
+    path = tmp_path / "race.db"
+    rounds = 25
+    service = SqliteSessionService(path)
+    await service.create_session(app_name=APP, user_id="u", session_id="race", state={"counter": 0})
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _RACER,
+            str(path),
+            str(worker),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for worker in range(2)
+    ]
+
+    async def tell_all(line: bytes) -> list[bytes]:
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write(line)
+            await process.stdin.drain()
+        replies = []
+        for process in processes:
+            assert process.stdout is not None
+            replies.append(await process.stdout.readline())
+        return replies
+
+    outcomes: list[list[bytes]] = []
+    try:
+        for _ in range(rounds):
+            assert await tell_all(b"load\n") == [b"loaded\n", b"loaded\n"]
+            outcomes.append(sorted(await tell_all(b"go\n")))
+        results = await asyncio.gather(*(process.communicate(b"stop\n") for process in processes))
+        for process, (_, stderr) in zip(processes, results, strict=True):
+            assert process.returncode == 0, stderr.decode()
+        loaded = await service.get_session(app_name=APP, user_id="u", session_id="race")
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        await service.close()
+
+    assert outcomes == [[b"lost SESSION_CONFLICT\n", b"won\n"]] * rounds
+    assert loaded is not None
+    assert loaded.state["counter"] == rounds
+    assert len(loaded.events) == rounds
+
+
+def _make_version_2_file(path: Path) -> dict[str, Event]:
+    """A file as release 2 wrote it: an event stored with id "", one appended twice, and two
+    different events under one id."""
+    events = {
+        "empty": Event.new(author="agent", content=Content.from_text("model", "no id")),
+        "twice": Event.new(author="agent", content=Content.from_text("model", "twice")),
+        "reused": Event.new(author="agent", content=Content.from_text("model", "first")),
+    }
+    events["empty"].id = ""
+    impostor = Event.new(author="agent", content=Content.from_text("model", "second"))
+    impostor.id = events["reused"].id
+    stored = [events["empty"], events["twice"], events["twice"], events["reused"], impostor]
+    with closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        for step in MIGRATIONS[:2]:
+            for statement in step:
+                connection.execute(statement)
+        connection.execute("PRAGMA user_version = 2")
+        connection.execute(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?)", (APP, "u", "old", "{}", 1.0, 2.0)
+        )
+        for event in stored:
+            connection.execute(
+                "INSERT INTO events (app_name, user_id, session_id, id, timestamp_us, event) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (APP, "u", "old", event.id, 1_000_000, event.model_dump_json()),
+            )
+    return events
+
+
+async def test_migration_3_gives_every_event_of_an_old_file_its_own_id(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    events = _make_version_2_file(path)
+
+    service = SqliteSessionService(path)
+    try:
+        loaded = await service.get_session(app_name=APP, user_id="u", session_id="old")
+        assert loaded is not None
+        with pytest.raises(AlreadyExistsError):
+            await service.append_event(loaded, events["twice"])
+    finally:
+        await service.close()
+
+    assert [event.text for event in loaded.events] == ["no id", "twice", "first", "second"]
+    ids = [event.id for event in loaded.events]
+    assert len(set(ids)) == 4
+    assert ids[0].startswith("migrated-")
+    assert ids[1:3] == [events["twice"].id, events["reused"].id]
+    assert ids[3].startswith(f"{events['reused'].id}~")
+    with closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("SELECT id FROM events ORDER BY seq").fetchall() == [
+            (event_id,) for event_id in ids
+        ]
+    assert read_pragma(path, "user_version") == SCHEMA_VERSION

@@ -22,6 +22,11 @@ A reply is one of:
 - :class:`RawReply`: exact status, headers and body bytes.
 - :class:`Disconnect`: drop the connection without an answer (a reset before any body byte).
 
+Like the real APIs, :class:`FakeOpenAI` and :class:`FakeAnthropic` refuse (HTTP 400,
+``invalid_request_error``, the API's own message) a history in which a tool call is not
+answered right after it, or a tool result answers no call just before it: the check runs
+before a scripted reply is taken. Pass ``check_history=False`` to turn it off.
+
 Every request is recorded in :attr:`FakeProviderServer.requests`. The servers run on the
 event loop that starts them; :meth:`FakeProviderServer.stop` closes every connection.
 """
@@ -215,9 +220,18 @@ class FakeProviderServer(abc.ABC):
     provider: ClassVar[str]
     stream_content_type: ClassVar[str] = "text/event-stream"
 
-    def __init__(self, *replies: Reply, handler: Handler | None = None, model: str = "") -> None:
+    def __init__(
+        self,
+        *replies: Reply,
+        handler: Handler | None = None,
+        model: str = "",
+        check_history: bool = True,
+    ) -> None:
         self.requests: list[RecordedRequest] = []
         self.handler = handler
+        self.check_history = check_history
+        #: The requests refused as the real API would (see :meth:`refusal`), with the reply.
+        self.refused: list[tuple[RecordedRequest, RawReply]] = []
         self.model_name = model or self.default_model
         #: How many times a client went away while a response was still being sent.
         self.aborts = 0
@@ -307,6 +321,11 @@ class FakeProviderServer(abc.ABC):
     @abc.abstractmethod
     def error_body(self, status: int, message: str) -> Any: ...
 
+    def refusal(self, request: RecordedRequest) -> RawReply | None:
+        """The error the real API sends for this request before any model runs (a history it
+        does not accept), or ``None``. Checked only with ``check_history``."""
+        return None
+
     def requested_model(self, request: RecordedRequest) -> str:
         try:
             body = request.json()
@@ -391,6 +410,11 @@ class FakeProviderServer(abc.ABC):
         self, request: RecordedRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         """Send the reply; False when the connection must not be reused."""
+        refused = self.refusal(request) if self.check_history else None
+        if refused is not None:
+            self.refused.append((request, refused))
+            await self._send(writer, refused.status, refused.body, refused.headers)
+            return True
         reply = await self._next_reply(request)
         if isinstance(reply, Disconnect):
             if reply.after_headers:
@@ -736,6 +760,58 @@ class FakeOpenAI(FakeProviderServer):
         records.append(b"data: [DONE]\n\n")
         return records
 
+    def refusal(self, request: RecordedRequest) -> RawReply | None:
+        """Chat Completions' 400s for tool messages out of place: an assistant message's
+        ``tool_calls`` must each be answered by the ``tool`` messages right after it, and a
+        ``tool`` message must answer a call of the assistant message before those."""
+        try:
+            messages = request.json().get("messages")
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(messages, list):
+            return None
+        open_calls: list[Any] = []  # ids of the last assistant message's calls
+        answered: set[str] = set()
+        for index, message in enumerate(messages):
+            role = message.get("role") if isinstance(message, dict) else None
+            if role == "tool":
+                call_id = message.get("tool_call_id")
+                if call_id not in open_calls:
+                    return self._refuse(
+                        "Invalid parameter: messages with role 'tool' must be a response to a "
+                        "preceeding message with 'tool_calls'.",
+                        f"messages.[{index}].role",
+                    )
+                answered.add(call_id)
+                continue
+            missing = [call_id for call_id in open_calls if call_id not in answered]
+            if missing:
+                return self._unanswered(missing, index)
+            open_calls, answered = [], set()
+            if role == "assistant":
+                open_calls = [
+                    call.get("id")
+                    for call in message.get("tool_calls") or []
+                    if isinstance(call, dict)
+                ]
+        missing = [call_id for call_id in open_calls if call_id not in answered]
+        if missing:
+            return self._unanswered(missing, len(messages))
+        return None
+
+    def _unanswered(self, missing: list[Any], index: int) -> RawReply:
+        return self._refuse(
+            "An assistant message with 'tool_calls' must be followed by tool messages "
+            "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+            f"response messages: {', '.join(map(str, missing))}",
+            f"messages.[{index}].role",
+        )
+
+    def _refuse(self, message: str, param: str) -> RawReply:
+        body = self.error_body(400, message)
+        body["error"]["param"] = param
+        return RawReply(status=400, body=_json_bytes(body))
+
     def render_stream_error(self, message: str) -> bytes:
         return b"data: " + _json_bytes(self.error_body(500, message)) + b"\n\n"
 
@@ -886,6 +962,55 @@ class FakeAnthropic(FakeProviderServer):
         )
         records.append(event("message_stop", {}))
         return records
+
+    def refusal(self, request: RecordedRequest) -> RawReply | None:
+        """The Messages API's 400s for tool blocks out of place: every ``tool_use`` block
+        of an assistant message needs a ``tool_result`` block in the very next message, and a
+        ``tool_result`` block must answer a ``tool_use`` of the message before it."""
+        try:
+            messages = request.json().get("messages")
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(messages, list):
+            return None
+        previous_uses: list[str] = []
+        for index, message in enumerate(messages):
+            blocks = message.get("content") if isinstance(message, dict) else None
+            blocks = [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
+            results = [
+                (position, block.get("tool_use_id"))
+                for position, block in enumerate(blocks)
+                if block.get("type") == "tool_result"
+            ]
+            for position, use_id in results:
+                if use_id not in previous_uses:
+                    return self._refuse(
+                        f"messages.{index}.content.{position}: unexpected `tool_use_id` found "
+                        f"in `tool_result` blocks: {use_id}. Each `tool_result` block must have "
+                        "a corresponding `tool_use` block in the previous message."
+                    )
+            answered = {use_id for _, use_id in results}
+            missing = [use_id for use_id in previous_uses if use_id not in answered]
+            if missing:
+                return self._unanswered(missing, index - 1)
+            previous_uses = [
+                block.get("id")
+                for block in blocks
+                if block.get("type") == "tool_use" and message.get("role") == "assistant"
+            ]
+        if previous_uses:
+            return self._unanswered(previous_uses, len(messages) - 1)
+        return None
+
+    def _unanswered(self, missing: list[Any], index: int) -> RawReply:
+        return self._refuse(
+            f"messages.{index}: `tool_use` ids were found without `tool_result` blocks "
+            f"immediately after: {', '.join(map(str, missing))}. Each `tool_use` block must have a "
+            "corresponding `tool_result` block in the next message."
+        )
+
+    def _refuse(self, message: str) -> RawReply:
+        return RawReply(status=400, body=_json_bytes(self.error_body(400, message)))
 
     def render_stream_error(self, message: str) -> bytes:
         body = {"type": "error", "error": {"type": "overloaded_error", "message": message}}

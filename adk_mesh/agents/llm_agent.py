@@ -22,6 +22,7 @@ from adk_mesh.contexts import (
     ToolContext,
 )
 from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
+from adk_mesh.models._pairing import pair_function_calls
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
@@ -243,11 +244,17 @@ class LlmAgent(BaseAgent):
                 raise ConfigError(f"agent {self.name!r} has two tools named {tool.name!r}")
             tools_by_name[tool.name] = tool
             tool.process_llm_request(request)
-        request.contents = build_contents(
+        contents = build_contents(
             ctx.session.events,
             agent_name=self.name,
             branch=ctx.branch,
             invocation_id=ctx.invocation_id if self.include_contents == "none" else None,
+        )
+        # A call whose turn died before its result was stored (a crash mid-call), or a
+        # long-running one still waiting, is answered here: providers refuse a call left open.
+        request.contents = pair_function_calls(
+            contents,
+            pending_ids={i for event in ctx.session.events for i in event.long_running_tool_ids},
         )
         return request, tools_by_name
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
 
 from adk_mesh.agents.base import BaseAgent
@@ -15,14 +17,30 @@ from adk_mesh.contexts import (
     InvocationContext,
     RunConfig,
 )
-from adk_mesh.errors import InvalidArgumentError, SessionNotFoundError
+from adk_mesh.errors import AdkError, InvalidArgumentError, SessionNotFoundError
 from adk_mesh.ids import shown
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.telemetry._spans import trace_invocation
-from adk_mesh.types import Content, Event
+from adk_mesh.types import Content, Event, FunctionCall, LlmResponse, Part
 
-__all__ = ["Runner", "check_new_message", "find_agent_to_run", "new_invocation_id"]
+__all__ = [
+    "INTERRUPTED_CALL_ERROR",
+    "Runner",
+    "check_new_message",
+    "find_agent_to_run",
+    "new_invocation_id",
+]
+
+logger = logging.getLogger(__name__)
+
+#: What the model reads, on the next turn, for a call its turn left unanswered.
+INTERRUPTED_CALL_ERROR = "the turn was interrupted before this call finished"
+#: How long recording an interrupted turn may take (seconds); past it, the request-time repair
+#: (:func:`~adk_mesh.models._pairing.pair_function_calls`) answers the calls instead.
+INTERRUPTION_RECORD_TIMEOUT = 5.0
+#: Recordings still running after their turn was cancelled again: kept until they finish.
+_recordings: set[asyncio.Task[None]] = set()
 
 
 def new_invocation_id() -> str:
@@ -103,6 +121,17 @@ class Runner:
     ``max_delegation_depth`` bounds nested delegations (AgentTool, across services too);
     ``tool_timeout`` is how long each tool call may run (``None``: no bound). The number of
     model calls is bounded per turn by ``RunConfig.max_llm_calls``.
+
+    A turn that ends abnormally — the caller cancels it or closes the stream, its deadline
+    passes, an exception — after a function call was stored but before its response leaves
+    no call open: the Runner appends, per agent and branch that made such calls, one event
+    answering each with ``{"error": INTERRUPTED_CALL_ERROR}``, marked
+    ``llm_response.interrupted`` with an ``error_code`` (``CANCELLED``, ``DEADLINE_EXCEEDED``,
+    the :class:`~adk_mesh.errors.AdkError`'s reason, or ``INTERNAL``), then lets the
+    cancellation or exception go on. The recording runs shielded from a second cancellation
+    and is bounded by :data:`INTERRUPTION_RECORD_TIMEOUT`. Long-running calls are left open:
+    their result comes from the client. What a crash leaves open, the request-time repair
+    answers.
     """
 
     def __init__(
@@ -180,9 +209,104 @@ class Runner:
         events = trace_invocation(
             ctx, follow_transfers(ctx, agent, root=self.agent, max_transfers=self.max_transfers)
         )
-        async with aclosing(events):
-            async for event in events:
-                if event.llm_response.partial:
-                    yield event
-                else:
-                    yield await append(session, event)
+        # Calls stored in this turn and not answered yet, by id.
+        open_calls: dict[str, tuple[Event, FunctionCall]] = {}
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    if event.llm_response.partial:
+                        yield event
+                        continue
+                    stored = await append(session, event)
+                    _note_calls(open_calls, stored)
+                    yield stored
+        except (Exception, asyncio.CancelledError, GeneratorExit) as error:
+            if open_calls:
+                await self._record_interruption(session, ctx, open_calls.values(), error)
+            raise
+
+    async def _record_interruption(
+        self,
+        session: Session,
+        ctx: InvocationContext,
+        calls: Iterable[tuple[Event, FunctionCall]],
+        error: BaseException,
+    ) -> None:
+        """Answer the calls an abnormal end left open (see the class docstring); never
+        raises, so the error that ended the turn is the one that goes on."""
+        code, message = _interruption_reason(error, ctx)
+        events = _interruption_events(calls, ctx.invocation_id, code, message)
+
+        async def record() -> None:
+            async with asyncio.timeout(INTERRUPTION_RECORD_TIMEOUT):
+                for event in events:
+                    await self.session_service.append_event(session, event)
+
+        # In a task of its own, so that cancelling this turn again (it is being cancelled,
+        # most likely) does not cut the recording short; the timeout bounds it.
+        task = asyncio.ensure_future(record())
+        _recordings.add(task)
+        task.add_done_callback(_recordings.discard)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # Cancelled again while recording: the task finishes on its own, bounded.
+            return
+        except Exception as failure:
+            logger.warning(
+                "could not record the interrupted calls of invocation %s (%s); the next "
+                "request answers them: %s",
+                ctx.invocation_id,
+                code,
+                failure if isinstance(failure, AdkError) else type(failure).__name__,
+            )
+
+
+def _note_calls(open_calls: dict[str, tuple[Event, FunctionCall]], event: Event) -> None:
+    """Keep ``open_calls`` up to date with a stored event: its calls open (long-running ones
+    excepted: the client answers them), its responses close."""
+    for response in event.function_responses():
+        if response.id:
+            open_calls.pop(response.id, None)
+    long_running = set(event.long_running_tool_ids)
+    for call in event.function_calls():
+        if call.id and call.id not in long_running:
+            open_calls[call.id] = (event, call)
+
+
+def _interruption_reason(error: BaseException, ctx: InvocationContext) -> tuple[str, str]:
+    """``(error_code, error_message)`` of a turn that ``error`` ended."""
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        remaining = ctx.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return "DEADLINE_EXCEEDED", "the turn ran out of time"
+        return "CANCELLED", "the turn was cancelled"
+    if isinstance(error, AdkError):
+        return error.reason, f"the turn failed: {error.message}"
+    # Not ours: its text may hold internals; the service's log has it.
+    return "INTERNAL", "the turn failed with an internal error"
+
+
+def _interruption_events(
+    calls: Iterable[tuple[Event, FunctionCall]], invocation_id: str, code: str, message: str
+) -> list[Event]:
+    """One event per (author, branch) that made the calls, answering each with an error."""
+    grouped: dict[tuple[str, str], list[Part]] = {}
+    for event, call in calls:
+        grouped.setdefault((event.author, event.branch), []).append(
+            Part.from_function_response(call.name, {"error": INTERRUPTED_CALL_ERROR}, id=call.id)
+        )
+    return [
+        Event(
+            author=author,
+            invocation_id=invocation_id,
+            branch=branch,
+            llm_response=LlmResponse(
+                content=Content(role="tool", parts=parts),
+                interrupted=True,
+                error_code=code,
+                error_message=message,
+            ),
+        )
+        for (author, branch), parts in grouped.items()
+    ]

@@ -636,7 +636,12 @@ async def test_propagate_errors_raises_the_childs_error_class_from_the_runner() 
     assert len(parent_model.requests) == 1  # the parent's model never read an error
     stored = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
     assert stored is not None
-    assert not any(e.function_responses() for e in stored.events)
+    # The only response stored is the Runner's record of the interrupted turn, which answers
+    # the open call for the next turn's model.
+    answered = [e for e in stored.events if e.function_responses()]
+    assert [(e.llm_response.interrupted, e.llm_response.error_code) for e in answered] == [
+        (True, "MODEL_ERROR")
+    ]
 
 
 # --- transfers inside the child, skip_summarization ------------------------------------------

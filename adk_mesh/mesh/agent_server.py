@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 
 import grpc
 import grpc.aio
@@ -31,6 +31,7 @@ from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._channel import MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
+from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
 from adk_mesh.runner import Runner, check_new_message, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
@@ -50,7 +51,8 @@ class AgentServer(MeshServer):
     ``Run`` has two modes:
 
     * **root** — a user turn. The service's own :class:`~adk_mesh.runner.Runner` loads the
-      session (an empty ``session_id`` creates a new one, an unknown id creates that session),
+      session (an empty ``session_id`` creates a new one, an unknown id creates that session:
+      get-or-create, so concurrent first turns on one new id share it and none is refused),
       appends every non-partial event and streams every event back; the first response also
       carries the session id.
     * **delegated** — a run handed down by an agent in another service. Nothing is persisted:
@@ -64,6 +66,17 @@ class AgentServer(MeshServer):
 
     A transfer to an agent outside this tree ends a delegated run with that event: the
     caller's tree follows it.
+
+    **One turn at a time on a session.** In this process a root turn on a session that is
+    busy *waits* (first come, first served) for the turn in flight, then loads the session as
+    that turn left it; so every turn succeeds and each invocation's events are contiguous in
+    the log. The wait ends with the call's deadline or cancellation. Every server of the
+    process that shares one store object shares the queue. Across processes (replicas sharing
+    one store) the store's claim guards: a turn on a session another process is running is
+    refused at once with ABORTED, reason ``SESSION_CONFLICT``
+    (:class:`~adk_mesh.errors.SessionConflictError`), before anything is written; the client
+    retries. A store that cannot claim relies on its stale-append check alone: the turn that
+    fell behind is refused at its next append (same status), keeping what it had appended.
 
     Cancelling the call (a client that goes away or cancels) cancels the running agent. The
     call's deadline becomes the invocation's ``deadline``, so the remote calls the agents make
@@ -146,9 +159,9 @@ class AgentServer(MeshServer):
     async def _root_responses(
         self, request: agent_pb2.RunRequest, *, invocation_id: str
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
-        """Check a root run, load (or create) its session, and return its responses, not yet
-        started: the servicer streams them without one more generator in between. Every
-        check comes before the session is touched."""
+        """Check a root run and return its responses, not yet started (the turn takes and
+        loads its session when the stream starts). Every check comes before the session is
+        touched."""
         root = request.root
         run_config = self._run_config(request)
         agent = self.find(request.agent_name)
@@ -165,7 +178,59 @@ class AgentServer(MeshServer):
         if root.session_id:
             self._check_id("RootRun.session_id", root.session_id)
         message = _new_message(root.new_message if root.HasField("new_message") else None)
-        session = await self._load_session(root.user_id, root.session_id)
+        return self._root_turn(
+            agent,
+            root.user_id,
+            root.session_id,
+            message,
+            run_config,
+            invocation_id=invocation_id,
+            batches=request.accept_event_batches,
+        )
+
+    async def _root_turn(
+        self,
+        agent: BaseAgent,
+        user_id: str,
+        session_id: str,
+        message: Content,
+        run_config: RunConfig,
+        *,
+        invocation_id: str,
+        batches: bool,
+    ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+        """One root turn, holding its session from before it is read until the last response:
+        wait for the turn in flight on it in this process, claim it against other processes,
+        get or create it, run it. Taken here, in the stream, so a stream never started holds
+        nothing. A new session (no id) is nobody else's yet: it needs no hold."""
+        async with AsyncExitStack() as held:
+            if session_id:
+                await held.enter_async_context(
+                    turns_for(self.session_service).hold(self.app_name, user_id, session_id)
+                )
+                await held.enter_async_context(
+                    self.session_service.claim_session(
+                        app_name=self.app_name, user_id=user_id, session_id=session_id
+                    )
+                )
+            session = await self._load_session(user_id, session_id)
+            responses = self._run_turn(
+                agent, session, message, run_config, invocation_id=invocation_id, batches=batches
+            )
+            async with aclosing(responses):
+                async for response in responses:
+                    yield response
+
+    def _run_turn(
+        self,
+        agent: BaseAgent,
+        session: Session,
+        message: Content,
+        run_config: RunConfig,
+        *,
+        invocation_id: str,
+        batches: bool,
+    ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         runner = Runner(
             agent=agent,
             app_name=self.app_name,
@@ -178,14 +243,14 @@ class AgentServer(MeshServer):
         )
         # The session just read (or created) goes to the Runner: one read per root run.
         events = runner.run(
-            user_id=root.user_id,
+            user_id=session.user_id,
             session_id=session.id,
             new_message=message,
             run_config=run_config,
             invocation_id=invocation_id,
             session=session,
         )
-        return _responses(events, session_id=session.id, batches=request.accept_event_batches)
+        return _responses(events, session_id=session.id, batches=batches)
 
     def _check_id(self, what: str, value: str) -> None:
         check_id(what, value, max_chars=self.limits.max_id_chars)
@@ -203,17 +268,14 @@ class AgentServer(MeshServer):
         return config.model_copy(update={"max_llm_calls": self.limits.llm_calls_for(requested)})
 
     async def _load_session(self, user_id: str, session_id: str) -> Session:
-        """The session ``session_id`` (whole), created when it is empty or unknown."""
+        """The session ``session_id`` (whole), created when it is empty (a new id) or
+        unknown (get-or-create: a concurrent creator's session is read, not refused)."""
         service = self.session_service
         if session_id:
-            existing = await service.get_session(
+            return await service.get_or_create_session(
                 app_name=self.app_name, user_id=user_id, session_id=session_id
             )
-            if existing is not None:
-                return existing
-        return await service.create_session(
-            app_name=self.app_name, user_id=user_id, session_id=session_id or None
-        )
+        return await service.create_session(app_name=self.app_name, user_id=user_id)
 
     async def run_delegated(
         self, request: agent_pb2.RunRequest, *, deadline: float | None = None

@@ -127,8 +127,9 @@ class Runner:
     no call open: the Runner appends, per agent and branch that made such calls, one event
     answering each with ``{"error": INTERRUPTED_CALL_ERROR}``, marked
     ``llm_response.interrupted`` with an ``error_code`` (``CANCELLED``, ``DEADLINE_EXCEEDED``,
-    the :class:`~adk_mesh.errors.AdkError`'s reason, or ``INTERNAL``), then lets the
-    cancellation or exception go on. The recording runs shielded from a second cancellation
+    the :class:`~adk_mesh.errors.AdkError`'s reason, or ``INTERNAL``) — yielded too when the
+    turn failed with an exception, since its caller still reads — then lets the cancellation
+    or exception go on. The recording runs shielded from a second cancellation
     and is bounded by :data:`INTERRUPTION_RECORD_TIMEOUT`. Long-running calls are left open:
     their result comes from the client. What a crash leaves open, the request-time repair
     answers.
@@ -222,7 +223,12 @@ class Runner:
                     yield stored
         except (Exception, asyncio.CancelledError, GeneratorExit) as error:
             if open_calls:
-                await self._record_interruption(session, ctx, open_calls.values(), error)
+                recorded = await self._record_interruption(session, ctx, open_calls.values(), error)
+                if isinstance(error, Exception):
+                    # The caller still reads the stream: it sees the turn marked before the
+                    # error itself. (A cancelled or closed stream has no reader left.)
+                    for event in recorded:
+                        yield event
             raise
 
     async def _record_interruption(
@@ -231,16 +237,18 @@ class Runner:
         ctx: InvocationContext,
         calls: Iterable[tuple[Event, FunctionCall]],
         error: BaseException,
-    ) -> None:
-        """Answer the calls an abnormal end left open (see the class docstring); never
-        raises, so the error that ended the turn is the one that goes on."""
+    ) -> list[Event]:
+        """Answer the calls an abnormal end left open (see the class docstring) and return
+        the events stored; never raises, so the error that ended the turn is the one that
+        goes on."""
         code, message = _interruption_reason(error, ctx)
         events = _interruption_events(calls, ctx.invocation_id, code, message)
+        stored: list[Event] = []
 
         async def record() -> None:
             async with asyncio.timeout(INTERRUPTION_RECORD_TIMEOUT):
                 for event in events:
-                    await self.session_service.append_event(session, event)
+                    stored.append(await self.session_service.append_event(session, event))
 
         # In a task of its own, so that cancelling this turn again (it is being cancelled,
         # most likely) does not cut the recording short; the timeout bounds it.
@@ -251,7 +259,7 @@ class Runner:
             await asyncio.shield(task)
         except asyncio.CancelledError:
             # Cancelled again while recording: the task finishes on its own, bounded.
-            return
+            return []
         except Exception as failure:
             logger.warning(
                 "could not record the interrupted calls of invocation %s (%s); the next "
@@ -260,6 +268,7 @@ class Runner:
                 code,
                 failure if isinstance(failure, AdkError) else type(failure).__name__,
             )
+        return stored
 
 
 def _note_calls(open_calls: dict[str, tuple[Event, FunctionCall]], event: Event) -> None:

@@ -183,13 +183,16 @@ async def test_a_turn_that_fails_in_a_tool_records_the_call_with_the_error_s_rea
         agent = LlmAgent(name="desk", model=model, tools=[tool.lookup_fares])
         runner = Runner(agent=agent, app_name="app", session_service=service)
         session = await service.create_session(app_name="app", user_id="u1")
+        seen: list[Event] = []
         with pytest.raises(ToolError, match="the fares service is down"):
-            async for _ in first_turn(runner, session.id):
-                pass
+            async for event in first_turn(runner, session.id):
+                seen.append(event)
         stored = await service.get_session(app_name="app", user_id="u1", session_id=session.id)
         assert stored is not None
         last = assert_interrupted(stored, call_id, "TOOL_ERROR")
         assert last.llm_response.error_message == "the turn failed: the fares service is down"
+        # The caller, still reading, saw the turn marked before the error.
+        assert seen[-1] == last
         await assert_next_turn_answers(runner, service, session.id, server)
 
 

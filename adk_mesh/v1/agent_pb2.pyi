@@ -65,7 +65,7 @@ class DelegatedRun(_message.Message):
     def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SessionView(_message.Message):
-    __slots__ = ("app_name", "user_id", "session_id", "state", "events")
+    __slots__ = ("app_name", "user_id", "session_id", "state", "events", "state_json", "omitted_events", "abridged_event_ids")
     class StateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -73,17 +73,30 @@ class SessionView(_message.Message):
         key: str
         value: _struct_pb2.Value
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    class StateJsonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     APP_NAME_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ABRIDGED_EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
     app_name: str
     user_id: str
     session_id: str
     state: _containers.MessageMap[str, _struct_pb2.Value]
     events: _containers.RepeatedCompositeFieldContainer[_event_pb2.Event]
-    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ...) -> None: ...
+    state_json: _containers.ScalarMap[str, str]
+    omitted_events: int
+    abridged_event_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., state_json: _Optional[_Mapping[str, str]] = ..., omitted_events: _Optional[int] = ..., abridged_event_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunConfig(_message.Message):
     __slots__ = ("max_llm_calls", "streaming_mode")

@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61\x64k_mesh/v1/event.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rinvocation_id\x18\x03 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x04 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12.\n\x0cllm_response\x18\x06 \x01(\x0b\x32\x18.adk_mesh.v1.LlmResponse\x12*\n\x07\x61\x63tions\x18\x07 \x01(\x0b\x32\x19.adk_mesh.v1.EventActions\x12\x1d\n\x15long_running_tool_ids\x18\x08 \x03(\t\x12\x36\n\rtool_progress\x18\t \x01(\x0b\x32\x1f.adk_mesh.v1.ToolProgressUpdate\"\xb7\x01\n\x12ToolProgressUpdate\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x15\n\x08\x66raction\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12%\n\x04\x64\x61ta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructB\x13\n\x11_function_call_idB\x0b\n\t_fraction\"\x90\x03\n\x0bLlmResponse\x12%\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x32\n\x0eusage_metadata\x18\x02 \x01(\x0b\x32\x1a.adk_mesh.v1.UsageMetadata\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.adk_mesh.v1.FinishReason\x12\x0f\n\x07partial\x18\x04 \x01(\x08\x12\x15\n\rturn_complete\x18\x05 \x01(\x08\x12\x13\n\x0binterrupted\x18\x06 \x01(\x08\x12\x17\n\nerror_code\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x1a\n\rerror_message\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x33\n\x12grounding_metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x1a\n\rmodel_version\x18\n \x01(\tH\x02\x88\x01\x01\x42\r\n\x0b_error_codeB\x10\n\x0e_error_messageB\x10\n\x0e_model_version\"\xea\x01\n\rUsageMetadata\x12\x1a\n\x12prompt_token_count\x18\x01 \x01(\x05\x12\x1e\n\x16\x63\x61ndidates_token_count\x18\x02 \x01(\x05\x12\x19\n\x11total_token_count\x18\x03 \x01(\x05\x12\'\n\x1a\x63\x61\x63hed_content_token_count\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14thoughts_token_count\x18\x05 \x01(\x05H\x01\x88\x01\x01\x42\x1d\n\x1b_cached_content_token_countB\x17\n\x15_thoughts_token_count\"\xf9\x02\n\x0c\x45ventActions\x12>\n\x0bstate_delta\x18\x01 \x03(\x0b\x32).adk_mesh.v1.EventActions.StateDeltaEntry\x12\x44\n\x0e\x61rtifact_delta\x18\x02 \x03(\x0b\x32,.adk_mesh.v1.EventActions.ArtifactDeltaEntry\x12\x1a\n\x12skip_summarization\x18\x03 \x01(\x08\x12\x1e\n\x11transfer_to_agent\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x10\n\x08\x65scalate\x18\x05 \x01(\x08\x1aI\n\x0fStateDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x34\n\x12\x41rtifactDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x14\n\x12_transfer_to_agent*\xfd\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1c\n\x18\x46INISH_REASON_MAX_TOKENS\x10\x02\x12\x18\n\x14\x46INISH_REASON_SAFETY\x10\x03\x12\x1c\n\x18\x46INISH_REASON_RECITATION\x10\x04\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x05\x12)\n%FINISH_REASON_MALFORMED_FUNCTION_CALL\x10\x06\x12\x17\n\x13\x46INISH_REASON_OTHER\x10\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61\x64k_mesh/v1/event.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rinvocation_id\x18\x03 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x04 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12.\n\x0cllm_response\x18\x06 \x01(\x0b\x32\x18.adk_mesh.v1.LlmResponse\x12*\n\x07\x61\x63tions\x18\x07 \x01(\x0b\x32\x19.adk_mesh.v1.EventActions\x12\x1d\n\x15long_running_tool_ids\x18\x08 \x03(\t\x12\x36\n\rtool_progress\x18\t \x01(\x0b\x32\x1f.adk_mesh.v1.ToolProgressUpdate\"\xca\x01\n\x12ToolProgressUpdate\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x15\n\x08\x66raction\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12%\n\x04\x64\x61ta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tdata_json\x18\x06 \x01(\tB\x13\n\x11_function_call_idB\x0b\n\t_fraction\"\xb1\x03\n\x0bLlmResponse\x12%\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x32\n\x0eusage_metadata\x18\x02 \x01(\x0b\x32\x1a.adk_mesh.v1.UsageMetadata\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.adk_mesh.v1.FinishReason\x12\x0f\n\x07partial\x18\x04 \x01(\x08\x12\x15\n\rturn_complete\x18\x05 \x01(\x08\x12\x13\n\x0binterrupted\x18\x06 \x01(\x08\x12\x17\n\nerror_code\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x1a\n\rerror_message\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x33\n\x12grounding_metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x1a\n\rmodel_version\x18\n \x01(\tH\x02\x88\x01\x01\x12\x1f\n\x17grounding_metadata_json\x18\x0b \x01(\tB\r\n\x0b_error_codeB\x10\n\x0e_error_messageB\x10\n\x0e_model_version\"\xea\x01\n\rUsageMetadata\x12\x1a\n\x12prompt_token_count\x18\x01 \x01(\x05\x12\x1e\n\x16\x63\x61ndidates_token_count\x18\x02 \x01(\x05\x12\x19\n\x11total_token_count\x18\x03 \x01(\x05\x12\'\n\x1a\x63\x61\x63hed_content_token_count\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14thoughts_token_count\x18\x05 \x01(\x05H\x01\x88\x01\x01\x42\x1d\n\x1b_cached_content_token_countB\x17\n\x15_thoughts_token_count\"\xf9\x03\n\x0c\x45ventActions\x12>\n\x0bstate_delta\x18\x01 \x03(\x0b\x32).adk_mesh.v1.EventActions.StateDeltaEntry\x12\x44\n\x0e\x61rtifact_delta\x18\x02 \x03(\x0b\x32,.adk_mesh.v1.EventActions.ArtifactDeltaEntry\x12\x1a\n\x12skip_summarization\x18\x03 \x01(\x08\x12\x1e\n\x11transfer_to_agent\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x10\n\x08\x65scalate\x18\x05 \x01(\x08\x12G\n\x10state_delta_json\x18\x06 \x03(\x0b\x32-.adk_mesh.v1.EventActions.StateDeltaJsonEntry\x1aI\n\x0fStateDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x34\n\x12\x41rtifactDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x35\n\x13StateDeltaJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x14\n\x12_transfer_to_agent*\xfd\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1c\n\x18\x46INISH_REASON_MAX_TOKENS\x10\x02\x12\x18\n\x14\x46INISH_REASON_SAFETY\x10\x03\x12\x1c\n\x18\x46INISH_REASON_RECITATION\x10\x04\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x05\x12)\n%FINISH_REASON_MALFORMED_FUNCTION_CALL\x10\x06\x12\x17\n\x13\x46INISH_REASON_OTHER\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,20 +38,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_options = b'8\001'
   _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._loaded_options = None
   _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_options = b'8\001'
-  _globals['_FINISHREASON']._serialized_start=1640
-  _globals['_FINISHREASON']._serialized_end=1893
+  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._loaded_options = None
+  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_options = b'8\001'
+  _globals['_FINISHREASON']._serialized_start=1820
+  _globals['_FINISHREASON']._serialized_end=2073
   _globals['_EVENT']._serialized_start=131
   _globals['_EVENT']._serialized_end=431
   _globals['_TOOLPROGRESSUPDATE']._serialized_start=434
-  _globals['_TOOLPROGRESSUPDATE']._serialized_end=617
-  _globals['_LLMRESPONSE']._serialized_start=620
-  _globals['_LLMRESPONSE']._serialized_end=1020
-  _globals['_USAGEMETADATA']._serialized_start=1023
-  _globals['_USAGEMETADATA']._serialized_end=1257
-  _globals['_EVENTACTIONS']._serialized_start=1260
-  _globals['_EVENTACTIONS']._serialized_end=1637
-  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_start=1488
-  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_end=1561
-  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_start=1563
-  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_end=1615
+  _globals['_TOOLPROGRESSUPDATE']._serialized_end=636
+  _globals['_LLMRESPONSE']._serialized_start=639
+  _globals['_LLMRESPONSE']._serialized_end=1072
+  _globals['_USAGEMETADATA']._serialized_start=1075
+  _globals['_USAGEMETADATA']._serialized_end=1309
+  _globals['_EVENTACTIONS']._serialized_start=1312
+  _globals['_EVENTACTIONS']._serialized_end=1817
+  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_start=1613
+  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_end=1686
+  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_start=1688
+  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_end=1740
+  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_start=1742
+  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_end=1795
 # @@protoc_insertion_point(module_scope)

@@ -54,21 +54,23 @@ class Event(_message.Message):
     def __init__(self, id: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., author: _Optional[str] = ..., llm_response: _Optional[_Union[LlmResponse, _Mapping]] = ..., actions: _Optional[_Union[EventActions, _Mapping]] = ..., long_running_tool_ids: _Optional[_Iterable[str]] = ..., tool_progress: _Optional[_Union[ToolProgressUpdate, _Mapping]] = ...) -> None: ...
 
 class ToolProgressUpdate(_message.Message):
-    __slots__ = ("tool_name", "function_call_id", "message", "fraction", "data")
+    __slots__ = ("tool_name", "function_call_id", "message", "fraction", "data", "data_json")
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FRACTION_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     tool_name: str
     function_call_id: str
     message: str
     fraction: float
     data: _struct_pb2.Struct
-    def __init__(self, tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., message: _Optional[str] = ..., fraction: _Optional[float] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    data_json: str
+    def __init__(self, tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., message: _Optional[str] = ..., fraction: _Optional[float] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class LlmResponse(_message.Message):
-    __slots__ = ("content", "usage_metadata", "finish_reason", "partial", "turn_complete", "interrupted", "error_code", "error_message", "grounding_metadata", "model_version")
+    __slots__ = ("content", "usage_metadata", "finish_reason", "partial", "turn_complete", "interrupted", "error_code", "error_message", "grounding_metadata", "model_version", "grounding_metadata_json")
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     USAGE_METADATA_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +81,7 @@ class LlmResponse(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     GROUNDING_METADATA_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GROUNDING_METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
     content: _content_pb2.Content
     usage_metadata: UsageMetadata
     finish_reason: FinishReason
@@ -89,7 +92,8 @@ class LlmResponse(_message.Message):
     error_message: str
     grounding_metadata: _struct_pb2.Struct
     model_version: str
-    def __init__(self, content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., usage_metadata: _Optional[_Union[UsageMetadata, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., partial: _Optional[bool] = ..., turn_complete: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., grounding_metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., model_version: _Optional[str] = ...) -> None: ...
+    grounding_metadata_json: str
+    def __init__(self, content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., usage_metadata: _Optional[_Union[UsageMetadata, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., partial: _Optional[bool] = ..., turn_complete: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., grounding_metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., model_version: _Optional[str] = ..., grounding_metadata_json: _Optional[str] = ...) -> None: ...
 
 class UsageMetadata(_message.Message):
     __slots__ = ("prompt_token_count", "candidates_token_count", "total_token_count", "cached_content_token_count", "thoughts_token_count")
@@ -106,7 +110,7 @@ class UsageMetadata(_message.Message):
     def __init__(self, prompt_token_count: _Optional[int] = ..., candidates_token_count: _Optional[int] = ..., total_token_count: _Optional[int] = ..., cached_content_token_count: _Optional[int] = ..., thoughts_token_count: _Optional[int] = ...) -> None: ...
 
 class EventActions(_message.Message):
-    __slots__ = ("state_delta", "artifact_delta", "skip_summarization", "transfer_to_agent", "escalate")
+    __slots__ = ("state_delta", "artifact_delta", "skip_summarization", "transfer_to_agent", "escalate", "state_delta_json")
     class StateDeltaEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -121,14 +125,23 @@ class EventActions(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class StateDeltaJsonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     STATE_DELTA_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_DELTA_FIELD_NUMBER: _ClassVar[int]
     SKIP_SUMMARIZATION_FIELD_NUMBER: _ClassVar[int]
     TRANSFER_TO_AGENT_FIELD_NUMBER: _ClassVar[int]
     ESCALATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_DELTA_JSON_FIELD_NUMBER: _ClassVar[int]
     state_delta: _containers.MessageMap[str, _struct_pb2.Value]
     artifact_delta: _containers.ScalarMap[str, int]
     skip_summarization: bool
     transfer_to_agent: str
     escalate: bool
-    def __init__(self, state_delta: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., artifact_delta: _Optional[_Mapping[str, int]] = ..., skip_summarization: _Optional[bool] = ..., transfer_to_agent: _Optional[str] = ..., escalate: _Optional[bool] = ...) -> None: ...
+    state_delta_json: _containers.ScalarMap[str, str]
+    def __init__(self, state_delta: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., artifact_delta: _Optional[_Mapping[str, int]] = ..., skip_summarization: _Optional[bool] = ..., transfer_to_agent: _Optional[str] = ..., escalate: _Optional[bool] = ..., state_delta_json: _Optional[_Mapping[str, str]] = ...) -> None: ...

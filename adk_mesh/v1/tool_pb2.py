@@ -26,7 +26,7 @@ from adk_mesh.v1 import event_pb2 as adk__mesh_dot_v1_dot_event__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x64k_mesh/v1/tool.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xb0\x01\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x32\n\x11parameters_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x30\n\x0fresponse_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0clong_running\x18\x05 \x01(\x08\"\x81\x01\n\rCallerContext\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x06 \x01(\t\"?\n\x10ListToolsRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\"V\n\x11ListToolsResponse\x12+\n\x05tools\x18\x01 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x14\n\x0ctoolset_name\x18\x02 \x01(\t\"\xaa\x02\n\x0f\x43\x61llToolRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x61rgs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\x05state\x18\x05 \x03(\x0b\x32\'.adk_mesh.v1.CallToolRequest.StateEntry\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x42\x13\n\x11_function_call_id\"w\n\x10\x43\x61llToolResponse\x12-\n\x08progress\x18\x01 \x01(\x0b\x32\x19.adk_mesh.v1.ToolProgressH\x00\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.adk_mesh.v1.ToolResultH\x00\x42\t\n\x07message\"j\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x0b\n\t_fraction\"\x9b\x01\n\nToolResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12*\n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x19.adk_mesh.v1.EventActionsB\t\n\x07outcome\"\x99\x01\n\x0b\x45rrorDetail\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.adk_mesh.v1.ErrorDetail.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\xa4\x01\n\x0bToolService\x12J\n\tListTools\x12\x1d.adk_mesh.v1.ListToolsRequest\x1a\x1e.adk_mesh.v1.ListToolsResponse\x12I\n\x08\x43\x61llTool\x12\x1c.adk_mesh.v1.CallToolRequest\x1a\x1d.adk_mesh.v1.CallToolResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x64k_mesh/v1/tool.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xee\x01\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x32\n\x11parameters_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x30\n\x0fresponse_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0clong_running\x18\x05 \x01(\x08\x12\x1e\n\x16parameters_schema_json\x18\x06 \x01(\t\x12\x1c\n\x14response_schema_json\x18\x07 \x01(\t\"\x81\x01\n\rCallerContext\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x06 \x01(\t\"?\n\x10ListToolsRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\"V\n\x11ListToolsResponse\x12+\n\x05tools\x18\x01 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x14\n\x0ctoolset_name\x18\x02 \x01(\t\"\xb0\x03\n\x0f\x43\x61llToolRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x61rgs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\x05state\x18\x05 \x03(\x0b\x32\'.adk_mesh.v1.CallToolRequest.StateEntry\x12\x11\n\targs_json\x18\x06 \x01(\t\x12?\n\nstate_json\x18\x07 \x03(\x0b\x32+.adk_mesh.v1.CallToolRequest.StateJsonEntry\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x13\n\x11_function_call_id\"w\n\x10\x43\x61llToolResponse\x12-\n\x08progress\x18\x01 \x01(\x0b\x32\x19.adk_mesh.v1.ToolProgressH\x00\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.adk_mesh.v1.ToolResultH\x00\x42\t\n\x07message\"}\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tdata_json\x18\x04 \x01(\tB\x0b\n\t_fraction\"\xb4\x01\n\nToolResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x17\n\rresponse_json\x18\x04 \x01(\tH\x00\x12*\n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x19.adk_mesh.v1.EventActionsB\t\n\x07outcome\"\x99\x01\n\x0b\x45rrorDetail\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.adk_mesh.v1.ErrorDetail.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\xa4\x01\n\x0bToolService\x12J\n\tListTools\x12\x1d.adk_mesh.v1.ListToolsRequest\x1a\x1e.adk_mesh.v1.ListToolsResponse\x12I\n\x08\x43\x61llTool\x12\x1c.adk_mesh.v1.CallToolRequest\x1a\x1d.adk_mesh.v1.CallToolResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,30 +35,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CALLTOOLREQUEST_STATEENTRY']._loaded_options = None
   _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_options = b'8\001'
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._loaded_options = None
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_options = b'8\001'
   _globals['_ERRORDETAIL_METADATAENTRY']._loaded_options = None
   _globals['_ERRORDETAIL_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_TOOLDECLARATION']._serialized_start=95
-  _globals['_TOOLDECLARATION']._serialized_end=271
-  _globals['_CALLERCONTEXT']._serialized_start=274
-  _globals['_CALLERCONTEXT']._serialized_end=403
-  _globals['_LISTTOOLSREQUEST']._serialized_start=405
-  _globals['_LISTTOOLSREQUEST']._serialized_end=468
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=470
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=556
-  _globals['_CALLTOOLREQUEST']._serialized_start=559
-  _globals['_CALLTOOLREQUEST']._serialized_end=857
-  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_start=768
-  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_end=836
-  _globals['_CALLTOOLRESPONSE']._serialized_start=859
-  _globals['_CALLTOOLRESPONSE']._serialized_end=978
-  _globals['_TOOLPROGRESS']._serialized_start=980
-  _globals['_TOOLPROGRESS']._serialized_end=1086
-  _globals['_TOOLRESULT']._serialized_start=1089
-  _globals['_TOOLRESULT']._serialized_end=1244
-  _globals['_ERRORDETAIL']._serialized_start=1247
-  _globals['_ERRORDETAIL']._serialized_end=1400
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=1353
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=1400
-  _globals['_TOOLSERVICE']._serialized_start=1403
-  _globals['_TOOLSERVICE']._serialized_end=1567
+  _globals['_TOOLDECLARATION']._serialized_end=333
+  _globals['_CALLERCONTEXT']._serialized_start=336
+  _globals['_CALLERCONTEXT']._serialized_end=465
+  _globals['_LISTTOOLSREQUEST']._serialized_start=467
+  _globals['_LISTTOOLSREQUEST']._serialized_end=530
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=532
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=618
+  _globals['_CALLTOOLREQUEST']._serialized_start=621
+  _globals['_CALLTOOLREQUEST']._serialized_end=1053
+  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_start=914
+  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_end=982
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_start=984
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_end=1032
+  _globals['_CALLTOOLRESPONSE']._serialized_start=1055
+  _globals['_CALLTOOLRESPONSE']._serialized_end=1174
+  _globals['_TOOLPROGRESS']._serialized_start=1176
+  _globals['_TOOLPROGRESS']._serialized_end=1301
+  _globals['_TOOLRESULT']._serialized_start=1304
+  _globals['_TOOLRESULT']._serialized_end=1484
+  _globals['_ERRORDETAIL']._serialized_start=1487
+  _globals['_ERRORDETAIL']._serialized_end=1640
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=1593
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=1640
+  _globals['_TOOLSERVICE']._serialized_start=1643
+  _globals['_TOOLSERVICE']._serialized_end=1807
 # @@protoc_insertion_point(module_scope)

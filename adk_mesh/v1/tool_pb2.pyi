@@ -9,18 +9,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ToolDeclaration(_message.Message):
-    __slots__ = ("name", "description", "parameters_schema", "response_schema", "long_running")
+    __slots__ = ("name", "description", "parameters_schema", "response_schema", "long_running", "parameters_schema_json", "response_schema_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     LONG_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters_schema: _struct_pb2.Struct
     response_schema: _struct_pb2.Struct
     long_running: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., response_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., long_running: _Optional[bool] = ...) -> None: ...
+    parameters_schema_json: str
+    response_schema_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., response_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., long_running: _Optional[bool] = ..., parameters_schema_json: _Optional[str] = ..., response_schema_json: _Optional[str] = ...) -> None: ...
 
 class CallerContext(_message.Message):
     __slots__ = ("app_name", "user_id", "session_id", "agent_name", "invocation_id", "branch")
@@ -53,7 +57,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("context", "tool_name", "function_call_id", "args", "state")
+    __slots__ = ("context", "tool_name", "function_call_id", "args", "state", "args_json", "state_json")
     class StateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -61,17 +65,28 @@ class CallToolRequest(_message.Message):
         key: str
         value: _struct_pb2.Value
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    class StateJsonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
     context: CallerContext
     tool_name: str
     function_call_id: str
     args: _struct_pb2.Struct
     state: _containers.MessageMap[str, _struct_pb2.Value]
-    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ...) -> None: ...
+    args_json: str
+    state_json: _containers.ScalarMap[str, str]
+    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., args_json: _Optional[str] = ..., state_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CallToolResponse(_message.Message):
     __slots__ = ("progress", "result")
@@ -82,24 +97,28 @@ class CallToolResponse(_message.Message):
     def __init__(self, progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., result: _Optional[_Union[ToolResult, _Mapping]] = ...) -> None: ...
 
 class ToolProgress(_message.Message):
-    __slots__ = ("message", "data", "fraction")
+    __slots__ = ("message", "data", "fraction", "data_json")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     FRACTION_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     message: str
     data: _struct_pb2.Struct
     fraction: float
-    def __init__(self, message: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fraction: _Optional[float] = ...) -> None: ...
+    data_json: str
+    def __init__(self, message: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fraction: _Optional[float] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("response", "error", "actions")
+    __slots__ = ("response", "error", "response_json", "actions")
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_JSON_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     response: _struct_pb2.Struct
     error: ErrorDetail
+    response_json: str
     actions: _event_pb2.EventActions
-    def __init__(self, response: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ...) -> None: ...
+    def __init__(self, response: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., response_json: _Optional[str] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
     __slots__ = ("reason", "message", "metadata")

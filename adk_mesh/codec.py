@@ -8,6 +8,13 @@ Every conversion is lossless for what the wire can carry:
   exactly; other numbers come back as ``float``. ``2.0`` therefore returns as ``2``, which
   compares equal. Integers outside that range cannot be carried exactly and are refused with
   :class:`~adk_mesh.errors.AdkJSONError` rather than silently rounded.
+* A JSON value nested deeper than :data:`STRUCT_MAX_DEPTH` (20) levels travels as JSON text in
+  the ``*_json`` field next to its Struct / Value field, never as a Struct a protobuf decoder
+  would refuse (upb parses at most 100 message levels; each JSON level costs up to 3). Both
+  forms read back the same, numbers included, and either is read. Values deeper than
+  :data:`MAX_JSON_DEPTH` (240) are refused.
+* A delegated run's session view carries a window of the history
+  (:func:`session_view_to_proto`), bounded in events and bytes whatever the history.
 * Optional scalars (``FunctionCall.id``, error codes, ...) use proto3 ``optional`` so that
   ``None`` and ``""`` stay distinct; optional messages use message presence.
 * Timestamps keep their microseconds; they always come back timezone-aware in UTC.
@@ -15,6 +22,7 @@ Every conversion is lossless for what the wire can carry:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -26,6 +34,7 @@ from adk_mesh.contexts import ReadonlyContext, RunConfig, StreamingMode
 from adk_mesh.errors import (
     AdkError,
     AdkJSONError,
+    AgentError,
     InvalidArgumentError,
     ToolError,
     error_class_for_reason,
@@ -49,8 +58,17 @@ from adk_mesh.types import (
 from adk_mesh.v1 import agent_pb2, content_pb2, event_pb2, tool_pb2
 
 __all__ = [
+    "ABRIDGED_PART_BYTES",
+    "ABRIDGED_TEXT_CHARS",
+    "DEFAULT_HISTORY_MAX_BYTES",
+    "DEFAULT_HISTORY_MAX_EVENTS",
+    "MAX_JSON_DEPTH",
+    "STRUCT_MAX_DEPTH",
+    "abridged_event",
     "actions_from_proto",
     "actions_to_proto",
+    "call_tool_request_from_proto",
+    "call_tool_request_to_proto",
     "caller_context_to_proto",
     "content_from_proto",
     "content_to_proto",
@@ -58,7 +76,9 @@ __all__ = [
     "declaration_to_proto",
     "event_from_proto",
     "event_to_proto",
+    "json_from_text",
     "json_from_value",
+    "json_to_text",
     "json_to_value",
     "llm_response_from_proto",
     "llm_response_to_proto",
@@ -87,10 +107,42 @@ __all__ = [
 
 _MAX_EXACT_INT = 2**53
 
-# --- JSON values ---------------------------------------------------------------------------
+#: A JSON value nested deeper than this many levels of objects and arrays (the top one counts
+#: as 1) travels as JSON text in the ``*_json`` field next to its Struct / Value field (the
+#: rule is in ``content.proto``). 20 levels cost at most ~61 message levels in a Struct; with
+#: the deepest envelope of the contract (RunRequest > DelegatedRun > SessionView > Event >
+#: LlmResponse > Content > Part > FunctionResponse) that stays well below the 100 levels a
+#: protobuf decoder (upb) parses.
+STRUCT_MAX_DEPTH = 20
+
+#: The deepest JSON value the codec writes or reads (either form); deeper is refused with
+#: :class:`~adk_mesh.errors.AdkJSONError` (writing) or
+#: :class:`~adk_mesh.errors.InvalidArgumentError` (reading). The bound is the session stores':
+#: they write events with pydantic, which serialises at most 255 levels, and an event adds up
+#: to 7 levels around a value.
+MAX_JSON_DEPTH = 240
 
 
-def _fill_value(target: struct_pb2.Value, value: Any) -> None:
+class _TooDeepForStruct(Exception):
+    """A value nests deeper than STRUCT_MAX_DEPTH: it goes as JSON text instead."""
+
+
+def _not_json_key(key: object) -> AdkJSONError:
+    return AdkJSONError(f"JSON object keys are strings, not {type(key).__name__}")
+
+
+def _inexact_int(value: int) -> AdkJSONError:
+    return AdkJSONError(
+        f"integer {value} is outside +-2**53 and cannot be carried exactly as a JSON number"
+    )
+
+
+def _too_deep(what: str = "a JSON value") -> str:
+    return f"{what} nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays"
+
+
+def _fill_value(target: struct_pb2.Value, value: Any, depth: int) -> None:
+    """Fill ``target`` from ``value``, whose containers sit at ``depth + 1``."""
     if value is None:
         target.null_value = struct_pb2.NULL_VALUE
     elif value is True or value is False:
@@ -101,44 +153,227 @@ def _fill_value(target: struct_pb2.Value, value: Any) -> None:
         if -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
             target.number_value = value
         else:
-            raise AdkJSONError(
-                f"integer {value} is outside +-2**53 and cannot be carried exactly as a JSON number"
-            )
+            raise _inexact_int(value)
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise AdkJSONError(f"{value} is not a JSON number")
         target.number_value = value
     elif isinstance(value, Mapping):
-        _fill_struct(target.struct_value, value)
+        _fill_struct(target.struct_value, value, depth + 1)
     elif isinstance(value, list | tuple):
-        _fill_list(target.list_value, value)
+        _fill_list(target.list_value, value, depth + 1)
     else:
         raise AdkJSONError(f"a value of type {type(value).__name__} is not JSON")
 
 
-def _fill_struct(target: struct_pb2.Struct, mapping: Mapping[str, Any]) -> None:
+def _fill_struct(target: struct_pb2.Struct, mapping: Mapping[str, Any], depth: int) -> None:
+    if depth > STRUCT_MAX_DEPTH:
+        raise _TooDeepForStruct
     fields = target.fields
     for key, item in mapping.items():
         if not isinstance(key, str):
-            raise AdkJSONError(f"JSON object keys are strings, not {type(key).__name__}")
-        _fill_value(fields[key], item)
+            raise _not_json_key(key)
+        _fill_value(fields[key], item, depth)
     if not mapping:
         # Mark presence of an empty object so that {} is not read back as "absent".
         target.SetInParent()
 
 
-def _fill_list(target: struct_pb2.ListValue, items: Iterable[Any]) -> None:
+def _fill_list(target: struct_pb2.ListValue, items: Iterable[Any], depth: int) -> None:
+    if depth > STRUCT_MAX_DEPTH:
+        raise _TooDeepForStruct
     values = target.values
     for item in items:
-        _fill_value(values.add(), item)
+        _fill_value(values.add(), item, depth)
     target.SetInParent()
 
 
+def _check_json(value: Any) -> None:
+    """Refuse what the Struct form refuses (non-JSON types, non-string keys, integers beyond
+    +-2**53, non-finite numbers), and values deeper than MAX_JSON_DEPTH. Iterative: a deep
+    value does not take the Python stack with it."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = pending.pop, pending.append
+    while pending:
+        item, depth = pop()
+        if item is None or item is True or item is False or isinstance(item, str):
+            continue
+        if isinstance(item, int):
+            if not -_MAX_EXACT_INT <= item <= _MAX_EXACT_INT:
+                raise _inexact_int(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise AdkJSONError(f"{item} is not a JSON number")
+        elif isinstance(item, Mapping | list | tuple):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise AdkJSONError(_too_deep())
+            if isinstance(item, Mapping):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise _not_json_key(key)
+                    push((child, depth))
+            else:
+                for child in item:
+                    push((child, depth))
+        else:
+            raise AdkJSONError(f"a value of type {type(item).__name__} is not JSON")
+
+
+def _plain_mapping(value: object) -> dict[str, Any]:
+    # json.dumps takes dicts only; other Mappings (already checked) are copied as they come.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"a value of type {type(value).__name__} is not JSON")  # pragma: no cover
+
+
+def json_to_text(value: Any) -> str:
+    """Any JSON value as compact JSON text (the ``*_json`` form of the wire), checked as the
+    Struct form is: :class:`~adk_mesh.errors.AdkJSONError` for what JSON cannot carry."""
+    _check_json(value)
+    try:
+        return json.dumps(
+            value,
+            ensure_ascii=False,
+            separators=(",", ":"),
+            allow_nan=False,
+            check_circular=False,
+            default=_plain_mapping,
+        )
+    except RecursionError:  # pragma: no cover - MAX_JSON_DEPTH keeps well inside the stack
+        raise AdkJSONError(_too_deep()) from None
+
+
+def _number_from_text(text: str) -> int | float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is not a finite number")
+    if number.is_integer() and -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT:
+        return int(number)
+    return number
+
+
+def _int_from_text(text: str) -> int | float:
+    number = int(text)
+    if -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT:
+        return number
+    # As a Value would have carried it: a double.
+    return float(number)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_depth(value: Any, what: str) -> None:
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = pending.pop, pending.append
+    while pending:
+        item, depth = pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidArgumentError(_too_deep(what))
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, dict | list):
+                push((child, depth + 1))
+
+
+def json_from_text(text: str, what: str = "the JSON text") -> Any:
+    """JSON text of the wire back to a value, read as a Value is: an integral number comes back
+    as ``int`` within +-2**53 and as ``float`` beyond it.
+
+    Raises:
+        InvalidArgumentError: ``text`` is not JSON, holds a non-finite number, or nests deeper
+            than :data:`MAX_JSON_DEPTH` (``what`` names the field in the message).
+    """
+    try:
+        value = json.loads(
+            text,
+            parse_float=_number_from_text,
+            parse_int=_int_from_text,
+            parse_constant=_refuse_constant,
+        )
+    except RecursionError:
+        raise InvalidArgumentError(_too_deep(what)) from None
+    except ValueError as error:
+        raise InvalidArgumentError(f"{what} is not JSON: {error}") from None
+    if isinstance(value, dict | list):
+        _check_depth(value, what)
+    return value
+
+
+def _object_from_text(text: str, what: str) -> dict[str, Any]:
+    value = json_from_text(text, what)
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"{what} is JSON but not an object")
+    return value
+
+
+def _fill_object(message: Any, field: str, json_field: str, mapping: Mapping[str, Any]) -> None:
+    """Write the JSON object ``mapping`` into ``message.<field>`` (a Struct), or into
+    ``message.<json_field>`` as JSON text when it is too deep for a Struct."""
+    try:
+        _fill_struct(getattr(message, field), mapping, 1)
+    except _TooDeepForStruct:
+        message.ClearField(field)
+        setattr(message, json_field, json_to_text(mapping))
+
+
+def _read_object(message: Any, field: str, json_field: str) -> dict[str, Any] | None:
+    """The JSON object of a Struct field and its ``*_json`` twin (the text wins); None when
+    neither is set."""
+    text: str = getattr(message, json_field)
+    if text:
+        return _object_from_text(text, f"{type(message).__name__}.{json_field}")
+    if message.HasField(field):
+        return struct_to_dict(getattr(message, field))
+    return None
+
+
+def _fill_value_map(target: Any, json_target: Any, mapping: Mapping[str, Any]) -> None:
+    """Fill a ``map<string, Value>`` field, putting each value too deep for a Value under the
+    same key in its ``map<string, string>`` twin ``json_target`` (None: refuse it)."""
+    for key, value in mapping.items():
+        try:
+            _fill_value(target[key], value, 0)
+        except _TooDeepForStruct:
+            del target[key]
+            if json_target is None:
+                raise AdkJSONError(
+                    f"the value of {key!r} nests deeper than {STRUCT_MAX_DEPTH} levels: too "
+                    "deep for a protobuf Value; send it as JSON text"
+                ) from None
+            json_target[key] = json_to_text(value)
+
+
+def _read_value_map(source: Any, json_source: Any, what: str) -> dict[str, Any]:
+    values = {key: json_from_value(source[key]) for key in source}
+    if json_source:
+        for key in json_source:
+            values[key] = json_from_text(json_source[key], f"{what}[{key!r}]")
+    return values
+
+
 def json_to_value(value: Any) -> struct_pb2.Value:
-    """Any JSON value to a ``google.protobuf.Value``."""
+    """Any JSON value to a ``google.protobuf.Value``.
+
+    Raises:
+        AdkJSONError: ``value`` is not JSON, or nests deeper than :data:`STRUCT_MAX_DEPTH`
+            (a message that deep would not parse: use :func:`json_to_text`).
+    """
     message = struct_pb2.Value()
-    _fill_value(message, value)
+    try:
+        _fill_value(message, value, 0)
+    except _TooDeepForStruct:
+        raise AdkJSONError(_too_deep_for_struct()) from None
     return message
+
+
+def _too_deep_for_struct() -> str:
+    return (
+        f"a JSON value nests deeper than {STRUCT_MAX_DEPTH} levels: too deep for a protobuf "
+        "Struct or Value; send it as JSON text"
+    )
 
 
 def json_from_value(message: struct_pb2.Value) -> Any:
@@ -164,23 +399,22 @@ def json_from_value(message: struct_pb2.Value) -> Any:
 
 
 def struct_from_dict(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
+    """A JSON object as a ``google.protobuf.Struct``.
+
+    Raises:
+        AdkJSONError: as :func:`json_to_value`.
+    """
     message = struct_pb2.Struct()
-    _fill_struct(message, mapping)
+    try:
+        _fill_struct(message, mapping, 1)
+    except _TooDeepForStruct:
+        raise AdkJSONError(_too_deep_for_struct()) from None
     return message
 
 
 def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
     fields = message.fields
     return {key: json_from_value(fields[key]) for key in fields}
-
-
-def _state_to_map(target: Any, state: Mapping[str, Any]) -> None:
-    for key, value in state.items():
-        _fill_value(target[key], value)
-
-
-def _state_from_map(source: Mapping[str, struct_pb2.Value]) -> dict[str, Any]:
-    return {key: json_from_value(source[key]) for key in source}
 
 
 # --- timestamps ----------------------------------------------------------------------------
@@ -237,14 +471,14 @@ def _fill_part(message: content_pb2.Part, part: Part) -> None:
         target.name = call.name
         if call.id is not None:
             target.id = call.id
-        _fill_struct(target.args, call.args)
+        _fill_object(target, "args", "args_json", call.args)
     elif part.function_response is not None:
         response = part.function_response
         reply = message.function_response
         reply.name = response.name
         if response.id is not None:
             reply.id = response.id
-        _fill_struct(reply.response, response.response)
+        _fill_object(reply, "response", "response_json", response.response)
 
 
 def part_from_proto(message: content_pb2.Part) -> Part:
@@ -263,14 +497,14 @@ def part_from_proto(message: content_pb2.Part) -> Part:
         call = message.function_call
         fields["function_call"] = FunctionCall(
             name=call.name,
-            args=struct_to_dict(call.args),
+            args=_read_object(call, "args", "args_json") or {},
             id=call.id if call.HasField("id") else None,
         )
     elif kind == "function_response":
         reply = message.function_response
         fields["function_response"] = FunctionResponse(
             name=reply.name,
-            response=struct_to_dict(reply.response),
+            response=_read_object(reply, "response", "response_json") or {},
             id=reply.id if reply.HasField("id") else None,
         )
     else:
@@ -357,7 +591,9 @@ def _fill_llm_response(message: event_pb2.LlmResponse, response: LlmResponse) ->
     if response.error_message is not None:
         message.error_message = response.error_message
     if response.grounding_metadata is not None:
-        _fill_struct(message.grounding_metadata, response.grounding_metadata)
+        _fill_object(
+            message, "grounding_metadata", "grounding_metadata_json", response.grounding_metadata
+        )
     if response.model_version is not None:
         message.model_version = response.model_version
 
@@ -380,17 +616,14 @@ def llm_response_from_proto(message: event_pb2.LlmResponse) -> LlmResponse:
         interrupted=message.interrupted,
         error_code=message.error_code if message.HasField("error_code") else None,
         error_message=message.error_message if message.HasField("error_message") else None,
-        grounding_metadata=(
-            struct_to_dict(message.grounding_metadata)
-            if message.HasField("grounding_metadata")
-            else None
-        ),
+        grounding_metadata=_read_object(message, "grounding_metadata", "grounding_metadata_json"),
         model_version=message.model_version if message.HasField("model_version") else None,
     )
 
 
 def _fill_actions(message: event_pb2.EventActions, actions: EventActions) -> None:
-    _state_to_map(message.state_delta, actions.state_delta)
+    if actions.state_delta:
+        _fill_value_map(message.state_delta, message.state_delta_json, actions.state_delta)
     for name, version in actions.artifact_delta.items():
         message.artifact_delta[name] = version
     message.skip_summarization = actions.skip_summarization
@@ -407,7 +640,9 @@ def actions_to_proto(actions: EventActions) -> event_pb2.EventActions:
 
 def actions_from_proto(message: event_pb2.EventActions) -> EventActions:
     return EventActions(
-        state_delta=_state_from_map(message.state_delta),
+        state_delta=_read_value_map(
+            message.state_delta, message.state_delta_json, "EventActions.state_delta_json"
+        ),
         artifact_delta=dict(message.artifact_delta),
         skip_summarization=message.skip_summarization,
         transfer_to_agent=(
@@ -468,7 +703,7 @@ def _fill_tool_progress_update(
     if progress.fraction is not None:
         message.fraction = progress.fraction
     if progress.data is not None:
-        _fill_struct(message.data, progress.data)
+        _fill_object(message, "data", "data_json", progress.data)
 
 
 def tool_progress_update_to_proto(progress: ToolProgress) -> event_pb2.ToolProgressUpdate:
@@ -486,7 +721,7 @@ def tool_progress_update_from_proto(message: event_pb2.ToolProgressUpdate) -> To
         ),
         message=message.message,
         fraction=message.fraction if message.HasField("fraction") else None,
-        data=struct_to_dict(message.data) if message.HasField("data") else None,
+        data=_read_object(message, "data", "data_json"),
     )
 
 
@@ -500,9 +735,13 @@ def declaration_to_proto(declaration: ToolDeclaration) -> tool_pb2.ToolDeclarati
         long_running=declaration.long_running,
     )
     if declaration.parameters_schema is not None:
-        _fill_struct(message.parameters_schema, declaration.parameters_schema)
+        _fill_object(
+            message, "parameters_schema", "parameters_schema_json", declaration.parameters_schema
+        )
     if declaration.response_schema is not None:
-        _fill_struct(message.response_schema, declaration.response_schema)
+        _fill_object(
+            message, "response_schema", "response_schema_json", declaration.response_schema
+        )
     return message
 
 
@@ -510,14 +749,8 @@ def declaration_from_proto(message: tool_pb2.ToolDeclaration) -> ToolDeclaration
     return ToolDeclaration(
         name=message.name,
         description=message.description,
-        parameters_schema=(
-            struct_to_dict(message.parameters_schema)
-            if message.HasField("parameters_schema")
-            else None
-        ),
-        response_schema=(
-            struct_to_dict(message.response_schema) if message.HasField("response_schema") else None
-        ),
+        parameters_schema=_read_object(message, "parameters_schema", "parameters_schema_json"),
+        response_schema=_read_object(message, "response_schema", "response_schema_json"),
         long_running=message.long_running,
     )
 
@@ -525,14 +758,18 @@ def declaration_from_proto(message: tool_pb2.ToolDeclaration) -> ToolDeclaration
 # --- mesh messages -------------------------------------------------------------------------
 
 
-def state_to_map(target: Any, state: Mapping[str, Any]) -> None:
-    """Fill a protobuf ``map<string, Value>`` field from a state mapping."""
-    _state_to_map(target, state)
+def state_to_map(target: Any, state: Mapping[str, Any], json_target: Any = None) -> None:
+    """Fill a protobuf ``map<string, Value>`` field from a state mapping; a value too deep for
+    a Value goes as JSON text under its key in ``json_target``, the field's
+    ``map<string, string>`` twin (without one, :class:`~adk_mesh.errors.AdkJSONError`)."""
+    _fill_value_map(target, json_target, state)
 
 
-def state_from_map(source: Mapping[str, struct_pb2.Value]) -> dict[str, Any]:
-    """A protobuf ``map<string, Value>`` field back to a state dict."""
-    return _state_from_map(source)
+def state_from_map(
+    source: Mapping[str, struct_pb2.Value], json_source: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A protobuf ``map<string, Value>`` field (and its ``*_json`` twin) back to a state dict."""
+    return _read_value_map(source, json_source, "state_json")
 
 
 def caller_context_to_proto(ctx: ReadonlyContext) -> tool_pb2.CallerContext:
@@ -547,27 +784,168 @@ def caller_context_to_proto(ctx: ReadonlyContext) -> tool_pb2.CallerContext:
     )
 
 
-def session_view_to_proto(session: Session) -> agent_pb2.SessionView:
-    """What a delegated run may see of ``session``: its state and its non-partial events."""
+#: The history window of a delegated run (:func:`session_view_to_proto`), by default: the
+#: newest 1000 events, at most 8 MiB of them encoded (a quarter of the mesh's 32 MiB message
+#: limit, leaving room for the state and the rest of the request).
+DEFAULT_HISTORY_MAX_EVENTS = 1000
+DEFAULT_HISTORY_MAX_BYTES = 8 * 1024 * 1024
+
+
+def session_view_to_proto(
+    session: Session,
+    *,
+    max_events: int = DEFAULT_HISTORY_MAX_EVENTS,
+    max_bytes: int = DEFAULT_HISTORY_MAX_BYTES,
+) -> agent_pb2.SessionView:
+    """What a delegated run may see of ``session``: its state and a window of its history.
+
+    The window is the newest non-partial events, oldest first: at most ``max_events`` of them
+    and ``max_bytes`` of encoded events. Walking back from the newest event, an event that does
+    not fit what is left of the window is sent abridged (:func:`abridged_event`: each part
+    over :data:`ABRIDGED_PART_BYTES` replaced by a placeholder), and the window ends at the
+    first event that does not fit even so. An event that cannot be carried as it is (a value
+    the wire refuses) is sent abridged too, never failing the view. ``omitted_events`` counts
+    the older events left out, ``abridged_event_ids`` names the abridged ones. Only the window
+    is encoded, so the cost does not grow with the history.
+    """
     message = agent_pb2.SessionView(
         app_name=session.app_name,
         user_id=session.user_id,
         session_id=session.id,
-        events=[event_to_proto(event) for event in session.events if not event.partial],
     )
-    _state_to_map(message.state, session.state)
+    _fill_value_map(message.state, message.state_json, session.state)
+    window: list[event_pb2.Event] = []
+    abridged_ids: list[str] = []
+    room = max_bytes
+    events = session.events
+    index = len(events)
+    while index > 0:
+        event = events[index - 1]
+        if event.partial:
+            index -= 1
+            continue
+        if len(window) >= max_events:
+            break
+        encoded, abridged = _event_within(event, room)
+        if encoded is None:
+            break
+        index -= 1
+        window.append(encoded)
+        room -= encoded.ByteSize()
+        if abridged:
+            abridged_ids.append(event.id)
+    window.reverse()
+    message.events.extend(window)
+    message.omitted_events = sum(1 for event in events[:index] if not event.partial)
+    message.abridged_event_ids.extend(reversed(abridged_ids))
     return message
 
 
+def _event_within(event: Event, room: int) -> tuple[event_pb2.Event | None, bool]:
+    """``event`` encoded in at most ``room`` bytes, whole or abridged (and whether abridged);
+    None when it does not fit even abridged."""
+    try:
+        encoded = event_to_proto(event)
+    except AdkJSONError:
+        encoded = None
+    if encoded is not None and encoded.ByteSize() <= room:
+        return encoded, False
+    encoded = event_to_proto(abridged_event(event))
+    if encoded.ByteSize() <= room:
+        return encoded, True
+    return None, False
+
+
 def session_view_from_proto(message: agent_pb2.SessionView) -> Session:
-    """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session`."""
+    """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session` (its window of
+    the history: the events the caller sent)."""
     return Session(
         id=message.session_id,
         app_name=message.app_name,
         user_id=message.user_id,
-        state=_state_from_map(message.state),
+        state=_read_value_map(message.state, message.state_json, "SessionView.state_json"),
         events=[event_from_proto(event) for event in message.events],
     )
+
+
+# --- abridged events -----------------------------------------------------------------------
+
+#: In an abridged event, a part whose encoding is larger than this is replaced by a
+#: placeholder; text keeps its first ABRIDGED_TEXT_CHARS characters.
+ABRIDGED_PART_BYTES = 16 * 1024
+ABRIDGED_TEXT_CHARS = 2000
+
+
+def abridged_event(event: Event, *, max_part_bytes: int = ABRIDGED_PART_BYTES) -> Event:
+    """A copy of ``event`` that the wire can always carry in little space: each part whose
+    encoding is over ``max_part_bytes``, or that cannot be encoded at all, is replaced by a
+    placeholder of the same kind that says what was left out — text cut to its first
+    :data:`ABRIDGED_TEXT_CHARS` characters, a function call or response with
+    ``{"omitted": "..."}`` as args or response (same id and name, so calls and responses still
+    pair up), inline or file data as a text part naming it. State delta entries and grounding
+    metadata that are as large, or cannot be carried, are left out (a delegated run reads the
+    state from the view's ``state``)."""
+    llm_response = event.llm_response
+    update: dict[str, Any] = {}
+    if llm_response.content is not None:
+        parts = [_abridged_part(part, max_part_bytes) for part in llm_response.content.parts]
+        update["content"] = llm_response.content.model_copy(update={"parts": parts})
+    if llm_response.grounding_metadata is not None and not _fits(
+        llm_response.grounding_metadata, max_part_bytes
+    ):
+        update["grounding_metadata"] = None
+    actions = event.actions
+    state_delta = {
+        key: value
+        for key, value in actions.state_delta.items()
+        if _fits({key: value}, max_part_bytes)
+    }
+    return event.model_copy(
+        update={
+            "llm_response": llm_response.model_copy(update=update),
+            "actions": actions.model_copy(update={"state_delta": state_delta}),
+        }
+    )
+
+
+def _fits(value: Mapping[str, Any], max_bytes: int) -> bool:
+    try:
+        return len(json_to_text(value).encode()) <= max_bytes
+    except AdkJSONError:
+        return False
+
+
+def _abridged_part(part: Part, max_bytes: int) -> Part:
+    try:
+        size = part_to_proto(part).ByteSize()
+        why = f"{size} bytes, more than this view carries per part"
+    except AdkJSONError as error:
+        size = -1
+        why = f"it cannot be carried: {error.message}"
+    if 0 <= size <= max_bytes:
+        return part
+    omitted = f"omitted ({why})"
+    kept: dict[str, Any] = {"thought": part.thought}
+    if part.text is not None:
+        kept["text"] = f"{part.text[:ABRIDGED_TEXT_CHARS]} […{omitted}]"
+    elif part.function_call is not None:
+        call = part.function_call
+        kept["function_call"] = FunctionCall(
+            name=call.name, id=call.id, args={"omitted": f"the arguments were {omitted}"}
+        )
+    elif part.function_response is not None:
+        reply = part.function_response
+        kept["function_response"] = FunctionResponse(
+            name=reply.name, id=reply.id, response={"omitted": f"the response was {omitted}"}
+        )
+    elif part.inline_data is not None:
+        blob = part.inline_data
+        kept["text"] = f"[{blob.mime_type} data, {len(blob.data)} bytes: {omitted}]"
+    elif part.file_data is not None:
+        kept["text"] = f"[{part.file_data.mime_type} file: {omitted}]"
+    else:  # pragma: no cover - a Part always has one kind
+        kept["text"] = f"[{omitted}]"
+    return Part(**kept)
 
 
 _STREAMING_TO_PROTO = {"none": agent_pb2.STREAMING_MODE_NONE, "sse": agent_pb2.STREAMING_MODE_SSE}
@@ -590,12 +968,37 @@ def run_config_from_proto(message: agent_pb2.RunConfig) -> RunConfig:
     return RunConfig(**fields)
 
 
+def call_tool_request_to_proto(
+    ctx: ReadonlyContext,
+    tool_name: str,
+    args: Mapping[str, Any],
+    state: Mapping[str, Any],
+    function_call_id: str | None = None,
+) -> tool_pb2.CallToolRequest:
+    """A ``CallToolRequest``: who calls, which tool, its args and the state it may read."""
+    request = tool_pb2.CallToolRequest(context=caller_context_to_proto(ctx), tool_name=tool_name)
+    if function_call_id is not None:
+        request.function_call_id = function_call_id
+    _fill_object(request, "args", "args_json", args)
+    _fill_value_map(request.state, request.state_json, state)
+    return request
+
+
+def call_tool_request_from_proto(
+    message: tool_pb2.CallToolRequest,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(args, state)`` of a ``CallToolRequest``, from either JSON form."""
+    args = _read_object(message, "args", "args_json") or {}
+    state = _read_value_map(message.state, message.state_json, "CallToolRequest.state_json")
+    return args, state
+
+
 def tool_progress_to_proto(
     message: str, data: Mapping[str, Any] | None, fraction: float | None
 ) -> tool_pb2.ToolProgress:
     progress = tool_pb2.ToolProgress(message=message)
     if data is not None:
-        _fill_struct(progress.data, data)
+        _fill_object(progress, "data", "data_json", data)
     if fraction is not None:
         progress.fraction = fraction
     return progress
@@ -605,7 +1008,7 @@ def tool_progress_from_proto(
     message: tool_pb2.ToolProgress,
 ) -> tuple[str, dict[str, Any] | None, float | None]:
     """``(message, data, fraction)`` as :meth:`ToolContext.report_progress` takes them."""
-    data = struct_to_dict(message.data) if message.HasField("data") else None
+    data = _read_object(message, "data", "data_json")
     fraction = message.fraction if message.HasField("fraction") else None
     return message.message, data, fraction
 
@@ -621,7 +1024,7 @@ def tool_result_to_proto(
         for key, value in error.metadata.items():
             result.error.metadata[key] = value
     else:
-        _fill_struct(result.response, response or {})
+        _fill_object(result, "response", "response_json", response or {})
     _fill_actions(result.actions, actions)
     return result
 
@@ -636,11 +1039,23 @@ def tool_result_from_proto(
         detail = message.error
         cls = error_class_for_reason(detail.reason) or ToolError
         return None, cls(detail.message, metadata=dict(detail.metadata)), actions
-    return struct_to_dict(message.response), None, actions
+    return _read_object(message, "response", "response_json") or {}, None, actions
 
 
-def run_response_events(response: agent_pb2.RunResponse) -> list[Event]:
-    """The events a RunResponse carries: its batch (``events``) or its single ``event``."""
+def run_response_events(response: agent_pb2.RunResponse | None) -> list[Event]:
+    """The events a RunResponse carries: its batch (``events``) or its single ``event``; none
+    for a response that carries neither (a server of this contract never sends one).
+
+    Raises:
+        AgentError: ``response`` is None: gRPC for Python hands that over for bytes that
+            did not parse as a RunResponse.
+        InvalidArgumentError: an event's JSON text is not JSON.
+    """
+    if response is None:
+        raise AgentError(
+            "the agent service sent a response that does not parse as a RunResponse "
+            "(the bytes do not decode)"
+        )
     if response.events:
         return [event_from_proto(event) for event in response.events]
     if response.HasField("event"):

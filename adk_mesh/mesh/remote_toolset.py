@@ -136,14 +136,9 @@ class RemoteTool(BaseTool):
         return self._declaration
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
-        request = tool_pb2.CallToolRequest(
-            context=codec.caller_context_to_proto(ctx),
-            tool_name=self.name,
-            args=codec.struct_from_dict(args),
+        request = codec.call_tool_request_to_proto(
+            ctx, self.name, args, ctx.state.to_dict(), ctx.function_call_id
         )
-        if ctx.function_call_id is not None:
-            request.function_call_id = ctx.function_call_id
-        codec.state_to_map(request.state, ctx.state.to_dict())
         toolset = self._toolset
         what = f"tool service for {self.name!r}"
         timeout = call_timeout(ctx.invocation_context.deadline, toolset.call_timeout, what)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -12,7 +13,14 @@ from adk_mesh import codec
 from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext, serving_deadline
-from adk_mesh.errors import AdkError, AgentError, InvalidArgumentError, ToolNotFoundError
+from adk_mesh.errors import (
+    AdkError,
+    AdkJSONError,
+    AgentError,
+    InvalidArgumentError,
+    ToolError,
+    ToolNotFoundError,
+)
 from adk_mesh.ids import check_id, shown
 from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh._deadline import deadline_of
@@ -21,10 +29,12 @@ from adk_mesh.mesh._status import add_servicer, error_boundary
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
-from adk_mesh.types import Event
+from adk_mesh.types import Event, EventActions
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
 __all__ = ["ToolServer"]
+
+logger = logging.getLogger("adk_mesh.mesh")
 
 _SERVICE_NAME = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 
@@ -149,12 +159,8 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
             deadline = deadline_of(context)
             # Contexts the tool builds itself (a Runner it calls) read the deadline here.
             serving_deadline.set(deadline)
-            invocation = _invocation(
-                request.context,
-                codec.state_from_map(request.state),
-                deadline,
-                limits=self._limits,
-            )
+            args, state = codec.call_tool_request_from_proto(request)
+            invocation = _invocation(request.context, state, deadline, limits=self._limits)
             # The RPC span started before the request was read: a caller that sent no baggage
             # (a client in another language) still finds it by the invocation id.
             telemetry.annotate_current_span(invocation)
@@ -166,7 +172,6 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
                     f"tool {shown(request.tool_name)} is not served to this caller by "
                     f"{self._name!r}; available: {available}"
                 )
-            args = codec.struct_to_dict(request.args)
             async for response in _run_tool(tool, invocation, request, args):
                 yield response
 
@@ -181,7 +186,15 @@ async def _run_tool(
     feed = TaskFeed[tool_pb2.ToolProgress, tuple[dict[str, Any] | None, AdkError | None]]()
 
     async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
-        feed.send_nowait(codec.tool_progress_to_proto(message, data, fraction))
+        try:
+            progress = codec.tool_progress_to_proto(message, data, fraction)
+        except AdkJSONError as error:
+            # Progress is for people: what cannot be carried of it is left out, the call goes on.
+            logger.warning(
+                "tool %r reported progress data the wire cannot carry: %s", tool.name, error
+            )
+            progress = codec.tool_progress_to_proto(message, None, fraction)
+        feed.send_nowait(progress)
 
     call_id = request.function_call_id if request.HasField("function_call_id") else None
     tool_context = ToolContext(invocation, function_call_id=call_id, progress=report)
@@ -202,7 +215,16 @@ async def _run_tool(
         async for progress in feed:
             yield tool_pb2.CallToolResponse(progress=progress)
         response, error = feed.result()
-    result = codec.tool_result_to_proto(response, error, tool_context.actions)
+    try:
+        result = codec.tool_result_to_proto(response, error, tool_context.actions)
+    except AdkJSONError as unfit:
+        # What the tool returned (or a state value it set) is not JSON the wire carries: the
+        # caller's model reads that as the tool's error, and the turn goes on.
+        result = codec.tool_result_to_proto(
+            None,
+            ToolError(f"tool {tool.name!r} returned what cannot be sent back: {unfit.message}"),
+            EventActions(),
+        )
     yield tool_pb2.CallToolResponse(result=result)
 
 
@@ -214,7 +236,11 @@ class ToolServer(MeshServer):
     user. ``CallTool`` runs one tool with a :class:`ToolContext` over the state the caller sent;
     progress the tool reports streams back as ``ToolProgress``, then one ``ToolResult`` carries
     the response (or the error the tool raised) and the actions it set. The caller applies
-    those actions; the server keeps nothing.
+    those actions; the server keeps nothing. JSON of any depth the mesh carries goes both
+    ways (too deep for a Struct: as JSON text, see ``content.proto``); a response or a state
+    value the wire cannot carry at all (deeper than ``codec.MAX_JSON_DEPTH``, an integer
+    beyond +-2**53, ...) comes back as a ToolError the caller's model reads, never as a
+    message the caller cannot parse.
 
     Each call of a tool is bounded by ``limits.tool_timeout`` (or the tool's own timeout):
     past it the caller's model reads a ToolError. A CallerContext whose ids break the id rule

@@ -8,12 +8,13 @@ model is told about a tool. Conversion to and from the protobuf messages lives i
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
     "Blob",
@@ -361,6 +362,30 @@ class Event(_Data):
             tool_progress=progress,
         )
 
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
+        """pydantic's ``model_validate_json``, for JSON values of any depth the mesh carries.
+
+        pydantic's JSON parser stops at 200 levels of nesting (a fixed limit), so an event
+        whose tool response nests ~195 levels (the session stores keep events as this JSON)
+        would be written and never read again. Such a document is read with the standard
+        library instead: every container deeper than :data:`_DEEP_JSON_CUT` is set aside, the
+        shallow rest validated as usual (same rules, same types), then the deep values are put
+        back where they were (they sit inside JSON-valued fields, typed ``Any``).
+        """
+        try:
+            return super().model_validate_json(json_data, **options)
+        except ValidationError as error:
+            if not _is_json_too_deep(error):
+                raise
+        document = json.loads(json_data)
+        set_aside: list[tuple[list[str | int], Any]] = []
+        _set_aside_deep(document, set_aside)
+        event = super().model_validate_json(json.dumps(document), **options)
+        for path, value in set_aside:
+            _put_back(event, path, value)
+        return event
+
     @property
     def content(self) -> Content | None:
         return self.llm_response.content
@@ -396,6 +421,45 @@ class Event(_Data):
             and not self.function_calls()
             and not self.function_responses()
         )
+
+
+#: Containers deeper than this in an event's JSON are set aside while pydantic reads the rest.
+_DEEP_JSON_CUT = 64
+
+
+def _is_json_too_deep(error: ValidationError) -> bool:
+    return any(
+        item["type"] == "json_invalid" and "recursion limit" in item["msg"]
+        for item in error.errors(include_url=False)
+    )
+
+
+def _set_aside_deep(document: Any, set_aside: list[tuple[list[str | int], Any]]) -> None:
+    """Replace each container at depth _DEEP_JSON_CUT of ``document`` by null, noting its path
+    and value in ``set_aside``. Iterative, so depth costs no Python stack."""
+    pending: list[tuple[Any, list[str | int]]] = [(document, [])]
+    while pending:
+        node, path = pending.pop()
+        children: Any = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in children:
+            if not isinstance(child, dict | list):
+                continue
+            if len(path) + 2 >= _DEEP_JSON_CUT:
+                set_aside.append(([*path, key], child))
+                node[key] = None
+            else:
+                pending.append((child, [*path, key]))
+
+
+def _put_back(root: Any, path: list[str | int], value: Any) -> None:
+    node = root
+    for key in path[:-1]:
+        node = getattr(node, str(key)) if isinstance(node, BaseModel) else node[key]
+    last = path[-1]
+    if isinstance(node, BaseModel):  # pragma: no cover - the cut is far below the models
+        setattr(node, str(last), value)
+    else:
+        node[last] = value
 
 
 class ToolDeclaration(_Data):

@@ -88,7 +88,8 @@ class EventPrinter:
 
     def header(self, session_id: str, invocation_id: str) -> None:
         self._close_line()
-        self._out.write(f"session {session_id} · invocation {invocation_id}\n")
+        invocation = f" · invocation {invocation_id}" if invocation_id else ""
+        self._out.write(f"session {session_id}{invocation}\n")
 
     def print(self, event: Event) -> None:
         author = event.author or "?"
@@ -304,20 +305,34 @@ async def _stream_run(args: argparse.Namespace, out: TextIO) -> None:
         call = agent_pb2_grpc.AgentServiceStub(channel).Run(request, metadata=credentials)
         try:
             async for response in _responses(call):
+                if response is None:
+                    # gRPC hands over None for bytes that do not parse: say so, read on.
+                    _warn("skipped a response from the service that does not parse")
+                    continue
                 if args.json:
                     out.write(json_format.MessageToJson(response, indent=None) + "\n")
                     out.flush()
                     continue
-                event = codec.event_from_proto(response.event)
+                try:
+                    events = codec.run_response_events(response)
+                except AdkError as error:
+                    _warn(f"skipped an event that cannot be read: {error.message}")
+                    events = []
                 if response.session_id:
-                    printer.header(response.session_id, event.invocation_id)
-                printer.print(event)
+                    invocation_id = events[0].invocation_id if events else ""
+                    printer.header(response.session_id, invocation_id)
+                for event in events:
+                    printer.print(event)
         finally:
             call.cancel()
             printer.finish()
 
 
-async def _responses(call: Any) -> AsyncIterator[agent_pb2.RunResponse]:
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+async def _responses(call: Any) -> AsyncIterator[agent_pb2.RunResponse | None]:
     from adk_mesh.mesh._status import error_from_rpc_error
 
     try:

@@ -28,7 +28,7 @@ from adk_mesh.v1 import tool_pb2 as adk__mesh_dot_v1_dot_tool__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61\x64k_mesh/v1/agent.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x16\x61\x64k_mesh/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc8\x01\n\nRunRequest\x12$\n\x04root\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.RootRunH\x00\x12.\n\tdelegated\x18\x02 \x01(\x0b\x32\x19.adk_mesh.v1.DelegatedRunH\x00\x12*\n\nrun_config\x18\x03 \x01(\x0b\x32\x16.adk_mesh.v1.RunConfig\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x1c\n\x14\x61\x63\x63\x65pt_event_batches\x18\x05 \x01(\x08\x42\x06\n\x04mode\"k\n\x07RootRun\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12)\n\x0bnew_message\x18\x04 \x01(\x0b\x32\x14.adk_mesh.v1.Content\"\xd7\x01\n\x0c\x44\x65legatedRun\x12\x15\n\rinvocation_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65legation_depth\x18\x03 \x01(\x05\x12\x1c\n\x14max_delegation_depth\x18\x04 \x01(\x05\x12)\n\x07session\x18\x05 \x01(\x0b\x32\x18.adk_mesh.v1.SessionView\x12*\n\x0cuser_content\x18\x06 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x11\n\tcall_path\x18\x07 \x03(\t\"\x85\x03\n\x0bSessionView\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x32\n\x05state\x18\x04 \x03(\x0b\x32#.adk_mesh.v1.SessionView.StateEntry\x12\"\n\x06\x65vents\x18\x05 \x03(\x0b\x32\x12.adk_mesh.v1.Event\x12;\n\nstate_json\x18\x06 \x03(\x0b\x32\'.adk_mesh.v1.SessionView.StateJsonEntry\x12\x16\n\x0eomitted_events\x18\x07 \x01(\x05\x12\x1a\n\x12\x61\x62ridged_event_ids\x18\x08 \x03(\t\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\tRunConfig\x12\x15\n\rmax_llm_calls\x18\x01 \x01(\x05\x12\x32\n\x0estreaming_mode\x18\x02 \x01(\x0e\x32\x1a.adk_mesh.v1.StreamingMode\"h\n\x0bRunResponse\x12!\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x12.adk_mesh.v1.Event\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\"\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x12.adk_mesh.v1.Event\"%\n\x0f\x44\x65scribeRequest\x12\x12\n\nagent_name\x18\x01 \x01(\t\"8\n\x10\x44\x65scribeResponse\x12$\n\x04\x63\x61rd\x18\x01 \x01(\x0b\x32\x16.adk_mesh.v1.AgentCard\"\xcc\x01\n\tAgentCard\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12-\n\nsub_agents\x18\x03 \x03(\x0b\x32\x19.adk_mesh.v1.AgentSummary\x12+\n\x05tools\x18\x04 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x1a\n\x12supports_streaming\x18\x05 \x01(\x08\x12\x12\n\nagent_type\x18\x06 \x01(\t\x12\x10\n\x08\x61pp_name\x18\x07 \x01(\t\"1\n\x0c\x41gentSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t*`\n\rStreamingMode\x12\x1e\n\x1aSTREAMING_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13STREAMING_MODE_NONE\x10\x01\x12\x16\n\x12STREAMING_MODE_SSE\x10\x02\x32\x93\x01\n\x0c\x41gentService\x12:\n\x03Run\x12\x17.adk_mesh.v1.RunRequest\x1a\x18.adk_mesh.v1.RunResponse0\x01\x12G\n\x08\x44\x65scribe\x12\x1c.adk_mesh.v1.DescribeRequest\x1a\x1d.adk_mesh.v1.DescribeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61\x64k_mesh/v1/agent.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x16\x61\x64k_mesh/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc8\x01\n\nRunRequest\x12$\n\x04root\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.RootRunH\x00\x12.\n\tdelegated\x18\x02 \x01(\x0b\x32\x19.adk_mesh.v1.DelegatedRunH\x00\x12*\n\nrun_config\x18\x03 \x01(\x0b\x32\x16.adk_mesh.v1.RunConfig\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x1c\n\x14\x61\x63\x63\x65pt_event_batches\x18\x05 \x01(\x08\x42\x06\n\x04mode\"k\n\x07RootRun\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12)\n\x0bnew_message\x18\x04 \x01(\x0b\x32\x14.adk_mesh.v1.Content\"\xfd\x02\n\x0c\x44\x65legatedRun\x12\x15\n\rinvocation_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65legation_depth\x18\x03 \x01(\x05\x12\x1c\n\x14max_delegation_depth\x18\x04 \x01(\x05\x12)\n\x07session\x18\x05 \x01(\x0b\x32\x18.adk_mesh.v1.SessionView\x12*\n\x0cuser_content\x18\x06 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x11\n\tcall_path\x18\x07 \x03(\t\x12\x16\n\x0ellm_calls_made\x18\x08 \x01(\x05\x12+\n\x05scope\x18\t \x01(\x0b\x32\x1c.adk_mesh.v1.DelegationScope\x12\x31\n\nagent_tool\x18\n \x01(\x0b\x32\x1d.adk_mesh.v1.DelegationPolicy\x12,\n\x0b\x63\x61ller_tree\x18\x0b \x01(\x0b\x32\x17.adk_mesh.v1.CallerTree\"\xe7\x02\n\x10\x44\x65legationPolicy\x12+\n\nstate_keys\x18\x01 \x01(\x0b\x32\x17.adk_mesh.v1.StringList\x12\x1c\n\x14include_parent_state\x18\x02 \x01(\x08\x12\x1e\n\x16include_parent_history\x18\x03 \x01(\x08\x12\x32\n\x11output_state_keys\x18\x04 \x01(\x0b\x32\x17.adk_mesh.v1.StringList\x12\x32\n\x11\x61rtifact_prefixes\x18\x05 \x01(\x0b\x32\x17.adk_mesh.v1.StringList\x12\x16\n\x0e\x66orward_events\x18\x06 \x01(\x08\x12\x16\n\x0e\x66orward_memory\x18\x07 \x01(\x08\x12\x15\n\rmax_transfers\x18\x08 \x01(\x05\x12\x39\n\x12state_merge_policy\x18\t \x01(\x0e\x32\x1d.adk_mesh.v1.StateMergePolicy\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"^\n\x0f\x44\x65legationScope\x12\x32\n\x11\x61rtifact_prefixes\x18\x01 \x03(\x0b\x32\x17.adk_mesh.v1.StringList\x12\x17\n\x0fmemory_withheld\x18\x02 \x01(\x08\"a\n\nCallerTree\x12)\n\x06parent\x18\x01 \x01(\x0b\x32\x19.adk_mesh.v1.AgentSummary\x12(\n\x05peers\x18\x02 \x03(\x0b\x32\x19.adk_mesh.v1.AgentSummary\"O\n\x11\x44\x65legationOutcome\x12\x0e\n\x06\x61nswer\x18\x01 \x01(\t\x12*\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x19.adk_mesh.v1.EventActions\"\x85\x03\n\x0bSessionView\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x32\n\x05state\x18\x04 \x03(\x0b\x32#.adk_mesh.v1.SessionView.StateEntry\x12\"\n\x06\x65vents\x18\x05 \x03(\x0b\x32\x12.adk_mesh.v1.Event\x12;\n\nstate_json\x18\x06 \x03(\x0b\x32\'.adk_mesh.v1.SessionView.StateJsonEntry\x12\x16\n\x0eomitted_events\x18\x07 \x01(\x05\x12\x1a\n\x12\x61\x62ridged_event_ids\x18\x08 \x03(\t\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\tRunConfig\x12\x15\n\rmax_llm_calls\x18\x01 \x01(\x05\x12\x32\n\x0estreaming_mode\x18\x02 \x01(\x0e\x32\x1a.adk_mesh.v1.StreamingMode\"\xb3\x01\n\x0bRunResponse\x12!\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x12.adk_mesh.v1.Event\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\"\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x12.adk_mesh.v1.Event\x12/\n\x07outcome\x18\x04 \x01(\x0b\x32\x1e.adk_mesh.v1.DelegationOutcome\x12\x18\n\x10invocation_ended\x18\x05 \x01(\x08\"%\n\x0f\x44\x65scribeRequest\x12\x12\n\nagent_name\x18\x01 \x01(\t\"8\n\x10\x44\x65scribeResponse\x12$\n\x04\x63\x61rd\x18\x01 \x01(\x0b\x32\x16.adk_mesh.v1.AgentCard\"\xcc\x01\n\tAgentCard\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12-\n\nsub_agents\x18\x03 \x03(\x0b\x32\x19.adk_mesh.v1.AgentSummary\x12+\n\x05tools\x18\x04 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x1a\n\x12supports_streaming\x18\x05 \x01(\x08\x12\x12\n\nagent_type\x18\x06 \x01(\t\x12\x10\n\x08\x61pp_name\x18\x07 \x01(\t\"1\n\x0c\x41gentSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t*\x88\x01\n\x10StateMergePolicy\x12\"\n\x1eSTATE_MERGE_POLICY_UNSPECIFIED\x10\x00\x12\'\n#STATE_MERGE_POLICY_LAST_WRITER_WINS\x10\x01\x12\'\n#STATE_MERGE_POLICY_REJECT_CONFLICTS\x10\x02*`\n\rStreamingMode\x12\x1e\n\x1aSTREAMING_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13STREAMING_MODE_NONE\x10\x01\x12\x16\n\x12STREAMING_MODE_SSE\x10\x02\x32\x93\x01\n\x0c\x41gentService\x12:\n\x03Run\x12\x17.adk_mesh.v1.RunRequest\x1a\x18.adk_mesh.v1.RunResponse0\x01\x12G\n\x08\x44\x65scribe\x12\x1c.adk_mesh.v1.DescribeRequest\x1a\x1d.adk_mesh.v1.DescribeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,32 +39,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONVIEW_STATEENTRY']._serialized_options = b'8\001'
   _globals['_SESSIONVIEW_STATEJSONENTRY']._loaded_options = None
   _globals['_SESSIONVIEW_STATEJSONENTRY']._serialized_options = b'8\001'
-  _globals['_STREAMINGMODE']._serialized_start=1617
-  _globals['_STREAMINGMODE']._serialized_end=1713
+  _globals['_STATEMERGEPOLICY']._serialized_start=2528
+  _globals['_STATEMERGEPOLICY']._serialized_end=2664
+  _globals['_STREAMINGMODE']._serialized_start=2666
+  _globals['_STREAMINGMODE']._serialized_end=2762
   _globals['_RUNREQUEST']._serialized_start=147
   _globals['_RUNREQUEST']._serialized_end=347
   _globals['_ROOTRUN']._serialized_start=349
   _globals['_ROOTRUN']._serialized_end=456
   _globals['_DELEGATEDRUN']._serialized_start=459
-  _globals['_DELEGATEDRUN']._serialized_end=674
-  _globals['_SESSIONVIEW']._serialized_start=677
-  _globals['_SESSIONVIEW']._serialized_end=1066
-  _globals['_SESSIONVIEW_STATEENTRY']._serialized_start=948
-  _globals['_SESSIONVIEW_STATEENTRY']._serialized_end=1016
-  _globals['_SESSIONVIEW_STATEJSONENTRY']._serialized_start=1018
-  _globals['_SESSIONVIEW_STATEJSONENTRY']._serialized_end=1066
-  _globals['_RUNCONFIG']._serialized_start=1068
-  _globals['_RUNCONFIG']._serialized_end=1154
-  _globals['_RUNRESPONSE']._serialized_start=1156
-  _globals['_RUNRESPONSE']._serialized_end=1260
-  _globals['_DESCRIBEREQUEST']._serialized_start=1262
-  _globals['_DESCRIBEREQUEST']._serialized_end=1299
-  _globals['_DESCRIBERESPONSE']._serialized_start=1301
-  _globals['_DESCRIBERESPONSE']._serialized_end=1357
-  _globals['_AGENTCARD']._serialized_start=1360
-  _globals['_AGENTCARD']._serialized_end=1564
-  _globals['_AGENTSUMMARY']._serialized_start=1566
-  _globals['_AGENTSUMMARY']._serialized_end=1615
-  _globals['_AGENTSERVICE']._serialized_start=1716
-  _globals['_AGENTSERVICE']._serialized_end=1863
+  _globals['_DELEGATEDRUN']._serialized_end=840
+  _globals['_DELEGATIONPOLICY']._serialized_start=843
+  _globals['_DELEGATIONPOLICY']._serialized_end=1202
+  _globals['_STRINGLIST']._serialized_start=1204
+  _globals['_STRINGLIST']._serialized_end=1232
+  _globals['_DELEGATIONSCOPE']._serialized_start=1234
+  _globals['_DELEGATIONSCOPE']._serialized_end=1328
+  _globals['_CALLERTREE']._serialized_start=1330
+  _globals['_CALLERTREE']._serialized_end=1427
+  _globals['_DELEGATIONOUTCOME']._serialized_start=1429
+  _globals['_DELEGATIONOUTCOME']._serialized_end=1508
+  _globals['_SESSIONVIEW']._serialized_start=1511
+  _globals['_SESSIONVIEW']._serialized_end=1900
+  _globals['_SESSIONVIEW_STATEENTRY']._serialized_start=1782
+  _globals['_SESSIONVIEW_STATEENTRY']._serialized_end=1850
+  _globals['_SESSIONVIEW_STATEJSONENTRY']._serialized_start=1852
+  _globals['_SESSIONVIEW_STATEJSONENTRY']._serialized_end=1900
+  _globals['_RUNCONFIG']._serialized_start=1902
+  _globals['_RUNCONFIG']._serialized_end=1988
+  _globals['_RUNRESPONSE']._serialized_start=1991
+  _globals['_RUNRESPONSE']._serialized_end=2170
+  _globals['_DESCRIBEREQUEST']._serialized_start=2172
+  _globals['_DESCRIBEREQUEST']._serialized_end=2209
+  _globals['_DESCRIBERESPONSE']._serialized_start=2211
+  _globals['_DESCRIBERESPONSE']._serialized_end=2267
+  _globals['_AGENTCARD']._serialized_start=2270
+  _globals['_AGENTCARD']._serialized_end=2474
+  _globals['_AGENTSUMMARY']._serialized_start=2476
+  _globals['_AGENTSUMMARY']._serialized_end=2525
+  _globals['_AGENTSERVICE']._serialized_start=2765
+  _globals['_AGENTSERVICE']._serialized_end=2912
 # @@protoc_insertion_point(module_scope)

@@ -11,11 +11,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class StateMergePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATE_MERGE_POLICY_UNSPECIFIED: _ClassVar[StateMergePolicy]
+    STATE_MERGE_POLICY_LAST_WRITER_WINS: _ClassVar[StateMergePolicy]
+    STATE_MERGE_POLICY_REJECT_CONFLICTS: _ClassVar[StateMergePolicy]
+
 class StreamingMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STREAMING_MODE_UNSPECIFIED: _ClassVar[StreamingMode]
     STREAMING_MODE_NONE: _ClassVar[StreamingMode]
     STREAMING_MODE_SSE: _ClassVar[StreamingMode]
+STATE_MERGE_POLICY_UNSPECIFIED: StateMergePolicy
+STATE_MERGE_POLICY_LAST_WRITER_WINS: StateMergePolicy
+STATE_MERGE_POLICY_REJECT_CONFLICTS: StateMergePolicy
 STREAMING_MODE_UNSPECIFIED: StreamingMode
 STREAMING_MODE_NONE: StreamingMode
 STREAMING_MODE_SSE: StreamingMode
@@ -47,7 +56,7 @@ class RootRun(_message.Message):
     def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_message: _Optional[_Union[_content_pb2.Content, _Mapping]] = ...) -> None: ...
 
 class DelegatedRun(_message.Message):
-    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path")
+    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path", "llm_calls_made", "scope", "agent_tool", "caller_tree")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     DELEGATION_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +64,10 @@ class DelegatedRun(_message.Message):
     SESSION_FIELD_NUMBER: _ClassVar[int]
     USER_CONTENT_FIELD_NUMBER: _ClassVar[int]
     CALL_PATH_FIELD_NUMBER: _ClassVar[int]
+    LLM_CALLS_MADE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_TOOL_FIELD_NUMBER: _ClassVar[int]
+    CALLER_TREE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     branch: str
     delegation_depth: int
@@ -62,7 +75,63 @@ class DelegatedRun(_message.Message):
     session: SessionView
     user_content: _content_pb2.Content
     call_path: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ...) -> None: ...
+    llm_calls_made: int
+    scope: DelegationScope
+    agent_tool: DelegationPolicy
+    caller_tree: CallerTree
+    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ..., llm_calls_made: _Optional[int] = ..., scope: _Optional[_Union[DelegationScope, _Mapping]] = ..., agent_tool: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., caller_tree: _Optional[_Union[CallerTree, _Mapping]] = ...) -> None: ...
+
+class DelegationPolicy(_message.Message):
+    __slots__ = ("state_keys", "include_parent_state", "include_parent_history", "output_state_keys", "artifact_prefixes", "forward_events", "forward_memory", "max_transfers", "state_merge_policy")
+    STATE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PARENT_STATE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PARENT_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_STATE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRANSFERS_FIELD_NUMBER: _ClassVar[int]
+    STATE_MERGE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    state_keys: StringList
+    include_parent_state: bool
+    include_parent_history: bool
+    output_state_keys: StringList
+    artifact_prefixes: StringList
+    forward_events: bool
+    forward_memory: bool
+    max_transfers: int
+    state_merge_policy: StateMergePolicy
+    def __init__(self, state_keys: _Optional[_Union[StringList, _Mapping]] = ..., include_parent_state: _Optional[bool] = ..., include_parent_history: _Optional[bool] = ..., output_state_keys: _Optional[_Union[StringList, _Mapping]] = ..., artifact_prefixes: _Optional[_Union[StringList, _Mapping]] = ..., forward_events: _Optional[bool] = ..., forward_memory: _Optional[bool] = ..., max_transfers: _Optional[int] = ..., state_merge_policy: _Optional[_Union[StateMergePolicy, str]] = ...) -> None: ...
+
+class StringList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DelegationScope(_message.Message):
+    __slots__ = ("artifact_prefixes", "memory_withheld")
+    ARTIFACT_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    artifact_prefixes: _containers.RepeatedCompositeFieldContainer[StringList]
+    memory_withheld: bool
+    def __init__(self, artifact_prefixes: _Optional[_Iterable[_Union[StringList, _Mapping]]] = ..., memory_withheld: _Optional[bool] = ...) -> None: ...
+
+class CallerTree(_message.Message):
+    __slots__ = ("parent", "peers")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    parent: AgentSummary
+    peers: _containers.RepeatedCompositeFieldContainer[AgentSummary]
+    def __init__(self, parent: _Optional[_Union[AgentSummary, _Mapping]] = ..., peers: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ...) -> None: ...
+
+class DelegationOutcome(_message.Message):
+    __slots__ = ("answer", "actions")
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    answer: str
+    actions: _event_pb2.EventActions
+    def __init__(self, answer: _Optional[str] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ...) -> None: ...
 
 class SessionView(_message.Message):
     __slots__ = ("app_name", "user_id", "session_id", "state", "events", "state_json", "omitted_events", "abridged_event_ids")
@@ -107,14 +176,18 @@ class RunConfig(_message.Message):
     def __init__(self, max_llm_calls: _Optional[int] = ..., streaming_mode: _Optional[_Union[StreamingMode, str]] = ...) -> None: ...
 
 class RunResponse(_message.Message):
-    __slots__ = ("event", "session_id", "events")
+    __slots__ = ("event", "session_id", "events", "outcome", "invocation_ended")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    INVOCATION_ENDED_FIELD_NUMBER: _ClassVar[int]
     event: _event_pb2.Event
     session_id: str
     events: _containers.RepeatedCompositeFieldContainer[_event_pb2.Event]
-    def __init__(self, event: _Optional[_Union[_event_pb2.Event, _Mapping]] = ..., session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ...) -> None: ...
+    outcome: DelegationOutcome
+    invocation_ended: bool
+    def __init__(self, event: _Optional[_Union[_event_pb2.Event, _Mapping]] = ..., session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., outcome: _Optional[_Union[DelegationOutcome, _Mapping]] = ..., invocation_ended: _Optional[bool] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("agent_name",)

@@ -38,12 +38,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallbackContext",
+    "CallerTree",
+    "DelegationScope",
     "InvocationContext",
     "ProgressReporter",
     "ReadonlyContext",
     "RunConfig",
     "StreamingMode",
     "ToolContext",
+    "TransferTarget",
 ]
 
 DEFAULT_MAX_LLM_CALLS = 500
@@ -85,6 +88,48 @@ class RunConfig(BaseModel):
     streaming_mode: StreamingMode = StreamingMode.NONE
 
 
+@dataclasses.dataclass(frozen=True)
+class DelegationScope:
+    """What a run may reach of the root's artifacts and memory, once the AgentTool delegations
+    it runs inside narrowed it. The default (a root run, a transfer) reaches everything.
+
+    Attributes:
+        artifact_prefixes: the ``artifact_prefixes`` of each delegation on the way that set
+            them, outermost first: an artifact name must start with a prefix of every entry.
+        memory: False once a delegation on the way did not forward memory.
+    """
+
+    artifact_prefixes: tuple[tuple[str, ...], ...] = ()
+    memory: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferTarget:
+    """An agent another agent may hand the conversation to, as its model is shown it."""
+
+    name: str
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CallerTree:
+    """Where the agent a transfer handed to another service stands in the caller's tree: the
+    caller's agents it may hand the conversation back to, as a local agent in its place could
+    (its parent and its peers, as the caller's rules allow; the agent's own
+    ``disallow_transfer_to_*`` still apply).
+
+    Attributes:
+        agent_name: the agent of this service's tree the run was handed to (only it is
+            offered these targets; agents it transfers to in its own tree are not).
+        parent: the caller-side parent (None: none it may return to).
+        peers: the caller-side peers.
+    """
+
+    agent_name: str
+    parent: TransferTarget | None = None
+    peers: tuple[TransferTarget, ...] = ()
+
+
 @dataclasses.dataclass
 class _LlmCallCount:
     """Model calls made so far in one invocation: shared by its contexts and by the contexts
@@ -114,6 +159,11 @@ class InvocationContext:
     ``tool_timeout`` is how long each tool may run (``None``: no bound); ``llm_calls_of``: a
     context whose model-call count this one shares (an AgentTool's child counts against its
     parent's ``max_llm_calls``).
+
+    ``delegation_scope``: what the run may reach of the root's artifacts and memory (narrowed
+    by each AgentTool delegation it runs inside; a remote hop carries it and applies it).
+    ``caller_tree``: set in a delegated run that a transfer handed to this service: the
+    caller's agents the agent delegated to may transfer back to.
     """
 
     __slots__ = (
@@ -123,8 +173,10 @@ class InvocationContext:
         "artifact_service",
         "branch",
         "call_path",
+        "caller_tree",
         "deadline",
         "delegation_depth",
+        "delegation_scope",
         "invocation_id",
         "max_delegation_depth",
         "memory_service",
@@ -153,6 +205,8 @@ class InvocationContext:
         deadline: float | None = None,
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         llm_calls_of: InvocationContext | None = None,
+        delegation_scope: DelegationScope | None = None,
+        caller_tree: CallerTree | None = None,
         _shared: _InvocationShared | None = None,
     ) -> None:
         self.invocation_id = invocation_id
@@ -170,6 +224,8 @@ class InvocationContext:
         self.call_path = call_path
         self.deadline = deadline if deadline is not None else serving_deadline.get()
         self.tool_timeout = tool_timeout
+        self.delegation_scope = delegation_scope or DelegationScope()
+        self.caller_tree = caller_tree
         self._shared = _shared or _InvocationShared()
         if llm_calls_of is not None:
             self._shared.llm_calls = llm_calls_of._shared.llm_calls

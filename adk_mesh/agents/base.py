@@ -15,6 +15,7 @@ from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Content, Event
 
 if TYPE_CHECKING:
+    from adk_mesh.agents.delegation import Delegation, DelegationOutcome
     from adk_mesh.tools.base import BaseTool
 
 __all__ = [
@@ -93,8 +94,9 @@ class BaseAgent(abc.ABC):
     What the runtime needs to know of an agent it asks the agent, never its class: whether it
     owns its children's transfers (:attr:`owns_child_transfers`), whether it keeps the
     conversation for the user's next turn (:attr:`keeps_conversation`), whether it runs in
-    another service (:attr:`remote_location`). An agent of your own declares them as the
-    built-in ones do.
+    another service (:attr:`remote_location`), and how it runs as an AgentTool's child
+    (:meth:`run_delegation`: here, unless it runs elsewhere). An agent of your own declares
+    them as the built-in ones do.
     """
 
     #: Whether this agent decides the order of its children itself, as workflow agents do: a
@@ -164,6 +166,21 @@ class BaseAgent(abc.ABC):
     def remote_location(self) -> RemoteLocation | None:
         """Where the agent runs when it runs in another service; ``None`` for this process."""
         return None
+
+    async def run_delegation(
+        self,
+        parent: InvocationContext,
+        delegation: Delegation,
+        forward: Callable[[Event], None] | None = None,
+    ) -> DelegationOutcome:
+        """Run as an AgentTool's child of ``parent`` under ``delegation``'s policy and return
+        the outcome (see :func:`~adk_mesh.agents.delegation.run_delegation`, which this does
+        in this process; forwarded events go to ``forward``). An agent that runs in another
+        service hands the whole delegation, policy included, to that service instead, which
+        applies it with the same function."""
+        from adk_mesh.agents.delegation import run_delegation
+
+        return await run_delegation(parent, self, delegation, forward=forward)
 
     def walk(self) -> Iterator[BaseAgent]:
         """This agent and all its descendants, depth first."""

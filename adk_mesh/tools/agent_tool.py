@@ -32,41 +32,43 @@ invocation, one budget, however deep it delegates.
 Transfers inside the child's tree run inside the delegation. A forwarded event keeps its
 content but loses its state, artifact, transfer and escalate actions — they reach the parent
 only through the write-back — so the parent's Runner never applies or executes them twice.
+The child's ``end_invocation()`` ends the delegation, not the parent's invocation.
+
+Where the policy is enforced: what it decides about the child (projection in, artifact
+prefixes, memory, write-back out, forwarded events) is applied where the child runs, by one
+function (:func:`adk_mesh.agents.delegation.run_delegation`). For a child in another service
+(``AgentTool(RemoteAgent(...))``) the policy travels with the call and that service applies
+it, so, for instance, an artifact save outside the prefixes fails inside the child exactly as
+in process; the caller sends only what the policy lets the child see and filters the
+write-back again. What it decides about the parent stays here: ``REJECT_CONFLICTS`` (only
+here is the parent's state), ``propagate_errors``, ``skip_summarization`` and ``timeout``
+(which cancels the call, and so the remote child). The scope the policy leaves the child
+(artifact prefixes, memory) also travels with every call the child makes to other services.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
-from adk_mesh.artifacts.base import ArtifactService
-from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, InvocationContext, RunConfig
-from adk_mesh.errors import (
-    AdkError,
-    AgentError,
-    ArtifactError,
-    DelegationError,
-    StateConflictError,
-    ToolError,
+from adk_mesh.agents.delegation import (
+    Delegation,
+    DelegationOutcome,
+    DelegationPolicy,
+    StateMergePolicy,
 )
+from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS
+from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH
+from adk_mesh.errors import AdkError, AgentError, DelegationError, ToolError
 from adk_mesh.telemetry._spans import record_control_transfer
 from adk_mesh.tools.base import BaseTool
-from adk_mesh.types import Content, Event, EventActions, Part
+from adk_mesh.types import Content, Part
 
 if TYPE_CHECKING:
     from adk_mesh.agents.base import BaseAgent
     from adk_mesh.contexts import ToolContext
 
 __all__ = ["AgentTool", "StateMergePolicy"]
-
-_MISSING = object()
-
-
-class StateMergePolicy(StrEnum):
-    LAST_WRITER_WINS = "last_writer_wins"
-    REJECT_CONFLICTS = "reject_conflicts"
 
 
 class AgentTool(BaseTool):
@@ -107,6 +109,22 @@ class AgentTool(BaseTool):
         self.max_transfers = max_transfers
 
     @property
+    def policy(self) -> DelegationPolicy:
+        """What this AgentTool decides about its child, as the child's side applies it."""
+        return DelegationPolicy(
+            state_keys=tuple(self.state_keys) if self.state_keys is not None else None,
+            include_parent_state=self.include_parent_state,
+            include_parent_history=self.include_parent_history,
+            output_state_keys=(
+                frozenset(self.output_state_keys) if self.output_state_keys is not None else None
+            ),
+            state_merge_policy=self.state_merge_policy,
+            artifact_prefixes=self.artifact_prefixes,
+            forward_events=self.forward_events,
+            forward_memory=self.forward_memory,
+        )
+
+    @property
     def parameters_schema(self) -> dict[str, Any]:
         return {
             "type": "object",
@@ -144,8 +162,6 @@ class AgentTool(BaseTool):
             raise failure from error
 
     async def _delegate(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-        from adk_mesh.sessions.memory import InMemorySessionService
-
         request = args.get("request")
         if not isinstance(request, str) or not request.strip():
             raise ToolError("call this agent with a non-empty 'request' string")
@@ -158,177 +174,39 @@ class AgentTool(BaseTool):
                 f"is {limit}"
             )
         record_control_transfer("return_to_caller", self.agent.name, delegation_depth=depth)
-        parent_state = parent.session.state
-        snapshot = dict(parent_state)
-        child_service = InMemorySessionService()
-        child_session = await child_service.create_session(
-            app_name=parent.app_name,
-            user_id=parent.user_id,
-            session_id=parent.session_id,
-            state=self._initial_state(parent_state),
-        )
-        if self.include_parent_history:
-            child_session.events = [
-                event.model_copy(deep=True) for event in parent.session.events if not event.partial
-            ]
-        user_content = Content(role="user", parts=[Part(text=request)])
-        child_ctx = InvocationContext(
-            invocation_id=parent.invocation_id,
-            agent=self.agent,
-            session=child_session,
-            session_service=child_service,
-            artifact_service=(
-                _AllowListArtifacts(parent.artifact_service, self.artifact_prefixes)
-                if parent.artifact_service is not None and self.artifact_prefixes is not None
-                else parent.artifact_service
-            ),
-            memory_service=parent.memory_service if self.forward_memory else None,
-            run_config=RunConfig(max_llm_calls=parent.run_config.max_llm_calls),
-            llm_calls_of=parent,
-            user_content=user_content,
+        snapshot = dict(parent.session.state)
+        policy = self.policy
+        delegation = Delegation(
+            policy=policy,
+            request=Content(role="user", parts=[Part(text=request)]),
             branch=f"{parent.branch or parent.agent.name}.{self.agent.name}",
-            delegation_depth=depth,
-            max_delegation_depth=limit,
-            call_path=parent.call_path,
-            deadline=parent.deadline,
-            tool_timeout=parent.tool_timeout,
+            depth=depth,
+            max_depth=limit,
+            max_transfers=self.max_transfers,
         )
-        await child_service.append_event(
-            child_session,
-            Event.new(
-                author="user",
-                invocation_id=parent.invocation_id,
-                content=user_content,
-                branch=child_ctx.branch,
-            ),
+        # The child's side applies the policy (here, or in the service where a remote child
+        # runs); what it decides about the parent is applied here.
+        outcome = await self.agent.run_delegation(
+            parent, delegation, ctx.forward_event if policy.forward_events else None
         )
-        answer = ""
-        state_changes: dict[str, Any] = {}
-        artifact_changes: dict[str, int] = {}
-        async for event in follow_transfers(
-            child_ctx, self.agent, root=self.agent, max_transfers=self.max_transfers
-        ):
-            if event.llm_response.partial:
-                continue
-            stored = await child_service.append_event(child_session, event)
-            state_changes.update(stored.actions.state_delta)
-            artifact_changes.update(stored.actions.artifact_delta)
-            if stored.llm_response.content is not None and stored.text:
-                answer = stored.text
-            if self.forward_events:
-                ctx.forward_event(_stripped(stored))
-        self._write_back(ctx, snapshot, state_changes, artifact_changes)
+        self._write_back(ctx, policy, snapshot, outcome)
         if self.skip_summarization:
             ctx.actions.skip_summarization = True
-        return {"result": answer}
-
-    def _initial_state(self, parent_state: dict[str, Any]) -> dict[str, Any]:
-        if self.state_keys is not None:
-            return {key: parent_state[key] for key in self.state_keys if key in parent_state}
-        if self.include_parent_state:
-            return dict(parent_state)
-        return {}
+        return {"result": outcome.answer}
 
     def _write_back(
         self,
         ctx: ToolContext,
+        policy: DelegationPolicy,
         snapshot: dict[str, Any],
-        state_changes: dict[str, Any],
-        artifact_changes: dict[str, int],
+        outcome: DelegationOutcome,
     ) -> None:
-        if self.output_state_keys is not None:
-            state_changes = {k: v for k, v in state_changes.items() if k in self.output_state_keys}
-        if self.state_merge_policy is StateMergePolicy.REJECT_CONFLICTS:
-            current = ctx.invocation_context.session.state
-            conflicts = sorted(
-                key
-                for key in state_changes
-                if current.get(key, _MISSING) != snapshot.get(key, _MISSING)
-            )
-            if conflicts:
-                raise StateConflictError(
-                    f"{self.agent.name!r} wrote {', '.join(conflicts)}, which changed in the "
-                    "caller's state while it ran; none of its state changes were applied",
-                    metadata={"keys": ",".join(conflicts)},
-                )
+        # Filtered again: a remote child's service filtered already; the parent's state is
+        # this side's to protect.
+        state_changes = policy.written_back(outcome.state_changes)
+        policy.check_write_back(
+            self.agent.name, snapshot, ctx.invocation_context.session.state, state_changes
+        )
         for key, value in state_changes.items():
             ctx.state[key] = value
-        ctx.actions.artifact_delta.update(artifact_changes)
-
-
-def _stripped(event: Event) -> Event:
-    actions = event.actions
-    if actions.is_empty():
-        return event
-    return event.model_copy(
-        update={"actions": EventActions(skip_summarization=actions.skip_summarization)}
-    )
-
-
-class _AllowListArtifacts(ArtifactService):
-    """The parent's artifact service, limited to names with one of the allowed prefixes."""
-
-    def __init__(self, inner: ArtifactService, prefixes: tuple[str, ...]) -> None:
-        self._inner = inner
-        self._prefixes = prefixes
-
-    def _check(self, filename: str) -> None:
-        if not filename.startswith(self._prefixes):
-            allowed = ", ".join(repr(p) for p in self._prefixes) or "none"
-            raise ArtifactError(
-                f"artifact {filename!r} is outside this delegation's allowed prefixes ({allowed})"
-            )
-
-    async def save_artifact(
-        self, *, app_name: str, user_id: str, session_id: str, filename: str, artifact: Part
-    ) -> int:
-        self._check(filename)
-        return await self._inner.save_artifact(
-            app_name=app_name,
-            user_id=user_id,
-            session_id=session_id,
-            filename=filename,
-            artifact=artifact,
-        )
-
-    async def load_artifact(
-        self,
-        *,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        filename: str,
-        version: int | None = None,
-    ) -> Part | None:
-        self._check(filename)
-        return await self._inner.load_artifact(
-            app_name=app_name,
-            user_id=user_id,
-            session_id=session_id,
-            filename=filename,
-            version=version,
-        )
-
-    async def list_artifact_keys(
-        self, *, app_name: str, user_id: str, session_id: str
-    ) -> list[str]:
-        keys = await self._inner.list_artifact_keys(
-            app_name=app_name, user_id=user_id, session_id=session_id
-        )
-        return [key for key in keys if key.startswith(self._prefixes)]
-
-    async def list_versions(
-        self, *, app_name: str, user_id: str, session_id: str, filename: str
-    ) -> list[int]:
-        self._check(filename)
-        return await self._inner.list_versions(
-            app_name=app_name, user_id=user_id, session_id=session_id, filename=filename
-        )
-
-    async def delete_artifact(
-        self, *, app_name: str, user_id: str, session_id: str, filename: str
-    ) -> None:
-        self._check(filename)
-        await self._inner.delete_artifact(
-            app_name=app_name, user_id=user_id, session_id=session_id, filename=filename
-        )
+        ctx.actions.artifact_delta.update(outcome.artifact_changes)

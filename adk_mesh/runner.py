@@ -69,24 +69,39 @@ def check_new_message(message: Content) -> Content:
     return message
 
 
-def _transferable_across_tree(agent: BaseAgent) -> bool:
-    """An agent keeps the conversation across turns only if it and every agent above it keep
-    it (:attr:`~adk_mesh.agents.base.BaseAgent.keeps_conversation`): a workflow agent on the
-    path owns the order of its children, so the next turn starts again from the root."""
+def _transferable_across_tree(agent: BaseAgent, root: BaseAgent | None = None) -> bool:
+    """An agent keeps the conversation across turns only if it and every agent above it (up
+    to ``root``) keep it (:attr:`~adk_mesh.agents.base.BaseAgent.keeps_conversation`): a
+    workflow agent on the path owns the order of its children, so the next turn starts again
+    from the root."""
     current: BaseAgent | None = agent
     while current is not None:
         if not current.keeps_conversation:
             return False
+        if current is root:
+            break
         current = current.parent_agent
     return True
 
 
-def find_agent_to_run(root: BaseAgent, session: Session, new_message: Content) -> BaseAgent:
+def find_agent_to_run(
+    root: BaseAgent,
+    session: Session,
+    new_message: Content,
+    *,
+    foreign_authors_end: bool = False,
+) -> BaseAgent:
     """Which agent answers the next user turn.
 
     A message answering a function call (a long-running tool's result) goes to the agent that
     made the call. Otherwise the turn resumes with the agent that answered last, if it can
     keep the conversation (see :func:`_transferable_across_tree`); else the root.
+
+    ``foreign_authors_end``: for a run another service handed to ``root`` (a subtree of this
+    service's tree) by a transfer. The history holds the caller's agents too: the newest event
+    of an agent outside ``root``'s subtree means control came from the caller in this turn, so
+    ``root`` answers; otherwise the agent of the subtree that answered last resumes, as it
+    would if the two trees were one.
     """
     response_ids = {r.id for r in new_message.function_responses if r.id}
     if response_ids:
@@ -103,8 +118,10 @@ def find_agent_to_run(root: BaseAgent, session: Session, new_message: Content) -
             return root
         agent = root.find_sub_agent(event.author)
         if agent is None:
+            if foreign_authors_end:
+                return root
             continue
-        if _transferable_across_tree(agent):
+        if _transferable_across_tree(agent, root):
             return agent
     return root
 

@@ -20,6 +20,7 @@ from adk_mesh.contexts import (
     ReadonlyContext,
     StreamingMode,
     ToolContext,
+    TransferTarget,
 )
 from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
 from adk_mesh.models._pairing import pair_function_calls
@@ -194,6 +195,40 @@ class LlmAgent(BaseAgent):
                 targets.extend(peer for peer in parent.sub_agents if peer is not self)
         return targets
 
+    def transfer_choices(self, ctx: InvocationContext) -> list[TransferTarget]:
+        """What this agent's model may transfer to in ``ctx``: :meth:`transfer_targets`, and
+        when a transfer from another service handed the run to this agent, the caller's
+        agents in its place (``ctx.caller_tree``: its parent and peers there), under this
+        agent's own ``disallow_transfer_to_*``."""
+        choices = [
+            TransferTarget(agent.name, agent.description) for agent in self.transfer_targets()
+        ]
+        outer = ctx.caller_tree
+        if outer is None or outer.agent_name != self.name:
+            return choices
+        foreign: list[TransferTarget] = []
+        if outer.parent is not None and not self.disallow_transfer_to_parent:
+            foreign.append(outer.parent)
+        if not self.disallow_transfer_to_peers:
+            foreign.extend(outer.peers)
+        taken = {choice.name for choice in choices} | {self.name}
+        for target in foreign:
+            if target.name not in taken:
+                taken.add(target.name)
+                choices.append(target)
+        return choices
+
+    def _parent_choice(self, ctx: InvocationContext) -> str | None:
+        """The name of the agent this one hands back to, when it may."""
+        if self.parent_agent is not None:
+            if self.parent_agent.owns_child_transfers or self.disallow_transfer_to_parent:
+                return None
+            return self.parent_agent.name
+        outer = ctx.caller_tree
+        if outer is None or outer.agent_name != self.name or outer.parent is None:
+            return None
+        return None if self.disallow_transfer_to_parent else outer.parent.name
+
     # --- request ----------------------------------------------------------------------------
 
     async def canonical_instruction(self, ctx: ReadonlyContext) -> str:
@@ -232,12 +267,14 @@ class LlmAgent(BaseAgent):
             system_instruction=await self.canonical_instruction(readonly) or None,
         )
         tools = await self.canonical_tools(readonly)
-        targets = self.transfer_targets()
+        targets = self.transfer_choices(ctx)
         if targets:
             from adk_mesh.tools.builtin import TransferToAgentTool
 
-            tools.append(TransferToAgentTool([agent.name for agent in targets]))
-            request.append_instruction(_transfer_instruction(self, targets))
+            tools.append(TransferToAgentTool([target.name for target in targets]))
+            request.append_instruction(
+                _transfer_instruction(self, targets, self._parent_choice(ctx))
+            )
         tools_by_name: dict[str, BaseTool] = {}
         for tool in tools:
             if tool.name in tools_by_name:
@@ -491,7 +528,9 @@ def _with_call_ids(response: LlmResponse) -> LlmResponse:
     return response.model_copy(update={"content": Content(role=content.role, parts=parts)})
 
 
-def _transfer_instruction(agent: LlmAgent, targets: list[BaseAgent]) -> str:
+def _transfer_instruction(
+    agent: LlmAgent, targets: list[TransferTarget], parent: str | None
+) -> str:
     lines = [
         f"You are agent {agent.name!r}. You may hand the conversation to another agent when it "
         "is better suited to answer, by calling the transfer_to_agent tool with its name.",
@@ -500,11 +539,8 @@ def _transfer_instruction(agent: LlmAgent, targets: list[BaseAgent]) -> str:
     for target in targets:
         description = target.description or "(no description)"
         lines.append(f"- {target.name}: {description}")
-    if agent.parent_agent is not None and agent.parent_agent in targets:
-        lines.append(
-            f"If the request is outside your expertise, transfer back to "
-            f"{agent.parent_agent.name!r}."
-        )
+    if parent is not None and any(target.name == parent for target in targets):
+        lines.append(f"If the request is outside your expertise, transfer back to {parent!r}.")
     return "\n".join(lines)
 
 

@@ -30,7 +30,15 @@ from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from adk_mesh.contexts import ReadonlyContext, RunConfig, StreamingMode
+from adk_mesh.agents.delegation import DelegationOutcome, DelegationPolicy, StateMergePolicy
+from adk_mesh.contexts import (
+    CallerTree,
+    DelegationScope,
+    ReadonlyContext,
+    RunConfig,
+    StreamingMode,
+    TransferTarget,
+)
 from adk_mesh.errors import (
     AdkError,
     AdkJSONError,
@@ -70,10 +78,18 @@ __all__ = [
     "call_tool_request_from_proto",
     "call_tool_request_to_proto",
     "caller_context_to_proto",
+    "caller_tree_from_proto",
+    "caller_tree_to_proto",
     "content_from_proto",
     "content_to_proto",
     "declaration_from_proto",
     "declaration_to_proto",
+    "delegation_outcome_from_proto",
+    "delegation_outcome_to_proto",
+    "delegation_policy_from_proto",
+    "delegation_policy_to_proto",
+    "delegation_scope_from_proto",
+    "delegation_scope_to_proto",
     "event_from_proto",
     "event_to_proto",
     "json_from_text",
@@ -1061,3 +1077,123 @@ def run_response_events(response: agent_pb2.RunResponse | None) -> list[Event]:
     if response.HasField("event"):
         return [event_from_proto(response.event)]
     return []
+
+
+# --- delegations ---------------------------------------------------------------------------
+
+_MERGE_TO_PROTO = {
+    StateMergePolicy.LAST_WRITER_WINS: agent_pb2.STATE_MERGE_POLICY_LAST_WRITER_WINS,
+    StateMergePolicy.REJECT_CONFLICTS: agent_pb2.STATE_MERGE_POLICY_REJECT_CONFLICTS,
+}
+
+
+def _string_list(target: agent_pb2.StringList, values: Iterable[str]) -> None:
+    target.SetInParent()  # an empty list is present all the same
+    target.values.extend(values)
+
+
+def delegation_policy_to_proto(
+    policy: DelegationPolicy, *, max_transfers: int = 0
+) -> agent_pb2.DelegationPolicy:
+    """An AgentTool's policy as ``DelegatedRun.agent_tool`` carries it (``max_transfers``: the
+    transfers the child's tree may follow; 0 leaves it to the service)."""
+    message = agent_pb2.DelegationPolicy(
+        include_parent_state=policy.include_parent_state,
+        include_parent_history=policy.include_parent_history,
+        forward_events=policy.forward_events,
+        forward_memory=policy.forward_memory,
+        max_transfers=max_transfers,
+        state_merge_policy=_MERGE_TO_PROTO[policy.state_merge_policy],
+    )
+    if policy.state_keys is not None:
+        _string_list(message.state_keys, policy.state_keys)
+    if policy.output_state_keys is not None:
+        _string_list(message.output_state_keys, sorted(policy.output_state_keys))
+    if policy.artifact_prefixes is not None:
+        _string_list(message.artifact_prefixes, policy.artifact_prefixes)
+    return message
+
+
+def delegation_policy_from_proto(message: agent_pb2.DelegationPolicy) -> DelegationPolicy:
+    """``DelegatedRun.agent_tool`` as a :class:`~adk_mesh.agents.delegation.DelegationPolicy`
+    (its ``max_transfers`` is read by the server, which bounds it)."""
+    return DelegationPolicy(
+        state_keys=(tuple(message.state_keys.values) if message.HasField("state_keys") else None),
+        include_parent_state=message.include_parent_state,
+        include_parent_history=message.include_parent_history,
+        output_state_keys=(
+            frozenset(message.output_state_keys.values)
+            if message.HasField("output_state_keys")
+            else None
+        ),
+        state_merge_policy=(
+            StateMergePolicy.REJECT_CONFLICTS
+            if message.state_merge_policy == agent_pb2.STATE_MERGE_POLICY_REJECT_CONFLICTS
+            else StateMergePolicy.LAST_WRITER_WINS
+        ),
+        artifact_prefixes=(
+            tuple(message.artifact_prefixes.values)
+            if message.HasField("artifact_prefixes")
+            else None
+        ),
+        forward_events=message.forward_events,
+        forward_memory=message.forward_memory,
+    )
+
+
+def delegation_scope_to_proto(scope: DelegationScope) -> agent_pb2.DelegationScope:
+    message = agent_pb2.DelegationScope(memory_withheld=not scope.memory)
+    for prefixes in scope.artifact_prefixes:
+        _string_list(message.artifact_prefixes.add(), prefixes)
+    return message
+
+
+def delegation_scope_from_proto(message: agent_pb2.DelegationScope) -> DelegationScope:
+    return DelegationScope(
+        artifact_prefixes=tuple(tuple(entry.values) for entry in message.artifact_prefixes),
+        memory=not message.memory_withheld,
+    )
+
+
+def caller_tree_to_proto(
+    parent: TransferTarget | None, peers: Iterable[TransferTarget]
+) -> agent_pb2.CallerTree:
+    """The caller's agents a transferred-to agent may hand back to."""
+    message = agent_pb2.CallerTree(
+        peers=[agent_pb2.AgentSummary(name=p.name, description=p.description) for p in peers]
+    )
+    if parent is not None:
+        message.parent.name = parent.name
+        message.parent.description = parent.description
+    return message
+
+
+def caller_tree_from_proto(message: agent_pb2.CallerTree, agent_name: str) -> CallerTree:
+    """``DelegatedRun.caller_tree`` for the agent ``agent_name`` that the run was handed to."""
+    return CallerTree(
+        agent_name=agent_name,
+        parent=(
+            TransferTarget(message.parent.name, message.parent.description)
+            if message.HasField("parent")
+            else None
+        ),
+        peers=tuple(TransferTarget(peer.name, peer.description) for peer in message.peers),
+    )
+
+
+def delegation_outcome_to_proto(outcome: DelegationOutcome) -> agent_pb2.DelegationOutcome:
+    return agent_pb2.DelegationOutcome(
+        answer=outcome.answer,
+        actions=actions_to_proto(
+            EventActions(state_delta=outcome.state_changes, artifact_delta=outcome.artifact_changes)
+        ),
+    )
+
+
+def delegation_outcome_from_proto(message: agent_pb2.DelegationOutcome) -> DelegationOutcome:
+    actions = actions_from_proto(message.actions)
+    return DelegationOutcome(
+        answer=message.answer,
+        state_changes=dict(actions.state_delta),
+        artifact_changes=dict(actions.artifact_delta),
+    )

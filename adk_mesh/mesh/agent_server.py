@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+import dataclasses
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 
 import grpc
@@ -10,7 +12,13 @@ import grpc.aio
 
 from adk_mesh import codec
 from adk_mesh._tasks import TaskFeed
-from adk_mesh.agents.base import BaseAgent
+from adk_mesh.agents.base import BaseAgent, validate_agent_name
+from adk_mesh.agents.delegation import (
+    Delegation,
+    DelegationOutcome,
+    scoped_artifacts,
+    scoped_memory,
+)
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts import ArtifactService, artifact_service_from_url
 from adk_mesh.contexts import (
@@ -20,6 +28,7 @@ from adk_mesh.contexts import (
     serving_deadline,
 )
 from adk_mesh.errors import (
+    AdkJSONError,
     AgentNotFoundError,
     ConfigError,
     DelegationError,
@@ -28,19 +37,21 @@ from adk_mesh.errors import (
 )
 from adk_mesh.ids import check_id, shown
 from adk_mesh.memory.base import MemoryService
-from adk_mesh.mesh._channel import MeshServer, open_channel
+from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
-from adk_mesh.runner import Runner, check_new_message, new_invocation_id
+from adk_mesh.runner import Runner, check_new_message, find_agent_to_run, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import annotate_current_span
 from adk_mesh.types import Content, Event
-from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, event_pb2
 
 __all__ = ["AgentServer"]
+
+logger = logging.getLogger("adk_mesh.mesh")
 
 _SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 
@@ -57,15 +68,27 @@ class AgentServer(MeshServer):
       carries the session id.
     * **delegated** — a run handed down by an agent in another service. Nothing is persisted:
       the session view the caller sent (state and events) becomes a throwaway in-memory
-      session, the named agent runs in it (transfers within this tree are followed, each
-      event's state delta applied to the view as it flows) and every event, partial ones
-      included, streams back for the caller to persist or fold. The caller's invocation id,
-      branch, delegation depth and call path carry on; a call path that already holds this
-      service's agent (A -> B -> A) or a depth past the caller's limit is refused with
-      FAILED_PRECONDITION (:class:`~adk_mesh.errors.DelegationError`).
+      session. The caller's invocation id, branch, delegation depth, call path and model
+      calls made carry on; what the AgentTool delegations on the way let the run reach of
+      artifacts and memory (``DelegatedRun.scope``) limits this server's stores as it would
+      in process. A call path that already holds this service's agent (A -> B -> A) or a
+      depth past the caller's limit is refused with FAILED_PRECONDITION
+      (:class:`~adk_mesh.errors.DelegationError`). Two kinds:
 
-    A transfer to an agent outside this tree ends a delegated run with that event: the
-    caller's tree follows it.
+      - *a transfer*: the named agent runs in the view — or, when the conversation was left
+        to one of its sub-agents in an earlier turn, that one (as if the two trees were
+        one) — transfers within this tree are followed, each event's state delta is applied
+        to the view as it flows, and every event, partial ones included, streams back for the
+        caller to persist. The agent is offered the caller's agents in its place
+        (``DelegatedRun.caller_tree``) as transfer targets; a transfer to an agent outside
+        this tree ends the run with that event, and the caller's tree follows it. When the
+        run ends the invocation (``end_invocation``), its last response says so.
+      - *an AgentTool's child* (``DelegatedRun.agent_tool``): the policy is applied here by
+        the code that applies it in process
+        (:func:`~adk_mesh.agents.delegation.run_delegation`): the child's session is seeded
+        from the view by the policy, its artifacts and memory are limited by it, its events
+        are forwarded (stripped) only if the policy says so, and the last response holds the
+        outcome: the answer, the state changes the policy writes back, the artifacts saved.
 
     **One turn at a time on a session.** In this process a root turn on a session that is
     busy *waits* (first come, first served) for the turn in flight, then loads the session as
@@ -84,8 +107,10 @@ class AgentServer(MeshServer):
 
     The server owns its limits (:class:`~adk_mesh.mesh.ServerLimits`): model calls per
     invocation, delegation depth, id length, tool timeout. A request may lower them, never
-    raise them. A delegated run reports the model calls it made in the trailing metadata
-    ``adk-mesh-llm-calls``, so its caller's invocation counts them too. A request that cannot
+    raise them. A delegated run counts on from the model calls the invocation made before it
+    (``DelegatedRun.llm_calls_made``), may make what its caller has left, and reports the
+    calls it made in the trailing metadata ``adk-mesh-llm-calls``, so its caller's invocation
+    counts them too. A request that cannot
     be served (bytes that do not parse, an id outside the id rule, a negative limit, a new
     message that is not the user's or holds only empty text) is refused with
     INVALID_ARGUMENT before anything is stored.
@@ -280,7 +305,8 @@ class AgentServer(MeshServer):
     async def run_delegated(
         self, request: agent_pb2.RunRequest, *, deadline: float | None = None
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
-        """A run handed down by another service: nothing persisted, every event streamed."""
+        """A run handed down by another service: nothing persisted, its events streamed (see
+        the class docstring for the two kinds)."""
         _, responses = await self._delegated_run(request, deadline=deadline)
         async with aclosing(responses):
             async for response in responses:
@@ -319,11 +345,64 @@ class AgentServer(MeshServer):
                     f"DelegatedRun.call_path holds {shown(name)}: agent service names are 1 to "
                     f"{self.limits.max_id_chars} characters"
                 )
+        if delegated.llm_calls_made < 0:
+            raise InvalidArgumentError(
+                f"DelegatedRun.llm_calls_made is {delegated.llm_calls_made}; it cannot be negative"
+            )
+        if len(delegated.scope.artifact_prefixes) > MAX_CALL_PATH:
+            raise InvalidArgumentError(
+                f"DelegatedRun.scope names the prefixes of more than {MAX_CALL_PATH} delegations"
+            )
+        for prefixes in delegated.scope.artifact_prefixes:
+            _check_strings("DelegatedRun.scope.artifact_prefixes", prefixes.values)
+        if delegated.HasField("agent_tool"):
+            policy = delegated.agent_tool
+            if policy.max_transfers < 0:
+                raise InvalidArgumentError(
+                    f"DelegationPolicy.max_transfers is {policy.max_transfers}; send 0 (this "
+                    "server's limit) or a lower positive number"
+                )
+            for what, values in (
+                ("state_keys", policy.state_keys.values),
+                ("output_state_keys", policy.output_state_keys.values),
+                ("artifact_prefixes", policy.artifact_prefixes.values),
+            ):
+                _check_strings(f"DelegationPolicy.{what}", values)
+            if not delegated.HasField("user_content"):
+                raise InvalidArgumentError(
+                    "an AgentTool's delegated run needs its request in DelegatedRun.user_content"
+                )
+        if delegated.HasField("caller_tree"):
+            tree = delegated.caller_tree
+            summaries = [tree.parent] if tree.HasField("parent") else []
+            summaries.extend(tree.peers)
+            if len(summaries) > MAX_CALLER_AGENTS:
+                raise InvalidArgumentError(
+                    f"DelegatedRun.caller_tree names more than {MAX_CALLER_AGENTS} agents"
+                )
+            for summary in summaries:
+                try:
+                    validate_agent_name(summary.name)
+                except ConfigError:
+                    raise InvalidArgumentError(
+                        f"DelegatedRun.caller_tree names {shown(summary.name)}, which is not an "
+                        "agent name"
+                    ) from None
+                if len(summary.name) > self.limits.max_id_chars:
+                    raise InvalidArgumentError(
+                        f"DelegatedRun.caller_tree names an agent longer than "
+                        f"{self.limits.max_id_chars} characters"
+                    )
+                if len(summary.description) > MAX_DESCRIPTION_CHARS:
+                    raise InvalidArgumentError(
+                        f"DelegatedRun.caller_tree describes {summary.name!r} in more than "
+                        f"{MAX_DESCRIPTION_CHARS} characters"
+                    )
 
     async def _delegated_run(
         self, request: agent_pb2.RunRequest, *, deadline: float | None
-    ) -> tuple[InvocationContext, AsyncGenerator[agent_pb2.RunResponse, None]]:
-        """Check a delegated run and build its context; return it and the run's responses,
+    ) -> tuple[_DelegatedCall, AsyncGenerator[agent_pb2.RunResponse, None]]:
+        """Check a delegated run and build its context; return them and the run's responses,
         not started."""
         delegated = request.delegated
         self._check_delegated(request)
@@ -346,6 +425,13 @@ class AgentServer(MeshServer):
             _new_message(delegated.user_content) if delegated.HasField("user_content") else None
         )
         view = codec.session_view_from_proto(delegated.session)
+        made = delegated.llm_calls_made
+        # The invocation's limit as the caller counts it: the calls made, plus what is left
+        # (which this server's limit may lower).
+        run_config = run_config.model_copy(
+            update={"max_llm_calls": made + run_config.max_llm_calls}
+        )
+        scope = codec.delegation_scope_from_proto(delegated.scope)
         service = InMemorySessionService()
         session = await service.create_session(
             app_name=view.app_name or self.app_name,
@@ -355,13 +441,23 @@ class AgentServer(MeshServer):
         # Seed the view as sent (temp: keys included: they belong to this invocation).
         session.state.update(view.state)
         session.events = view.events
+        agent_tool = delegated.HasField("agent_tool")
+        handed_to = agent
+        if not agent_tool:
+            # Resumed where the conversation was left, in this tree as across the two.
+            agent = find_agent_to_run(
+                agent,
+                session,
+                user_content or Content(role="user", parts=[]),
+                foreign_authors_end=True,
+            )
         ctx = InvocationContext(
             invocation_id=delegated.invocation_id or new_invocation_id(),
             agent=agent,
             session=session,
             session_service=service,
-            artifact_service=self.artifact_service,
-            memory_service=self.memory_service,
+            artifact_service=scoped_artifacts(self.artifact_service, scope),
+            memory_service=scoped_memory(self.memory_service, scope),
             run_config=run_config,
             user_content=user_content,
             branch=delegated.branch,
@@ -370,8 +466,34 @@ class AgentServer(MeshServer):
             call_path=(*call_path, self.agent.name),
             deadline=deadline,
             tool_timeout=self.limits.tool_timeout,
+            delegation_scope=scope,
+            caller_tree=(
+                codec.caller_tree_from_proto(delegated.caller_tree, handed_to.name)
+                if delegated.HasField("caller_tree")
+                else None
+            ),
         )
+        ctx.add_llm_calls(made)
+        call = _DelegatedCall(ctx, llm_calls_before=made)
         annotate_current_span(ctx)
+        batches = request.accept_event_batches
+        if agent_tool:
+            assert user_content is not None  # checked with the request
+            max_transfers = delegated.agent_tool.max_transfers
+            delegation = Delegation(
+                policy=codec.delegation_policy_from_proto(delegated.agent_tool),
+                request=user_content,
+                branch=delegated.branch,
+                depth=delegated.delegation_depth,
+                max_depth=limit,
+                max_transfers=(
+                    min(max_transfers, self.max_transfers) if max_transfers else self.max_transfers
+                ),
+            )
+            events = _delegation_events(ctx, agent, delegation, call)
+            return call, _ending(
+                _responses(events, session_id="", batches=batches), call.last_response
+            )
 
         async def applied() -> AsyncGenerator[Event, None]:
             # The view is updated as events flow, so later steps see earlier changes.
@@ -389,7 +511,9 @@ class AgentServer(MeshServer):
                         await service.append_event(session, event)
                     yield event
 
-        return ctx, _responses(applied(), session_id="", batches=request.accept_event_batches)
+        return call, _ending(
+            _responses(applied(), session_id="", batches=batches), call.last_response
+        )
 
     async def card(self, agent_name: str) -> agent_pb2.AgentCard:
         """What ``agent_name`` (empty: the root) is and what it exposes: its tools with every
@@ -428,6 +552,73 @@ DESCRIBE_TIMEOUT = 10.0
 #: A delegated run's branch and call path are bounded like its ids: agent names joined.
 MAX_BRANCH_CHARS = 1024
 MAX_CALL_PATH = 64
+#: A delegation policy's key and prefix lists, and the caller's agents a run may transfer to.
+MAX_POLICY_STRINGS = 1024
+MAX_POLICY_STRING_CHARS = 1024
+MAX_CALLER_AGENTS = 256
+MAX_DESCRIPTION_CHARS = 4096
+
+
+def _check_strings(what: str, values: Sequence[str]) -> None:
+    if len(values) > MAX_POLICY_STRINGS:
+        raise InvalidArgumentError(f"{what} holds more than {MAX_POLICY_STRINGS} entries")
+    for value in values:
+        if len(value) > MAX_POLICY_STRING_CHARS:
+            raise InvalidArgumentError(
+                f"{what} holds an entry longer than {MAX_POLICY_STRING_CHARS} characters"
+            )
+
+
+@dataclasses.dataclass
+class _DelegatedCall:
+    """A delegated run being served: its context, and what its last response says."""
+
+    ctx: InvocationContext
+    llm_calls_before: int
+    outcome: DelegationOutcome | None = None
+
+    @property
+    def invocation_id(self) -> str:
+        return self.ctx.invocation_id
+
+    @property
+    def llm_calls(self) -> int:
+        """The model calls made by this run (not those its caller made before)."""
+        return self.ctx.llm_calls - self.llm_calls_before
+
+    def last_response(self) -> agent_pb2.RunResponse | None:
+        """The outcome of an AgentTool's child; or the end of the invocation, when the run
+        ended it; else nothing more."""
+        if self.outcome is not None:
+            return agent_pb2.RunResponse(outcome=codec.delegation_outcome_to_proto(self.outcome))
+        if self.ctx.ended:
+            return agent_pb2.RunResponse(invocation_ended=True)
+        return None
+
+
+async def _delegation_events(
+    ctx: InvocationContext, agent: BaseAgent, delegation: Delegation, call: _DelegatedCall
+) -> AsyncGenerator[Event, None]:
+    """Run an AgentTool's child under its policy; yield the events it forwards, keep the
+    outcome in ``call``."""
+    async with TaskFeed[Event, DelegationOutcome]() as feed:
+        feed.start(agent.run_delegation(ctx, delegation, feed.send_nowait))
+        async for event in feed:
+            yield event
+        call.outcome = feed.result()
+
+
+async def _ending(
+    responses: AsyncGenerator[agent_pb2.RunResponse, None],
+    last: Callable[[], agent_pb2.RunResponse | None],
+) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+    """``responses``, then the last response ``last`` gives once they are done, if any."""
+    async with aclosing(responses):
+        async for response in responses:
+            yield response
+    final = last()
+    if final is not None:
+        yield final
 
 
 async def _remote_card(name: str, target: str, agent_name: str) -> agent_pb2.AgentCard:
@@ -455,6 +646,11 @@ def _new_message(message: content_pb2.Content | None) -> Content:
 #: At most this many events in one batched response, and this many waiting for the client.
 MAX_BATCH_EVENTS = 256
 MAX_PENDING_EVENTS = 1024
+#: A batched response holds at most this many bytes of events (more only for one event alone).
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+#: An event whose encoding is larger than this is streamed abridged: whole, it would not fit
+#: the mesh's message limit.
+MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
 async def _responses(
@@ -472,7 +668,7 @@ async def _responses(
             async for event in events:
                 response = agent_pb2.RunResponse(session_id=session_id)
                 session_id = ""
-                codec.event_to_proto(event, into=response.event)
+                _encode_event(event, response.event)
                 yield response
         return
 
@@ -488,11 +684,48 @@ async def _responses(
             response = agent_pb2.RunResponse(session_id=session_id)
             session_id = ""
             if len(batch) == 1:
-                codec.event_to_proto(batch[0], into=response.event)
-            else:
-                for event in batch:
-                    codec.event_to_proto(event, into=response.events.add())
-            yield response
+                _encode_event(batch[0], response.event)
+                yield response
+                continue
+            size = 0
+            for event in batch:
+                added = _encode_event(event, response.events.add())
+                if size and size + added > MAX_BATCH_BYTES:
+                    # The batch is full: this event opens the next one.
+                    del response.events[-1]
+                    yield _batch_or_single(response)
+                    response = agent_pb2.RunResponse()
+                    size = 0
+                    _encode_event(event, response.events.add())
+                size += added
+            yield _batch_or_single(response)
+
+
+def _encode_event(event: Event, into: event_pb2.Event) -> int:
+    """Encode ``event`` into ``into`` (empty) and return its size. A response is never left
+    empty or too large to send: an event the wire cannot carry as it is (a JSON value it
+    refuses) or larger than MAX_EVENT_BYTES goes abridged (:func:`codec.abridged_event`, each
+    large or unfit part replaced by a placeholder); it stays whole in the session store."""
+    try:
+        codec.event_to_proto(event, into=into)
+    except AdkJSONError as error:
+        logger.warning("event %s is sent abridged: %s", event.id, error.message)
+    else:
+        size = into.ByteSize()
+        if size <= MAX_EVENT_BYTES:
+            return size
+        logger.warning("event %s is sent abridged: %d bytes encoded", event.id, size)
+    into.Clear()
+    codec.event_to_proto(codec.abridged_event(event), into=into)
+    return into.ByteSize()
+
+
+def _batch_or_single(response: agent_pb2.RunResponse) -> agent_pb2.RunResponse:
+    """A batch of one goes in ``event``, as a response without batches would carry it."""
+    if len(response.events) == 1:
+        response.event.CopyFrom(response.events[0])
+        del response.events[:]
+    return response
 
 
 class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
@@ -510,7 +743,7 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             # call runs in a task of its own, so the value ends with it.
             serving_deadline.set(deadline)
             mode = request.WhichOneof("mode")
-            delegated: InvocationContext | None = None
+            delegated: _DelegatedCall | None = None
             if mode == "root":
                 call.invocation_id = new_invocation_id()
                 responses = await self._server._root_responses(

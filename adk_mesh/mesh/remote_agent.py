@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
 
 from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent, RemoteLocation
-from adk_mesh.contexts import InvocationContext
-from adk_mesh.errors import LlmCallLimitError
+from adk_mesh.agents.delegation import forwarded
+from adk_mesh.contexts import InvocationContext, TransferTarget
+from adk_mesh.errors import AgentError, ConfigError, LlmCallLimitError
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._limits import llm_calls_in
 from adk_mesh.mesh._status import error_from_downstream
 from adk_mesh.mesh.security import ClientTLS
+from adk_mesh.sessions.base import Session
+from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Event, EventActions
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
+
+if TYPE_CHECKING:
+    from adk_mesh.agents.delegation import Delegation, DelegationOutcome
 
 __all__ = ["RemoteAgent"]
 
@@ -26,18 +33,29 @@ __all__ = ["RemoteAgent"]
 class RemoteAgent(BaseAgent):
     """Runs an agent of another service through a delegated ``Run``; yields its events.
 
-    The remote side sees what the caller's context holds — the session's state and
-    non-partial events, the user's message, the invocation id, branch, delegation depth and
-    the call path of agent services — persists nothing and streams every event back. So:
+    The remote side sees what the caller's context holds — the session's state and a window
+    of its non-partial events, the user's message, the invocation id, branch, delegation
+    depth, the call path of agent services, the model calls made and left, and what the
+    AgentTool delegations it runs inside let it reach of artifacts and memory (their scope,
+    which the remote side applies to its own stores) — persists nothing and streams every
+    event back. So:
 
     * as a transfer target (``sub_agents=[RemoteAgent(...)]``) the caller's Runner appends the
-      remote events to the caller's session like those of a local sub-agent;
-    * inside ``AgentTool(RemoteAgent(...))`` the events are folded into the tool's response
-      and actions by AgentTool's delegation policy.
+      remote events to the caller's session like those of a local sub-agent. The run also
+      carries this agent's parent and peers here (as an LlmAgent in its place could transfer
+      to them), so the remote agent's model can hand the conversation back; and, like an
+      LLM agent, it answers the user's next turn (:attr:`keeps_conversation`);
+    * inside ``AgentTool(RemoteAgent(...))`` the whole delegation runs there: the call carries
+      the AgentTool's policy and what it lets the child see of the caller's session; the
+      remote service applies the policy to the child with the same code as in process
+      (:func:`~adk_mesh.agents.delegation.run_delegation`) and answers with the forwarded
+      events and the outcome (answer, write-back, artifacts saved), which the AgentTool
+      merges into the parent as for a local child.
 
     A transfer the remote service followed inside its own tree reaches the caller without
     ``transfer_to_agent`` (it was already carried out); a transfer to an agent outside that
-    tree ends the remote run and is followed by the caller.
+    tree ends the remote run and is followed by the caller. When the remote agents end the
+    invocation (``end_invocation``), the caller's invocation ends too.
 
     The call carries the time that remains of the invocation's deadline (or ``timeout`` when
     that is shorter); once the deadline has passed, no call is made and
@@ -57,6 +75,13 @@ class RemoteAgent(BaseAgent):
         description: what the agent does; the caller's model reads it to route to it.
         agent_name: which agent of the remote tree runs (default: the served root).
         timeout: deadline in seconds of one remote run (default: none).
+        history_max_events: the history window: at most this many of the newest events of
+            the session go with the call (default: 1000; 0: none).
+        history_max_bytes: and at most this many bytes of them, encoded (default: 8 MiB). An
+            event larger than what is left is sent abridged; the window ends at the first
+            that does not fit even so. The view tells the remote side how many older events
+            it left out (``SessionView.omitted_events``), so no history length or event size
+            makes a call fail (:func:`~adk_mesh.codec.session_view_to_proto`).
         tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
             ``_KEY`` from the environment; plaintext when they are unset).
     """
@@ -69,15 +94,38 @@ class RemoteAgent(BaseAgent):
         description: str = "",
         agent_name: str = "",
         timeout: float | None = None,
+        history_max_events: int = codec.DEFAULT_HISTORY_MAX_EVENTS,
+        history_max_bytes: int = codec.DEFAULT_HISTORY_MAX_BYTES,
         tls: ClientTLS | None = None,
     ) -> None:
         super().__init__(name=name, description=description)
+        if history_max_events < 0 or history_max_bytes < 0:
+            raise ConfigError(
+                f"the history window of RemoteAgent {name!r} cannot be negative "
+                f"(history_max_events={history_max_events}, "
+                f"history_max_bytes={history_max_bytes})"
+            )
+        self.history_max_events = history_max_events
+        self.history_max_bytes = history_max_bytes
         self.target = target
         self.tls = tls
         self.agent_name = agent_name
         self.timeout = timeout
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
+
+    @property
+    def keeps_conversation(self) -> bool:
+        """Yes, as an LLM agent: its model is offered its parent and peers here, so it can hand
+        the conversation back."""
+        return True
+
+    def _session_view(self, session: Session) -> agent_pb2.SessionView:
+        """What the remote side sees of ``session``: its state and this agent's window of
+        its history."""
+        return codec.session_view_to_proto(
+            session, max_events=self.history_max_events, max_bytes=self.history_max_bytes
+        )
 
     @property
     def remote_location(self) -> RemoteLocation:
@@ -101,37 +149,58 @@ class RemoteAgent(BaseAgent):
         if channel is not None:
             await channel.close()
 
+    def _call_path(self, ctx: InvocationContext) -> tuple[str, ...]:
+        if ctx.call_path:
+            return ctx.call_path
+        # A root run: its own service begins the path. Within an AgentTool the tree above
+        # is out of sight, and the app name stands for that service.
+        root = self.root_agent
+        return (root.name if root is not self else ctx.app_name,)
+
+    def _run_config(self, ctx: InvocationContext) -> agent_pb2.RunConfig:
+        run_config = codec.run_config_to_proto(ctx.run_config)
+        left = ctx.llm_calls_left
+        if left == 0:
+            # As the first model call would fail in process (the same error and message).
+            limit = ctx.run_config.max_llm_calls
+            raise LlmCallLimitError(
+                f"the invocation reached max_llm_calls={limit}; no more model calls",
+                metadata={"max_llm_calls": str(limit)},
+            )
+        # What is left, not the limit: the hop downstream cannot make the invocation exceed
+        # it. 0 (no bound here) leaves the limit to the remote server.
+        run_config.max_llm_calls = left or 0
+        return run_config
+
+    def _caller_tree(self) -> agent_pb2.CallerTree | None:
+        """This agent's parent and peers, as an LlmAgent in its place may transfer to them."""
+        parent = self.parent_agent
+        if parent is None or parent.owns_child_transfers:
+            return None
+        return codec.caller_tree_to_proto(
+            TransferTarget(parent.name, parent.description),
+            [TransferTarget(p.name, p.description) for p in parent.sub_agents if p is not self],
+        )
+
     def _request(self, ctx: InvocationContext) -> agent_pb2.RunRequest:
-        call_path = ctx.call_path
-        if not call_path:
-            # A root run: its own service begins the path. Within an AgentTool the tree above
-            # is out of sight, and the app name stands for that service.
-            root = self.root_agent
-            call_path = (root.name if root is not self else ctx.app_name,)
         delegated = agent_pb2.DelegatedRun(
             invocation_id=ctx.invocation_id,
             branch=ctx.branch,
             delegation_depth=ctx.delegation_depth,
             max_delegation_depth=ctx.max_delegation_depth,
-            session=codec.session_view_to_proto(ctx.session),
-            call_path=call_path,
+            session=self._session_view(ctx.session),
+            call_path=self._call_path(ctx),
+            llm_calls_made=ctx.llm_calls,
+            scope=codec.delegation_scope_to_proto(ctx.delegation_scope),
         )
         if ctx.user_content is not None:
             delegated.user_content.CopyFrom(codec.content_to_proto(ctx.user_content))
-        run_config = codec.run_config_to_proto(ctx.run_config)
-        left = ctx.llm_calls_left
-        if left == 0:
-            raise LlmCallLimitError(
-                f"the invocation reached max_llm_calls={ctx.run_config.max_llm_calls}; "
-                f"not delegating to {self.name!r}",
-                metadata={"max_llm_calls": str(ctx.run_config.max_llm_calls)},
-            )
-        # What is left, not the limit: the hop downstream cannot make the invocation exceed
-        # it. 0 (no bound here) leaves the limit to the remote server.
-        run_config.max_llm_calls = left or 0
+        caller_tree = self._caller_tree()
+        if caller_tree is not None:
+            delegated.caller_tree.CopyFrom(caller_tree)
         return agent_pb2.RunRequest(
             delegated=delegated,
-            run_config=run_config,
+            run_config=self._run_config(ctx),
             agent_name=self.agent_name,
             accept_event_batches=True,
         )
@@ -151,6 +220,8 @@ class RemoteAgent(BaseAgent):
                         held = event
                         continue
                     yield event
+                if response.invocation_ended:
+                    ctx.end_invocation()
             if held is not None:
                 yield held
             ctx.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
@@ -161,6 +232,81 @@ class RemoteAgent(BaseAgent):
             ) from error
         finally:
             call.cancel()
+
+    async def run_delegation(
+        self,
+        parent: InvocationContext,
+        delegation: Delegation,
+        forward: Callable[[Event], None] | None = None,
+    ) -> DelegationOutcome:
+        """Hand the whole AgentTool delegation to the remote service, which applies its policy
+        (see the class docstring); forwarded events go to ``forward`` as they arrive."""
+        outcome: list[DelegationOutcome] = []
+        # The span a local child's run would have: invoke_agent, on the child's branch.
+        span_ctx = parent.for_agent(self, branch=delegation.branch)
+        span_ctx.delegation_depth = delegation.depth
+        events = trace_agent_run(self, span_ctx, self._delegate(parent, delegation, outcome))
+        async with aclosing(events):
+            async for event in events:
+                if forward is not None:
+                    forward(forwarded(event))
+        return outcome[0]
+
+    async def _delegate(
+        self, parent: InvocationContext, delegation: Delegation, outcome: list[DelegationOutcome]
+    ) -> AsyncGenerator[Event, None]:
+        policy = delegation.policy
+        # Only what the policy lets the child see leaves this service (the remote side
+        # projects again, which changes nothing).
+        view = Session(
+            id=parent.session_id,
+            app_name=parent.app_name,
+            user_id=parent.user_id,
+            state=policy.child_state(parent.session.state),
+            events=policy.child_history(parent.session.events),
+        )
+        delegated = agent_pb2.DelegatedRun(
+            invocation_id=parent.invocation_id,
+            branch=delegation.branch,
+            delegation_depth=delegation.depth,
+            max_delegation_depth=delegation.max_depth,
+            session=self._session_view(view),
+            user_content=codec.content_to_proto(delegation.request),
+            call_path=self._call_path(parent),
+            llm_calls_made=parent.llm_calls,
+            scope=codec.delegation_scope_to_proto(parent.delegation_scope),
+            agent_tool=codec.delegation_policy_to_proto(
+                policy, max_transfers=delegation.max_transfers
+            ),
+        )
+        request = agent_pb2.RunRequest(
+            delegated=delegated,
+            run_config=self._run_config(parent),
+            agent_name=self.agent_name,
+            accept_event_batches=True,
+        )
+        timeout = call_timeout(parent.deadline, self.timeout, f"remote agent {self.name!r}")
+        call = self._stub().Run(request, timeout=timeout)
+        try:
+            async for response in call:
+                for event in codec.run_response_events(response):
+                    if not event.partial:
+                        yield event
+                if response.HasField("outcome"):
+                    outcome.append(codec.delegation_outcome_from_proto(response.outcome))
+            parent.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
+        except grpc.RpcError as error:
+            parent.add_llm_calls(llm_calls_in(error.trailing_metadata()))
+            raise error_from_downstream(
+                error, f"remote agent {self.name!r}", self.target
+            ) from error
+        finally:
+            call.cancel()
+        if not outcome:
+            raise AgentError(
+                f"remote agent {self.name!r} ended its delegation without an outcome (its "
+                "service does not run AgentTool delegations: an older adk-mesh?)"
+            )
 
 
 def _without_transfer(event: Event) -> Event:

@@ -136,9 +136,8 @@ class Custom(BaseAgent):
     ("answered", "answers_next"),
     [
         ("specialist", "specialist"),  # an LLM agent keeps the conversation
-        # Not yet a remote agent: its model cannot hand back to the caller's agents, so the
-        # conversation would never return to them (the caller's targets do not travel yet).
-        ("remote", "root"),
+        # So does a remote agent: its run carries the caller's agents it may hand back to.
+        ("remote", "remote"),
         ("strict", "root"),  # one that may not hand back to its parent does not
         ("custom", "root"),  # an agent that does not say it does, does not
         ("step", "root"),  # nor does one below a workflow agent

@@ -1,0 +1,1272 @@
+"""Parity: one behaviour with the child agent in this process and in another service.
+
+One suite, parametrised. Each case builds a root agent and an agent that may run elsewhere
+(the *child*: an AgentTool's child, or a transfer target), and plays a conversation twice:
+with the child in this process, and with the child served by a real AgentServer on 127.0.0.1
+(port 0) that the root reaches through a RemoteAgent. The child's service has stores of its
+own that share the root's as a separate process would: a FileArtifactService over the same
+directory, and the same memory backend (an in-memory one stands in for a shared store).
+
+The outcome — every event the Runner yielded and stored, the session state, every version of
+every artifact, what each model was sent, what the tools observed, the error a turn raised —
+is normalised (ids numbered in order of appearance) and must be identical; each case also
+checks that its policy did what it says (a refusal is checked to be a refusal, in both).
+
+What a child's tools can only reach through the *root's* stores when its own service has none
+(artifacts, memory) is issue 13 item 2, remote contexts: those cases are expected to fail
+with the child remote (xfail, strict) until it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.agents.workflow import SequentialAgent
+from adk_mesh.artifacts.file import FileArtifactService
+from adk_mesh.contexts import CallbackContext, ReadonlyContext, RunConfig, ToolContext
+from adk_mesh.errors import AdkError, ArtifactError
+from adk_mesh.memory.in_memory import InMemoryMemoryService
+from adk_mesh.mesh import AgentServer, RemoteAgent
+from adk_mesh.models.base import LlmRequest
+from adk_mesh.runner import Runner
+from adk_mesh.sessions.memory import InMemorySessionService
+from adk_mesh.testing import FunctionModel, ScriptedModel, call
+from adk_mesh.tools.agent_tool import AgentTool, StateMergePolicy
+from adk_mesh.tools.builtin import LoadArtifactsTool
+from adk_mesh.types import Content, Event, LlmResponse, Part
+
+APP = "app"
+USER = "u"
+IN_PROCESS = "in_process"
+REMOTE = "remote"
+REMOTE_CONTEXTS = "item 2: remote contexts"
+
+Outcome = dict[str, Any]
+
+
+class World:
+    """One playing of a case: the root's stores, and where the child runs."""
+
+    def __init__(self, where: str, directory: Path, stack: AsyncExitStack) -> None:
+        self.where = where
+        self.artifacts_dir = directory / "artifacts"
+        self.artifacts = FileArtifactService(self.artifacts_dir)
+        self.memory = InMemoryMemoryService()
+        self.sessions = InMemorySessionService()
+        self.models: dict[str, ScriptedModel | FunctionModel] = {}
+        self.observed: list[Any] = []
+        self.events: list[Event] = []
+        self.errors: list[str] = []
+        self.session_id = ""
+        self._stack = stack
+
+    def scripted(self, name: str, responses: list[LlmResponse | str]) -> ScriptedModel:
+        """A scripted model whose requests the outcome compares."""
+        model = ScriptedModel(responses, name=name)
+        self.models[name] = model
+        return model
+
+    def function(self, name: str, fn: Callable[[LlmRequest], Any]) -> FunctionModel:
+        model = FunctionModel(fn, name=name)
+        self.models[name] = model
+        return model
+
+    async def child(self, agent: BaseAgent, *, stores: bool = True) -> BaseAgent:
+        """``agent`` here, or served by an AgentServer and reached through a RemoteAgent.
+        ``stores``: the child's service shares the root's stores (else it has none)."""
+        if self.where == IN_PROCESS:
+            return agent
+        server = AgentServer(
+            agent,
+            app_name=APP,
+            artifact_service=FileArtifactService(self.artifacts_dir) if stores else None,
+            memory_service=self.memory if stores else None,
+        )
+        port = await server.start("127.0.0.1:0")
+        self._stack.push_async_callback(server.stop, None)
+        remote = RemoteAgent(agent.name, f"127.0.0.1:{port}", description=agent.description)
+        self._stack.push_async_callback(remote.close)
+        return remote
+
+    async def new_session(self, state: dict[str, Any] | None = None) -> str:
+        session = await self.sessions.create_session(app_name=APP, user_id=USER, state=state)
+        self.session_id = session.id
+        return session.id
+
+    async def turn(
+        self, root: BaseAgent, message: str = "hi", *, run_config: RunConfig | None = None
+    ) -> None:
+        """One user turn; an error it raises is part of the outcome."""
+        if not self.session_id:
+            await self.new_session()
+        runner = Runner(
+            agent=root,
+            app_name=APP,
+            session_service=self.sessions,
+            artifact_service=self.artifacts,
+            memory_service=self.memory,
+        )
+        try:
+            async for event in runner.run(
+                user_id=USER,
+                session_id=self.session_id,
+                new_message=Content.from_text("user", message),
+                run_config=run_config,
+            ):
+                self.events.append(event)
+        except AdkError as error:
+            self.errors.append(f"{type(error).__name__}: {error.message}")
+
+    async def save(self, filename: str, text: str) -> None:
+        await self.artifacts.save_artifact(
+            app_name=APP,
+            user_id=USER,
+            session_id=self.session_id,
+            filename=filename,
+            artifact=Part.from_text(text),
+        )
+
+    async def outcome(self) -> Outcome:
+        session = await self.sessions.get_session(
+            app_name=APP, user_id=USER, session_id=self.session_id
+        )
+        assert session is not None
+        artifacts: dict[str, list[str | None]] = {}
+        for name in await self.artifacts.list_artifact_keys(
+            app_name=APP, user_id=USER, session_id=self.session_id
+        ):
+            versions = await self.artifacts.list_versions(
+                app_name=APP, user_id=USER, session_id=self.session_id, filename=name
+            )
+            artifacts[name] = []
+            for version in versions:
+                part = await self.artifacts.load_artifact(
+                    app_name=APP,
+                    user_id=USER,
+                    session_id=self.session_id,
+                    filename=name,
+                    version=version,
+                )
+                artifacts[name].append(None if part is None else part.text)
+        return _numbered(
+            {
+                "events": [_event(event) for event in self.events],
+                "stored": [_event(event) for event in session.events],
+                "state": session.state,
+                "artifacts": artifacts,
+                "seen": {
+                    name: [_request(request) for request in model.requests]
+                    for name, model in self.models.items()
+                },
+                "observed": self.observed,
+                "errors": self.errors,
+            }
+        )
+
+
+def _event(event: Event) -> dict[str, Any]:
+    return event.model_dump(mode="json", exclude={"timestamp"}, exclude_none=True)
+
+
+def _request(request: LlmRequest) -> dict[str, Any]:
+    return {
+        "system_instruction": request.system_instruction,
+        "contents": [
+            content.model_dump(mode="json", exclude_none=True) for content in request.contents
+        ],
+        "tools": [(tool.name, tool.parameters_schema) for tool in request.tools],
+    }
+
+
+_ID = re.compile(r"(?:e-|adk-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _numbered(outcome: Outcome) -> Outcome:
+    """The outcome with every id (event, invocation, call, session) numbered in order of first
+    appearance: two playings of one case then compare equal."""
+    text = json.dumps(outcome, sort_keys=True, default=str)
+    numbers: dict[str, str] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return numbers.setdefault(match.group(0), f"id-{len(numbers) + 1}")
+
+    result: Outcome = json.loads(_ID.sub(number, text))
+    return result
+
+
+# --- reading an outcome ---------------------------------------------------------------------
+
+
+def responses(outcome: Outcome, name: str) -> list[dict[str, Any]]:
+    """The responses to calls of ``name`` in the events the Runner yielded."""
+    return [
+        part["function_response"]["response"]
+        for event in outcome["events"]
+        for part in (event.get("llm_response", {}).get("content") or {}).get("parts", [])
+        if "function_response" in part and part["function_response"]["name"] == name
+    ]
+
+
+def texts(outcome: Outcome, author: str | None = None) -> list[str]:
+    return [
+        part["text"]
+        for event in outcome["events"]
+        if author is None or event["author"] == author
+        for part in (event.get("llm_response", {}).get("content") or {}).get("parts", [])
+        if "text" in part
+    ]
+
+
+def authors(outcome: Outcome) -> list[str]:
+    return [event["author"] for event in outcome["events"]]
+
+
+def seen_texts(outcome: Outcome, model: str, index: int = 0) -> list[str]:
+    return [
+        part["text"]
+        for content in outcome["seen"][model][index]["contents"]
+        for part in content["parts"]
+        if "text" in part
+    ]
+
+
+def delta(outcome: Outcome, index: int) -> dict[str, Any]:
+    actions: dict[str, Any] = outcome["events"][index].get("actions", {})
+    return actions
+
+
+def observed_is(expected: Any) -> Callable[[Outcome], None]:
+    def expect(outcome: Outcome) -> None:
+        assert outcome["observed"] == expected
+
+    return expect
+
+
+def first_state_seen_is(expected: dict[str, Any]) -> Callable[[Outcome], None]:
+    def expect(outcome: Outcome) -> None:
+        assert outcome["observed"][0]["state"] == expected
+
+    return expect
+
+
+def state_is(expected: dict[str, Any]) -> Callable[[Outcome], None]:
+    def expect(outcome: Outcome) -> None:
+        assert outcome["state"] == expected
+
+    return expect
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    play: Callable[[World], Awaitable[None]]
+    expect: Callable[[Outcome], None]
+    remote_xfail: str | None = None
+
+
+CASES: list[Case] = []
+TRANSFER_CASES: list[Case] = []
+
+
+def case(
+    expect: Callable[[Outcome], None],
+    *,
+    remote_xfail: str | None = None,
+    into: list[Case] = CASES,
+) -> Callable[[Callable[[World], Awaitable[None]]], Callable[[World], Awaitable[None]]]:
+    def register(play: Callable[[World], Awaitable[None]]) -> Callable[[World], Awaitable[None]]:
+        into.append(Case(play.__name__, play, expect, remote_xfail))
+        return play
+
+    return register
+
+
+def delegate(name: str, request: str = "do it") -> LlmResponse:
+    return call(name, {"request": request})
+
+
+def parallel(*calls: tuple[str, dict[str, Any]]) -> LlmResponse:
+    return LlmResponse(
+        content=Content(
+            role="model", parts=[Part.from_function_call(name, args) for name, args in calls]
+        ),
+        turn_complete=True,
+    )
+
+
+def observing_instruction(world: World) -> Callable[[ReadonlyContext], str]:
+    def instruction(ctx: ReadonlyContext) -> str:
+        world.observed.append({"state": dict(ctx.state), "user_content": _text_of(ctx)})
+        return "Work."
+
+    return instruction
+
+
+def _text_of(ctx: ReadonlyContext) -> str | None:
+    content = ctx.user_content
+    return None if content is None else content.text
+
+
+PARENT_STATE = {"a": 1, "ab": 2, "b": 3, "user:name": "Ann", "app:flag": True}
+
+
+async def _projection(world: World, **policy: Any) -> None:
+    child = LlmAgent(
+        name="child",
+        description="Does the work.",
+        model=world.scripted("child", ["child answer"]),
+        instruction=observing_instruction(world),
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child", "summarize"), "done"]),
+        tools=[AgentTool(await world.child(child), **policy)],
+    )
+    await world.new_session(PARENT_STATE)
+    await world.turn(parent)
+
+
+def _expect_isolated(outcome: Outcome) -> None:
+    assert outcome["observed"] == [{"state": {}, "user_content": "summarize"}]
+    assert seen_texts(outcome, "child") == ["summarize"]
+    assert authors(outcome) == ["parent"] * 3
+    assert responses(outcome, "child") == [{"result": "child answer"}]
+    assert outcome["state"] == PARENT_STATE
+
+
+@case(_expect_isolated)
+async def isolated_by_default(world: World) -> None:
+    await _projection(world)
+
+
+@case(first_state_seen_is({"b": 3, "user:name": "Ann"}))
+async def state_keys(world: World) -> None:
+    await _projection(world, state_keys=["b", "missing", "user:name"])
+
+
+@case(first_state_seen_is(PARENT_STATE))
+async def include_parent_state(world: World) -> None:
+    await _projection(world, include_parent_state=True)
+
+
+@case(first_state_seen_is({"a": 1}))
+async def state_keys_win_over_include_parent_state(world: World) -> None:
+    await _projection(world, state_keys=["a"], include_parent_state=True)
+
+
+def _expect_history(outcome: Outcome) -> None:
+    seen = seen_texts(outcome, "historian")
+    assert seen[0] == "How is the weather?"
+    assert "[parent] said: Sunny all week." in seen
+    assert seen[-1] == "What did we talk about?"
+    assert responses(outcome, "historian") == [{"result": "The weather."}]
+
+
+@case(_expect_history)
+async def include_parent_history(world: World) -> None:
+    historian = LlmAgent(name="historian", model=world.scripted("historian", ["The weather."]))
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted(
+            "parent", ["Sunny all week.", delegate("historian", "What did we talk about?"), "ok"]
+        ),
+        tools=[AgentTool(await world.child(historian), include_parent_history=True)],
+    )
+    await world.turn(parent, "How is the weather?")
+    await world.turn(parent, "Ask the historian.")
+
+
+async def _note_taker(world: World, **policy: Any) -> None:
+    def take_note(note: str, tool_context: ToolContext) -> dict[str, Any]:
+        """Keep a note in state."""
+        tool_context.state["notes"] = note
+        tool_context.state["user:last_note"] = note
+        tool_context.state["temp:scratch"] = "scratch"
+        return {"kept": True}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("take_note", {"note": "n1"}), "final summary"]),
+        output_key="summary",
+        tools=[take_note],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child), **policy)],
+    )
+    await world.new_session({"existing": 0})
+    await world.turn(parent)
+
+
+def _expect_written_back(expected: dict[str, Any]) -> Callable[[Outcome], None]:
+    def expect(outcome: Outcome) -> None:
+        assert responses(outcome, "child") == [{"result": "final summary"}]
+        assert delta(outcome, 1).get("state_delta", {}) == expected
+        assert outcome["state"] == {"existing": 0, **expected}
+
+    return expect
+
+
+@case(
+    _expect_written_back(
+        {
+            "notes": "n1",
+            "user:last_note": "n1",
+            "summary": "final summary",
+        }
+    )
+)
+async def every_state_change_written_back(world: World) -> None:
+    await _note_taker(world)
+
+
+@case(_expect_written_back({"summary": "final summary"}))
+async def output_state_keys(world: World) -> None:
+    await _note_taker(world, output_state_keys=["summary", "nope"])
+
+
+@case(_expect_written_back({}))
+async def output_state_keys_empty(world: World) -> None:
+    await _note_taker(world, output_state_keys=[])
+
+
+async def _concurrent_write(
+    world: World, policy: StateMergePolicy, parent_key: str, output_state_keys: list[str] | None
+) -> None:
+    # The parent's other tool writes `parent_key` while the child runs (ordered by events).
+    child_started = asyncio.Event()
+    parent_wrote = asyncio.Event()
+
+    async def write_parent(tool_context: ToolContext) -> dict[str, Any]:
+        """Write a key in the parent's state."""
+        await child_started.wait()
+        tool_context.state[parent_key] = "parent"
+        parent_wrote.set()
+        return {"written": parent_key}
+
+    async def child_write(tool_context: ToolContext) -> dict[str, Any]:
+        """Write two keys."""
+        child_started.set()
+        await parent_wrote.wait()
+        tool_context.state["k"] = "child"
+        tool_context.state["k2"] = "also child"
+        return {}
+
+    worker = LlmAgent(
+        name="worker",
+        model=world.scripted("worker", [call("child_write"), "child finished"]),
+        tools=[child_write],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted(
+            "parent", [parallel(("write_parent", {}), ("worker", {"request": "go"})), "done"]
+        ),
+        tools=[
+            write_parent,
+            AgentTool(
+                await world.child(worker),
+                state_merge_policy=policy,
+                output_state_keys=output_state_keys,
+            ),
+        ],
+    )
+    await world.turn(parent)
+
+
+def _expect_conflict(outcome: Outcome) -> None:
+    error = responses(outcome, "worker")[0]["error"]
+    assert "StateConflictError" in error and "wrote k," in error
+    assert outcome["state"] == {"k": "parent"}
+
+
+@case(_expect_conflict)
+async def reject_conflicts(world: World) -> None:
+    await _concurrent_write(world, StateMergePolicy.REJECT_CONFLICTS, "k", None)
+
+
+@case(state_is({"k": "parent", "k2": "also child"}))
+async def reject_conflicts_of_keys_written_back_only(world: World) -> None:
+    await _concurrent_write(world, StateMergePolicy.REJECT_CONFLICTS, "k", ["k2"])
+
+
+@case(state_is({"k": "child", "k2": "also child"}))
+async def last_writer_wins(world: World) -> None:
+    await _concurrent_write(world, StateMergePolicy.LAST_WRITER_WINS, "k", None)
+
+
+def _artifact_saver(world: World) -> Callable[..., Awaitable[dict[str, Any]]]:
+    async def save_files(tool_context: ToolContext) -> dict[str, Any]:
+        """Save the report, try to save a secret, list what is visible."""
+        version = await tool_context.save_artifact("reports/q1.txt", Part.from_text("q1 report"))
+        refused = None
+        try:
+            await tool_context.save_artifact("secret.txt", Part.from_text("nope"))
+        except ArtifactError as error:
+            refused = error.message
+        listed = await tool_context.list_artifacts()
+        world.observed.append({"version": version, "refused": refused, "listed": listed})
+        return {"version": version, "refused": refused, "listed": listed}
+
+    return save_files
+
+
+def _expect_prefixes(outcome: Outcome) -> None:
+    observed = outcome["observed"][0]
+    assert observed["version"] == 1
+    assert "secret.txt" in observed["refused"] and "'reports/'" in observed["refused"]
+    assert observed["listed"] == ["reports/q1.txt"]
+    loaded = outcome["seen"]["child"][2]["contents"][-1]["parts"][0]["function_response"]
+    assert loaded["response"]["artifacts"][0] == {"name": "reports/q1.txt", "content": "q1 report"}
+    assert (
+        "outside this delegation's allowed prefixes" in loaded["response"]["artifacts"][1]["error"]
+    )
+    assert delta(outcome, 1)["artifact_delta"] == {"reports/q1.txt": 1}
+    assert outcome["artifacts"] == {
+        "private/plan.txt": ["the plan"],
+        "reports/q1.txt": ["q1 report"],
+    }
+
+
+@case(_expect_prefixes)
+async def artifact_prefixes(world: World) -> None:
+    child = LlmAgent(
+        name="child",
+        model=world.scripted(
+            "child",
+            [
+                call("save_files"),
+                call("load_artifacts", {"artifact_names": ["reports/q1.txt", "private/plan.txt"]}),
+                "saved",
+            ],
+        ),
+        tools=[_artifact_saver(world), LoadArtifactsTool()],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child), artifact_prefixes=["reports/"])],
+    )
+    await world.new_session()
+    await world.save("private/plan.txt", "the plan")
+    await world.turn(parent)
+
+
+def _expect_shared_artifacts(outcome: Outcome) -> None:
+    observed = outcome["observed"][0]
+    assert observed["refused"] is None
+    assert observed["listed"] == ["private/plan.txt", "reports/q1.txt", "secret.txt"]
+    assert delta(outcome, 1)["artifact_delta"] == {"reports/q1.txt": 1, "secret.txt": 1}
+
+
+@case(_expect_shared_artifacts)
+async def artifacts_shared_without_prefixes(world: World) -> None:
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("save_files"), "saved"]),
+        tools=[_artifact_saver(world)],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child))],
+    )
+    await world.new_session()
+    await world.save("private/plan.txt", "the plan")
+    await world.turn(parent)
+
+
+def _expect_nested_prefixes(outcome: Outcome) -> None:
+    observed = outcome["observed"]
+    assert [entry["name"] for entry in observed] == [
+        "reports/q1/a.txt",
+        "other/x.txt",
+        "reports/q2.txt",
+    ]
+    assert observed[0]["error"] is None
+    assert "'reports/'" in observed[1]["error"]  # the outer delegation refuses it
+    assert "'reports/q1/', 'other/'" in observed[2]["error"]  # the inner one
+    assert outcome["artifacts"] == {"reports/q1/a.txt": ["a"]}
+    assert delta(outcome, 1)["artifact_delta"] == {"reports/q1/a.txt": 1}
+
+
+@case(_expect_nested_prefixes)
+async def nested_artifact_prefixes(world: World) -> None:
+    async def save_three(tool_context: ToolContext) -> dict[str, Any]:
+        """Save three files."""
+        for name in ("reports/q1/a.txt", "other/x.txt", "reports/q2.txt"):
+            try:
+                await tool_context.save_artifact(name, Part.from_text(name[-5]))
+                world.observed.append({"name": name, "error": None})
+            except ArtifactError as error:
+                world.observed.append({"name": name, "error": error.message})
+        return {}
+
+    grandchild = LlmAgent(
+        name="grandchild",
+        model=world.scripted("grandchild", [call("save_three"), "saved"]),
+        tools=[save_three],
+    )
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [delegate("grandchild"), "relayed"]),
+        tools=[AgentTool(grandchild, artifact_prefixes=["reports/q1/", "other/"])],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child), artifact_prefixes=["reports/"])],
+    )
+    await world.turn(parent)
+
+
+def _expect_a_remote_step_in_scope(outcome: Outcome) -> None:
+    observed = outcome["observed"][0]
+    assert "secret.txt" in observed["refused"]
+    assert delta(outcome, 1)["artifact_delta"] == {"reports/q1.txt": 1}
+
+
+@case(_expect_a_remote_step_in_scope)
+async def artifact_prefixes_reach_a_sub_agent_in_another_service(world: World) -> None:
+    # The AgentTool's child runs here; the agent it transfers to may run elsewhere: the
+    # delegation's scope travels with the transfer.
+    saver = LlmAgent(
+        name="saver",
+        description="Saves files.",
+        model=world.scripted("saver", [call("save_files"), "saved"]),
+        tools=[_artifact_saver(world)],
+    )
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("transfer_to_agent", {"agent_name": "saver"})]),
+        sub_agents=[await world.child(saver)],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(child, artifact_prefixes=["reports/"])],
+    )
+    await world.turn(parent)
+
+
+def _expect_forwarded(outcome: Outcome) -> None:
+    assert [(e["author"], e["branch"]) for e in outcome["events"]] == [
+        ("parent", ""),
+        ("child", "parent.child"),
+        ("child", "parent.child"),
+        ("child", "parent.child"),
+        ("parent", ""),
+        ("parent", ""),
+    ]
+    # Forwarded events carry no state or artifact action: the write-back carries them.
+    for event in outcome["events"][1:4]:
+        assert not event["actions"].get("state_delta") and not event["actions"].get(
+            "artifact_delta"
+        )
+    assert delta(outcome, 4)["state_delta"] == {"seen": True}
+    assert delta(outcome, 4)["artifact_delta"] == {"out.txt": 1}
+    assert outcome["stored"][1:] == outcome["events"]
+
+
+@case(_expect_forwarded)
+async def forward_events(world: World) -> None:
+    async def record(tool_context: ToolContext) -> dict[str, Any]:
+        """Record something in state and in an artifact."""
+        tool_context.state["seen"] = True
+        await tool_context.save_artifact("out.txt", Part.from_text("out"))
+        return {"recorded": True}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("record"), "child answer"]),
+        tools=[record],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child), forward_events=True)],
+    )
+    await world.turn(parent)
+
+
+async def _recall(world: World, *, forward_memory: bool, stores: bool = True) -> None:
+    async def recall(topic: str, tool_context: ToolContext) -> dict[str, Any]:
+        """Search memory for a topic."""
+        entries = await tool_context.search_memory(topic)
+        found = [entry.content.text for entry in entries]
+        world.observed.append(found)
+        return {"found": found}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("recall", {"topic": "otters"}), "recalled"]),
+        tools=[recall],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child, stores=stores), forward_memory=forward_memory)],
+    )
+    past = await world.sessions.create_session(app_name=APP, user_id=USER)
+    await world.sessions.append_event(
+        past, Event.new(author="user", content=Content.from_text("user", "I love otters"))
+    )
+    await world.memory.add_session_to_memory(past)
+    await world.new_session()
+    await world.turn(parent)
+
+
+@case(observed_is([["I love otters"]]))
+async def forward_memory(world: World) -> None:
+    await _recall(world, forward_memory=True)
+
+
+@case(observed_is([[]]))
+async def memory_not_forwarded(world: World) -> None:
+    await _recall(world, forward_memory=False)
+
+
+async def _depth(world: World, limit_on: str) -> None:
+    agent_c = LlmAgent(name="agent_c", model=world.scripted("agent_c", []))
+    agent_b = LlmAgent(
+        name="agent_b",
+        model=world.scripted("agent_b", [delegate("agent_c"), "C was out of reach"]),
+        tools=[AgentTool(agent_c, max_delegation_depth=1 if limit_on == "inner" else 8)],
+    )
+    agent_a = LlmAgent(
+        name="agent_a",
+        model=world.scripted("agent_a", [delegate("agent_b"), "done"]),
+        tools=[
+            AgentTool(
+                await world.child(agent_b), max_delegation_depth=1 if limit_on == "outer" else 8
+            )
+        ],
+    )
+    await world.turn(agent_a)
+
+
+def _expect_depth(outcome: Outcome) -> None:
+    assert outcome["seen"]["agent_c"] == []
+    reply = outcome["seen"]["agent_b"][1]["contents"][-1]["parts"][0]["function_response"]
+    assert "DelegationError" in reply["response"]["error"]
+    assert "the limit is 1" in reply["response"]["error"]
+    assert responses(outcome, "agent_b") == [{"result": "C was out of reach"}]
+
+
+@case(_expect_depth)
+async def max_delegation_depth_of_the_outer_delegation(world: World) -> None:
+    await _depth(world, "outer")
+
+
+@case(_expect_depth)
+async def max_delegation_depth_of_the_inner_delegation(world: World) -> None:
+    await _depth(world, "inner")
+
+
+async def _failing_child(world: World, **policy: Any) -> None:
+    child = LlmAgent(name="child", model=world.scripted("child", []))  # fails at once
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "The child failed."]),
+        tools=[AgentTool(await world.child(child), **policy)],
+    )
+    await world.turn(parent)
+
+
+def _expect_error_response(outcome: Outcome) -> None:
+    error = responses(outcome, "child")[0]["error"]
+    assert error.startswith("agent 'child' failed: ModelError: ScriptedModel 'child' was called")
+    assert texts(outcome)[-1] == "The child failed."
+    assert outcome["errors"] == []
+
+
+@case(_expect_error_response)
+async def child_failure_is_an_error_response(world: World) -> None:
+    await _failing_child(world)
+
+
+def _expect_propagated(outcome: Outcome) -> None:
+    assert len(outcome["errors"]) == 1
+    assert outcome["errors"][0].startswith("ModelError: ScriptedModel 'child' was called")
+    assert len(outcome["seen"]["parent"]) == 1
+    interrupted = outcome["stored"][-1]["llm_response"]
+    assert interrupted["interrupted"] and interrupted["error_code"] == "MODEL_ERROR"
+
+
+@case(_expect_propagated)
+async def propagate_errors(world: World) -> None:
+    await _failing_child(world, propagate_errors=True)
+
+
+def _expect_skipped(outcome: Outcome) -> None:
+    assert len(outcome["events"]) == 2
+    assert responses(outcome, "child") == [{"result": "the final word"}]
+    assert delta(outcome, 1)["skip_summarization"]
+
+
+@case(_expect_skipped)
+async def skip_summarization(world: World) -> None:
+    child = LlmAgent(name="child", model=world.scripted("child", ["the final word"]))
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child")]),
+        tools=[AgentTool(await world.child(child), skip_summarization=True)],
+    )
+    await world.turn(parent)
+
+
+def _expect_transfer_inside(outcome: Outcome) -> None:
+    assert responses(outcome, "child") == [{"result": "grandchild answer"}]
+    delegated = [(e["author"], e["branch"]) for e in outcome["events"] if e["author"] != "parent"]
+    assert delegated == [
+        ("child", "parent.child"),
+        ("child", "parent.child"),
+        ("grandchild", "parent.child"),
+    ]
+    assert not any(e["actions"].get("transfer_to_agent") for e in outcome["stored"])
+
+
+@case(_expect_transfer_inside)
+async def transfer_inside_the_child(world: World) -> None:
+    grandchild = LlmAgent(
+        name="grandchild",
+        description="Knows the answer.",
+        model=world.scripted("grandchild", ["grandchild answer"]),
+    )
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("transfer_to_agent", {"agent_name": "grandchild"})]),
+        sub_agents=[grandchild],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child), forward_events=True)],
+    )
+    await world.turn(parent)
+
+
+def _expect_too_many_transfers(outcome: Outcome) -> None:
+    error = responses(outcome, "child")[0]["error"]
+    assert "DelegationError: more than 1 transfers in invocation" in error
+    assert outcome["seen"]["second"] == []
+
+
+@case(_expect_too_many_transfers)
+async def max_transfers(world: World) -> None:
+    second = LlmAgent(name="second", model=world.scripted("second", []))
+    first = LlmAgent(
+        name="first",
+        model=world.scripted("first", [call("transfer_to_agent", {"agent_name": "second"})]),
+        sub_agents=[second],
+    )
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("transfer_to_agent", {"agent_name": "first"})]),
+        sub_agents=[first],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child), max_transfers=1)],
+    )
+    await world.turn(parent)
+
+
+def _expect_delegation_ended(outcome: Outcome) -> None:
+    assert len(outcome["seen"]["child"]) == 1  # the child stopped after its tool
+    assert responses(outcome, "child") == [{"result": ""}]
+    assert texts(outcome)[-1] == "done"  # the parent's invocation went on
+
+
+@case(_expect_delegation_ended)
+async def end_invocation_in_the_child_ends_the_delegation(world: World) -> None:
+    def stop(tool_context: ToolContext) -> dict[str, Any]:
+        """Stop here."""
+        tool_context.invocation_context.end_invocation()
+        return {"stopped": True}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("stop"), "never"]),
+        tools=[stop],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child), forward_events=True)],
+    )
+    await world.turn(parent)
+
+
+async def _counted(world: World, max_llm_calls: int) -> None:
+    def note(tool_context: ToolContext) -> dict[str, Any]:
+        """Note something."""
+        return {"noted": True}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("note"), "child answer"]),
+        tools=[note],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done", "never"]),
+        tools=[AgentTool(await world.child(child))],
+    )
+    await world.turn(parent, run_config=RunConfig(max_llm_calls=max_llm_calls))
+
+
+def _expect_limit(limit: int, child_calls: int, child_error: bool) -> Callable[[Outcome], None]:
+    def expect(outcome: Outcome) -> None:
+        message = f"the invocation reached max_llm_calls={limit}; no more model calls"
+        assert outcome["errors"] == [f"LlmCallLimitError: {message}"]
+        assert len(outcome["seen"]["child"]) == child_calls
+        assert len(outcome["seen"]["parent"]) == limit - child_calls
+        if child_error:
+            error = responses(outcome, "child")[0]["error"]
+            assert error == f"agent 'child' failed: LlmCallLimitError: {message}"
+
+    return expect
+
+
+@case(_expect_limit(3, 2, child_error=False))
+async def max_llm_calls_count_the_childs_calls(world: World) -> None:
+    await _counted(world, 3)
+
+
+@case(_expect_limit(2, 1, child_error=True))
+async def max_llm_calls_reached_inside_the_child(world: World) -> None:
+    await _counted(world, 2)
+
+
+@case(_expect_limit(1, 0, child_error=True))
+async def max_llm_calls_none_left_for_the_child(world: World) -> None:
+    await _counted(world, 1)
+
+
+def _expect_timeout(outcome: Outcome) -> None:
+    error = responses(outcome, "child")[0]["error"]
+    assert error == "Tool 'child' did not finish within 0.2 s and was stopped"
+    assert texts(outcome)[-1] == "too slow"
+
+
+@case(_expect_timeout)
+async def timeout(world: World) -> None:
+    never = asyncio.Event()
+
+    async def wait(request: LlmRequest) -> str:
+        await never.wait()
+        return "unreachable"
+
+    child = LlmAgent(name="child", model=world.function("child", wait))
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "too slow"]),
+        tools=[AgentTool(await world.child(child), timeout=0.2)],
+    )
+    await world.turn(parent)
+
+
+# --- the contexts a child's tools and callbacks run in ---------------------------------------
+
+
+def _expect_contexts(outcome: Outcome) -> None:
+    assert outcome["observed"] == [
+        {"callback": "before", "state": {"a": 1}, "user_content": "look"},
+        {
+            "tool": "inspect",
+            "state": {"a": 1, "from_callback": True},
+            "user_content": "look",
+            "has_call_id": True,
+            "agent": "child",
+            "branch": "parent.child",
+        },
+    ]
+    assert delta(outcome, 1)["state_delta"] == {"from_callback": True, "from_tool": "t"}
+
+
+@case(_expect_contexts)
+async def tool_and_callback_contexts(world: World) -> None:
+    def before(callback_context: CallbackContext) -> None:
+        world.observed.append(
+            {
+                "callback": "before",
+                "state": dict(callback_context.state),
+                "user_content": _text_of(callback_context),
+            }
+        )
+        callback_context.state["from_callback"] = True
+
+    def inspect(tool_context: ToolContext) -> dict[str, Any]:
+        """Look at the context."""
+        world.observed.append(
+            {
+                "tool": "inspect",
+                "state": dict(tool_context.state),
+                "user_content": _text_of(tool_context),
+                "has_call_id": bool(tool_context.function_call_id),
+                "agent": tool_context.agent_name,
+                "branch": tool_context.branch,
+            }
+        )
+        tool_context.state["from_tool"] = "t"
+        return {}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("inspect"), "looked"]),
+        tools=[inspect],
+        before_agent_callback=before,
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child", "look"), "done"]),
+        tools=[AgentTool(await world.child(child), state_keys=["a"])],
+    )
+    await world.new_session({"a": 1, "b": 2})
+    await world.turn(parent)
+
+
+def _expect_root_artifacts(outcome: Outcome) -> None:
+    assert outcome["observed"] == [
+        {"versions": [1, 2], "loaded": "v2", "first": "v1", "listed": ["notes.txt", "plan.txt"]}
+    ]
+    assert outcome["artifacts"] == {"notes.txt": ["v1", "v2"], "plan.txt": ["the plan"]}
+
+
+@case(_expect_root_artifacts, remote_xfail=REMOTE_CONTEXTS)
+async def artifacts_of_the_root_without_a_shared_store(world: World) -> None:
+    async def use_artifacts(tool_context: ToolContext) -> dict[str, Any]:
+        """Save, load and list artifacts."""
+        await tool_context.save_artifact("notes.txt", Part.from_text("v1"))
+        await tool_context.save_artifact("notes.txt", Part.from_text("v2"))
+        invocation = tool_context.invocation_context
+        service = invocation.artifact_service
+        assert service is not None, "no artifact service is configured"
+        versions = await service.list_versions(
+            app_name=invocation.app_name,
+            user_id=invocation.user_id,
+            session_id=invocation.session_id,
+            filename="notes.txt",
+        )
+        latest = await tool_context.load_artifact("notes.txt")
+        first = await tool_context.load_artifact("notes.txt", version=1)
+        world.observed.append(
+            {
+                "versions": versions,
+                "loaded": latest and latest.text,
+                "first": first and first.text,
+                "listed": await tool_context.list_artifacts(),
+            }
+        )
+        return {}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("use_artifacts"), "done"]),
+        tools=[use_artifacts],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child, stores=False))],
+    )
+    await world.new_session()
+    await world.save("plan.txt", "the plan")
+    await world.turn(parent)
+
+
+@case(observed_is([["I love otters"]]), remote_xfail=REMOTE_CONTEXTS)
+async def memory_of_the_root_without_a_shared_store(world: World) -> None:
+    await _recall(world, forward_memory=True, stores=False)
+
+
+# --- transfers: the same conversation with the transfer target here or elsewhere ------------
+
+
+def _expect_continuity(outcome: Outcome) -> None:
+    # Turn 2 went straight to the specialist, whose model was offered its parent and peer.
+    assert outcome["seen"]["coordinator"] != []
+    first = outcome["seen"]["specialist"][0]
+    transfer_tool = dict(first["tools"])["transfer_to_agent"]
+    assert transfer_tool["properties"]["agent_name"]["enum"] == ["coordinator", "logistics"]
+    assert "- logistics: Clocks and conversions." in first["system_instruction"]
+    assert "transfer back to 'coordinator'" in first["system_instruction"]
+    turns = [
+        [e["author"] for e in outcome["events"] if e["invocation_id"] == invocation]
+        for invocation in dict.fromkeys(e["invocation_id"] for e in outcome["events"])
+    ]
+    assert turns == [
+        ["coordinator", "coordinator", "specialist"],  # the transfer, then its answer
+        ["specialist"],  # the next turn: the specialist answers it
+        ["specialist", "specialist", "logistics"],  # it hands over to its peer
+        ["logistics"],  # which answers the turn after
+    ]
+    assert len(outcome["seen"]["coordinator"]) == 1
+
+
+@case(_expect_continuity, into=TRANSFER_CASES)
+async def the_agent_transferred_to_answers_the_next_turn_and_hands_over(world: World) -> None:
+    specialist = LlmAgent(
+        name="specialist",
+        description="Plans trips.",
+        model=world.scripted(
+            "specialist",
+            [
+                "Lisbon, three days.",
+                "Day 1: Alfama.",
+                call("transfer_to_agent", {"agent_name": "logistics"}),
+            ],
+        ),
+    )
+    logistics = LlmAgent(
+        name="logistics",
+        description="Clocks and conversions.",
+        model=world.scripted("logistics", ["It is 9 in Tokyo.", "Noted."]),
+    )
+    coordinator = LlmAgent(
+        name="coordinator",
+        description="The front desk.",
+        model=world.scripted(
+            "coordinator", [call("transfer_to_agent", {"agent_name": "specialist"})]
+        ),
+        sub_agents=[await world.child(specialist), logistics],
+    )
+    await world.turn(coordinator, "Plan a trip to Lisbon.")
+    await world.turn(coordinator, "What on day 1?")
+    await world.turn(coordinator, "What time is it in Tokyo?")
+    await world.turn(coordinator, "Thanks.")
+
+
+def _expect_handed_back(outcome: Outcome) -> None:
+    assert [e["author"] for e in outcome["events"]][-3:] == [
+        "specialist",
+        "specialist",
+        "coordinator",
+    ]
+    assert texts(outcome)[-1] == "Back at the desk."
+
+
+@case(_expect_handed_back, into=TRANSFER_CASES)
+async def the_agent_transferred_to_hands_back_to_its_parent(world: World) -> None:
+    specialist = LlmAgent(
+        name="specialist",
+        description="Plans trips.",
+        model=world.scripted(
+            "specialist",
+            ["Lisbon.", call("transfer_to_agent", {"agent_name": "coordinator"})],
+        ),
+    )
+    coordinator = LlmAgent(
+        name="coordinator",
+        description="The front desk.",
+        model=world.scripted(
+            "coordinator",
+            [call("transfer_to_agent", {"agent_name": "specialist"}), "Back at the desk."],
+        ),
+        sub_agents=[await world.child(specialist)],
+    )
+    await world.turn(coordinator, "Plan a trip.")
+    await world.turn(coordinator, "Something else entirely.")
+
+
+def _expect_ended(outcome: Outcome) -> None:
+    assert outcome["seen"]["second_step"] == []
+    assert [e["author"] for e in outcome["events"]] == ["first_step", "first_step"]
+
+
+@case(_expect_ended, into=TRANSFER_CASES)
+async def end_invocation_in_the_agent_ends_the_callers_invocation(world: World) -> None:
+    def stop(tool_context: ToolContext) -> dict[str, Any]:
+        """Stop the invocation."""
+        tool_context.invocation_context.end_invocation()
+        return {"stopped": True}
+
+    first_step = LlmAgent(
+        name="first_step", model=world.scripted("first_step", [call("stop"), "never"]), tools=[stop]
+    )
+    second_step = LlmAgent(name="second_step", model=world.scripted("second_step", ["never"]))
+    flow = SequentialAgent(name="flow", sub_agents=[await world.child(first_step), second_step])
+    await world.turn(flow)
+
+
+def _expect_counted_across(outcome: Outcome) -> None:
+    assert outcome["errors"] == [
+        "LlmCallLimitError: the invocation reached max_llm_calls=2; no more model calls"
+    ]
+    assert len(outcome["seen"]["specialist"]) == 1
+
+
+@case(_expect_counted_across, into=TRANSFER_CASES)
+async def max_llm_calls_count_across_a_transfer(world: World) -> None:
+    def note() -> dict[str, Any]:
+        """Note something."""
+        return {}
+
+    specialist = LlmAgent(
+        name="specialist",
+        model=world.scripted("specialist", [call("note"), "never"]),
+        tools=[note],
+    )
+    coordinator = LlmAgent(
+        name="coordinator",
+        model=world.scripted(
+            "coordinator", [call("transfer_to_agent", {"agent_name": "specialist"})]
+        ),
+        sub_agents=[await world.child(specialist)],
+    )
+    await world.turn(coordinator, run_config=RunConfig(max_llm_calls=2))
+
+
+# --- the suite --------------------------------------------------------------------------------
+
+
+async def play(case: Case, where: str, directory: Path) -> Outcome:
+    async with AsyncExitStack() as stack:
+        world = World(where, directory, stack)
+        await case.play(world)
+        return await world.outcome()
+
+
+def _params(cases: list[Case]) -> Iterator[Any]:
+    for entry in cases:
+        yield pytest.param(entry, IN_PROCESS, id=f"{entry.name}-{IN_PROCESS}")
+        marks = (
+            [pytest.mark.xfail(strict=True, reason=entry.remote_xfail)]
+            if entry.remote_xfail
+            else []
+        )
+        yield pytest.param(entry, REMOTE, id=f"{entry.name}-{REMOTE}", marks=marks)
+
+
+async def _check(entry: Case, where: str, tmp_path: Path) -> None:
+    outcome = await play(entry, where, tmp_path / where)
+    entry.expect(outcome)
+    if where == REMOTE:
+        assert outcome == await play(entry, IN_PROCESS, tmp_path / "reference")
+
+
+@pytest.mark.parametrize(("entry", "where"), list(_params(CASES)))
+async def test_agent_tool_policy_parity(entry: Case, where: str, tmp_path: Path) -> None:
+    await _check(entry, where, tmp_path)
+
+
+@pytest.mark.parametrize(("entry", "where"), list(_params(TRANSFER_CASES)))
+async def test_transfer_parity(entry: Case, where: str, tmp_path: Path) -> None:
+    await _check(entry, where, tmp_path)

@@ -816,13 +816,15 @@ def session_view_to_proto(
     """What a delegated run may see of ``session``: its state and a window of its history.
 
     The window is the newest non-partial events, oldest first: at most ``max_events`` of them
-    and ``max_bytes`` of encoded events. Walking back from the newest event, an event that does
-    not fit what is left of the window is sent abridged (:func:`abridged_event`: each part
-    over :data:`ABRIDGED_PART_BYTES` replaced by a placeholder), and the window ends at the
-    first event that does not fit even so. An event that cannot be carried as it is (a value
-    the wire refuses) is sent abridged too, never failing the view. ``omitted_events`` counts
-    the older events left out, ``abridged_event_ids`` names the abridged ones. Only the window
-    is encoded, so the cost does not grow with the history.
+    and ``max_bytes`` of encoded events. Walking back from the newest event, a large event
+    (over an eighth of ``max_bytes``) that does not fit what is left of the window is sent
+    abridged (:func:`abridged_event`: each part over :data:`ABRIDGED_PART_BYTES` replaced by a
+    placeholder), so one huge tool result does not push the rest of the conversation out; the
+    window ends at the first other event that does not fit (or large one that does not fit
+    even abridged). An event that cannot be carried as it is (a value the wire refuses) is sent
+    abridged too, never failing the view. ``omitted_events`` counts the older events left out,
+    ``abridged_event_ids`` names the abridged ones. Only the window is encoded, so the cost does
+    not grow with the history.
     """
     message = agent_pb2.SessionView(
         app_name=session.app_name,
@@ -842,7 +844,7 @@ def session_view_to_proto(
             continue
         if len(window) >= max_events:
             break
-        encoded, abridged = _event_within(event, room)
+        encoded, abridged = _event_within(event, room, large=max_bytes // 8)
         if encoded is None:
             break
         index -= 1
@@ -857,15 +859,20 @@ def session_view_to_proto(
     return message
 
 
-def _event_within(event: Event, room: int) -> tuple[event_pb2.Event | None, bool]:
-    """``event`` encoded in at most ``room`` bytes, whole or abridged (and whether abridged);
-    None when it does not fit even abridged."""
+def _event_within(event: Event, room: int, *, large: int) -> tuple[event_pb2.Event | None, bool]:
+    """``event`` encoded in at most ``room`` bytes, whole, or abridged when it is over
+    ``large`` bytes or cannot be carried as it is (and whether abridged); None when it does
+    not fit."""
     try:
         encoded = event_to_proto(event)
     except AdkJSONError:
         encoded = None
-    if encoded is not None and encoded.ByteSize() <= room:
-        return encoded, False
+    if encoded is not None:
+        size = encoded.ByteSize()
+        if size <= room:
+            return encoded, False
+        if size <= large:
+            return None, False
     encoded = event_to_proto(abridged_event(event))
     if encoded.ByteSize() <= room:
         return encoded, True

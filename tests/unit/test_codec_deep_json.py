@@ -311,6 +311,9 @@ def test_the_window_keeps_the_newest_events_up_to_max_bytes() -> None:
     assert window_ids(view) == [e.id for e in events[-len(view.events) :]]
     assert len(view.events) == 9  # each text event encodes to a little over 1000 bytes
     assert view.omitted_events == 41
+    # Events of ordinary size are never sent as stubs: the window ends at the first that
+    # does not fit.
+    assert not view.abridged_event_ids
 
 
 def test_partial_events_are_neither_sent_nor_counted() -> None:
@@ -375,6 +378,16 @@ def test_an_event_larger_than_the_window_is_sent_abridged_and_calls_still_pair()
     assert len(parts[2].text) < codec.ABRIDGED_TEXT_CHARS + 200
     assert parts[3].text == "small stays"
     assert back.events[2].actions.state_delta == {"small": 1}
+
+
+def test_a_huge_event_is_abridged_and_the_older_conversation_still_fits() -> None:
+    huge = text_event(40, size=1_000_000)
+    events = [*(text_event(i, size=1000) for i in range(40)), huge, text_event(41)]
+    view = codec.session_view_to_proto(session_of(events), max_bytes=20_000)
+    assert list(view.abridged_event_ids) == ["e00040"]
+    assert window_ids(view)[-2:] == ["e00040", "e00041"]
+    assert len(view.events) > 10
+    assert sum(event.ByteSize() for event in view.events) <= 20_000
 
 
 def test_an_event_the_wire_cannot_carry_is_sent_abridged_instead_of_failing_the_view() -> None:

@@ -57,14 +57,44 @@ function structToJson(struct) {
   return out;
 }
 
+// Keys sorted at every level, as structToJson gives them.
+function sortedKeys(value) {
+  if (Array.isArray(value)) return value.map(sortedKeys);
+  if (value === null || typeof value !== "object") return value;
+  const out = {};
+  for (const key of Object.keys(value).sort((a, b) => a.localeCompare(b))) {
+    out[key] = sortedKeys(value[key]);
+  }
+  return out;
+}
+
+// A JSON value travels as a Struct/Value, or -- when it nests deeper than a Struct can carry --
+// as JSON text in the `*_json` field next to it (the rule is in protos/adk_mesh/v1/content.proto).
+// Read the text when it is there, the Struct otherwise.
+function jsonObject(struct, jsonText) {
+  return jsonText ? sortedKeys(JSON.parse(jsonText)) : structToJson(struct);
+}
+
+function stateDelta(actions) {
+  const delta = {};
+  for (const [key, value] of Object.entries(actions?.state_delta ?? {})) {
+    delta[key] = valueToJson(value);
+  }
+  for (const [key, text] of Object.entries(actions?.state_delta_json ?? {})) {
+    delta[key] = sortedKeys(JSON.parse(text));
+  }
+  return delta;
+}
+
 function describePart(author, part) {
   if (part.text !== undefined && part.text !== null) return `[${author}] ${part.text}`;
   if (part.function_call) {
-    return `[${author}] -> ${part.function_call.name}(${JSON.stringify(structToJson(part.function_call.args))})`;
+    const call = part.function_call;
+    return `[${author}] -> ${call.name}(${JSON.stringify(jsonObject(call.args, call.args_json))})`;
   }
   if (part.function_response) {
     const reply = part.function_response;
-    return `[${author}] <- ${reply.name}: ${JSON.stringify(structToJson(reply.response))}`;
+    return `[${author}] <- ${reply.name}: ${JSON.stringify(jsonObject(reply.response, reply.response_json))}`;
   }
   if (part.inline_data) return `[${author}] <${part.inline_data.mime_type} data>`;
   if (part.file_data) return `[${author}] <${part.file_data.file_uri}>`;
@@ -127,9 +157,8 @@ call.on("data", (response) => {
   for (const part of event.llm_response?.content?.parts ?? []) {
     console.log(describePart(event.author, part));
   }
-  const delta = event.actions?.state_delta ?? {};
-  for (const [key, value] of Object.entries(delta)) {
-    console.log(`[${event.author}] state: ${key}=${JSON.stringify(valueToJson(value))}`);
+  for (const [key, value] of Object.entries(stateDelta(event.actions))) {
+    console.log(`[${event.author}] state: ${key}=${JSON.stringify(value)}`);
   }
   if (event.actions?.transfer_to_agent) {
     console.log(`[${event.author}] transfer to ${event.actions.transfer_to_agent}`);

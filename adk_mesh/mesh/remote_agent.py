@@ -84,6 +84,9 @@ class RemoteAgent(BaseAgent):
             makes a call fail (:func:`~adk_mesh.codec.session_view_to_proto`).
         tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
             ``_KEY`` from the environment; plaintext when they are unset).
+        keeps_conversation: whether, when it answered last, it answers the user's next turn
+            (default: yes, as an LLM agent). Say no for a remote agent that would not keep it
+            in process: a workflow agent, or one that may not transfer to its parent.
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class RemoteAgent(BaseAgent):
         history_max_events: int = codec.DEFAULT_HISTORY_MAX_EVENTS,
         history_max_bytes: int = codec.DEFAULT_HISTORY_MAX_BYTES,
         tls: ClientTLS | None = None,
+        keeps_conversation: bool = True,
     ) -> None:
         super().__init__(name=name, description=description)
         if history_max_events < 0 or history_max_bytes < 0:
@@ -111,14 +115,15 @@ class RemoteAgent(BaseAgent):
         self.tls = tls
         self.agent_name = agent_name
         self.timeout = timeout
+        self._keeps_conversation = keeps_conversation
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
 
     @property
     def keeps_conversation(self) -> bool:
-        """Yes, as an LLM agent: its model is offered its parent and peers here, so it can hand
-        the conversation back."""
-        return True
+        """Yes by default, as an LLM agent: its model is offered its parent and peers here, so
+        it can hand the conversation back (see the ``keeps_conversation`` argument)."""
+        return self._keeps_conversation
 
     def _session_view(self, session: Session) -> agent_pb2.SessionView:
         """What the remote side sees of ``session``: its state and this agent's window of

@@ -138,6 +138,7 @@ class Custom(BaseAgent):
         ("specialist", "specialist"),  # an LLM agent keeps the conversation
         # So does a remote agent: its run carries the caller's agents it may hand back to.
         ("remote", "remote"),
+        ("remote_flow", "root"),  # unless it says it would not keep it in process
         ("strict", "root"),  # one that may not hand back to its parent does not
         ("custom", "root"),  # an agent that does not say it does, does not
         ("step", "root"),  # nor does one below a workflow agent
@@ -150,6 +151,7 @@ def test_who_answers_the_next_turn_is_asked_of_the_agents(answered: str, answers
         sub_agents=[
             LlmAgent(name="specialist", model=ScriptedModel([])),
             RemoteAgent("remote", "127.0.0.1:1"),
+            RemoteAgent("remote_flow", "127.0.0.1:1", keeps_conversation=False),
             LlmAgent(name="strict", model=ScriptedModel([]), disallow_transfer_to_parent=True),
             Custom(name="custom"),
             SequentialAgent(name="flow", sub_agents=[LlmAgent(name="step", model="offline")]),

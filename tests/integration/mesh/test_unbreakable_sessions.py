@@ -7,10 +7,11 @@ One mesh of real gRPC servers on 127.0.0.1:
                             ├─AgentTool "helper"────▶ B  "specialist"   (delegated run)
                             └─transfer "specialist"─▶ B  "specialist" ──CallTool──▶ T
 
-Each turn of the coordinator calls ``dig`` (deep args, a deep result, deep progress data and
-a deep state value), then the AgentTool, then transfers; the specialist calls ``dig`` again
-and answers. The client reads every response (none is empty or unparsable), and the next
-turn goes the whole way again over the history the first one left.
+Turn "first": the coordinator calls ``dig`` (deep args, a deep result, deep progress data
+and a deep state value), then the AgentTool, and answers. Turn "second", over that history:
+the same, then a transfer; the specialist calls ``dig`` again and answers. Turn "third":
+whoever answers it digs once more. The client reads every response (none is empty or
+unparsable); what crosses to B is the history window, never the whole history.
 """
 
 from __future__ import annotations

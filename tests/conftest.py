@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from adk_mesh.sessions.base import SessionService
+from adk_mesh.sessions.memory import InMemorySessionService
+from adk_mesh.sessions.sqlite import SqliteSessionService
 
 _ALLOWED_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
@@ -58,3 +63,19 @@ def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ):
         monkeypatch.delenv(var, raising=False)
     yield
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def session_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[SessionService]:
+    """Each session backend in turn: in memory, and on a real SQLite file."""
+    service: SessionService = (
+        InMemorySessionService()
+        if request.param == "memory"
+        else SqliteSessionService(tmp_path / "sessions.db")
+    )
+    try:
+        yield service
+    finally:
+        await service.close()

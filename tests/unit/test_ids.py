@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from adk_mesh.artifacts import ArtifactService, FileArtifactService, InMemoryArtifactService
 from adk_mesh.errors import InvalidArgumentError
 from adk_mesh.ids import MAX_ID_CHARS, check_artifact_name, check_id, shown
-from adk_mesh.sessions import InMemorySessionService, SessionService, SqliteSessionService
+from adk_mesh.sessions import SessionService, SqliteSessionService
 from adk_mesh.types import Content, Event, Part
 
 HUGE = "x" * 10_000_000
@@ -114,17 +113,10 @@ def test_shown_quotes_short_values_whole_and_cuts_long_ones() -> None:
 # --- every store applies the same rule ----------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionService]:
-    service: SessionService = (
-        InMemorySessionService()
-        if request.param == "memory"
-        else SqliteSessionService(tmp_path / "sessions.db")
-    )
-    try:
-        yield service
-    finally:
-        await service.close()
+@pytest.fixture
+def sessions(session_store: SessionService) -> SessionService:
+    """Each session backend (the shared ``session_store`` fixture)."""
+    return session_store
 
 
 @pytest.fixture(params=["memory", "file"])

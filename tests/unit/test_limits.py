@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +19,6 @@ from adk_mesh import (
     RunConfig,
     Runner,
     SessionService,
-    SqliteSessionService,
     ToolContext,
 )
 from adk_mesh.contexts import DEFAULT_TOOL_TIMEOUT
@@ -29,17 +26,10 @@ from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import FunctionModel, ScriptedModel, call
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionService]:
-    service: SessionService = (
-        InMemorySessionService()
-        if request.param == "memory"
-        else SqliteSessionService(tmp_path / "sessions.db")
-    )
-    try:
-        yield service
-    finally:
-        await service.close()
+@pytest.fixture
+def sessions(session_store: SessionService) -> SessionService:
+    """Each session backend (the shared ``session_store`` fixture)."""
+    return session_store
 
 
 async def run_turn(runner: Runner, session_id: str, message: Content) -> list[Event]:

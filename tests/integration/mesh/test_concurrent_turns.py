@@ -104,17 +104,10 @@ async def serving(store: SessionService) -> AsyncIterator[str]:
         await server.stop(None)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionService]:
-    service: SessionService = (
-        InMemorySessionService()
-        if request.param == "memory"
-        else SqliteSessionService(tmp_path / "sessions.db")
-    )
-    try:
-        yield service
-    finally:
-        await service.close()
+@pytest.fixture
+def store(session_store: SessionService) -> SessionService:
+    """Each session backend (the shared ``session_store`` fixture)."""
+    return session_store
 
 
 # --- one process -----------------------------------------------------------------------------

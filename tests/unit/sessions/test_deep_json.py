@@ -6,14 +6,12 @@ The stores write events as their pydantic JSON, whose parser stops at 200 levels
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adk_mesh import codec
-from adk_mesh.sessions import InMemorySessionService, SessionService, SqliteSessionService
+from adk_mesh.sessions import SessionService
 from adk_mesh.types import (
     Blob,
     Content,
@@ -78,17 +76,10 @@ def test_json_that_is_not_an_event_is_still_refused() -> None:
         Event.model_validate_json("{not json")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionService]:
-    backend: SessionService = (
-        InMemorySessionService()
-        if request.param == "memory"
-        else SqliteSessionService(tmp_path / "sessions.db")
-    )
-    try:
-        yield backend
-    finally:
-        await backend.close()
+@pytest.fixture
+def service(session_store: SessionService) -> SessionService:
+    """Each session backend (the shared ``session_store`` fixture)."""
+    return session_store
 
 
 @pytest.mark.parametrize("depth", DEPTHS)

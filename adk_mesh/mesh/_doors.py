@@ -3,7 +3,8 @@
 * **Front door** — ``Describe`` and root runs. With authenticators, the caller must prove who
   they are (UNAUTHENTICATED otherwise); a root run may name no user or the principal, never
   another (PERMISSION_DENIED), and its user becomes the principal's id before the servicer runs.
-* **Mesh door** — delegated runs, ``ListTools`` and ``CallTool``. Only a peer gets in: with TLS,
+* **Mesh door** — delegated runs (``Run`` in delegated mode, ``RunDelegated``), ``ListTools``,
+  ``CallTool`` and ``CallToolInteractive``. Only a peer gets in: with TLS,
   a client certificate (verified by the mesh door's port) naming an identity of the allow-list;
   without TLS, a process of this machine (loopback). Anyone else: PERMISSION_DENIED.
 * Health and reflection are open to all.
@@ -31,7 +32,12 @@ __all__ = ["DoorKeeper"]
 _RUN = "/adk_mesh.v1.AgentService/Run"
 _DESCRIBE = "/adk_mesh.v1.AgentService/Describe"
 _MESH_METHODS = frozenset(
-    {"/adk_mesh.v1.ToolService/ListTools", "/adk_mesh.v1.ToolService/CallTool"}
+    {
+        "/adk_mesh.v1.ToolService/ListTools",
+        "/adk_mesh.v1.ToolService/CallTool",
+        "/adk_mesh.v1.ToolService/CallToolInteractive",
+        "/adk_mesh.v1.AgentService/RunDelegated",
+    }
 )
 _LOOPBACK_PEERS = ("ipv4:127.", "ipv6:[::1]", "unix:")
 
@@ -127,6 +133,32 @@ def _guard_unary_stream(
     return handler
 
 
+def _guard_stream_stream(
+    behaviour: Callable[[Any, grpc.aio.ServicerContext], Any],
+    method: str,
+    checks: _Checks,
+) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
+    """A bidirectional method: checked before its first message is read (its requests come
+    from other agents of the mesh, so it is a mesh-door call, whatever it sends)."""
+
+    async def handler(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            if method in _MESH_METHODS:
+                checks.peer(method, context)
+            else:
+                raise PermissionDeniedError(f"{method} is not a method of the mesh")
+        except AdkError as error:
+            await abort_with_error(context, error)
+        result = behaviour(requests, context)
+        if not hasattr(result, "__aiter__"):
+            await result
+            return
+        async for response in result:
+            yield response
+
+    return handler
+
+
 class DoorKeeper(WrappingInterceptor):
     """Checks each call of the mesh's services at its door (see the module docstring); health
     and reflection are open."""
@@ -143,3 +175,6 @@ class DoorKeeper(WrappingInterceptor):
 
     def wrap_unary_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
         return _guard_unary_stream(behaviour, method, self._checks)
+
+    def wrap_stream_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return _guard_stream_stream(behaviour, method, self._checks)

@@ -67,12 +67,19 @@ class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method: str = handler_call_details.method
         if handler is None or method.startswith(self._exempt):
             return handler
-        if handler.request_streaming:
+        if handler.request_streaming and handler.stream_stream is None:
             # The mesh serves no client-streaming method; pass such a method through untracked.
             return handler
         if self._closed:
             return _refusing(handler, method)
-        return rewrap(handler, unary_unary=self._track_unary, unary_stream=self._track_stream)
+        return rewrap(
+            handler,
+            unary_unary=self._track_unary,
+            unary_stream=self._track_stream,
+            # A bidirectional call (``CallToolInteractive``, ``RunDelegated``) is in flight
+            # like a server-streaming one: the behaviour's first argument is its requests.
+            stream_stream=self._track_stream,
+        )
 
     def _track_unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def tracked(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -118,7 +125,12 @@ def _refusing(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHand
             await abort_with_error(context, error)
             yield  # pragma: no cover - makes this an async generator
 
-        return grpc.unary_stream_rpc_method_handler(
+        make = (
+            grpc.stream_stream_rpc_method_handler
+            if handler.request_streaming
+            else grpc.unary_stream_rpc_method_handler
+        )
+        return make(
             refuse_stream,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,

@@ -1,8 +1,9 @@
 """Server interceptors that wrap a method's behaviour: the one way the mesh's interceptors
 (tracing, the door keeper, the drain gate) rebuild a gRPC method handler around it.
 
-The mesh's contract has unary and server-streaming methods only; a handler of another kind is
-passed through unchanged.
+The mesh's contract has unary, server-streaming and bidirectional methods (the last are
+``CallToolInteractive`` and ``RunDelegated``: a subclass wraps them only if it overrides
+``wrap_stream_stream``); a client-streaming handler is passed through unchanged.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def rewrap(
     *,
     unary_unary: Callable[[Behaviour], Behaviour],
     unary_stream: Callable[[Behaviour], Behaviour],
+    stream_stream: Callable[[Behaviour], Behaviour] | None = None,
 ) -> grpc.RpcMethodHandler:
     """``handler`` with its behaviour wrapped by the function for its kind."""
     if handler.unary_unary is not None:
@@ -38,6 +40,12 @@ def rewrap(
     if handler.unary_stream is not None:
         return grpc.unary_stream_rpc_method_handler(
             unary_stream(handler.unary_stream),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_stream is not None and stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            stream_stream(handler.stream_stream),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
@@ -61,6 +69,11 @@ class WrappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def wrap_unary_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
         raise NotImplementedError
 
+    def wrap_stream_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        """A bidirectional method (``(request_iterator, context)``): unchanged unless a
+        subclass wraps it."""
+        return behaviour
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -79,6 +92,7 @@ class WrappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             handler,
             unary_unary=lambda behaviour: self.wrap_unary_unary(behaviour, method),
             unary_stream=lambda behaviour: self.wrap_unary_stream(behaviour, method),
+            stream_stream=lambda behaviour: self.wrap_stream_stream(behaviour, method),
         )
         if len(self._kept) >= _MAX_KEPT:
             self._kept.clear()

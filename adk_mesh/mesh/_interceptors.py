@@ -142,7 +142,7 @@ class _TracedCall:
 
     def __call__(
         self,
-        request: Any,
+        request: Any = None,
         *,
         timeout: float | None = None,
         metadata: Any = None,
@@ -200,7 +200,8 @@ def _traced(multi_callable: Any, method: str) -> Any:
 
 
 class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
-    """A ``grpc.aio`` channel whose stubs trace every unary and server-streaming call.
+    """A ``grpc.aio`` channel whose stubs trace every unary, server-streaming and bidirectional
+    call.
 
     Stubs ask their channel for one multi-callable per method; this channel hands out
     :class:`_TracedCall` wrappers around the real channel's (health and reflection calls
@@ -277,8 +278,13 @@ class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
         response_deserializer: Callable[[bytes], Any] | None = None,
         _registered_method: bool | None = False,
     ) -> Any:
-        return self._channel.stream_stream(
-            method, request_serializer, response_deserializer, _registered_method
+        # Bidirectional methods (CallToolInteractive, RunDelegated) are called with no
+        # request iterator: the caller writes on the call.
+        return _traced(
+            self._channel.stream_stream(
+                method, request_serializer, response_deserializer, _registered_method
+            ),
+            method,
         )
 
 
@@ -430,6 +436,10 @@ class _ServerInterceptor(WrappingInterceptor):
         return _wrap_unary_unary(behaviour, method, self._spans)
 
     def wrap_unary_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return _wrap_unary_stream(behaviour, method, self._spans)
+
+    def wrap_stream_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        # The request iterator is passed through like a request: the same wrapper serves.
         return _wrap_unary_stream(behaviour, method, self._spans)
 
 

@@ -37,6 +37,12 @@ from adk_mesh.errors import (
 )
 from adk_mesh.ids import check_id, shown
 from adk_mesh.memory.base import MemoryService
+from adk_mesh.mesh._caller_contexts import (
+    CallerArtifacts,
+    CallerChannel,
+    CallerMemory,
+    InteractiveCall,
+)
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
@@ -70,8 +76,11 @@ class AgentServer(MeshServer):
       the session view the caller sent (state and events) becomes a throwaway in-memory
       session. The caller's invocation id, branch, delegation depth, call path and model
       calls made carry on; what the AgentTool delegations on the way let the run reach of
-      artifacts and memory (``DelegatedRun.scope``) limits this server's stores as it would
-      in process. A call path that already holds this service's agent (A -> B -> A) or a
+      artifacts and memory (``DelegatedRun.scope``) limits the stores as it would in
+      process. Over ``RunDelegated`` (what a :class:`RemoteAgent` calls) those stores are the
+      caller's, reached over the call (the caller answers each request from its own, so the
+      root stays their only writer); over a delegated ``Run``, this server's.
+      A call path that already holds this service's agent (A -> B -> A) or a
       depth past the caller's limit is refused with FAILED_PRECONDITION
       (:class:`~adk_mesh.errors.DelegationError`). Two kinds:
 
@@ -400,10 +409,15 @@ class AgentServer(MeshServer):
                     )
 
     async def _delegated_run(
-        self, request: agent_pb2.RunRequest, *, deadline: float | None
+        self,
+        request: agent_pb2.RunRequest,
+        *,
+        deadline: float | None,
+        caller: CallerChannel | None = None,
     ) -> tuple[_DelegatedCall, AsyncGenerator[agent_pb2.RunResponse, None]]:
         """Check a delegated run and build its context; return them and the run's responses,
-        not started."""
+        not started. With ``caller`` (``RunDelegated``), the run's artifacts and memory are the
+        caller's, reached over the call; else this server's own stores."""
         delegated = request.delegated
         self._check_delegated(request)
         run_config = self._run_config(request)
@@ -456,8 +470,12 @@ class AgentServer(MeshServer):
             agent=agent,
             session=session,
             session_service=service,
-            artifact_service=scoped_artifacts(self.artifact_service, scope),
-            memory_service=scoped_memory(self.memory_service, scope),
+            artifact_service=scoped_artifacts(
+                self.artifact_service if caller is None else CallerArtifacts(caller), scope
+            ),
+            memory_service=scoped_memory(
+                self.memory_service if caller is None else CallerMemory(caller), scope
+            ),
             run_config=run_config,
             user_content=user_content,
             branch=delegated.branch,
@@ -764,6 +782,30 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                 if delegated is not None:
                     # The caller's invocation counts these calls against its limit.
                     context.set_trailing_metadata(((LLM_CALLS_TRAILER, str(delegated.llm_calls)),))
+
+    async def RunDelegated(
+        self,
+        requests: AsyncIterator[agent_pb2.RunDelegatedRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[agent_pb2.RunDelegatedResponse]:
+        async with error_boundary(context, "RunDelegated") as call:
+            deadline = deadline_of(context)
+            serving_deadline.set(deadline)
+            interactive = InteractiveCall(agent_pb2.RunDelegatedResponse)
+            request = await interactive.start(requests, "run")
+            if request.WhichOneof("mode") != "delegated":
+                raise InvalidArgumentError(
+                    "RunDelegated carries delegated runs only; a user turn goes to Run"
+                )
+            delegated, responses = await self._server._delegated_run(
+                request, deadline=deadline, caller=interactive.channel
+            )
+            call.invocation_id = delegated.invocation_id
+            try:
+                async for message in interactive.stream(responses):
+                    yield message
+            finally:
+                context.set_trailing_metadata(((LLM_CALLS_TRAILER, str(delegated.llm_calls)),))
 
     async def Describe(
         self, request: agent_pb2.DescribeRequest, context: grpc.aio.ServicerContext

@@ -11,9 +11,12 @@ import grpc.aio
 
 from adk_mesh import codec
 from adk_mesh.agents.base import BaseAgent, RemoteLocation
-from adk_mesh.agents.delegation import forwarded
+from adk_mesh.agents.delegation import forwarded, scoped_artifacts, scoped_memory
+from adk_mesh.artifacts.base import ArtifactService
 from adk_mesh.contexts import InvocationContext, TransferTarget
 from adk_mesh.errors import AgentError, ConfigError, LlmCallLimitError
+from adk_mesh.memory.base import MemoryService
+from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._limits import llm_calls_in
@@ -31,14 +34,15 @@ __all__ = ["RemoteAgent"]
 
 
 class RemoteAgent(BaseAgent):
-    """Runs an agent of another service through a delegated ``Run``; yields its events.
+    """Runs an agent of another service through ``RunDelegated``; yields its events.
 
     The remote side sees what the caller's context holds — the session's state and a window
     of its non-partial events, the user's message, the invocation id, branch, delegation
-    depth, the call path of agent services, the model calls made and left, and what the
-    AgentTool delegations it runs inside let it reach of artifacts and memory (their scope,
-    which the remote side applies to its own stores) — persists nothing and streams every
-    event back. So:
+    depth, the call path of agent services, the model calls made and left, and this
+    invocation's artifacts and memory, which it reaches over the call: each load, save or
+    listing of an artifact and each memory search is answered here, from this context's
+    stores, as far as the AgentTool delegations it runs inside allow (their scope, which the
+    remote side applies too) — persists nothing and streams every event back. So:
 
     * as a transfer target (``sub_agents=[RemoteAgent(...)]``) the caller's Runner appends the
       remote events to the caller's session like those of a local sub-agent. The run also
@@ -212,10 +216,18 @@ class RemoteAgent(BaseAgent):
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         timeout = call_timeout(ctx.deadline, self.timeout, f"remote agent {self.name!r}")
-        call = self._stub().Run(self._request(ctx), timeout=timeout)
+        call = self._stub().RunDelegated(timeout=timeout)
         try:
             held: Event | None = None
-            async for response in call:
+            # The remote run reaches this invocation's artifacts and memory over the call.
+            responses = _answering(
+                call,
+                self._request(ctx),
+                ctx,
+                artifacts=ctx.artifact_service,
+                memory=ctx.memory_service,
+            )
+            async for response in responses:
                 for event in codec.run_response_events(response):
                     if held is not None:
                         # More events followed the transfer: the remote tree carried it out.
@@ -291,9 +303,19 @@ class RemoteAgent(BaseAgent):
             accept_event_batches=True,
         )
         timeout = call_timeout(parent.deadline, self.timeout, f"remote agent {self.name!r}")
-        call = self._stub().Run(request, timeout=timeout)
+        call = self._stub().RunDelegated(timeout=timeout)
+        # The child reaches the parent's artifacts and memory over the call, as far as the
+        # policy lets a child in this process reach them.
+        scope = policy.narrowed(parent.delegation_scope)
         try:
-            async for response in call:
+            responses = _answering(
+                call,
+                request,
+                parent,
+                artifacts=scoped_artifacts(parent.artifact_service, scope),
+                memory=scoped_memory(parent.memory_service, scope),
+            )
+            async for response in responses:
                 for event in codec.run_response_events(response):
                     if not event.partial:
                         yield event
@@ -312,6 +334,32 @@ class RemoteAgent(BaseAgent):
                 f"remote agent {self.name!r} ended its delegation without an outcome (its "
                 "service does not run AgentTool delegations: an older adk-mesh?)"
             )
+
+
+async def _answering(
+    call: Any,
+    request: agent_pb2.RunRequest,
+    ctx: InvocationContext,
+    *,
+    artifacts: ArtifactService | None,
+    memory: MemoryService | None,
+) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+    """Send ``request`` on a ``RunDelegated`` call and yield its RunResponses; answer each
+    context request from ``artifacts`` and ``memory``, for ``ctx``'s session only."""
+    await call.write(agent_pb2.RunDelegatedRequest(run=request))
+    async for message in call:
+        if message.WhichOneof("message") == "context_request":
+            answer = await answer_context_request(
+                message.context_request,
+                artifacts=artifacts,
+                memory=memory,
+                app_name=ctx.app_name,
+                user_id=ctx.user_id,
+                session_id=ctx.session_id,
+            )
+            await call.write(agent_pb2.RunDelegatedRequest(context_response=answer))
+            continue
+        yield message.response
 
 
 def _without_transfer(event: Event) -> Event:

@@ -11,6 +11,7 @@ import grpc.aio
 from adk_mesh import codec
 from adk_mesh.contexts import DEFAULT_TOOL_TIMEOUT, ReadonlyContext, ToolContext
 from adk_mesh.errors import AdkError, AdkIOError, ToolError
+from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._status import error_from_downstream
@@ -33,7 +34,10 @@ class RemoteToolset(Toolset):
 
     :meth:`tools` asks the server (``ListTools``, with the caller's ids, so the answer may
     depend on the user) before each model request. Each :class:`RemoteTool` runs over
-    ``CallTool``: progress goes to ``ctx.report_progress``, the actions the remote tool set land
+    ``CallToolInteractive``, which carries the user's message (``ctx.user_content``) and on
+    which the remote tool reaches this invocation's artifacts and memory (each request is
+    answered here from ``ctx``'s stores, for this session, within its delegation scope):
+    progress goes to ``ctx.report_progress``, the actions the remote tool set land
     on ``ctx.actions`` (state writes through ``ctx.state``, so they are recorded), and an error
     result is raised again as the same :class:`~adk_mesh.errors.AdkError` class, so a
     ``ToolError`` still reaches the model as an error response.
@@ -142,12 +146,30 @@ class RemoteTool(BaseTool):
         toolset = self._toolset
         what = f"tool service for {self.name!r}"
         timeout = call_timeout(ctx.invocation_context.deadline, toolset.call_timeout, what)
-        call = toolset._stub().CallTool(request, timeout=timeout)
+        if ctx.user_content is not None:
+            request.user_content.CopyFrom(codec.content_to_proto(ctx.user_content))
+        invocation = ctx.invocation_context
+        call = toolset._stub().CallToolInteractive(timeout=timeout)
         outcome: tuple[dict[str, Any] | None, AdkError | None] | None = None
         try:
+            await call.write(tool_pb2.CallToolInteractiveRequest(call=request))
             # Read to the end of the stream (the result is its last message), so the call
             # finishes with its real status instead of being cancelled after the result.
-            async for message in call:
+            async for server_message in call:
+                if server_message.WhichOneof("message") == "context_request":
+                    # The tool asks for this invocation's artifacts or memory: answered from
+                    # the stores a local tool would use, for this session only.
+                    answer = await answer_context_request(
+                        server_message.context_request,
+                        artifacts=invocation.artifact_service,
+                        memory=invocation.memory_service,
+                        app_name=invocation.app_name,
+                        user_id=invocation.user_id,
+                        session_id=invocation.session_id,
+                    )
+                    await call.write(tool_pb2.CallToolInteractiveRequest(context_response=answer))
+                    continue
+                message = server_message.response
                 if message.WhichOneof("message") == "progress":
                     await ctx.report_progress(*codec.tool_progress_from_proto(message.progress))
                     continue

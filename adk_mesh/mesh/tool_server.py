@@ -22,14 +22,20 @@ from adk_mesh.errors import (
     ToolNotFoundError,
 )
 from adk_mesh.ids import check_id, shown
+from adk_mesh.mesh._caller_contexts import (
+    CallerArtifacts,
+    CallerChannel,
+    CallerMemory,
+    InteractiveCall,
+)
 from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import ServerLimits
-from adk_mesh.mesh._status import add_servicer, error_boundary
+from adk_mesh.mesh._status import ServedCall, add_servicer, error_boundary
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
-from adk_mesh.types import Event, EventActions
+from adk_mesh.types import Content, Event, EventActions
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
 __all__ = ["ToolServer"]
@@ -95,27 +101,33 @@ def _check_caller(caller: tool_pb2.CallerContext, limits: ServerLimits) -> None:
 
 
 def _invocation(
-    caller: tool_pb2.CallerContext,
+    who: tool_pb2.CallerContext,
     state: dict[str, Any] | None = None,
     deadline: float | None = None,
     *,
     limits: ServerLimits,
+    user_content: Content | None = None,
+    caller: CallerChannel | None = None,
 ) -> InvocationContext:
     """A light invocation context over the caller's ids, the state it sent and the deadline of
-    its call (so a tool that calls further services passes the remaining time on)."""
+    its call (so a tool that calls further services passes the remaining time on); with
+    ``caller`` (an interactive call), the caller's artifacts and memory."""
     session = Session(
-        id=caller.session_id,
-        app_name=caller.app_name,
-        user_id=caller.user_id,
+        id=who.session_id,
+        app_name=who.app_name,
+        user_id=who.user_id,
         state=state or {},
     )
     return InvocationContext(
-        invocation_id=caller.invocation_id,
-        agent=_CallerAgent(caller.agent_name),
+        invocation_id=who.invocation_id,
+        agent=_CallerAgent(who.agent_name),
         session=session,
-        branch=caller.branch,
+        branch=who.branch,
         deadline=deadline,
         tool_timeout=limits.tool_timeout,
+        user_content=user_content,
+        artifact_service=None if caller is None else CallerArtifacts(caller),
+        memory_service=None if caller is None else CallerMemory(caller),
     )
 
 
@@ -152,28 +164,62 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[tool_pb2.CallToolResponse]:
         async with error_boundary(context, "CallTool") as call:
-            if not request.tool_name:
-                raise InvalidArgumentError("CallToolRequest.tool_name is empty; name the tool")
-            _check_caller(request.context, self._limits)
-            call.invocation_id = request.context.invocation_id
-            deadline = deadline_of(context)
-            # Contexts the tool builds itself (a Runner it calls) read the deadline here.
-            serving_deadline.set(deadline)
-            args, state = codec.call_tool_request_from_proto(request)
-            invocation = _invocation(request.context, state, deadline, limits=self._limits)
-            # The RPC span started before the request was read: a caller that sent no baggage
-            # (a client in another language) still finds it by the invocation id.
-            telemetry.annotate_current_span(invocation)
-            tools = await self._toolset.tools(ReadonlyContext(invocation))
-            tool = next((t for t in tools if t.name == request.tool_name), None)
-            if tool is None:
-                available = ", ".join(sorted(t.name for t in tools)) or "none"
-                raise ToolNotFoundError(
-                    f"tool {shown(request.tool_name)} is not served to this caller by "
-                    f"{self._name!r}; available: {available}"
-                )
-            async for response in _run_tool(tool, invocation, request, args):
+            async for response in self._call(request, context, call, None):
                 yield response
+
+    async def CallToolInteractive(
+        self,
+        requests: AsyncIterator[tool_pb2.CallToolInteractiveRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[tool_pb2.CallToolInteractiveResponse]:
+        async with error_boundary(context, "CallToolInteractive") as call:
+            interactive = InteractiveCall(tool_pb2.CallToolInteractiveResponse)
+            request = await interactive.start(requests, "call")
+            responses = self._call(request, context, call, interactive.channel)
+            async for message in interactive.stream(responses):
+                yield message
+
+    async def _call(
+        self,
+        request: tool_pb2.CallToolRequest,
+        context: grpc.aio.ServicerContext,
+        call: ServedCall,
+        caller: CallerChannel | None,
+    ) -> AsyncIterator[tool_pb2.CallToolResponse]:
+        """One tool call; with ``caller``, the tool reaches the caller's artifacts and memory."""
+        if not request.tool_name:
+            raise InvalidArgumentError("CallToolRequest.tool_name is empty; name the tool")
+        _check_caller(request.context, self._limits)
+        call.invocation_id = request.context.invocation_id
+        deadline = deadline_of(context)
+        # Contexts the tool builds itself (a Runner it calls) read the deadline here.
+        serving_deadline.set(deadline)
+        args, state = codec.call_tool_request_from_proto(request)
+        invocation = _invocation(
+            request.context,
+            state,
+            deadline,
+            limits=self._limits,
+            user_content=(
+                codec.content_from_proto(request.user_content)
+                if request.HasField("user_content")
+                else None
+            ),
+            caller=caller,
+        )
+        # The RPC span started before the request was read: a caller that sent no baggage
+        # (a client in another language) still finds it by the invocation id.
+        telemetry.annotate_current_span(invocation)
+        tools = await self._toolset.tools(ReadonlyContext(invocation))
+        tool = next((t for t in tools if t.name == request.tool_name), None)
+        if tool is None:
+            available = ", ".join(sorted(t.name for t in tools)) or "none"
+            raise ToolNotFoundError(
+                f"tool {shown(request.tool_name)} is not served to this caller by "
+                f"{self._name!r}; available: {available}"
+            )
+        async for response in _run_tool(tool, invocation, request, args):
+            yield response
 
 
 async def _run_tool(
@@ -233,7 +279,10 @@ class ToolServer(MeshServer):
 
     ``ListTools`` answers with the tools this caller may use: a :class:`Toolset` is asked with
     a context built from the request's CallerContext, so a permission-based toolset answers per
-    user. ``CallTool`` runs one tool with a :class:`ToolContext` over the state the caller sent;
+    user. ``CallTool`` runs one tool with a :class:`ToolContext` over the state the caller sent
+    (and the user's message, when sent); ``CallToolInteractive`` (what a RemoteToolset calls)
+    does the same, and the tool's artifacts and memory are then the caller's, reached over the
+    call (the server keeps no store of its own);
     progress the tool reports streams back as ``ToolProgress``, then one ``ToolResult`` carries
     the response (or the error the tool raised) and the actions it set. The caller applies
     those actions; the server keeps nothing. JSON of any depth the mesh carries goes both

@@ -226,3 +226,19 @@ class AgentSummary(_message.Message):
     name: str
     description: str
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class RunDelegatedRequest(_message.Message):
+    __slots__ = ("run", "context_response")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    run: RunRequest
+    context_response: _tool_pb2.ContextResponse
+    def __init__(self, run: _Optional[_Union[RunRequest, _Mapping]] = ..., context_response: _Optional[_Union[_tool_pb2.ContextResponse, _Mapping]] = ...) -> None: ...
+
+class RunDelegatedResponse(_message.Message):
+    __slots__ = ("response", "context_request")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    response: RunResponse
+    context_request: _tool_pb2.ContextRequest
+    def __init__(self, response: _Optional[_Union[RunResponse, _Mapping]] = ..., context_request: _Optional[_Union[_tool_pb2.ContextRequest, _Mapping]] = ...) -> None: ...

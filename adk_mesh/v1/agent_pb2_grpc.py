@@ -40,6 +40,11 @@ class AgentServiceStub:
                 request_serializer=adk__mesh_dot_v1_dot_agent__pb2.RunRequest.SerializeToString,
                 response_deserializer=adk__mesh_dot_v1_dot_agent__pb2.RunResponse.FromString,
                 _registered_method=True)
+        self.RunDelegated = channel.stream_stream(
+                '/adk_mesh.v1.AgentService/RunDelegated',
+                request_serializer=adk__mesh_dot_v1_dot_agent__pb2.RunDelegatedRequest.SerializeToString,
+                response_deserializer=adk__mesh_dot_v1_dot_agent__pb2.RunDelegatedResponse.FromString,
+                _registered_method=True)
         self.Describe = channel.unary_unary(
                 '/adk_mesh.v1.AgentService/Describe',
                 request_serializer=adk__mesh_dot_v1_dot_agent__pb2.DescribeRequest.SerializeToString,
@@ -53,6 +58,15 @@ class AgentServiceServicer:
 
     def Run(self, request, context):
         """Runs one invocation and streams its events in order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunDelegated(self, request_iterator, context):
+        """A delegated run with the caller's contexts: the first client message is the request
+        (mode delegated); while the run goes on, the server asks for the caller's artifacts and
+        memory (ContextRequest, see tool.proto) and the caller answers each on its stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -72,6 +86,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Run,
                     request_deserializer=adk__mesh_dot_v1_dot_agent__pb2.RunRequest.FromString,
                     response_serializer=adk__mesh_dot_v1_dot_agent__pb2.RunResponse.SerializeToString,
+            ),
+            'RunDelegated': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunDelegated,
+                    request_deserializer=adk__mesh_dot_v1_dot_agent__pb2.RunDelegatedRequest.FromString,
+                    response_serializer=adk__mesh_dot_v1_dot_agent__pb2.RunDelegatedResponse.SerializeToString,
             ),
             'Describe': grpc.unary_unary_rpc_method_handler(
                     servicer.Describe,
@@ -107,6 +126,33 @@ class AgentService:
             '/adk_mesh.v1.AgentService/Run',
             adk__mesh_dot_v1_dot_agent__pb2.RunRequest.SerializeToString,
             adk__mesh_dot_v1_dot_agent__pb2.RunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunDelegated(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/adk_mesh.v1.AgentService/RunDelegated',
+            adk__mesh_dot_v1_dot_agent__pb2.RunDelegatedRequest.SerializeToString,
+            adk__mesh_dot_v1_dot_agent__pb2.RunDelegatedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,11 +22,13 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from adk_mesh.v1 import content_pb2 as adk__mesh_dot_v1_dot_content__pb2
 from adk_mesh.v1 import event_pb2 as adk__mesh_dot_v1_dot_event__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x64k_mesh/v1/tool.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xee\x01\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x32\n\x11parameters_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x30\n\x0fresponse_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0clong_running\x18\x05 \x01(\x08\x12\x1e\n\x16parameters_schema_json\x18\x06 \x01(\t\x12\x1c\n\x14response_schema_json\x18\x07 \x01(\t\"\x81\x01\n\rCallerContext\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x06 \x01(\t\"?\n\x10ListToolsRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\"V\n\x11ListToolsResponse\x12+\n\x05tools\x18\x01 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x14\n\x0ctoolset_name\x18\x02 \x01(\t\"\xb0\x03\n\x0f\x43\x61llToolRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x61rgs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\x05state\x18\x05 \x03(\x0b\x32\'.adk_mesh.v1.CallToolRequest.StateEntry\x12\x11\n\targs_json\x18\x06 \x01(\t\x12?\n\nstate_json\x18\x07 \x03(\x0b\x32+.adk_mesh.v1.CallToolRequest.StateJsonEntry\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x13\n\x11_function_call_id\"w\n\x10\x43\x61llToolResponse\x12-\n\x08progress\x18\x01 \x01(\x0b\x32\x19.adk_mesh.v1.ToolProgressH\x00\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.adk_mesh.v1.ToolResultH\x00\x42\t\n\x07message\"}\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tdata_json\x18\x04 \x01(\tB\x0b\n\t_fraction\"\xb4\x01\n\nToolResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x17\n\rresponse_json\x18\x04 \x01(\tH\x00\x12*\n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x19.adk_mesh.v1.EventActionsB\t\n\x07outcome\"\x99\x01\n\x0b\x45rrorDetail\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.adk_mesh.v1.ErrorDetail.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\xa4\x01\n\x0bToolService\x12J\n\tListTools\x12\x1d.adk_mesh.v1.ListToolsRequest\x1a\x1e.adk_mesh.v1.ListToolsResponse\x12I\n\x08\x43\x61llTool\x12\x1c.adk_mesh.v1.CallToolRequest\x1a\x1d.adk_mesh.v1.CallToolResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x64k_mesh/v1/tool.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xee\x01\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x32\n\x11parameters_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x30\n\x0fresponse_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0clong_running\x18\x05 \x01(\x08\x12\x1e\n\x16parameters_schema_json\x18\x06 \x01(\t\x12\x1c\n\x14response_schema_json\x18\x07 \x01(\t\"\x81\x01\n\rCallerContext\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x06 \x01(\t\"\x8f\x01\n\x1a\x43\x61llToolInteractiveRequest\x12,\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1c.adk_mesh.v1.CallToolRequestH\x00\x12\x38\n\x10\x63ontext_response\x18\x02 \x01(\x0b\x32\x1c.adk_mesh.v1.ContextResponseH\x00\x42\t\n\x07message\"\x93\x01\n\x1b\x43\x61llToolInteractiveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1d.adk_mesh.v1.CallToolResponseH\x00\x12\x36\n\x0f\x63ontext_request\x18\x02 \x01(\x0b\x32\x1b.adk_mesh.v1.ContextRequestH\x00\x42\t\n\x07message\"\xf0\x02\n\x0e\x43ontextRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x39\n\rload_artifact\x18\x02 \x01(\x0b\x32 .adk_mesh.v1.LoadArtifactRequestH\x00\x12\x39\n\rsave_artifact\x18\x03 \x01(\x0b\x32 .adk_mesh.v1.SaveArtifactRequestH\x00\x12\x42\n\x12list_artifact_keys\x18\x04 \x01(\x0b\x32$.adk_mesh.v1.ListArtifactKeysRequestH\x00\x12J\n\x16list_artifact_versions\x18\x05 \x01(\x0b\x32(.adk_mesh.v1.ListArtifactVersionsRequestH\x00\x12\x39\n\rsearch_memory\x18\x06 \x01(\x0b\x32 .adk_mesh.v1.SearchMemoryRequestH\x00\x42\t\n\x07request\"I\n\x13LoadArtifactRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12\x14\n\x07version\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\n\n\x08_version\"L\n\x13SaveArtifactRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12#\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x11.adk_mesh.v1.Part\"\x19\n\x17ListArtifactKeysRequest\"/\n\x1bListArtifactVersionsRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\"$\n\x13SearchMemoryRequest\x12\r\n\x05query\x18\x01 \x01(\t\"\xcb\x02\n\x0f\x43ontextResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x36\n\x0floaded_artifact\x18\x03 \x01(\x0b\x32\x1b.adk_mesh.v1.LoadedArtifactH\x00\x12\x17\n\rsaved_version\x18\x04 \x01(\x05H\x00\x12\x32\n\rartifact_keys\x18\x05 \x01(\x0b\x32\x19.adk_mesh.v1.ArtifactKeysH\x00\x12:\n\x11\x61rtifact_versions\x18\x06 \x01(\x0b\x32\x1d.adk_mesh.v1.ArtifactVersionsH\x00\x12.\n\x08memories\x18\x07 \x01(\x0b\x32\x1a.adk_mesh.v1.MemoryResultsH\x00\x42\x08\n\x06result\"5\n\x0eLoadedArtifact\x12#\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x11.adk_mesh.v1.Part\"!\n\x0c\x41rtifactKeys\x12\x11\n\tfilenames\x18\x01 \x03(\t\"$\n\x10\x41rtifactVersions\x12\x10\n\x08versions\x18\x01 \x03(\x05\"<\n\rMemoryResults\x12+\n\x08memories\x18\x01 \x03(\x0b\x32\x19.adk_mesh.v1.MemoryResult\"\x88\x01\n\x0cMemoryResult\x12%\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x0e\n\x06\x61uthor\x18\x02 \x01(\t\x12-\n\ttimestamp\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsession_id\x18\x04 \x01(\t\"?\n\x10ListToolsRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\"V\n\x11ListToolsResponse\x12+\n\x05tools\x18\x01 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x14\n\x0ctoolset_name\x18\x02 \x01(\t\"\xdc\x03\n\x0f\x43\x61llToolRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x61rgs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\x05state\x18\x05 \x03(\x0b\x32\'.adk_mesh.v1.CallToolRequest.StateEntry\x12\x11\n\targs_json\x18\x06 \x01(\t\x12?\n\nstate_json\x18\x07 \x03(\x0b\x32+.adk_mesh.v1.CallToolRequest.StateJsonEntry\x12*\n\x0cuser_content\x18\x08 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x13\n\x11_function_call_id\"w\n\x10\x43\x61llToolResponse\x12-\n\x08progress\x18\x01 \x01(\x0b\x32\x19.adk_mesh.v1.ToolProgressH\x00\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.adk_mesh.v1.ToolResultH\x00\x42\t\n\x07message\"}\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tdata_json\x18\x04 \x01(\tB\x0b\n\t_fraction\"\xb4\x01\n\nToolResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x17\n\rresponse_json\x18\x04 \x01(\tH\x00\x12*\n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x19.adk_mesh.v1.EventActionsB\t\n\x07outcome\"\x99\x01\n\x0b\x45rrorDetail\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.adk_mesh.v1.ErrorDetail.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\x92\x02\n\x0bToolService\x12J\n\tListTools\x12\x1d.adk_mesh.v1.ListToolsRequest\x1a\x1e.adk_mesh.v1.ListToolsResponse\x12I\n\x08\x43\x61llTool\x12\x1c.adk_mesh.v1.CallToolRequest\x1a\x1d.adk_mesh.v1.CallToolResponse0\x01\x12l\n\x13\x43\x61llToolInteractive\x12\'.adk_mesh.v1.CallToolInteractiveRequest\x1a(.adk_mesh.v1.CallToolInteractiveResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,30 +41,58 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_options = b'8\001'
   _globals['_ERRORDETAIL_METADATAENTRY']._loaded_options = None
   _globals['_ERRORDETAIL_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_TOOLDECLARATION']._serialized_start=95
-  _globals['_TOOLDECLARATION']._serialized_end=333
-  _globals['_CALLERCONTEXT']._serialized_start=336
-  _globals['_CALLERCONTEXT']._serialized_end=465
-  _globals['_LISTTOOLSREQUEST']._serialized_start=467
-  _globals['_LISTTOOLSREQUEST']._serialized_end=530
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=532
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=618
-  _globals['_CALLTOOLREQUEST']._serialized_start=621
-  _globals['_CALLTOOLREQUEST']._serialized_end=1053
-  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_start=914
-  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_end=982
-  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_start=984
-  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_end=1032
-  _globals['_CALLTOOLRESPONSE']._serialized_start=1055
-  _globals['_CALLTOOLRESPONSE']._serialized_end=1174
-  _globals['_TOOLPROGRESS']._serialized_start=1176
-  _globals['_TOOLPROGRESS']._serialized_end=1301
-  _globals['_TOOLRESULT']._serialized_start=1304
-  _globals['_TOOLRESULT']._serialized_end=1484
-  _globals['_ERRORDETAIL']._serialized_start=1487
-  _globals['_ERRORDETAIL']._serialized_end=1640
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=1593
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=1640
-  _globals['_TOOLSERVICE']._serialized_start=1643
-  _globals['_TOOLSERVICE']._serialized_end=1807
+  _globals['_TOOLDECLARATION']._serialized_start=155
+  _globals['_TOOLDECLARATION']._serialized_end=393
+  _globals['_CALLERCONTEXT']._serialized_start=396
+  _globals['_CALLERCONTEXT']._serialized_end=525
+  _globals['_CALLTOOLINTERACTIVEREQUEST']._serialized_start=528
+  _globals['_CALLTOOLINTERACTIVEREQUEST']._serialized_end=671
+  _globals['_CALLTOOLINTERACTIVERESPONSE']._serialized_start=674
+  _globals['_CALLTOOLINTERACTIVERESPONSE']._serialized_end=821
+  _globals['_CONTEXTREQUEST']._serialized_start=824
+  _globals['_CONTEXTREQUEST']._serialized_end=1192
+  _globals['_LOADARTIFACTREQUEST']._serialized_start=1194
+  _globals['_LOADARTIFACTREQUEST']._serialized_end=1267
+  _globals['_SAVEARTIFACTREQUEST']._serialized_start=1269
+  _globals['_SAVEARTIFACTREQUEST']._serialized_end=1345
+  _globals['_LISTARTIFACTKEYSREQUEST']._serialized_start=1347
+  _globals['_LISTARTIFACTKEYSREQUEST']._serialized_end=1372
+  _globals['_LISTARTIFACTVERSIONSREQUEST']._serialized_start=1374
+  _globals['_LISTARTIFACTVERSIONSREQUEST']._serialized_end=1421
+  _globals['_SEARCHMEMORYREQUEST']._serialized_start=1423
+  _globals['_SEARCHMEMORYREQUEST']._serialized_end=1459
+  _globals['_CONTEXTRESPONSE']._serialized_start=1462
+  _globals['_CONTEXTRESPONSE']._serialized_end=1793
+  _globals['_LOADEDARTIFACT']._serialized_start=1795
+  _globals['_LOADEDARTIFACT']._serialized_end=1848
+  _globals['_ARTIFACTKEYS']._serialized_start=1850
+  _globals['_ARTIFACTKEYS']._serialized_end=1883
+  _globals['_ARTIFACTVERSIONS']._serialized_start=1885
+  _globals['_ARTIFACTVERSIONS']._serialized_end=1921
+  _globals['_MEMORYRESULTS']._serialized_start=1923
+  _globals['_MEMORYRESULTS']._serialized_end=1983
+  _globals['_MEMORYRESULT']._serialized_start=1986
+  _globals['_MEMORYRESULT']._serialized_end=2122
+  _globals['_LISTTOOLSREQUEST']._serialized_start=2124
+  _globals['_LISTTOOLSREQUEST']._serialized_end=2187
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=2189
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=2275
+  _globals['_CALLTOOLREQUEST']._serialized_start=2278
+  _globals['_CALLTOOLREQUEST']._serialized_end=2754
+  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_start=2615
+  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_end=2683
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_start=2685
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_end=2733
+  _globals['_CALLTOOLRESPONSE']._serialized_start=2756
+  _globals['_CALLTOOLRESPONSE']._serialized_end=2875
+  _globals['_TOOLPROGRESS']._serialized_start=2877
+  _globals['_TOOLPROGRESS']._serialized_end=3002
+  _globals['_TOOLRESULT']._serialized_start=3005
+  _globals['_TOOLRESULT']._serialized_end=3185
+  _globals['_ERRORDETAIL']._serialized_start=3188
+  _globals['_ERRORDETAIL']._serialized_end=3341
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=3294
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=3341
+  _globals['_TOOLSERVICE']._serialized_start=3344
+  _globals['_TOOLSERVICE']._serialized_end=3618
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,8 @@
+import datetime
+
+from adk_mesh.v1 import content_pb2 as _content_pb2
 from adk_mesh.v1 import event_pb2 as _event_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -42,6 +46,124 @@ class CallerContext(_message.Message):
     branch: str
     def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., invocation_id: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
 
+class CallToolInteractiveRequest(_message.Message):
+    __slots__ = ("call", "context_response")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    call: CallToolRequest
+    context_response: ContextResponse
+    def __init__(self, call: _Optional[_Union[CallToolRequest, _Mapping]] = ..., context_response: _Optional[_Union[ContextResponse, _Mapping]] = ...) -> None: ...
+
+class CallToolInteractiveResponse(_message.Message):
+    __slots__ = ("response", "context_request")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    response: CallToolResponse
+    context_request: ContextRequest
+    def __init__(self, response: _Optional[_Union[CallToolResponse, _Mapping]] = ..., context_request: _Optional[_Union[ContextRequest, _Mapping]] = ...) -> None: ...
+
+class ContextRequest(_message.Message):
+    __slots__ = ("request_id", "load_artifact", "save_artifact", "list_artifact_keys", "list_artifact_versions", "search_memory")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LOAD_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SAVE_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    LIST_ARTIFACT_KEYS_FIELD_NUMBER: _ClassVar[int]
+    LIST_ARTIFACT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    load_artifact: LoadArtifactRequest
+    save_artifact: SaveArtifactRequest
+    list_artifact_keys: ListArtifactKeysRequest
+    list_artifact_versions: ListArtifactVersionsRequest
+    search_memory: SearchMemoryRequest
+    def __init__(self, request_id: _Optional[int] = ..., load_artifact: _Optional[_Union[LoadArtifactRequest, _Mapping]] = ..., save_artifact: _Optional[_Union[SaveArtifactRequest, _Mapping]] = ..., list_artifact_keys: _Optional[_Union[ListArtifactKeysRequest, _Mapping]] = ..., list_artifact_versions: _Optional[_Union[ListArtifactVersionsRequest, _Mapping]] = ..., search_memory: _Optional[_Union[SearchMemoryRequest, _Mapping]] = ...) -> None: ...
+
+class LoadArtifactRequest(_message.Message):
+    __slots__ = ("filename", "version")
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    filename: str
+    version: int
+    def __init__(self, filename: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class SaveArtifactRequest(_message.Message):
+    __slots__ = ("filename", "artifact")
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    filename: str
+    artifact: _content_pb2.Part
+    def __init__(self, filename: _Optional[str] = ..., artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ...) -> None: ...
+
+class ListArtifactKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListArtifactVersionsRequest(_message.Message):
+    __slots__ = ("filename",)
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    filename: str
+    def __init__(self, filename: _Optional[str] = ...) -> None: ...
+
+class SearchMemoryRequest(_message.Message):
+    __slots__ = ("query",)
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    def __init__(self, query: _Optional[str] = ...) -> None: ...
+
+class ContextResponse(_message.Message):
+    __slots__ = ("request_id", "error", "loaded_artifact", "saved_version", "artifact_keys", "artifact_versions", "memories")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOADED_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SAVED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_KEYS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error: ErrorDetail
+    loaded_artifact: LoadedArtifact
+    saved_version: int
+    artifact_keys: ArtifactKeys
+    artifact_versions: ArtifactVersions
+    memories: MemoryResults
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., loaded_artifact: _Optional[_Union[LoadedArtifact, _Mapping]] = ..., saved_version: _Optional[int] = ..., artifact_keys: _Optional[_Union[ArtifactKeys, _Mapping]] = ..., artifact_versions: _Optional[_Union[ArtifactVersions, _Mapping]] = ..., memories: _Optional[_Union[MemoryResults, _Mapping]] = ...) -> None: ...
+
+class LoadedArtifact(_message.Message):
+    __slots__ = ("artifact",)
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    artifact: _content_pb2.Part
+    def __init__(self, artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ...) -> None: ...
+
+class ArtifactKeys(_message.Message):
+    __slots__ = ("filenames",)
+    FILENAMES_FIELD_NUMBER: _ClassVar[int]
+    filenames: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, filenames: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ArtifactVersions(_message.Message):
+    __slots__ = ("versions",)
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, versions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MemoryResults(_message.Message):
+    __slots__ = ("memories",)
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[MemoryResult]
+    def __init__(self, memories: _Optional[_Iterable[_Union[MemoryResult, _Mapping]]] = ...) -> None: ...
+
+class MemoryResult(_message.Message):
+    __slots__ = ("content", "author", "timestamp", "session_id")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    content: _content_pb2.Content
+    author: str
+    timestamp: _timestamp_pb2.Timestamp
+    session_id: str
+    def __init__(self, content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., author: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
+
 class ListToolsRequest(_message.Message):
     __slots__ = ("context",)
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
@@ -57,7 +179,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("context", "tool_name", "function_call_id", "args", "state", "args_json", "state_json")
+    __slots__ = ("context", "tool_name", "function_call_id", "args", "state", "args_json", "state_json", "user_content")
     class StateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +201,7 @@ class CallToolRequest(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    USER_CONTENT_FIELD_NUMBER: _ClassVar[int]
     context: CallerContext
     tool_name: str
     function_call_id: str
@@ -86,7 +209,8 @@ class CallToolRequest(_message.Message):
     state: _containers.MessageMap[str, _struct_pb2.Value]
     args_json: str
     state_json: _containers.ScalarMap[str, str]
-    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., args_json: _Optional[str] = ..., state_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    user_content: _content_pb2.Content
+    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., args_json: _Optional[str] = ..., state_json: _Optional[_Mapping[str, str]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ...) -> None: ...
 
 class CallToolResponse(_message.Message):
     __slots__ = ("progress", "result")

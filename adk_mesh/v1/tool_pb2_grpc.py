@@ -45,6 +45,11 @@ class ToolServiceStub:
                 request_serializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolRequest.SerializeToString,
                 response_deserializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolResponse.FromString,
                 _registered_method=True)
+        self.CallToolInteractive = channel.stream_stream(
+                '/adk_mesh.v1.ToolService/CallToolInteractive',
+                request_serializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolInteractiveRequest.SerializeToString,
+                response_deserializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolInteractiveResponse.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -65,6 +70,17 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CallToolInteractive(self, request_iterator, context):
+        """Runs one tool with the caller's contexts: the first client message is the call; while
+        the tool runs, the server asks for the caller's artifacts and memory (ContextRequest) and
+        the caller answers each on its stream (ContextResponse, same request_id), from its own
+        stores, limited to the calling session and the caller's delegation scope. The caller
+        stays the only writer of its stores.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +93,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.CallTool,
                     request_deserializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolRequest.FromString,
                     response_serializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolResponse.SerializeToString,
+            ),
+            'CallToolInteractive': grpc.stream_stream_rpc_method_handler(
+                    servicer.CallToolInteractive,
+                    request_deserializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolInteractiveRequest.FromString,
+                    response_serializer=adk__mesh_dot_v1_dot_tool__pb2.CallToolInteractiveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +155,33 @@ class ToolService:
             '/adk_mesh.v1.ToolService/CallTool',
             adk__mesh_dot_v1_dot_tool__pb2.CallToolRequest.SerializeToString,
             adk__mesh_dot_v1_dot_tool__pb2.CallToolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallToolInteractive(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/adk_mesh.v1.ToolService/CallToolInteractive',
+            adk__mesh_dot_v1_dot_tool__pb2.CallToolInteractiveRequest.SerializeToString,
+            adk__mesh_dot_v1_dot_tool__pb2.CallToolInteractiveResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,7 +57,7 @@ HTTPX_SCOPE = "opentelemetry.instrumentation.httpx"
 INSTRUMENT = str(Path(sys.executable).parent / "opentelemetry-instrument")
 RUN = "adk_mesh.v1.AgentService/Run"
 LIST_TOOLS = "adk_mesh.v1.ToolService/ListTools"
-CALL_TOOL = "adk_mesh.v1.ToolService/CallTool"
+CALL_TOOL = "adk_mesh.v1.ToolService/CallToolInteractive"
 ANSWER = "21 °C and sunny in Porto"
 
 

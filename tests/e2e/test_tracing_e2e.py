@@ -220,8 +220,8 @@ def assert_one_connected_trace(spans: list[ReceivedSpan], invocation_id: str) ->
     # Every other server span continues a client span of the same method in another service.
     servers = [s for s in trace if s.span.kind == SERVER and s is not root]
     assert {(s.service, s.span.name) for s in servers} >= {
-        ("tools", "adk_mesh.v1.ToolService/CallTool"),
-        ("researcher", "adk_mesh.v1.AgentService/Run"),
+        ("tools", "adk_mesh.v1.ToolService/CallToolInteractive"),
+        ("researcher", "adk_mesh.v1.AgentService/RunDelegated"),
     }, tree
     for server in servers:
         caller = parent(server)
@@ -231,16 +231,16 @@ def assert_one_connected_trace(spans: list[ReceivedSpan], invocation_id: str) ->
 
     # In the tool service, the tool runs under the server span of its call.
     (tool,) = _by_name(trace, "tools", "execute_tool lookup")
-    assert parent(tool).span.name == "adk_mesh.v1.ToolService/CallTool", tree
+    assert parent(tool).span.name == "adk_mesh.v1.ToolService/CallToolInteractive", tree
     assert tool.attribute("gen_ai.tool.name") == "lookup"
-    # In the researcher, its agent runs under the server span of the Run call.
+    # In the researcher, its agent runs under the server span of the RunDelegated call.
     (agent,) = _by_name(trace, "researcher", "invoke_agent researcher")
     ancestor = parent(agent)
     while ancestor.span.kind != SERVER:
         ancestor = parent(ancestor)
     assert (ancestor.service, ancestor.span.name) == (
         "researcher",
-        "adk_mesh.v1.AgentService/Run",
+        "adk_mesh.v1.AgentService/RunDelegated",
     ), tree
     # ... called from the coordinator's AgentTool, which returns to the caller.
     (agent_tool,) = _by_name(trace, "coordinator", "execute_tool researcher")

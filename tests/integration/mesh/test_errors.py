@@ -306,7 +306,11 @@ async def refusing_agent_service(error: AdkError) -> AsyncIterator[str]:
         yield b""  # pragma: no cover - makes this a stream handler
 
     handler = grpc.method_handlers_generic_handler(
-        "adk_mesh.v1.AgentService", {"Run": grpc.unary_stream_rpc_method_handler(run_refused)}
+        "adk_mesh.v1.AgentService",
+        {
+            "Run": grpc.unary_stream_rpc_method_handler(run_refused),
+            "RunDelegated": grpc.stream_stream_rpc_method_handler(run_refused),
+        },
     )
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((handler,))
@@ -359,7 +363,11 @@ async def test_an_overloaded_peer_is_unavailable_for_our_caller() -> None:
         yield b""  # pragma: no cover - makes this a stream handler
 
     handler = grpc.method_handlers_generic_handler(
-        "adk_mesh.v1.AgentService", {"Run": grpc.unary_stream_rpc_method_handler(busy)}
+        "adk_mesh.v1.AgentService",
+        {
+            "Run": grpc.unary_stream_rpc_method_handler(busy),
+            "RunDelegated": grpc.stream_stream_rpc_method_handler(busy),
+        },
     )
     peer = grpc.aio.server()
     peer.add_generic_rpc_handlers((handler,))

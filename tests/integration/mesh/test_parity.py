@@ -12,9 +12,11 @@ every artifact, what each model was sent, what the tools observed, the error a t
 is normalised (ids numbered in order of appearance) and must be identical; each case also
 checks that its policy did what it says (a refusal is checked to be a refusal, in both).
 
-What a child's tools can only reach through the *root's* stores when its own service has none
-(artifacts, memory) is issue 13 item 2, remote contexts: those cases are expected to fail
-with the child remote (xfail, strict) until it lands.
+A child's tools reach the *root's* artifacts and memory over the delegated call itself
+(``RunDelegated``), even when the child's service has no stores of its own; the tool cases
+(``TOOL_CASES``) play the same way with the *tools* in process or served by a ToolServer with
+no stores (``CallToolInteractive``): artifacts with versions, memory and user content are the
+caller's. A case that cannot pass remote yet is marked with ``remote_xfail`` (strict).
 """
 
 from __future__ import annotations
@@ -37,20 +39,20 @@ from adk_mesh.artifacts.file import FileArtifactService
 from adk_mesh.contexts import CallbackContext, ReadonlyContext, RunConfig, ToolContext
 from adk_mesh.errors import AdkError, ArtifactError
 from adk_mesh.memory.in_memory import InMemoryMemoryService
-from adk_mesh.mesh import AgentServer, RemoteAgent
+from adk_mesh.mesh import AgentServer, RemoteAgent, RemoteToolset, ToolServer
 from adk_mesh.models.base import LlmRequest
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import FunctionModel, ScriptedModel, call
 from adk_mesh.tools.agent_tool import AgentTool, StateMergePolicy
 from adk_mesh.tools.builtin import LoadArtifactsTool
+from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content, Event, LlmResponse, Part
 
 APP = "app"
 USER = "u"
 IN_PROCESS = "in_process"
 REMOTE = "remote"
-REMOTE_CONTEXTS = "item 2: remote contexts"
 
 Outcome = dict[str, Any]
 
@@ -98,6 +100,18 @@ class World:
         remote = RemoteAgent(agent.name, f"127.0.0.1:{port}", description=agent.description)
         self._stack.push_async_callback(remote.close)
         return remote
+
+    async def tools(self, tools: list[Callable[..., Any]]) -> list[Any]:
+        """``tools`` here, or served by a ToolServer with no stores of its own and reached
+        through a RemoteToolset."""
+        if self.where == IN_PROCESS:
+            return list(tools)
+        server = ToolServer([FunctionTool(tool) for tool in tools])
+        port = await server.start("127.0.0.1:0")
+        self._stack.push_async_callback(server.stop, None)
+        toolset = RemoteToolset(f"127.0.0.1:{port}")
+        self._stack.push_async_callback(toolset.close)
+        return [toolset]
 
     async def new_session(self, state: dict[str, Any] | None = None) -> str:
         session = await self.sessions.create_session(app_name=APP, user_id=USER, state=state)
@@ -280,6 +294,7 @@ class Case:
 
 CASES: list[Case] = []
 TRANSFER_CASES: list[Case] = []
+TOOL_CASES: list[Case] = []
 
 
 def case(
@@ -1050,7 +1065,7 @@ def _expect_root_artifacts(outcome: Outcome) -> None:
     assert outcome["artifacts"] == {"notes.txt": ["v1", "v2"], "plan.txt": ["the plan"]}
 
 
-@case(_expect_root_artifacts, remote_xfail=REMOTE_CONTEXTS)
+@case(_expect_root_artifacts)
 async def artifacts_of_the_root_without_a_shared_store(world: World) -> None:
     async def use_artifacts(tool_context: ToolContext) -> dict[str, Any]:
         """Save, load and list artifacts."""
@@ -1092,7 +1107,7 @@ async def artifacts_of_the_root_without_a_shared_store(world: World) -> None:
     await world.turn(parent)
 
 
-@case(observed_is([["I love otters"]]), remote_xfail=REMOTE_CONTEXTS)
+@case(observed_is([["I love otters"]]))
 async def memory_of_the_root_without_a_shared_store(world: World) -> None:
     await _recall(world, forward_memory=True, stores=False)
 
@@ -1234,6 +1249,165 @@ async def max_llm_calls_count_across_a_transfer(world: World) -> None:
     await world.turn(coordinator, run_config=RunConfig(max_llm_calls=2))
 
 
+# --- tools: the same ToolContext with the tool here or served by a ToolServer ---------------
+
+
+async def use_artifacts_tool(world: World, tool_context: ToolContext) -> dict[str, Any]:
+    """Save a note twice, then look at its versions and list every artifact."""
+    first_version = await tool_context.save_artifact("notes.txt", Part.from_text("v1"))
+    second_version = await tool_context.save_artifact("notes.txt", Part.from_text("v2"))
+    invocation = tool_context.invocation_context
+    service = invocation.artifact_service
+    assert service is not None, "no artifact service is configured"
+    versions = await service.list_versions(
+        app_name=invocation.app_name,
+        user_id=invocation.user_id,
+        session_id=invocation.session_id,
+        filename="notes.txt",
+    )
+    latest = await tool_context.load_artifact("notes.txt")
+    first = await tool_context.load_artifact("notes.txt", version=1)
+    missing = await tool_context.load_artifact("nothing.txt")
+    plan = await tool_context.load_artifact("plan.txt")
+    world.observed.append(
+        {
+            "saved": [first_version, second_version],
+            "versions": versions,
+            "loaded": latest and latest.text,
+            "first": first and first.text,
+            "missing": missing,
+            "plan": plan and plan.text,
+            "listed": await tool_context.list_artifacts(),
+        }
+    )
+    return {"saved": second_version}
+
+
+def _expect_tool_artifacts(outcome: Outcome) -> None:
+    assert outcome["observed"] == [
+        {
+            "saved": [1, 2],
+            "versions": [1, 2],
+            "loaded": "v2",
+            "first": "v1",
+            "missing": None,
+            "plan": "the plan",
+            "listed": ["notes.txt", "plan.txt"],
+        }
+    ]
+    assert outcome["artifacts"] == {"notes.txt": ["v1", "v2"], "plan.txt": ["the plan"]}
+    assert outcome["errors"] == []
+
+
+@case(_expect_tool_artifacts, into=TOOL_CASES)
+async def tool_artifacts(world: World) -> None:
+    async def use_artifacts(tool_context: ToolContext) -> dict[str, Any]:
+        """Save, load and list artifacts."""
+        return await use_artifacts_tool(world, tool_context)
+
+    agent = LlmAgent(
+        name="agent",
+        model=world.scripted("agent", [call("use_artifacts"), "done"]),
+        tools=await world.tools([use_artifacts]),
+    )
+    await world.new_session()
+    await world.save("plan.txt", "the plan")
+    await world.turn(agent)
+
+
+def _expect_tool_memory(outcome: Outcome) -> None:
+    assert outcome["observed"] == [{"otters": ["I love otters"], "whales": []}]
+
+
+@case(_expect_tool_memory, into=TOOL_CASES)
+async def tool_memory(world: World) -> None:
+    async def recall(tool_context: ToolContext) -> dict[str, Any]:
+        """Search memory."""
+        found = {}
+        for topic in ("otters", "whales"):
+            entries = await tool_context.search_memory(topic)
+            found[topic] = [entry.content.text for entry in entries]
+        world.observed.append(found)
+        return found
+
+    agent = LlmAgent(
+        name="agent",
+        model=world.scripted("agent", [call("recall"), "recalled"]),
+        tools=await world.tools([recall]),
+    )
+    past = await world.sessions.create_session(app_name=APP, user_id=USER)
+    await world.sessions.append_event(
+        past, Event.new(author="user", content=Content.from_text("user", "I love otters"))
+    )
+    await world.memory.add_session_to_memory(past)
+    await world.new_session()
+    await world.turn(agent)
+
+
+def _expect_tool_user_content(outcome: Outcome) -> None:
+    assert outcome["observed"] == [
+        {"user_content": "what do I need?", "state": {"a": 1}},
+        {"user_content": "and now?", "state": {"a": 1, "seen": "what do I need?"}},
+    ]
+
+
+@case(_expect_tool_user_content, into=TOOL_CASES)
+async def tool_user_content(world: World) -> None:
+    def inspect(tool_context: ToolContext) -> dict[str, Any]:
+        """Look at the user's message."""
+        text = _text_of(tool_context)
+        world.observed.append({"user_content": text, "state": dict(tool_context.state)})
+        tool_context.state["seen"] = text
+        return {}
+
+    agent = LlmAgent(
+        name="agent",
+        model=world.scripted("agent", [call("inspect"), "one", call("inspect"), "two"]),
+        tools=await world.tools([inspect]),
+    )
+    await world.new_session({"a": 1})
+    await world.turn(agent, "what do I need?")
+    await world.turn(agent, "and now?")
+
+
+def _expect_scoped_tool_artifacts(outcome: Outcome) -> None:
+    assert outcome["observed"] == [
+        {"reports/ok.txt": 1, "secret.txt": "ArtifactError", "listed": ["reports/ok.txt"]}
+    ]
+    assert outcome["artifacts"] == {"plan.txt": ["the plan"], "reports/ok.txt": ["fine"]}
+
+
+@case(_expect_scoped_tool_artifacts, into=TOOL_CASES)
+async def tool_of_a_child_under_artifact_prefixes(world: World) -> None:
+    # The tool (here or behind a ToolServer) runs in an AgentTool's child (here or behind an
+    # AgentServer): its artifacts are the root's, as far as the policy's prefixes allow.
+    async def write(tool_context: ToolContext) -> dict[str, Any]:
+        """Write two artifacts."""
+        seen: dict[str, Any] = {}
+        for name, text in (("reports/ok.txt", "fine"), ("secret.txt", "no")):
+            try:
+                seen[name] = await tool_context.save_artifact(name, Part.from_text(text))
+            except ArtifactError as error:
+                seen[name] = type(error).__name__
+        seen["listed"] = await tool_context.list_artifacts()
+        world.observed.append(seen)
+        return {}
+
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("write"), "written"]),
+        tools=await world.tools([write]),
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child"), "done"]),
+        tools=[AgentTool(await world.child(child, stores=False), artifact_prefixes=["reports/"])],
+    )
+    await world.new_session()
+    await world.save("plan.txt", "the plan")
+    await world.turn(parent)
+
+
 # --- the suite --------------------------------------------------------------------------------
 
 
@@ -1269,4 +1443,9 @@ async def test_agent_tool_policy_parity(entry: Case, where: str, tmp_path: Path)
 
 @pytest.mark.parametrize(("entry", "where"), list(_params(TRANSFER_CASES)))
 async def test_transfer_parity(entry: Case, where: str, tmp_path: Path) -> None:
+    await _check(entry, where, tmp_path)
+
+
+@pytest.mark.parametrize(("entry", "where"), list(_params(TOOL_CASES)))
+async def test_tool_context_parity(entry: Case, where: str, tmp_path: Path) -> None:
     await _check(entry, where, tmp_path)

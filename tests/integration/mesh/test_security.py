@@ -417,3 +417,64 @@ async def test_calls_past_the_concurrency_limit_are_resource_exhausted() -> None
 
 async def _drain(call: Any) -> list[Any]:
     return [response async for response in call]
+
+
+async def interactive_run(target: str, tls: ClientTLS | None) -> tuple[grpc.StatusCode, list[str]]:
+    """A delegated run over RunDelegated; its status and the authors of its events."""
+    async with open_channel(target, tls=tls) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        call = stub.RunDelegated(timeout=10)
+        authors: list[str] = []
+        try:
+            await call.write(agent_pb2.RunDelegatedRequest(run=delegated_run()))
+            async for message in call:
+                response = message.response
+                authors.extend(e.author for e in [response.event, *response.events] if e.author)
+        except grpc.aio.AioRpcError as error:
+            return error.code(), authors
+        return grpc.StatusCode.OK, authors
+
+
+async def test_the_bidirectional_calls_go_through_the_mesh_door_only(
+    served: Served, pki: Pki
+) -> None:
+    for target, tls, expected in (
+        (served.front, pki.client(), grpc.StatusCode.PERMISSION_DENIED),
+        (served.mesh, pki.client(pki.stranger), grpc.StatusCode.PERMISSION_DENIED),
+        (served.mesh, pki.client(pki.peer), grpc.StatusCode.OK),
+    ):
+        code, authors = await interactive_run(target, tls)
+        assert code is expected, target
+        assert authors == (["researcher"] if expected is grpc.StatusCode.OK else [])
+
+    server = ToolServer([FunctionTool(shout)])
+    port = await server.start(
+        "127.0.0.1:0", security=pki.server_security(), mesh_address="127.0.0.1:0"
+    )
+    request = tool_pb2.CallToolRequest(
+        context=tool_pb2.CallerContext(app_name="a", user_id="ada", invocation_id="e-1"),
+        tool_name="shout",
+    )
+    request.args.update({"text": "hi"})
+    try:
+        for target, tls, expected in (
+            (f"127.0.0.1:{port}", pki.client(), grpc.StatusCode.PERMISSION_DENIED),
+            (
+                f"127.0.0.1:{server.mesh_port}",
+                pki.client(pki.stranger),
+                grpc.StatusCode.PERMISSION_DENIED,
+            ),
+            (f"127.0.0.1:{server.mesh_port}", pki.client(pki.peer), grpc.StatusCode.OK),
+        ):
+            async with open_channel(target, tls=tls) as channel:
+                call = tool_pb2_grpc.ToolServiceStub(channel).CallToolInteractive(timeout=10)
+                try:
+                    await call.write(tool_pb2.CallToolInteractiveRequest(call=request))
+                    messages = [message async for message in call]
+                    code = grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as error:
+                    code = error.code()
+                assert code is expected, target
+        assert messages[-1].response.result.response["loud"] == "HI"
+    finally:
+        await server.stop(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,6 +11,7 @@ import grpc.aio
 import pytest
 
 from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.artifacts.memory import InMemoryArtifactService
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
 from adk_mesh.errors import AdkIOError, ToolError, ToolNotFoundError
 from adk_mesh.mesh import RemoteToolset, ToolServer
@@ -21,7 +23,7 @@ from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.tools.function_tool import FunctionTool
-from adk_mesh.types import Content, Event, ToolProgress
+from adk_mesh.types import Content, Event, Part, ToolProgress
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
 
@@ -247,3 +249,62 @@ async def test_a_tool_call_to_a_dead_service_fails_fast_with_io_error() -> None:
             await tools[0].execute(ctx, {"city": "Rome"})
     finally:
         await toolset.close()
+
+
+async def test_the_drain_gate_counts_an_interactive_call_and_refuses_new_ones() -> None:
+    """A CallToolInteractive in flight is waited for on shutdown like any call; once the server
+    drains, a new one is refused as UNAVAILABLE."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def wait_for_it(tool_context: ToolContext) -> dict[str, Any]:
+        """Wait until released, then save an artifact of the caller."""
+        started.set()
+        await release.wait()
+        return {"version": await tool_context.save_artifact("out.txt", Part.from_text("x"))}
+
+    server = ToolServer([FunctionTool(wait_for_it)])
+    port = await server.start("127.0.0.1:0")
+    toolset = RemoteToolset(f"127.0.0.1:{port}")
+    artifacts = InMemoryArtifactService()
+    sessions = InMemorySessionService()
+    session = await sessions.create_session(app_name="app", user_id="u")
+    agent = LlmAgent(
+        name="agent", model=ScriptedModel([call("wait_for_it"), "done"]), tools=[toolset]
+    )
+    runner = Runner(
+        agent=agent, app_name="app", session_service=sessions, artifact_service=artifacts
+    )
+
+    async def turn() -> list[Event]:
+        message = Content.from_text("user", "go")
+        return [
+            e async for e in runner.run(user_id="u", session_id=session.id, new_message=message)
+        ]
+
+    try:
+        running = asyncio.ensure_future(turn())
+        await started.wait()
+        assert server._gate.in_flight == 1
+        server._gate.close()
+        async with open_channel(f"127.0.0.1:{port}") as channel:
+            call_ = tool_pb2_grpc.ToolServiceStub(channel).CallToolInteractive(timeout=10)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call_.write(
+                    tool_pb2.CallToolInteractiveRequest(
+                        call=tool_pb2.CallToolRequest(tool_name="wait_for_it")
+                    )
+                )
+                [_ async for _ in call_]
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        release.set()
+        events = await running
+        assert await server._gate.wait_idle(5)
+    finally:
+        await toolset.close()
+        await server.stop(None)
+    responses = [r.response for e in events for r in e.function_responses()]
+    assert responses == [{"version": 1}]
+    assert await artifacts.list_artifact_keys(
+        app_name="app", user_id="u", session_id=session.id
+    ) == ["out.txt"]

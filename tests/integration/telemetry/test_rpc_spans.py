@@ -29,6 +29,8 @@ from adk_mesh.types import Content, Event, Part
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, tool_pb2, tool_pb2_grpc
 
 RUN = "adk_mesh.v1.AgentService/Run"
+#: A RemoteAgent's delegated runs (the callee reaches the caller's contexts over the call).
+RUN_DELEGATED = "adk_mesh.v1.AgentService/RunDelegated"
 
 
 class SpanWaiter(SpanProcessor):
@@ -181,8 +183,8 @@ async def test_client_abandons_the_stream(waiter: SpanWaiter) -> None:
         await anext(events)
         await agent.started.wait()
         await events.aclose()
-        client = await waiter.wait(RUN, SpanKind.CLIENT)
-        server_span = await waiter.wait(RUN, SpanKind.SERVER)
+        client = await waiter.wait(RUN_DELEGATED, SpanKind.CLIENT)
+        server_span = await waiter.wait(RUN_DELEGATED, SpanKind.SERVER)
         caller = await waiter.wait("invoke_agent solo", SpanKind.CLIENT)
     finally:
         await remote.close()
@@ -261,7 +263,9 @@ async def test_remote_agent_and_remote_tool_continue_the_trace(waiter: SpanWaite
         events = [e async for e in runner.run(user_id="u1", session_id="s1", new_message=message)]
         invocation_id = events[0].invocation_id
         remote_agent = await waiter.wait("invoke_agent specialist", SpanKind.INTERNAL)
-        call_tool = await waiter.wait("adk_mesh.v1.ToolService/CallTool", SpanKind.SERVER)
+        call_tool = await waiter.wait(
+            "adk_mesh.v1.ToolService/CallToolInteractive", SpanKind.SERVER
+        )
     finally:
         await toolset.close()
         await remote.close()
@@ -271,16 +275,17 @@ async def test_remote_agent_and_remote_tool_continue_the_trace(waiter: SpanWaite
     client_agent = next(
         s for s in finished if s.name == "invoke_agent specialist" and s.kind is SpanKind.CLIENT
     )
-    run_client = next(s for s in finished if s.name == RUN and s.kind is SpanKind.CLIENT)
-    run_server = next(s for s in finished if s.name == RUN and s.kind is SpanKind.SERVER)
-    # The caller's execute_tool starts first; the tool service's runs under its CallTool span.
+    run_client = next(s for s in finished if s.name == RUN_DELEGATED and s.kind is SpanKind.CLIENT)
+    run_server = next(s for s in finished if s.name == RUN_DELEGATED and s.kind is SpanKind.SERVER)
+    # The caller's execute_tool starts first; the tool service's runs under its
+    # CallToolInteractive span.
     tool_span, served_tool = sorted(
         (s for s in finished if s.name == "execute_tool shout"), key=lambda s: s.start_time or 0
     )
     tool_client = next(
         s
         for s in finished
-        if s.name == "adk_mesh.v1.ToolService/CallTool" and s.kind is SpanKind.CLIENT
+        if s.name == "adk_mesh.v1.ToolService/CallToolInteractive" and s.kind is SpanKind.CLIENT
     )
     assert client_agent.attributes is not None
     assert client_agent.attributes["server.port"] == agents_port

@@ -1,0 +1,317 @@
+"""The caller's contexts over a bidirectional call (``CallToolInteractive``, ``RunDelegated``).
+
+A callee (a ToolServer's tool, an AgentServer's delegated run) reaches the caller's artifacts
+and memory through :class:`CallerChannel`: its :class:`CallerArtifacts` and
+:class:`CallerMemory` implement the store ABCs by sending a ``ContextRequest`` on the call and
+waiting for the ``ContextResponse`` with the same id. The caller answers with
+:func:`answer_context_request` from its own stores, for its own session only (the ids the
+callee passes are ignored) and as its delegation scope allows: the root stays the only writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from adk_mesh import codec
+from adk_mesh.artifacts.base import ArtifactService
+from adk_mesh.errors import (
+    AdkError,
+    AdkIOError,
+    ArtifactError,
+    InvalidArgumentError,
+    error_class_for_reason,
+)
+from adk_mesh.memory.base import MemoryEntry, MemoryService
+from adk_mesh.sessions.base import Session
+from adk_mesh.types import Part
+from adk_mesh.v1 import tool_pb2
+
+__all__ = [
+    "CallerArtifacts",
+    "CallerChannel",
+    "CallerGone",
+    "CallerMemory",
+    "InteractiveCall",
+    "answer_context_request",
+]
+
+
+class CallerGone(AdkIOError):
+    """The caller ended the call before it answered a context request."""
+
+
+class CallerChannel:
+    """The callee's end: sends context requests through ``send`` and matches the answers
+    (:meth:`resolve`) to the requests waiting for them."""
+
+    def __init__(self, send: Callable[[tool_pb2.ContextRequest], Awaitable[None]]) -> None:
+        self._send = send
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[tool_pb2.ContextResponse]] = {}
+        self._closed = False
+
+    async def ask(self, request: tool_pb2.ContextRequest) -> tool_pb2.ContextResponse:
+        if self._closed:
+            raise CallerGone("the caller ended the call; its artifacts and memory are gone")
+        request.request_id = next(self._ids)
+        future: asyncio.Future[tool_pb2.ContextResponse] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._waiting[request.request_id] = future
+        try:
+            await self._send(request)
+            response = await future
+        finally:
+            self._waiting.pop(request.request_id, None)
+        if response.WhichOneof("result") == "error":
+            detail = response.error
+            cls = error_class_for_reason(detail.reason) or ArtifactError
+            raise cls(detail.message, metadata=dict(detail.metadata))
+        return response
+
+    def resolve(self, response: tool_pb2.ContextResponse) -> None:
+        future = self._waiting.get(response.request_id)
+        if future is not None and not future.done():
+            future.set_result(response)
+
+    def close(self) -> None:
+        """The caller's stream ended: every request still waiting fails."""
+        self._closed = True
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(CallerGone("the caller ended the call before it answered"))
+
+
+class CallerArtifacts(ArtifactService):
+    """The caller's artifact store, of the calling session (the ids passed are ignored)."""
+
+    def __init__(self, channel: CallerChannel) -> None:
+        self._channel = channel
+
+    async def save_artifact(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str, artifact: Part
+    ) -> int:
+        request = tool_pb2.ContextRequest()
+        request.save_artifact.filename = filename
+        request.save_artifact.artifact.CopyFrom(codec.part_to_proto(artifact))
+        return int((await self._channel.ask(request)).saved_version)
+
+    async def load_artifact(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        filename: str,
+        version: int | None = None,
+    ) -> Part | None:
+        request = tool_pb2.ContextRequest()
+        request.load_artifact.filename = filename
+        if version is not None:
+            request.load_artifact.version = version
+        loaded = (await self._channel.ask(request)).loaded_artifact
+        return codec.part_from_proto(loaded.artifact) if loaded.HasField("artifact") else None
+
+    async def list_artifact_keys(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> list[str]:
+        request = tool_pb2.ContextRequest(list_artifact_keys=tool_pb2.ListArtifactKeysRequest())
+        return list((await self._channel.ask(request)).artifact_keys.filenames)
+
+    async def list_versions(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str
+    ) -> list[int]:
+        request = tool_pb2.ContextRequest()
+        request.list_artifact_versions.filename = filename
+        return list((await self._channel.ask(request)).artifact_versions.versions)
+
+    async def delete_artifact(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str
+    ) -> None:
+        # Deleting is not part of a tool's or agent's context, in process either.
+        raise ArtifactError("a remote callee cannot delete its caller's artifacts")
+
+
+class CallerMemory(MemoryService):
+    """The caller's memory, searched for the calling user."""
+
+    def __init__(self, channel: CallerChannel) -> None:
+        self._channel = channel
+
+    async def add_session_to_memory(self, session: Session) -> None:
+        raise AdkError("a remote callee cannot add to its caller's memory")
+
+    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> list[MemoryEntry]:
+        request = tool_pb2.ContextRequest()
+        request.search_memory.query = query
+        results = (await self._channel.ask(request)).memories.memories
+        return [
+            MemoryEntry(
+                content=codec.content_from_proto(result.content),
+                author=result.author or None,
+                timestamp=(
+                    codec.timestamp_to_datetime(result.timestamp)
+                    if result.HasField("timestamp")
+                    else None
+                ),
+                session_id=result.session_id or None,
+            )
+            for result in results
+        ]
+
+
+async def answer_context_request(
+    request: tool_pb2.ContextRequest,
+    *,
+    artifacts: ArtifactService | None,
+    memory: MemoryService | None,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+) -> tool_pb2.ContextResponse:
+    """The caller's answer, from ``artifacts`` and ``memory`` (already limited to what the
+    callee may reach) for its own session; an error becomes the answer's ``error``."""
+    response = tool_pb2.ContextResponse(request_id=request.request_id)
+    ids: dict[str, Any] = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
+    kind = request.WhichOneof("request")
+    try:
+        if kind == "search_memory":
+            found = (
+                []
+                if memory is None
+                else await memory.search_memory(
+                    app_name=app_name, user_id=user_id, query=request.search_memory.query
+                )
+            )
+            response.memories.SetInParent()
+            for entry in found:
+                result = response.memories.memories.add(
+                    content=codec.content_to_proto(entry.content),
+                    author=entry.author or "",
+                    session_id=entry.session_id or "",
+                )
+                if entry.timestamp is not None:
+                    result.timestamp.CopyFrom(codec.timestamp_from_datetime(entry.timestamp))
+            return response
+        if artifacts is None:
+            raise ArtifactError("no artifact service is configured for this runner")
+        if kind == "save_artifact":
+            response.saved_version = await artifacts.save_artifact(
+                **ids,
+                filename=request.save_artifact.filename,
+                artifact=codec.part_from_proto(request.save_artifact.artifact),
+            )
+        elif kind == "load_artifact":
+            load = request.load_artifact
+            part = await artifacts.load_artifact(
+                **ids,
+                filename=load.filename,
+                version=load.version if load.HasField("version") else None,
+            )
+            response.loaded_artifact.SetInParent()
+            if part is not None:
+                response.loaded_artifact.artifact.CopyFrom(codec.part_to_proto(part))
+        elif kind == "list_artifact_keys":
+            response.artifact_keys.SetInParent()
+            response.artifact_keys.filenames.extend(await artifacts.list_artifact_keys(**ids))
+        elif kind == "list_artifact_versions":
+            response.artifact_versions.SetInParent()
+            response.artifact_versions.versions.extend(
+                await artifacts.list_versions(
+                    **ids, filename=request.list_artifact_versions.filename
+                )
+            )
+        else:
+            raise ArtifactError(f"unknown context request {kind!r}")
+    except AdkError as error:
+        response.error.reason = error.reason
+        response.error.message = error.message
+        for key, value in error.metadata.items():
+            response.error.metadata[key] = value
+    return response
+
+
+_END = object()
+#: How many responses the work of a bidirectional call may run ahead of its client.
+MAX_PENDING_RESPONSES = 16
+
+
+class InteractiveCall:
+    """The server's side of a bidirectional call: :meth:`start` reads the first message and
+    then keeps reading the caller's answers in a task; :meth:`stream` sends the responses of
+    the work with the context requests it makes, in the order they come."""
+
+    def __init__(self, wrap: Callable[..., Any]) -> None:
+        #: ``wrap(response=...)`` or ``wrap(context_request=...)``: one server message.
+        self._wrap = wrap
+        self._outgoing: asyncio.Queue[Any] = asyncio.Queue()
+        self.channel = CallerChannel(self._send)
+        self._reader: asyncio.Task[None] | None = None
+
+    async def _send(self, request: tool_pb2.ContextRequest) -> None:
+        self._outgoing.put_nowait((False, self._wrap(context_request=request)))
+
+    async def start(self, requests: AsyncIterator[Any], first: str) -> Any:
+        """The first message's ``first`` field; it must be set."""
+        iterator = aiter(requests)
+        try:
+            message = await anext(iterator)
+        except StopAsyncIteration:
+            raise InvalidArgumentError(f"the call ended before its {first} message") from None
+        if message.WhichOneof("message") != first:
+            raise InvalidArgumentError(f"the first message of the call must set {first}")
+
+        async def read() -> None:
+            try:
+                async for answer in iterator:
+                    if answer.WhichOneof("message") == "context_response":
+                        self.channel.resolve(answer.context_response)
+            except Exception:  # the call ended; the waiting requests fail below
+                pass
+            finally:
+                self.channel.close()
+
+        self._reader = asyncio.create_task(read())
+        return getattr(message, first)
+
+    async def stream(self, responses: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """The server's messages: the work's ``responses``, read in a task of their own, and
+        the context requests the work makes meanwhile. The work runs at most
+        MAX_PENDING_RESPONSES responses ahead of the client."""
+        room = asyncio.Semaphore(MAX_PENDING_RESPONSES)
+
+        async def produce() -> None:
+            try:
+                async for response in responses:
+                    await room.acquire()
+                    self._outgoing.put_nowait((True, self._wrap(response=response)))
+            except BaseException as error:
+                self._outgoing.put_nowait((False, error))
+                raise
+            finally:
+                self._outgoing.put_nowait((False, _END))
+                close = getattr(responses, "aclose", None)
+                if close is not None:
+                    await close()
+
+        producer = asyncio.create_task(produce())
+        try:
+            while True:
+                counted, item = await self._outgoing.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                if counted:
+                    room.release()
+                yield item
+        finally:
+            producer.cancel()
+            if self._reader is not None:
+                self._reader.cancel()
+            with contextlib.suppress(BaseException):
+                await producer

@@ -23,7 +23,6 @@ import abc
 import asyncio
 import hashlib
 import secrets
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import jwt
 
 from adk_mesh.errors import ConfigError, UnauthenticatedError
+from adk_mesh.mesh._watched import WatchedFiles
 
 __all__ = [
     "ApiKeyAuthenticator",
@@ -100,25 +100,6 @@ def _bearer(metadata: Mapping[str, str]) -> str | None:
     return token.strip()
 
 
-class _WatchedFile:
-    """A file's text, read again when the file changes (rotation without a restart)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._signature: tuple[int, int] | None = None
-        self._value: Any = None
-
-    def get(self, parse: Any) -> Any:
-        status = self.path.stat()
-        signature = (status.st_mtime_ns, status.st_size)
-        with self._lock:
-            if signature != self._signature:
-                self._value = parse(self.path.read_text(encoding="utf-8"))
-                self._signature = signature
-            return self._value
-
-
 class JwtAuthenticator(Authenticator):
     """``authorization: Bearer <JWT>``, verified against a JWKS.
 
@@ -161,7 +142,7 @@ class JwtAuthenticator(Authenticator):
         self.leeway = leeway
         source = str(jwks)
         self._client: jwt.PyJWKClient | None = None
-        self._file: _WatchedFile | None = None
+        self._file: WatchedFiles[jwt.PyJWKSet] | None = None
         if source.startswith(("https://", "http://")):
             self._client = jwt.PyJWKClient(
                 source,
@@ -173,20 +154,23 @@ class JwtAuthenticator(Authenticator):
         else:
             if not Path(source).is_file():
                 raise ConfigError(f"JWKS file {source!r} does not exist")
-            self._file = _WatchedFile(source)
+            path = Path(source)
+            self._file = WatchedFiles(
+                [path], lambda: jwt.PyJWKSet.from_json(path.read_text(encoding="utf-8"))
+            )
             self._keys()  # a file that is not a JWKS fails now, not at the first call
 
     def _keys(self) -> jwt.PyJWKSet:
         assert self._file is not None
-        keys: jwt.PyJWKSet = self._file.get(jwt.PyJWKSet.from_json)
-        return keys
+        return self._file.get()
 
     def _key(self, kid: str | None) -> jwt.PyJWK:
         if self._client is not None:
             # Cached; fetched again once for a kid it does not know (keys rotated).
             return self._client.get_signing_key(kid or "")
-        for key in self._keys().keys:
-            if key.key_id == kid or (kid is None and len(self._keys().keys) == 1):
+        keys = self._keys().keys
+        for key in keys:
+            if key.key_id == kid or (kid is None and len(keys) == 1):
                 return key
         raise jwt.PyJWKClientError(f"no key with kid {kid!r}")
 
@@ -267,12 +251,12 @@ class ApiKeyAuthenticator(Authenticator):
     def __init__(self, path: str | Path) -> None:
         if not Path(path).is_file():
             raise ConfigError(f"API key file {str(path)!r} does not exist")
-        self._file = _WatchedFile(path)
+        file = Path(path)
+        self._file = WatchedFiles([file], lambda: _parse_api_keys(file.read_text(encoding="utf-8")))
         self._users()  # a malformed file fails now
 
     def _users(self) -> dict[str, str]:
-        users: dict[str, str] = self._file.get(_parse_api_keys)
-        return users
+        return self._file.get()
 
     async def authenticate(self, metadata: Mapping[str, str]) -> Principal | None:
         key = metadata.get("x-api-key")

@@ -30,7 +30,6 @@ import argparse
 import ipaddress
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 import grpc
 
 from adk_mesh.errors import ConfigError
+from adk_mesh.mesh._watched import WatchedFiles
 from adk_mesh.mesh.auth import ApiKeyAuthenticator, Authenticator, JwtAuthenticator
 
 __all__ = [
@@ -111,42 +111,31 @@ class _RotatingServerCertificate:
     """The certificate configuration of a server, reloaded when its files change."""
 
     def __init__(self, tls: ServerTLS, *, with_client_ca: bool) -> None:
-        self._paths = [Path(tls.cert_file), Path(tls.key_file)]
+        paths = [Path(tls.cert_file), Path(tls.key_file)]
         if with_client_ca and tls.client_ca_file is not None:
-            self._paths.append(Path(tls.client_ca_file))
-        self._lock = threading.Lock()
-        self._signature = self._stat()
-        self.initial = self._load()
+            paths.append(Path(tls.client_ca_file))
+        self._files = WatchedFiles(paths, lambda: self._load(paths))
+        self.initial = self._files.get()
+        self._served = self.initial
 
-    def _stat(self) -> tuple[tuple[int, int], ...]:
-        signature = []
-        for path in self._paths:
-            try:
-                status = path.stat()
-            except OSError:
-                return ()
-            signature.append((status.st_mtime_ns, status.st_size))
-        return tuple(signature)
-
-    def _load(self) -> Any:
-        cert = _read(self._paths[0], "certificate")
-        key = _read(self._paths[1], "key")
-        client_ca = _read(self._paths[2], "client CA") if len(self._paths) > 2 else None
+    @staticmethod
+    def _load(paths: list[Path]) -> Any:
+        cert = _read(paths[0], "certificate")
+        key = _read(paths[1], "key")
+        client_ca = _read(paths[2], "client CA") if len(paths) > 2 else None
         return grpc.ssl_server_certificate_configuration([(key, cert)], client_ca)
 
     def fetch(self) -> Any:
         """Called by gRPC at each new handshake: a new configuration, or ``None`` to keep."""
-        signature = self._stat()
-        with self._lock:
-            if not signature or signature == self._signature:
-                return None
-            try:
-                configuration = self._load()
-            except (ConfigError, ValueError) as error:
-                logger.warning("TLS files changed but could not be loaded yet: %s", error)
-                return None
-            self._signature = signature
-        logger.info("TLS certificate reloaded from %s", self._paths[0])
+        try:
+            configuration = self._files.get()
+        except (OSError, ConfigError, ValueError) as error:
+            logger.warning("TLS files changed but could not be loaded yet: %s", error)
+            return None
+        if configuration is self._served:
+            return None
+        self._served = configuration
+        logger.info("TLS certificate reloaded from %s", self._files.paths[0])
         return configuration
 
 

@@ -1,0 +1,44 @@
+"""Files read again when they change: certificates, JWKS and API-key files rotate without a
+restart. A change is a new modification time or size of any of the files; checking costs one
+``stat`` per file."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Generic, TypeVar
+
+__all__ = ["WatchedFiles"]
+
+T = TypeVar("T")
+
+
+class WatchedFiles(Generic[T]):
+    """What ``load`` makes of ``paths``, made again when any of them changed.
+
+    The first :meth:`get` loads at once. A later one loads again only after a change; if that
+    load raises, the error goes to the caller and the next call tries again.
+    """
+
+    def __init__(self, paths: Sequence[str | Path], load: Callable[[], T]) -> None:
+        self.paths = [Path(path) for path in paths]
+        self._load = load
+        self._lock = threading.Lock()
+        self._signature: tuple[tuple[int, int], ...] | None = None
+        self._value: T | None = None
+
+    def _stat(self) -> tuple[tuple[int, int], ...]:
+        signature = []
+        for path in self.paths:
+            status = path.stat()
+            signature.append((status.st_mtime_ns, status.st_size))
+        return tuple(signature)
+
+    def get(self) -> T:
+        signature = self._stat()
+        with self._lock:
+            if signature != self._signature or self._value is None:
+                self._value = self._load()
+                self._signature = signature
+            return self._value

@@ -357,8 +357,10 @@ def _run(args: argparse.Namespace) -> int:
 def _credentials(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
     """The call metadata that proves who the user is: ``--token`` / ``ADK_MESH_TOKEN`` as a
     bearer token, ``--api-key`` / ``ADK_MESH_API_KEY`` as an API key."""
-    token = args.token or os.environ.get("ADK_MESH_TOKEN", "").strip()
-    api_key = args.api_key or os.environ.get("ADK_MESH_API_KEY", "").strip()
+    from adk_mesh.mesh.security import API_KEY_ENV, TOKEN_ENV
+
+    token = args.token or os.environ.get(TOKEN_ENV, "").strip()
+    api_key = args.api_key or os.environ.get(API_KEY_ENV, "").strip()
     metadata: list[tuple[str, str]] = []
     if token:
         metadata.append(("authorization", f"Bearer {token}"))

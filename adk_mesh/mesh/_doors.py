@@ -30,7 +30,6 @@ from adk_mesh.mesh.security import ServerSecurity, peer_identities
 __all__ = ["DoorKeeper"]
 
 _RUN = "/adk_mesh.v1.AgentService/Run"
-_DESCRIBE = "/adk_mesh.v1.AgentService/Describe"
 _MESH_METHODS = frozenset(
     {
         "/adk_mesh.v1.ToolService/ListTools",

@@ -42,6 +42,7 @@ from adk_mesh.mesh._watched import WatchedFiles
 from adk_mesh.mesh.auth import ApiKeyAuthenticator, Authenticator, JwtAuthenticator
 
 __all__ = [
+    "API_KEY_ENV",
     "TLS_CA_ENV",
     "TLS_CERT_ENV",
     "TLS_KEY_ENV",
@@ -60,6 +61,8 @@ TLS_CERT_ENV = "ADK_MESH_TLS_CERT"
 TLS_KEY_ENV = "ADK_MESH_TLS_KEY"
 #: A bearer token ``adk-mesh run`` and ``describe`` send (``--token``).
 TOKEN_ENV = "ADK_MESH_TOKEN"
+#: An API key ``adk-mesh run`` and ``describe`` send (``--api-key``).
+API_KEY_ENV = "ADK_MESH_API_KEY"
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """The embedded default session store: one SQLite file, safe for several processes.
 
 * The file runs in WAL mode with a busy timeout, so readers never block the writer and
-  processes that collide wait for each other instead of failing.
+  processes that collide wait for each other instead of failing (:mod:`adk_mesh._sqlite`,
+  shared with the SQLite memory store).
 * Every write is one ``BEGIN IMMEDIATE`` transaction that reads the current app, user and
   session state, applies the delta and writes it back: two processes appending at once
   serialize on the write lock and never lose each other's keys.
@@ -19,19 +20,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
+from adk_mesh import _sqlite
 from adk_mesh.errors import (
-    AdkError,
     AlreadyExistsError,
     SessionError,
     SessionNotFoundError,
@@ -118,12 +116,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_BUSY_TIMEOUT_MS = 30_000
-
 
 def _apply_migrations(connection: sqlite3.Connection) -> None:
     """Bring the file to :data:`SCHEMA_VERSION` in one transaction (a no-op when it is)."""
-    with _write_transaction(connection):
+    with _sqlite.write_transaction(connection):
         (version,) = connection.execute("PRAGMA user_version").fetchone()
         if version > SCHEMA_VERSION:
             raise SessionError(
@@ -165,65 +161,19 @@ class SqliteSessionService(SessionService):
             if self._path != ":memory:" and _claims.SUPPORTED
             else None
         )
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adk-mesh-sqlite")
-        self._connection: sqlite3.Connection | None = None
-        self._closed = False
+        self._file = _sqlite.SqliteFile(
+            self._path, prepare=_apply_migrations, error=SessionError, kind="session"
+        )
 
     @property
     def path(self) -> str:
         return self._path
 
-    # --- plumbing ------------------------------------------------------------------------
-
     async def _run(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
-        if self._closed:
-            raise SessionError("the SQLite session service is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, function)
-
-    def _call(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Runs on the worker thread: open the file on first use, then run ``function``."""
-        try:
-            if self._connection is None:
-                self._connection = self._open()
-            return function(self._connection)
-        except AdkError:
-            raise
-        except sqlite3.Error as error:
-            raise SessionError(f"SQLite session store {self._path!r} failed: {error}") from error
-
-    def _open(self) -> sqlite3.Connection:
-        if self._path != ":memory:":
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
-        connection = sqlite3.connect(
-            self._path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None
-        )
-        try:
-            connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            connection.execute("PRAGMA journal_mode = WAL")
-            # In WAL mode NORMAL never corrupts the file; only a power loss can drop the
-            # last commits. It saves an fsync per append on the hot path.
-            connection.execute("PRAGMA synchronous = NORMAL")
-            _apply_migrations(connection)
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        return await self._file.run(function)
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._close_connection)
-        # The queue is empty now, so the join is immediate; still, never join on the loop.
-        await asyncio.to_thread(self._executor.shutdown, True)
-
-    def _close_connection(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        await self._file.close()
 
     # --- the contract --------------------------------------------------------------------
 
@@ -233,8 +183,7 @@ class SqliteSessionService(SessionService):
         if self._claims is None:
             return super().claim_session(app_name=app_name, user_id=user_id, session_id=session_id)
         _common.check_ids(app_name, user_id, session_id)
-        if self._closed:
-            raise SessionError("the SQLite session service is closed")
+        self._file.check_open()
         return self._claims.claim(app_name, user_id, session_id)
 
     async def create_session(
@@ -252,7 +201,7 @@ class SqliteSessionService(SessionService):
 
         def create(connection: sqlite3.Connection) -> Session:
             create_time = _common.now()
-            with _write_transaction(connection):
+            with _sqlite.write_transaction(connection):
                 try:
                     connection.execute(
                         "INSERT INTO sessions (app_name, user_id, id, state, create_time, "
@@ -299,7 +248,7 @@ class SqliteSessionService(SessionService):
         after_us = _common.to_micros(after) if after is not None else None
 
         def get(connection: sqlite3.Connection) -> Session | None:
-            with _read_transaction(connection):
+            with _sqlite.read_transaction(connection):
                 row = connection.execute(
                     "SELECT state, update_time FROM sessions "
                     "WHERE app_name = ? AND user_id = ? AND id = ?",
@@ -326,7 +275,7 @@ class SqliteSessionService(SessionService):
         _common.check_ids(app_name, user_id)
 
         def list_(connection: sqlite3.Connection) -> list[Session]:
-            with _read_transaction(connection):
+            with _sqlite.read_transaction(connection):
                 rows = connection.execute(
                     "SELECT id, state, update_time FROM sessions "
                     "WHERE app_name = ? AND user_id = ? ORDER BY create_time, id",
@@ -351,7 +300,7 @@ class SqliteSessionService(SessionService):
 
         def delete(connection: sqlite3.Connection) -> None:
             key = (app_name, user_id, session_id)
-            with _write_transaction(connection):
+            with _sqlite.write_transaction(connection):
                 connection.execute(
                     "DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?",
                     key,
@@ -379,7 +328,7 @@ class SqliteSessionService(SessionService):
         def append(connection: sqlite3.Connection) -> float:
             # One write transaction: the version check, the id check and the write cannot be
             # split by another connection (BEGIN IMMEDIATE takes the file's write lock first).
-            with _write_transaction(connection):
+            with _sqlite.write_transaction(connection):
                 row = connection.execute(
                     "SELECT state, update_time FROM sessions "
                     "WHERE app_name = ? AND user_id = ? AND id = ?",
@@ -431,29 +380,6 @@ class SqliteSessionService(SessionService):
 
 
 # --- SQL helpers (worker thread only) --------------------------------------------------------
-
-
-@contextmanager
-def _transaction(connection: sqlite3.Connection, begin: str) -> Iterator[None]:
-    """``begin`` ... ``COMMIT``, or ``ROLLBACK`` on any exception (a failed COMMIT included)."""
-    connection.execute(begin)
-    try:
-        yield
-        connection.execute("COMMIT")
-    except BaseException:
-        if connection.in_transaction:
-            connection.execute("ROLLBACK")
-        raise
-
-
-def _write_transaction(connection: sqlite3.Connection) -> AbstractContextManager[None]:
-    """Take the file's write lock at once, so the reads inside see what the writes replace."""
-    return _transaction(connection, "BEGIN IMMEDIATE")
-
-
-def _read_transaction(connection: sqlite3.Connection) -> AbstractContextManager[None]:
-    """One consistent snapshot of the file for several queries."""
-    return _transaction(connection, "BEGIN DEFERRED")
 
 
 def _has_event(

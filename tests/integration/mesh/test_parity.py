@@ -1,11 +1,19 @@
-"""Parity: one behaviour with the child agent in this process and in another service.
+"""Parity: one behaviour with the child agent in this process and in another one.
 
 One suite, parametrised. Each case builds a root agent and an agent that may run elsewhere
-(the *child*: an AgentTool's child, or a transfer target), and plays a conversation twice:
-with the child in this process, and with the child served by a real AgentServer on 127.0.0.1
-(port 0) that the root reaches through a RemoteAgent. The child's service has stores of its
-own that share the root's as a separate process would: a FileArtifactService over the same
-directory, and the same memory backend (an in-memory one stands in for a shared store).
+(the *child*: an AgentTool's child, or a transfer target), and plays a conversation three
+times: with the child in this process; served by a real AgentServer on 127.0.0.1 (port 0) in
+this process, reached through a RemoteAgent; and served by an AgentServer in **another OS
+process**. For that playing the case runs twice over: in a host process (``python -m
+tests.integration.mesh.test_parity CASE DIR``), where ``world.child`` and ``world.tools``
+start the servers and the turns do nothing, and here, where they return RemoteAgents and
+RemoteToolsets to the host's ports, in the same order. The two processes talk over the host's
+standard input and output in JSON lines: the ports, the signals of cases whose sides wait on
+each other (``world.signal``), and at the end what the host's models were sent and what its
+tools observed. The child's service has stores of its own that share the root's as a separate
+process would: a FileArtifactService over the same directory, and a memory backend (the
+root's in this process, the host's own in the other one: a delegated run's memory is the
+caller's either way).
 
 The outcome — every event the Runner yielded and stored, the session state, every version of
 every artifact, what each model was sent, what the tools observed, the error a turn raised —
@@ -15,15 +23,18 @@ checks that its policy did what it says (a refusal is checked to be a refusal, i
 A child's tools reach the *root's* artifacts and memory over the delegated call itself
 (``RunDelegated``), even when the child's service has no stores of its own; the tool cases
 (``TOOL_CASES``) play the same way with the *tools* in process or served by a ToolServer with
-no stores (``CallToolInteractive``): artifacts with versions, memory and user content are the
-caller's. A case that cannot pass remote yet is marked with ``remote_xfail`` (strict).
+no stores (``CallToolInteractive``), here or in the host: artifacts with versions, memory and
+user content are the caller's. A case that cannot pass remote yet is marked with
+``remote_xfail`` (strict).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -52,9 +63,30 @@ from adk_mesh.types import Content, Event, LlmResponse, Part
 APP = "app"
 USER = "u"
 IN_PROCESS = "in_process"
-REMOTE = "remote"
+REMOTE = "remote"  # a server in this process
+OTHER_PROCESS = "other_process"  # a server in a host process
+HOST = "host"  # inside the host process: serve, play no turns
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 Outcome = dict[str, Any]
+
+
+class Signal:
+    """An event two sides of a case wait on; across processes, set on both."""
+
+    def __init__(self, name: str, send: Callable[[dict[str, Any]], None] | None) -> None:
+        self.name = name
+        self._event = asyncio.Event()
+        self._send = send
+
+    def set(self, *, from_peer: bool = False) -> None:
+        if not self._event.is_set() and self._send is not None and not from_peer:
+            self._send({"signal": self.name})
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
 
 
 class World:
@@ -71,7 +103,10 @@ class World:
         self.events: list[Event] = []
         self.errors: list[str] = []
         self.session_id = ""
+        self.signals: dict[str, Signal] = {}
+        self.served: list[dict[str, Any]] = []  # HOST: what it serves, in order
         self._stack = stack
+        self._host: HostProcess | None = None  # OTHER_PROCESS: the process serving the child
 
     def scripted(self, name: str, responses: list[LlmResponse | str]) -> ScriptedModel:
         """A scripted model whose requests the outcome compares."""
@@ -84,11 +119,23 @@ class World:
         self.models[name] = model
         return model
 
+    def signal(self, name: str) -> Signal:
+        """An event the root's side and the child's side of a case may both set and wait on."""
+        send = None
+        if self.where == HOST:
+            send = _send_to_parent
+        elif self._host is not None:
+            send = self._host.send
+        signal = self.signals[name] = Signal(name, send)
+        return signal
+
     async def child(self, agent: BaseAgent, *, stores: bool = True) -> BaseAgent:
         """``agent`` here, or served by an AgentServer and reached through a RemoteAgent.
         ``stores``: the child's service shares the root's stores (else it has none)."""
         if self.where == IN_PROCESS:
             return agent
+        if self._host is not None:
+            return self._remote_agent(agent, self._host.next_port("agent", agent.name))
         server = AgentServer(
             agent,
             app_name=APP,
@@ -97,6 +144,10 @@ class World:
         )
         port = await server.start("127.0.0.1:0")
         self._stack.push_async_callback(server.stop, None)
+        self.served.append({"kind": "agent", "name": agent.name, "port": port})
+        return self._remote_agent(agent, port)
+
+    def _remote_agent(self, agent: BaseAgent, port: int) -> RemoteAgent:
         remote = RemoteAgent(agent.name, f"127.0.0.1:{port}", description=agent.description)
         self._stack.push_async_callback(remote.close)
         return remote
@@ -106,14 +157,26 @@ class World:
         through a RemoteToolset."""
         if self.where == IN_PROCESS:
             return list(tools)
-        server = ToolServer([FunctionTool(tool) for tool in tools])
-        port = await server.start("127.0.0.1:0")
-        self._stack.push_async_callback(server.stop, None)
+        if self._host is not None:
+            port = self._host.next_port("tools", ",".join(tool.__name__ for tool in tools))
+        else:
+            server = ToolServer([FunctionTool(tool) for tool in tools])
+            port = await server.start("127.0.0.1:0")
+            self._stack.push_async_callback(server.stop, None)
+            names = ",".join(tool.__name__ for tool in tools)
+            self.served.append({"kind": "tools", "name": names, "port": port})
         toolset = RemoteToolset(f"127.0.0.1:{port}")
         self._stack.push_async_callback(toolset.close)
         return [toolset]
 
+    async def start_host(self, case_name: str) -> None:
+        """OTHER_PROCESS: start the process that serves this case's child and tools."""
+        self._host = await HostProcess.start(case_name, self.artifacts_dir.parent, self)
+        self._stack.push_async_callback(self._host.close)
+
     async def new_session(self, state: dict[str, Any] | None = None) -> str:
+        if self.where == HOST:
+            return ""
         session = await self.sessions.create_session(app_name=APP, user_id=USER, state=state)
         self.session_id = session.id
         return session.id
@@ -122,6 +185,8 @@ class World:
         self, root: BaseAgent, message: str = "hi", *, run_config: RunConfig | None = None
     ) -> None:
         """One user turn; an error it raises is part of the outcome."""
+        if self.where == HOST:
+            return
         if not self.session_id:
             await self.new_session()
         runner = Runner(
@@ -143,6 +208,8 @@ class World:
             self.errors.append(f"{type(error).__name__}: {error.message}")
 
     async def save(self, filename: str, text: str) -> None:
+        if self.where == HOST:
+            return
         await self.artifacts.save_artifact(
             app_name=APP,
             user_id=USER,
@@ -151,7 +218,25 @@ class World:
             artifact=Part.from_text(text),
         )
 
+    def seen_and_observed(self) -> tuple[dict[str, list[Any]], list[Any]]:
+        """What this process's models were sent and its tools observed."""
+        seen = {
+            name: [_request(request) for request in model.requests]
+            for name, model in self.models.items()
+        }
+        return seen, self.observed
+
     async def outcome(self) -> Outcome:
+        seen, observed = self.seen_and_observed()
+        if self._host is not None:
+            # The child's models and tools ran in the host: their side of the record is there.
+            host_seen, host_observed = await self._host.finish()
+            for name, requests in host_seen.items():
+                if requests:
+                    assert not seen[name], f"model {name!r} was called in both processes"
+                    seen[name] = requests
+            assert not (observed and host_observed), "both processes observed: order unknown"
+            observed = observed or host_observed
         session = await self.sessions.get_session(
             app_name=APP, user_id=USER, session_id=self.session_id
         )
@@ -179,14 +264,123 @@ class World:
                 "stored": [_event(event) for event in session.events],
                 "state": session.state,
                 "artifacts": artifacts,
-                "seen": {
-                    name: [_request(request) for request in model.requests]
-                    for name, model in self.models.items()
-                },
-                "observed": self.observed,
+                "seen": seen,
+                "observed": observed,
                 "errors": self.errors,
             }
         )
+
+
+# --- the other process -------------------------------------------------------------------------
+# Parent → host: {"signal": NAME}, {"finish": true} (or end of input). Host → parent:
+# {"served": [{"kind", "name", "port"}, ...]} once ready, {"signal": NAME}, then
+# {"seen": ..., "observed": ...} when asked to finish; it exits when its input closes.
+
+
+class HostProcess:
+    """The parent's end of a host process: its ports in order of use, and its pipe."""
+
+    def __init__(self, process: asyncio.subprocess.Process, world: World) -> None:
+        self.process = process
+        self._world = world
+        self._served: list[dict[str, Any]] = []
+        self._used = 0
+        self._record: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, case_name: str, directory: Path, world: World) -> HostProcess:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.integration.mesh.test_parity",
+            case_name,
+            str(directory),
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=1 << 26,
+        )
+        host = cls(process, world)
+        first = await host._receive()
+        if first is None or "served" not in first:
+            raise AssertionError(f"the host process did not start: {await host._stderr()}")
+        host._served = first["served"]
+        host._reader = asyncio.create_task(host._read())
+        return host
+
+    def next_port(self, kind: str, name: str) -> int:
+        """The port of the next thing the host serves; both sides build the case in one order."""
+        served = self._served[self._used]
+        self._used += 1
+        assert (served["kind"], served["name"]) == (kind, name), served
+        return int(served["port"])
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message).encode() + b"\n")
+
+    async def finish(self) -> tuple[dict[str, list[Any]], list[Any]]:
+        assert self._used == len(self._served), "the case used fewer servers than the host ran"
+        self.send({"finish": True})
+        record = await self._record
+        return record["seen"], record["observed"]
+
+    async def close(self) -> None:
+        if self.process.stdin is not None and not self.process.stdin.is_closing():
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), 10)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+        if self._reader is not None:
+            await self._reader
+        assert self.process.returncode == 0, await self._stderr()
+
+    async def _receive(self) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        line = await self.process.stdout.readline()
+        return json.loads(line) if line else None
+
+    async def _read(self) -> None:
+        while (message := await self._receive()) is not None:
+            if "signal" in message:
+                self._world.signals[message["signal"]].set(from_peer=True)
+            elif not self._record.done():
+                self._record.set_result(message)
+        if not self._record.done():
+            self._record.set_exception(AssertionError(f"the host died: {await self._stderr()}"))
+
+    async def _stderr(self) -> str:
+        assert self.process.stderr is not None
+        return (await self.process.stderr.read()).decode(errors="replace")
+
+
+def _send_to_parent(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+async def _host(case_name: str, directory: Path) -> None:
+    """The host process: build the case, serve its child and tools, answer the parent."""
+    (entry,) = [case for case in CASES + TRANSFER_CASES + TOOL_CASES if case.name == case_name]
+    loop = asyncio.get_running_loop()
+    commands = asyncio.StreamReader(limit=1 << 26)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+    async with AsyncExitStack() as stack:
+        world = World(HOST, directory, stack)
+        await entry.play(world)
+        _send_to_parent({"served": world.served})
+        while line := await commands.readline():
+            message = json.loads(line)
+            if "signal" in message:
+                world.signals[message["signal"]].set(from_peer=True)
+            elif message.get("finish"):
+                seen, observed = world.seen_and_observed()
+                _send_to_parent({"seen": seen, "observed": observed})
 
 
 def _event(event: Event) -> dict[str, Any]:
@@ -464,8 +658,8 @@ async def _concurrent_write(
     world: World, policy: StateMergePolicy, parent_key: str, output_state_keys: list[str] | None
 ) -> None:
     # The parent's other tool writes `parent_key` while the child runs (ordered by events).
-    child_started = asyncio.Event()
-    parent_wrote = asyncio.Event()
+    child_started = world.signal("child_started")
+    parent_wrote = world.signal("parent_wrote")
 
     async def write_parent(tool_context: ToolContext) -> dict[str, Any]:
         """Write a key in the parent's state."""
@@ -1414,6 +1608,8 @@ async def tool_of_a_child_under_artifact_prefixes(world: World) -> None:
 async def play(case: Case, where: str, directory: Path) -> Outcome:
     async with AsyncExitStack() as stack:
         world = World(where, directory, stack)
+        if where == OTHER_PROCESS:
+            await world.start_host(case.name)
         await case.play(world)
         return await world.outcome()
 
@@ -1426,13 +1622,14 @@ def _params(cases: list[Case]) -> Iterator[Any]:
             if entry.remote_xfail
             else []
         )
-        yield pytest.param(entry, REMOTE, id=f"{entry.name}-{REMOTE}", marks=marks)
+        for where in (REMOTE, OTHER_PROCESS):
+            yield pytest.param(entry, where, id=f"{entry.name}-{where}", marks=marks)
 
 
 async def _check(entry: Case, where: str, tmp_path: Path) -> None:
     outcome = await play(entry, where, tmp_path / where)
     entry.expect(outcome)
-    if where == REMOTE:
+    if where != IN_PROCESS:
         assert outcome == await play(entry, IN_PROCESS, tmp_path / "reference")
 
 
@@ -1449,3 +1646,7 @@ async def test_transfer_parity(entry: Case, where: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("entry", "where"), list(_params(TOOL_CASES)))
 async def test_tool_context_parity(entry: Case, where: str, tmp_path: Path) -> None:
     await _check(entry, where, tmp_path)
+
+
+if __name__ == "__main__":  # the host process of an OTHER_PROCESS playing
+    asyncio.run(_host(sys.argv[1], Path(sys.argv[2])))

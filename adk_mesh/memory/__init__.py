@@ -1,8 +1,83 @@
-"""Memory: long-term recall across a user's past sessions."""
+"""Memory: long-term recall across a user's past sessions, its backends, and a factory by URL.
+
+=================================  =========================================================
+URL                                backend
+=================================  =========================================================
+``memory://``                      :class:`InMemoryMemoryService` (lost when the process ends)
+``sqlite:///relative/path.db``     :class:`SqliteMemoryService` (FTS5), relative to the cwd
+``sqlite:////absolute/path.db``    :class:`SqliteMemoryService`, absolute path
+``postgresql://...``               ``adk_mesh.memory.postgres.PostgresMemoryService``
+``postgres://...``                 the same (needs ``pip install 'adk-mesh[postgres]'``)
+=================================  =========================================================
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import cast
+
+from adk_mesh import _store_urls
+from adk_mesh.errors import ConfigError
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.memory.in_memory import InMemoryMemoryService
+from adk_mesh.memory.sqlite import SqliteMemoryService
 
-__all__ = ["InMemoryMemoryService", "MemoryEntry", "MemoryService"]
+__all__ = [
+    "InMemoryMemoryService",
+    "MemoryEntry",
+    "MemoryService",
+    "SqliteMemoryService",
+    "memory_service_from_url",
+]
+
+_STORE = "memory store"
+_KNOWN = (
+    "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db, "
+    "postgresql://user@host/database"
+)
+_POSTGRES_MODULE = "adk_mesh.memory.postgres"
+
+
+def memory_service_from_url(url: str) -> MemoryService:
+    """The memory service a URL names (see the module doc for the forms).
+
+    A PostgreSQL URL loads its backend (and the asyncpg driver) only then.
+
+    Raises:
+        ConfigError: for an unknown scheme or a malformed URL (the message lists the forms
+            that are known), or a PostgreSQL URL without the ``postgres`` extra installed.
+    """
+    scheme, rest = _store_urls.split_store_url(url, store=_STORE, known=_KNOWN)
+    if scheme == "memory":
+        _store_urls.check_memory_url(url, rest, store=_STORE)
+        return InMemoryMemoryService()
+    if scheme == "sqlite":
+        return SqliteMemoryService(_store_urls.sqlite_path(url, rest, store=_STORE))
+    if scheme in _store_urls.POSTGRES_SCHEMES:
+        return _postgres_memory(url)
+    raise _store_urls.unknown_scheme(url, scheme, store=_STORE, known=_KNOWN)
+
+
+def _postgres_memory(url: str) -> MemoryService:
+    try:
+        module = importlib.import_module(_POSTGRES_MODULE)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if missing != _POSTGRES_MODULE and missing.partition(".")[0] != "asyncpg":
+            raise
+        raise ConfigError(
+            f"{_STORE} URL {_redacted(url)!r} needs the PostgreSQL backend, which is not "
+            f"installed ({missing} is missing): pip install 'adk-mesh[postgres]'"
+        ) from None
+    return cast(MemoryService, module.PostgresMemoryService(url))
+
+
+def _redacted(url: str) -> str:
+    """``url`` without the password it may carry (``user:secret@host``)."""
+    scheme, separator, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    credentials, at, host = netloc.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    user = credentials.partition(":")[0]
+    return f"{scheme}{separator}{user}:***@{host}{slash}{path}"

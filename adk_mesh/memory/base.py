@@ -30,6 +30,8 @@ class MemoryService(abc.ABC):
     * ``add_session_to_memory`` ingests a session's events that have text content; adding the
       same session again replaces what it added before.
     * ``search_memory`` returns entries of that app and user only, best match first.
+    * ``close`` releases connections and files; it is idempotent. A store used after it was
+      closed may refuse the call.
     """
 
     @abc.abstractmethod
@@ -39,3 +41,6 @@ class MemoryService(abc.ABC):
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
     ) -> list[MemoryEntry]: ...
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and files. Idempotent."""

@@ -12,9 +12,7 @@ URL                                backend
 
 from __future__ import annotations
 
-from urllib.parse import unquote
-
-from adk_mesh.errors import ConfigError
+from adk_mesh import _store_urls
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.sessions.sqlite import SqliteSessionService
@@ -27,6 +25,7 @@ __all__ = [
     "session_service_from_url",
 ]
 
+_STORE = "session store"
 _KNOWN = "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db"
 
 
@@ -37,26 +36,10 @@ def session_service_from_url(url: str) -> SessionService:
         ConfigError: for an unknown scheme or a malformed URL; the message lists the forms
             that are known.
     """
-    scheme, separator, rest = url.partition("://")
-    if not separator:
-        raise ConfigError(f"session store URL {url!r} has no scheme; known: {_KNOWN}")
-    scheme = scheme.lower()
+    scheme, rest = _store_urls.split_store_url(url, store=_STORE, known=_KNOWN)
     if scheme == "memory":
-        if rest.strip("/"):
-            raise ConfigError(f"session store URL {url!r}: memory:// takes no path")
+        _store_urls.check_memory_url(url, rest, store=_STORE)
         return InMemorySessionService()
     if scheme == "sqlite":
-        # As SQLAlchemy spells it: the path follows the third slash, so a fourth one makes it
-        # absolute. A host (sqlite://host/...) means nothing for an embedded file.
-        if not rest.startswith("/"):
-            raise ConfigError(
-                f"session store URL {url!r}: write sqlite:///relative.db or "
-                "sqlite:////absolute/path.db"
-            )
-        if "?" in rest or "#" in rest:
-            raise ConfigError(f"session store URL {url!r}: query and fragment are not supported")
-        path = unquote(rest[1:])
-        if not path:
-            raise ConfigError(f"session store URL {url!r} names no database file")
-        return SqliteSessionService(path)
-    raise ConfigError(f"unknown session store URL scheme {scheme!r} in {url!r}; known: {_KNOWN}")
+        return SqliteSessionService(_store_urls.sqlite_path(url, rest, store=_STORE))
+    raise _store_urls.unknown_scheme(url, scheme, store=_STORE, known=_KNOWN)

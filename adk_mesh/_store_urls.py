@@ -1,0 +1,63 @@
+"""Parsing of store URLs, shared by the session and memory factories.
+
+``scheme://rest``: ``memory://`` takes no path; ``sqlite:///relative.db`` and
+``sqlite:////absolute.db`` name a file as SQLAlchemy spells it (the path follows the third
+slash, so a fourth makes it absolute); ``postgresql://`` and ``postgres://`` are handed, whole,
+to the PostgreSQL backend. Every mistake is a :class:`~adk_mesh.errors.ConfigError` whose
+message names the store, the URL and, for an unknown scheme, the forms that are known.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from adk_mesh.errors import ConfigError
+
+__all__ = [
+    "POSTGRES_SCHEMES",
+    "check_memory_url",
+    "split_store_url",
+    "sqlite_path",
+    "unknown_scheme",
+]
+
+#: Both spellings libpq accepts.
+POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
+
+
+def split_store_url(url: str, *, store: str, known: str) -> tuple[str, str]:
+    """``(scheme, rest)`` of ``scheme://rest``, the scheme lower-cased.
+
+    ``store`` names the store in messages (``"session store"``); ``known`` lists its forms.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        raise ConfigError(f"{store} URL {url!r} has no scheme; known: {known}")
+    return scheme.lower(), rest
+
+
+def check_memory_url(url: str, rest: str, *, store: str) -> None:
+    """Refuse a path after ``memory://``."""
+    if rest.strip("/"):
+        raise ConfigError(f"{store} URL {url!r}: memory:// takes no path")
+
+
+def sqlite_path(url: str, rest: str, *, store: str) -> str:
+    """The file a ``sqlite://`` URL names (``rest``: what follows ``sqlite://``), its
+    percent-escapes decoded; ``:memory:`` for a private in-memory database."""
+    # A host (sqlite://host/...) means nothing for an embedded file.
+    if not rest.startswith("/"):
+        raise ConfigError(
+            f"{store} URL {url!r}: write sqlite:///relative.db or sqlite:////absolute/path.db"
+        )
+    if "?" in rest or "#" in rest:
+        raise ConfigError(f"{store} URL {url!r}: query and fragment are not supported")
+    path = unquote(rest[1:])
+    if not path:
+        raise ConfigError(f"{store} URL {url!r} names no database file")
+    return path
+
+
+def unknown_scheme(url: str, scheme: str, *, store: str, known: str) -> ConfigError:
+    """The error for a scheme the factory does not know."""
+    return ConfigError(f"unknown {store} URL scheme {scheme!r} in {url!r}; known: {known}")

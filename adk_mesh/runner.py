@@ -21,7 +21,7 @@ from adk_mesh.errors import AdkError, InvalidArgumentError, SessionNotFoundError
 from adk_mesh.ids import shown
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.sessions.base import Session, SessionService
-from adk_mesh.telemetry._spans import trace_invocation
+from adk_mesh.telemetry._spans import trace_invocation, trace_memory_ingestion
 from adk_mesh.types import Content, Event, FunctionCall, LlmResponse, Part
 
 __all__ = [
@@ -139,6 +139,16 @@ class Runner:
     ``tool_timeout`` is how long each tool call may run (``None``: no bound). The number of
     model calls is bounded per turn by ``RunConfig.max_llm_calls``.
 
+    **Memory.** With a ``memory_service`` and ``add_turns_to_memory`` (the default), each turn
+    that finishes adds its session to memory: once its last event is stored, the Runner reads
+    the session again from the store and passes it to ``add_session_to_memory`` (which
+    replaces what an earlier turn added), before the event stream ends. A memory store that
+    fails does not fail the turn: it is logged as a warning naming the invocation and recorded
+    on the ``add_session_to_memory`` span. A turn that ends abnormally (see below) is not
+    added; the next finished turn adds the session whole, its events included. Pass
+    ``add_turns_to_memory=False`` to keep the memory service for searches only (tools'
+    ``search_memory``) and feed it some other way.
+
     A turn that ends abnormally — the caller cancels it or closes the stream, its deadline
     passes, an exception — after a function call was stored but before its response leaves
     no call open: the Runner appends, per agent and branch that made such calls, one event
@@ -163,6 +173,7 @@ class Runner:
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        add_turns_to_memory: bool = True,
     ) -> None:
         self.agent = agent
         self.app_name = app_name
@@ -172,6 +183,7 @@ class Runner:
         self.max_transfers = max_transfers
         self.max_delegation_depth = max_delegation_depth
         self.tool_timeout = tool_timeout
+        self.add_turns_to_memory = add_turns_to_memory
 
     async def run(
         self,
@@ -247,6 +259,27 @@ class Runner:
                     for event in recorded:
                         yield event
             raise
+        if self.memory_service is not None and self.add_turns_to_memory:
+            await self._add_to_memory(self.memory_service, ctx)
+
+    async def _add_to_memory(self, memory: MemoryService, ctx: InvocationContext) -> None:
+        """Add the finished turn's session, as stored, to memory; never raises but for a
+        cancellation (see the class docstring)."""
+        try:
+            with trace_memory_ingestion(ctx, memory):
+                session = await self.session_service.get_session(
+                    app_name=ctx.app_name, user_id=ctx.user_id, session_id=ctx.session_id
+                )
+                if session is not None:
+                    await memory.add_session_to_memory(session)
+        except Exception as failure:
+            logger.warning(
+                "could not add session %s of invocation %s to memory; the turn is done and "
+                "stored, and the next finished turn adds the session again: %s",
+                ctx.session_id,
+                ctx.invocation_id,
+                failure if isinstance(failure, AdkError) else type(failure).__name__,
+            )
 
     async def _record_interruption(
         self,

@@ -7,6 +7,7 @@ Spans (GenAI semantic conventions; ``gen_ai.operation.name`` on each)::
     chat {model}               a model call (CLIENT)
     execute_tool {tool}        a tool call (INTERNAL), with how control moves for AgentTool
                                (return_to_caller) and transfers (pass_control)
+    add_session_to_memory {app}  a finished turn's session going into memory (INTERNAL)
     {service}/{method}         every mesh gRPC call, CLIENT and SERVER side
 
 Every span carries ``adk_mesh.invocation_id`` (and app, user, session, branch;

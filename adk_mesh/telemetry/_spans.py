@@ -55,6 +55,7 @@ __all__ = [
     "refresh_capture_content",
     "trace_agent_run",
     "trace_invocation",
+    "trace_memory_ingestion",
     "trace_model_call",
     "trace_tool_call",
 ]
@@ -211,6 +212,36 @@ def trace_invocation(
     )
     context = with_invocation(ids, trace.set_span_in_context(span))
     return _traced(span, context, events, operation="invoke_workflow")
+
+
+@contextmanager
+def trace_memory_ingestion(ctx: InvocationContext, service: object) -> Iterator[None]:
+    """``add_session_to_memory {app}``: a finished turn's session going into memory (after the
+    turn's ``invoke_workflow`` span), ERROR when the store fails."""
+    tracer = get_tracer()
+    if tracer is None:
+        yield
+        return
+    ids = invocation_attributes(ctx)
+    attributes: dict[str, AttributeValue] = {
+        **ids,
+        "adk_mesh.memory.service": type(service).__name__,
+    }
+    span = tracer.start_span(
+        f"add_session_to_memory {ctx.app_name}", kind=SpanKind.INTERNAL, attributes=attributes
+    )
+    token = otel_context.attach(with_invocation(ids, trace.set_span_in_context(span)))
+    try:
+        yield
+    except asyncio.CancelledError:
+        span.set_attribute(CANCELLED, True)
+        raise
+    except BaseException as error:
+        _metrics.record_error("add_session_to_memory", _end_with_error(span, error))
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()
 
 
 # --- invoke_agent ---------------------------------------------------------------------------

@@ -276,11 +276,12 @@ class LlmAgent(BaseAgent):
                 _transfer_instruction(self, targets, self._parent_choice(ctx))
             )
         tools_by_name: dict[str, BaseTool] = {}
+        preparing = ToolContext(ctx)
         for tool in tools:
             if tool.name in tools_by_name:
                 raise ConfigError(f"agent {self.name!r} has two tools named {tool.name!r}")
             tools_by_name[tool.name] = tool
-            tool.process_llm_request(request)
+            await tool.prepare_llm_request(preparing, request)
         contents = build_contents(
             ctx.session.events,
             agent_name=self.name,

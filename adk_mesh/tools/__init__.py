@@ -1,4 +1,5 @@
-"""Tools: the BaseTool and Toolset contracts, FunctionTool, AgentTool and the built-in tools."""
+"""Tools: the BaseTool and Toolset contracts, FunctionTool, AgentTool, the built-in tools and
+the memory tools (load_memory, preload_memory)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from adk_mesh.tools.builtin import (
     TransferToAgentTool,
 )
 from adk_mesh.tools.function_tool import FunctionTool
+from adk_mesh.tools.memory_tools import (
+    LoadMemoryTool,
+    PreloadMemoryTool,
+    load_memory,
+    preload_memory,
+)
 
 __all__ = [
     "AgentTool",
@@ -19,7 +26,11 @@ __all__ = [
     "FunctionTool",
     "GoogleSearchTool",
     "LoadArtifactsTool",
+    "LoadMemoryTool",
+    "PreloadMemoryTool",
     "StateMergePolicy",
     "Toolset",
     "TransferToAgentTool",
+    "load_memory",
+    "preload_memory",
 ]

@@ -93,6 +93,20 @@ class BaseTool(abc.ABC):
         """Add this tool to a model request. Built-in provider tools override this."""
         request.tools.append(self.declaration())
 
+    async def prepare_llm_request(self, ctx: ToolContext, request: LlmRequest) -> None:
+        """Prepare a model request of an agent that has this tool, before each model call.
+
+        The default adds the tool (:meth:`process_llm_request`). Override it to change the
+        request with what the context holds (the user's message, the state, memory), as
+        google-adk's ``process_llm_request(tool_context=..., llm_request=...)`` does: a tool
+        may add instructions and declare itself or not (``preload_memory`` adds past
+        conversations and declares nothing). ``ctx`` is a context of the agent's invocation
+        that answers no function call: read through it, never write state or artifacts (no
+        event carries what it records). The agent's tools prepare the request one at a time,
+        in their order; an exception fails the model call.
+        """
+        self.process_llm_request(request)
+
     @abc.abstractmethod
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
         """Run the tool. ``None`` from a long-running tool means "no result yet"."""

@@ -19,6 +19,9 @@ EXPECTED = {
     "SessionService", "SqliteSessionService", "State", "StateMergePolicy", "StreamingMode",
     "ToolContext", "ToolDeclaration", "ToolError", "Toolset", "UsageMetadata", "__version__",
     "artifact_service_from_url", "session_service_from_url",
+    # Memory (issue 14): the SQLite FTS5 store, the factory and the memory tools.
+    "SqliteMemoryService", "memory_service_from_url", "LoadMemoryTool", "PreloadMemoryTool",
+    "load_memory", "preload_memory",
     # The whole error tree.
     "AgentNotFoundError", "AlreadyExistsError", "ArtifactNotFoundError",
     "DeadlineExceededError", "InvocationCancelledError", "NotFoundError",

@@ -11,6 +11,7 @@ The config lists the services, their ports, the stores and the model::
     state_dir = ".adk-mesh"                       # relative to the config file
     sessions = "sqlite:///.adk-mesh/sessions.db"  # root services only
     artifacts = "file:.adk-mesh/artifacts"
+    memory = ""                                   # root services only; "": no memory
     model = ""                                    # "" : ADK_MESH_MODEL, a provider key, or offline
     ready_timeout = 30                            # seconds each service has to become ready
     grace = 5                                     # seconds each service has to drain on stop
@@ -53,7 +54,8 @@ before it) and answers the gRPC health check with SERVING. Every service gets
 ``ADK_MESH_TARGET_<NAME>=host:port``, the mesh door of each service started before it,
 ``ADK_MESH_TLS_CA``, ``ADK_MESH_TLS_CERT`` and ``ADK_MESH_TLS_KEY`` (its own certificate, for
 its calls to the others) with TLS on, ``ADK_MESH_ARTIFACTS``, ``ADK_MESH_SESSIONS`` (root
-services), ``ADK_MESH_MODEL`` when a model is configured, and
+services), ``ADK_MESH_MEMORY`` (root services, when ``memory`` is set: like sessions, memory is
+fed by the turns a root runs), ``ADK_MESH_MODEL`` when a model is configured, and
 ``ADK_MESH_TRACE_DIR=<state_dir>/traces`` unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Their
 output is printed line by line, prefixed with the service's name. Ctrl-C or SIGTERM stops them
 all (in reverse order, SIGTERM then, after the grace period, SIGKILL). A port already in use is
@@ -167,6 +169,7 @@ class MeshConfig:
     state_dir: Path = Path(".adk-mesh")
     sessions: str = ""
     artifacts: str = ""
+    memory: str = ""
     model: str = ""
     ready_timeout: float = 30.0
     grace: float = 5.0
@@ -195,6 +198,11 @@ class MeshConfig:
         return _absolute_url(self.sessions, self.root_dir) or (
             f"sqlite:///{self.state_dir / 'sessions.db'}"
         )
+
+    @property
+    def memory_url(self) -> str:
+        """The memory store URL (relative paths made absolute); "" when there is none."""
+        return _absolute_url(self.memory, self.root_dir)
 
     @property
     def artifacts_url(self) -> str:
@@ -325,6 +333,7 @@ class _MeshTable(_Table):
     state_dir: str = ".adk-mesh"
     sessions: str = ""
     artifacts: str = ""
+    memory: str = ""
     model: str = ""
     ready_timeout: Annotated[float, AfterValidator(_seconds(0, inclusive=False))] = 30.0
     grace: Annotated[float, AfterValidator(_seconds(0, inclusive=True))] = 5.0
@@ -469,6 +478,7 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
         state_dir=root_dir / mesh.state_dir,
         sessions=mesh.sessions,
         artifacts=mesh.artifacts,
+        memory=mesh.memory,
         model=mesh.model,
         ready_timeout=mesh.ready_timeout,
         grace=mesh.grace,
@@ -921,6 +931,8 @@ class Mesh:
         env["ADK_MESH_ARTIFACTS"] = config.artifacts_url
         if spec.root:
             env["ADK_MESH_SESSIONS"] = config.sessions_url
+            if config.memory_url:
+                env["ADK_MESH_MEMORY"] = config.memory_url
         model = spec.model or config.model
         if model:
             env["ADK_MESH_MODEL"] = model

@@ -127,7 +127,9 @@ BOOLEAN = "a boolean (true/false)"
 PORT_RANGE = "expected a port from 0 to 65535 (0 picks a free one)"
 EXPECTED_ENV = "expected a string (or a number)"
 SERVICE_KEYS = "module, command, port, mesh_port, after, root, model, env"
-MESH_KEYS = "host, state_dir, sessions, artifacts, model, ready_timeout, grace, env, tls, pki_dir"
+MESH_KEYS = (
+    "host, state_dir, sessions, artifacts, memory, model, ready_timeout, grace, env, tls, pki_dir"
+)
 
 
 @pytest.mark.parametrize(
@@ -280,6 +282,22 @@ def test_each_service_gets_targets_stores_model_and_trace_dir(
     assert "ADK_MESH_SESSIONS" not in mesh.environment(tools)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
     assert "ADK_MESH_TRACE_DIR" not in mesh.environment(tools)
+    assert "ADK_MESH_MEMORY" not in env  # no memory unless the config asks for it
+
+
+def test_root_services_get_the_memory_store_when_one_is_configured(tmp_path: Path) -> None:
+    data = config_data(
+        tools={"module": "m", "port": 0}, root={"module": "m", "port": 0, "root": True}
+    )
+    data["mesh"]["memory"] = "sqlite:///.adk-mesh/memory.db"
+    config = parse_config(data, root_dir=tmp_path)
+    mesh = Mesh(config)
+    tools, root = config.services
+
+    expected = f"sqlite:///{tmp_path.resolve() / '.adk-mesh/memory.db'}"
+    assert config.memory_url == expected
+    assert mesh.environment(root)["ADK_MESH_MEMORY"] == expected
+    assert "ADK_MESH_MEMORY" not in mesh.environment(tools)
 
 
 @pytest.fixture

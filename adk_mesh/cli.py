@@ -3,7 +3,7 @@
 ::
 
     adk-mesh serve agent MODULE:ATTR --port P [--host H] [--app NAME] [--store URL]
-                                     [--artifacts URL] [--grace SECONDS]
+                                     [--artifacts URL] [--memory URL] [--grace SECONDS]
     adk-mesh serve tools MODULE:ATTR --port P [--host H] [--grace SECONDS]
     adk-mesh run TARGET "message" [--user U] [--session S] [--app A] [--stream] [--json]
     adk-mesh describe TARGET [--agent NAME] [--json]
@@ -248,6 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
                 app_name=args.app,
                 session_service=args.store or DEFAULT_STORE,
                 artifact_service=args.artifacts,
+                memory_service=args.memory,
                 limits=limits,
             )
         else:
@@ -505,6 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--store", help=f"session store URL (default {DEFAULT_STORE}; e.g. sqlite:///sessions.db)"
     )
     agent.add_argument("--artifacts", help="artifact store URL (memory://, file:///dir)")
+    agent.add_argument(
+        "--memory",
+        help="memory store URL (default: none): each finished turn is added to it, and the "
+        "load_memory/preload_memory tools search it (memory://, sqlite:///memory.db, "
+        "postgresql://...)",
+    )
 
     run = commands.add_parser("run", help="run one user turn on an agent service")
     run.add_argument("target", metavar="TARGET", help="host:port or dns:///host:port")

@@ -36,6 +36,7 @@ from adk_mesh.errors import (
     NotFoundError,
 )
 from adk_mesh.ids import check_id, shown
+from adk_mesh.memory import memory_service_from_url
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import (
     CallerArtifacts,
@@ -129,9 +130,13 @@ class AgentServer(MeshServer):
         app_name: the app of root runs (default: the agent's name).
         session_service: store of root-run sessions, or its URL (default: in memory).
         artifact_service: artifact store, or its URL (default: none).
-        memory_service: long-term memory for the agents (default: none).
+        memory_service: long-term memory for the agents, or its URL (default: none). Each
+            root turn that finishes is added to it (see :class:`~adk_mesh.runner.Runner`).
         max_transfers: transfers one invocation may follow in this service's tree.
         limits: what this server allows its callers (default: ``ServerLimits()``).
+
+    A memory store the server opened from a URL is its own: :meth:`stop` closes it once the
+    calls are done. Stores passed as objects are the caller's to close.
     """
 
     _service_names = (_SERVICE_NAME,)
@@ -143,13 +148,16 @@ class AgentServer(MeshServer):
         app_name: str | None = None,
         session_service: SessionService | str | None = None,
         artifact_service: ArtifactService | str | None = None,
-        memory_service: MemoryService | None = None,
+        memory_service: MemoryService | str | None = None,
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
         limits: ServerLimits | None = None,
     ) -> None:
         super().__init__()
         if isinstance(session_service, str):
             session_service = session_service_from_url(session_service)
+        self._owned_memory: MemoryService | None = None
+        if isinstance(memory_service, str):
+            memory_service = self._owned_memory = memory_service_from_url(memory_service)
         if isinstance(artifact_service, str):
             artifact_service = artifact_service_from_url(artifact_service)
         self.agent = agent
@@ -168,6 +176,17 @@ class AgentServer(MeshServer):
         add_servicer(
             agent_pb2_grpc.add_AgentServiceServicer_to_server, _AgentServicer(self), server
         )
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop serving (see :meth:`MeshServer.stop`), then close the memory store this
+        server opened from a URL (a failure to close it is logged)."""
+        await super().stop(grace)
+        owned, self._owned_memory = self._owned_memory, None
+        if owned is not None:
+            try:
+                await owned.close()
+            except Exception as error:
+                logger.warning("closing %s failed: %s", type(owned).__name__, error)
 
     def find(self, agent_name: str) -> BaseAgent:
         """The agent of the served tree called ``agent_name`` (empty: the root)."""

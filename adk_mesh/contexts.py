@@ -16,9 +16,10 @@ Every change goes through a delta so that it is recorded in an event: state writ
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from enum import StrEnum
 from types import MappingProxyType
@@ -44,6 +45,7 @@ __all__ = [
     "ProgressReporter",
     "ReadonlyContext",
     "RunConfig",
+    "SessionHistory",
     "StreamingMode",
     "ToolContext",
     "TransferTarget",
@@ -131,6 +133,33 @@ class CallerTree:
 
 
 @dataclasses.dataclass
+class SessionHistory(abc.ABC):
+    """Where the history of a context's session comes from when the session holds only part
+    of it: a delegated run served by another service sees a window of its caller's history
+    (the mesh's implementation fetches the rest from the caller over the call)."""
+
+    @abc.abstractmethod
+    async def page(
+        self, events: Sequence[Event], *, before_event_id: str | None, max_events: int
+    ) -> list[Event]:
+        """The ``max_events`` newest events before ``before_event_id`` (``None``: the newest),
+        oldest first and whole, given ``events``: what the session holds."""
+
+
+#: The most events one :meth:`ReadonlyContext.load_events` call returns.
+MAX_LOAD_EVENTS = 1000
+
+
+def _page(events: Sequence[Event], before_event_id: str | None, max_events: int) -> list[Event]:
+    visible = [event for event in events if not event.partial]
+    end = len(visible)
+    if before_event_id is not None:
+        end = next((i for i, e in enumerate(visible) if e.id == before_event_id), -1)
+        if end < 0:
+            raise InvalidArgumentError(f"no event {before_event_id!r} in this session's history")
+    return visible[max(0, end - max_events) : end]
+
+
 class _LlmCallCount:
     """Model calls made so far in one invocation: shared by its contexts and by the contexts
     of the agents it delegates to in this process (an AgentTool's child)."""
@@ -163,7 +192,9 @@ class InvocationContext:
     ``delegation_scope``: what the run may reach of the root's artifacts and memory (narrowed
     by each AgentTool delegation it runs inside; a remote hop carries it and applies it).
     ``caller_tree``: set in a delegated run that a transfer handed to this service: the
-    caller's agents the agent delegated to may transfer back to.
+    caller's agents the agent delegated to may transfer back to. ``history``: where the rest
+    of the session's history is, when ``session`` holds only a window of it (``None``: it is
+    whole).
     """
 
     __slots__ = (
@@ -177,6 +208,7 @@ class InvocationContext:
         "deadline",
         "delegation_depth",
         "delegation_scope",
+        "history",
         "invocation_id",
         "max_delegation_depth",
         "memory_service",
@@ -207,6 +239,7 @@ class InvocationContext:
         llm_calls_of: InvocationContext | None = None,
         delegation_scope: DelegationScope | None = None,
         caller_tree: CallerTree | None = None,
+        history: SessionHistory | None = None,
         _shared: _InvocationShared | None = None,
     ) -> None:
         self.invocation_id = invocation_id
@@ -226,6 +259,7 @@ class InvocationContext:
         self.tool_timeout = tool_timeout
         self.delegation_scope = delegation_scope or DelegationScope()
         self.caller_tree = caller_tree
+        self.history = history
         self._shared = _shared or _InvocationShared()
         if llm_calls_of is not None:
             self._shared.llm_calls = llm_calls_of._shared.llm_calls
@@ -353,6 +387,34 @@ class ReadonlyContext:
     def state(self) -> Mapping[str, Any]:
         """The session state (app:, user:, session and temp: keys), read-only."""
         return MappingProxyType(self._invocation.session.state)
+
+    async def load_events(
+        self, *, before_event_id: str | None = None, max_events: int = 100
+    ) -> list[Event]:
+        """Events of the session's history this run may see, oldest first and whole: the
+        ``max_events`` newest of those before ``before_event_id`` (``None``: the newest).
+        Page back with ``before_event_id=events[0].id`` until the list comes back empty.
+
+        In process this reads the session. A delegated run served by another service holds
+        only a window of its caller's history (the newest events, large ones abridged): the
+        events the window left out, and abridged ones whole, are fetched from the caller, as
+        far as the delegation lets the run see them. A page may then hold fewer events than
+        asked when they are large, and an event too large for one message stays abridged.
+
+        Raises:
+            InvalidArgumentError: ``max_events`` outside 1..1000, or ``before_event_id`` not
+                in the history this run may see.
+        """
+        if not 1 <= max_events <= MAX_LOAD_EVENTS:
+            raise InvalidArgumentError(
+                f"max_events must be between 1 and {MAX_LOAD_EVENTS}, not {max_events}"
+            )
+        invocation = self._invocation
+        if invocation.history is not None:
+            return await invocation.history.page(
+                invocation.session.events, before_event_id=before_event_id, max_events=max_events
+            )
+        return _page(invocation.session.events, before_event_id, max_events)
 
 
 class CallbackContext(ReadonlyContext):

@@ -225,6 +225,9 @@ async def run_delegation(
         deadline=parent.deadline,
         tool_timeout=parent.tool_timeout,
         delegation_scope=scope,
+        # The parent's history the child starts with may be a window of it (in a delegated
+        # run served here): the rest is where the parent's is.
+        history=parent.history if policy.include_parent_history else None,
     )
     await child_service.append_event(
         child_session,

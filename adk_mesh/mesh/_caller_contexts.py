@@ -1,9 +1,10 @@
 """The caller's contexts over a bidirectional call (``CallToolInteractive``, ``RunDelegated``).
 
-A callee (a ToolServer's tool, an AgentServer's delegated run) reaches the caller's artifacts
-and memory through :class:`CallerChannel`: its :class:`CallerArtifacts` and
-:class:`CallerMemory` implement the store ABCs by sending a ``ContextRequest`` on the call and
-waiting for the ``ContextResponse`` with the same id. The caller answers with
+A callee (a ToolServer's tool, an AgentServer's delegated run) reaches the caller's artifacts,
+memory and session history through :class:`CallerChannel`: its :class:`CallerArtifacts` and
+:class:`CallerMemory` implement the store ABCs, and :class:`CallerHistory` fetches the events a
+delegated run's window left out, by sending a ``ContextRequest`` on the call and waiting for
+the ``ContextResponse`` with the same id. The caller answers with
 :func:`answer_context_request` from its own stores, for its own session only (the ids the
 callee passes are ignored) and as its delegation scope allows: the root stays the only writer.
 """
@@ -13,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from adk_mesh import codec
 from adk_mesh.artifacts.base import ArtifactService
+from adk_mesh.contexts import SessionHistory
 from adk_mesh.errors import (
     AdkError,
     AdkIOError,
@@ -27,13 +29,14 @@ from adk_mesh.errors import (
 )
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.sessions.base import Session
-from adk_mesh.types import Part
+from adk_mesh.types import Event, Part
 from adk_mesh.v1 import tool_pb2
 
 __all__ = [
     "CallerArtifacts",
     "CallerChannel",
     "CallerGone",
+    "CallerHistory",
     "CallerMemory",
     "InteractiveCall",
     "answer_context_request",
@@ -164,6 +167,101 @@ class CallerMemory(MemoryService):
         ]
 
 
+class CallerHistory(SessionHistory):
+    """A delegated run's window of its caller's history, and the rest fetched from the caller.
+
+    ``omitted``: how many older events the window left out (``None``: unknown, as for a tool
+    served by a ToolServer, whose session carries no events: every page is asked for);
+    ``abridged``: ids of the window's events sent abridged; ``first_event_id``: the window's
+    first event (older events are asked for before it)."""
+
+    def __init__(
+        self,
+        channel: CallerChannel,
+        *,
+        omitted: int | None,
+        abridged: Sequence[str] = (),
+        first_event_id: str = "",
+    ) -> None:
+        self._channel = channel
+        self._omitted = omitted
+        self._abridged = frozenset(abridged)
+        self._first_event_id = first_event_id
+
+    async def page(
+        self, events: Sequence[Event], *, before_event_id: str | None, max_events: int
+    ) -> list[Event]:
+        visible = [event for event in events if not event.partial]
+        if before_event_id is None:
+            end = len(visible)
+        else:
+            end = next((i for i, e in enumerate(visible) if e.id == before_event_id), -1)
+            if end < 0:  # older than the window: the caller's to answer
+                return await self._load(before_event_id=before_event_id, max_events=max_events)
+        chosen = visible[max(0, end - max_events) : end]
+        older_wanted = max_events - len(chosen)
+        if older_wanted and end - len(chosen) == 0 and self._omitted != 0:
+            older = await self._load(
+                before_event_id=chosen[0].id if chosen else self._first_event_id,
+                max_events=older_wanted,
+            )
+            chosen = older + chosen
+        abridged = [event.id for event in chosen if event.id in self._abridged]
+        if abridged:
+            whole = {event.id: event for event in await self._load(event_ids=abridged)}
+            chosen = [whole.get(event.id, event) for event in chosen]
+        return chosen
+
+    async def _load(
+        self, *, before_event_id: str = "", max_events: int = 0, event_ids: Sequence[str] = ()
+    ) -> list[Event]:
+        request = tool_pb2.ContextRequest()
+        load = request.load_events
+        load.before_event_id = before_event_id
+        load.max_events = max_events
+        load.event_ids.extend(event_ids)
+        loaded = (await self._channel.ask(request)).loaded_events
+        return [codec.event_from_proto(event) for event in loaded.events]
+
+
+#: A LoadEventsRequest without max_events, and the most one may ask for.
+DEFAULT_LOAD_EVENTS = 100
+MAX_LOAD_EVENTS = 1000
+
+
+def _loaded_events(
+    load: tool_pb2.LoadEventsRequest, history: Sequence[Event], response: tool_pb2.ContextResponse
+) -> None:
+    """Answer ``load`` from ``history`` (what the callee may see of the session)."""
+    visible = [event for event in history if not event.partial]
+    skipped = 0
+    if load.event_ids:
+        wanted = set(load.event_ids)
+        chosen = [event for event in visible if event.id in wanted]
+    else:
+        if load.max_events < 0:
+            raise InvalidArgumentError("LoadEventsRequest.max_events cannot be negative")
+        count = min(load.max_events or DEFAULT_LOAD_EVENTS, MAX_LOAD_EVENTS)
+        end = len(visible)
+        if load.before_event_id:
+            end = next((i for i, e in enumerate(visible) if e.id == load.before_event_id), -1)
+            if end < 0:
+                raise InvalidArgumentError(
+                    f"no event {load.before_event_id!r} in the history this call may see"
+                )
+        skipped = max(0, end - count)
+        chosen = visible[skipped:end]
+    view = codec.session_view_to_proto(
+        Session(id="history", app_name="history", user_id="history", events=chosen),
+        max_events=len(chosen),
+    )
+    loaded = response.loaded_events
+    loaded.SetInParent()
+    loaded.events.extend(view.events)
+    loaded.omitted_events = skipped + view.omitted_events
+    loaded.abridged_event_ids.extend(view.abridged_event_ids)
+
+
 async def answer_context_request(
     request: tool_pb2.ContextRequest,
     *,
@@ -172,13 +270,20 @@ async def answer_context_request(
     app_name: str,
     user_id: str,
     session_id: str,
+    history: Sequence[Event] | None = None,
 ) -> tool_pb2.ContextResponse:
     """The caller's answer, from ``artifacts`` and ``memory`` (already limited to what the
-    callee may reach) for its own session; an error becomes the answer's ``error``."""
+    callee may reach) and ``history`` (the session's events the callee may see) for its own
+    session; an error becomes the answer's ``error``."""
     response = tool_pb2.ContextResponse(request_id=request.request_id)
     ids: dict[str, Any] = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
     kind = request.WhichOneof("request")
     try:
+        if kind == "load_events":
+            if history is None:
+                raise InvalidArgumentError("this call shares no session history")
+            _loaded_events(request.load_events, history, response)
+            return response
         if kind == "search_memory":
             found = (
                 []

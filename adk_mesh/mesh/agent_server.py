@@ -41,6 +41,7 @@ from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import (
     CallerArtifacts,
     CallerChannel,
+    CallerHistory,
     CallerMemory,
     InteractiveCall,
 )
@@ -508,6 +509,17 @@ class AgentServer(MeshServer):
                 codec.caller_tree_from_proto(delegated.caller_tree, handed_to.name)
                 if delegated.HasField("caller_tree")
                 else None
+            ),
+            # The view is a window: what it left out is the caller's, fetched over the call.
+            history=(
+                None
+                if caller is None
+                else CallerHistory(
+                    caller,
+                    omitted=delegated.session.omitted_events,
+                    abridged=delegated.session.abridged_event_ids,
+                    first_event_id=view.events[0].id if view.events else "",
+                )
             ),
         )
         ctx.add_llm_calls(made)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -226,6 +226,7 @@ class RemoteAgent(BaseAgent):
                 ctx,
                 artifacts=ctx.artifact_service,
                 memory=ctx.memory_service,
+                history=ctx.session.events,
             )
             async for response in responses:
                 for event in codec.run_response_events(response):
@@ -314,6 +315,7 @@ class RemoteAgent(BaseAgent):
                 parent,
                 artifacts=scoped_artifacts(parent.artifact_service, scope),
                 memory=scoped_memory(parent.memory_service, scope),
+                history=view.events,
             )
             async for response in responses:
                 for event in codec.run_response_events(response):
@@ -343,9 +345,11 @@ async def _answering(
     *,
     artifacts: ArtifactService | None,
     memory: MemoryService | None,
+    history: Sequence[Event],
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """Send ``request`` on a ``RunDelegated`` call and yield its RunResponses; answer each
-    context request from ``artifacts`` and ``memory``, for ``ctx``'s session only."""
+    context request from ``artifacts``, ``memory`` and ``history`` (the events the remote run
+    may see), for ``ctx``'s session only."""
     await call.write(agent_pb2.RunDelegatedRequest(run=request))
     async for message in call:
         if message.WhichOneof("message") == "context_request":
@@ -353,6 +357,7 @@ async def _answering(
                 message.context_request,
                 artifacts=artifacts,
                 memory=memory,
+                history=history,
                 app_name=ctx.app_name,
                 user_id=ctx.user_id,
                 session_id=ctx.session_id,

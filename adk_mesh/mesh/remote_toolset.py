@@ -157,12 +157,13 @@ class RemoteTool(BaseTool):
             # finishes with its real status instead of being cancelled after the result.
             async for server_message in call:
                 if server_message.WhichOneof("message") == "context_request":
-                    # The tool asks for this invocation's artifacts or memory: answered from
-                    # the stores a local tool would use, for this session only.
+                    # The tool asks for this invocation's artifacts, memory or history:
+                    # answered from what a local tool would use, for this session only.
                     answer = await answer_context_request(
                         server_message.context_request,
                         artifacts=invocation.artifact_service,
                         memory=invocation.memory_service,
+                        history=invocation.session.events,
                         app_name=invocation.app_name,
                         user_id=invocation.user_id,
                         session_id=invocation.session_id,

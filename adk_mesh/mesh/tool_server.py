@@ -25,6 +25,7 @@ from adk_mesh.ids import check_id, shown
 from adk_mesh.mesh._caller_contexts import (
     CallerArtifacts,
     CallerChannel,
+    CallerHistory,
     CallerMemory,
     InteractiveCall,
 )
@@ -111,7 +112,7 @@ def _invocation(
 ) -> InvocationContext:
     """A light invocation context over the caller's ids, the state it sent and the deadline of
     its call (so a tool that calls further services passes the remaining time on); with
-    ``caller`` (an interactive call), the caller's artifacts and memory."""
+    ``caller`` (an interactive call), the caller's artifacts, memory and session history."""
     session = Session(
         id=who.session_id,
         app_name=who.app_name,
@@ -128,6 +129,8 @@ def _invocation(
         user_content=user_content,
         artifact_service=None if caller is None else CallerArtifacts(caller),
         memory_service=None if caller is None else CallerMemory(caller),
+        # The call carries no events: each page of history is the caller's.
+        history=None if caller is None else CallerHistory(caller, omitted=None),
     )
 
 

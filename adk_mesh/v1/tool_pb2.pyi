@@ -63,20 +63,22 @@ class CallToolInteractiveResponse(_message.Message):
     def __init__(self, response: _Optional[_Union[CallToolResponse, _Mapping]] = ..., context_request: _Optional[_Union[ContextRequest, _Mapping]] = ...) -> None: ...
 
 class ContextRequest(_message.Message):
-    __slots__ = ("request_id", "load_artifact", "save_artifact", "list_artifact_keys", "list_artifact_versions", "search_memory")
+    __slots__ = ("request_id", "load_artifact", "save_artifact", "list_artifact_keys", "list_artifact_versions", "search_memory", "load_events")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LOAD_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     SAVE_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     LIST_ARTIFACT_KEYS_FIELD_NUMBER: _ClassVar[int]
     LIST_ARTIFACT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     SEARCH_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    LOAD_EVENTS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     load_artifact: LoadArtifactRequest
     save_artifact: SaveArtifactRequest
     list_artifact_keys: ListArtifactKeysRequest
     list_artifact_versions: ListArtifactVersionsRequest
     search_memory: SearchMemoryRequest
-    def __init__(self, request_id: _Optional[int] = ..., load_artifact: _Optional[_Union[LoadArtifactRequest, _Mapping]] = ..., save_artifact: _Optional[_Union[SaveArtifactRequest, _Mapping]] = ..., list_artifact_keys: _Optional[_Union[ListArtifactKeysRequest, _Mapping]] = ..., list_artifact_versions: _Optional[_Union[ListArtifactVersionsRequest, _Mapping]] = ..., search_memory: _Optional[_Union[SearchMemoryRequest, _Mapping]] = ...) -> None: ...
+    load_events: LoadEventsRequest
+    def __init__(self, request_id: _Optional[int] = ..., load_artifact: _Optional[_Union[LoadArtifactRequest, _Mapping]] = ..., save_artifact: _Optional[_Union[SaveArtifactRequest, _Mapping]] = ..., list_artifact_keys: _Optional[_Union[ListArtifactKeysRequest, _Mapping]] = ..., list_artifact_versions: _Optional[_Union[ListArtifactVersionsRequest, _Mapping]] = ..., search_memory: _Optional[_Union[SearchMemoryRequest, _Mapping]] = ..., load_events: _Optional[_Union[LoadEventsRequest, _Mapping]] = ...) -> None: ...
 
 class LoadArtifactRequest(_message.Message):
     __slots__ = ("filename", "version")
@@ -110,8 +112,18 @@ class SearchMemoryRequest(_message.Message):
     query: str
     def __init__(self, query: _Optional[str] = ...) -> None: ...
 
+class LoadEventsRequest(_message.Message):
+    __slots__ = ("before_event_id", "max_events", "event_ids")
+    BEFORE_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    before_event_id: str
+    max_events: int
+    event_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, before_event_id: _Optional[str] = ..., max_events: _Optional[int] = ..., event_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ContextResponse(_message.Message):
-    __slots__ = ("request_id", "error", "loaded_artifact", "saved_version", "artifact_keys", "artifact_versions", "memories")
+    __slots__ = ("request_id", "error", "loaded_artifact", "saved_version", "artifact_keys", "artifact_versions", "memories", "loaded_events")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LOADED_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +131,7 @@ class ContextResponse(_message.Message):
     ARTIFACT_KEYS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    LOADED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     error: ErrorDetail
     loaded_artifact: LoadedArtifact
@@ -126,7 +139,18 @@ class ContextResponse(_message.Message):
     artifact_keys: ArtifactKeys
     artifact_versions: ArtifactVersions
     memories: MemoryResults
-    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., loaded_artifact: _Optional[_Union[LoadedArtifact, _Mapping]] = ..., saved_version: _Optional[int] = ..., artifact_keys: _Optional[_Union[ArtifactKeys, _Mapping]] = ..., artifact_versions: _Optional[_Union[ArtifactVersions, _Mapping]] = ..., memories: _Optional[_Union[MemoryResults, _Mapping]] = ...) -> None: ...
+    loaded_events: LoadedEvents
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., loaded_artifact: _Optional[_Union[LoadedArtifact, _Mapping]] = ..., saved_version: _Optional[int] = ..., artifact_keys: _Optional[_Union[ArtifactKeys, _Mapping]] = ..., artifact_versions: _Optional[_Union[ArtifactVersions, _Mapping]] = ..., memories: _Optional[_Union[MemoryResults, _Mapping]] = ..., loaded_events: _Optional[_Union[LoadedEvents, _Mapping]] = ...) -> None: ...
+
+class LoadedEvents(_message.Message):
+    __slots__ = ("events", "omitted_events", "abridged_event_ids")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ABRIDGED_EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_event_pb2.Event]
+    omitted_events: int
+    abridged_event_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., omitted_events: _Optional[int] = ..., abridged_event_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LoadedArtifact(_message.Message):
     __slots__ = ("artifact",)

@@ -11,16 +11,17 @@ import pytest
 from adk_mesh.agents.delegation import DelegationScope, scoped_artifacts
 from adk_mesh.artifacts.base import ArtifactService
 from adk_mesh.artifacts.memory import InMemoryArtifactService
-from adk_mesh.errors import AdkIOError, ArtifactError
+from adk_mesh.errors import AdkIOError, ArtifactError, InvalidArgumentError
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.mesh._caller_contexts import (
     CallerArtifacts,
     CallerChannel,
+    CallerHistory,
     CallerMemory,
     answer_context_request,
 )
 from adk_mesh.sessions.base import Session
-from adk_mesh.types import Content, Part
+from adk_mesh.types import Content, Event, Part
 from adk_mesh.v1 import tool_pb2
 
 IDS = {"app_name": "app", "user_id": "u", "session_id": "s"}
@@ -42,12 +43,18 @@ class OneMemory(MemoryService):
         ]
 
 
-def back_to_back(artifacts: ArtifactService | None, memory: MemoryService | None) -> CallerChannel:
+def back_to_back(
+    artifacts: ArtifactService | None,
+    memory: MemoryService | None,
+    history: list[Event] | None = None,
+) -> CallerChannel:
     """A CallerChannel whose requests the caller answers at once."""
     channel: CallerChannel
 
     async def send(request: tool_pb2.ContextRequest) -> None:
-        answer = await answer_context_request(request, artifacts=artifacts, memory=memory, **IDS)
+        answer = await answer_context_request(
+            request, artifacts=artifacts, memory=memory, history=history, **IDS
+        )
         channel.resolve(answer)
 
     channel = CallerChannel(send)
@@ -115,3 +122,85 @@ async def test_a_request_the_caller_never_answers_fails_when_the_call_ends() -> 
         await waiting
     with pytest.raises(AdkIOError):
         await CallerArtifacts(channel).list_artifact_keys(**IDS)
+
+
+def history(count: int) -> list[Event]:
+    return [
+        Event.new(author="user", content=Content.from_text("user", f"m{index}"))
+        for index in range(count)
+    ]
+
+
+def texts(events: list[Event]) -> list[str]:
+    return [event.text for event in events]
+
+
+async def test_history_pages_back_past_the_window_from_the_caller() -> None:
+    events = history(10)
+    window = [event.model_copy() for event in events[7:]]
+    pages = CallerHistory(back_to_back(None, None, events), omitted=7, first_event_id=window[0].id)
+    assert texts(await pages.page(window, before_event_id=None, max_events=2)) == ["m8", "m9"]
+    assert texts(await pages.page(window, before_event_id=None, max_events=5)) == [
+        f"m{index}" for index in range(5, 10)
+    ]
+    older = await pages.page(window, before_event_id=window[0].id, max_events=4)
+    assert texts(older) == ["m3", "m4", "m5", "m6"]
+    assert texts(await pages.page(window, before_event_id=events[1].id, max_events=4)) == ["m0"]
+    assert await pages.page(window, before_event_id=events[0].id, max_events=4) == []
+
+
+async def test_abridged_events_come_back_whole_and_a_window_without_omissions_asks_nothing() -> (
+    None
+):
+    events = history(3)
+    events[1].llm_response.content = Content.from_text("user", "x" * 50_000)
+    abridged = [events[0], events[1].model_copy(deep=True), events[2]]
+    abridged[1].llm_response.content = Content.from_text("user", "x" * 10 + "...")
+    pages = CallerHistory(back_to_back(None, None, events), omitted=0, abridged=[events[1].id])
+    assert len((await pages.page(abridged, before_event_id=None, max_events=3))[1].text) == 50_000
+
+    unanswered = CallerHistory(CallerChannel(_never), omitted=0)
+    assert texts(await unanswered.page(events[:1], before_event_id=None, max_events=5)) == ["m0"]
+
+
+async def _never(request: tool_pb2.ContextRequest) -> None:
+    raise AssertionError(f"asked the caller: {request}")
+
+
+async def test_the_caller_refuses_what_is_not_in_the_history_it_shares() -> None:
+    events = history(2)
+    with_history = CallerHistory(back_to_back(None, None, events), omitted=None)
+    with pytest.raises(InvalidArgumentError, match="no event 'e-elsewhere' in the history"):
+        await with_history.page([], before_event_id="e-elsewhere", max_events=5)
+    without = CallerHistory(back_to_back(None, None, None), omitted=None)
+    with pytest.raises(InvalidArgumentError, match="shares no session history"):
+        await without.page([], before_event_id=None, max_events=5)
+    request = tool_pb2.ContextRequest()
+    request.load_events.max_events = -1
+    answer = await answer_context_request(
+        request, artifacts=None, memory=None, history=events, **IDS
+    )
+    assert "cannot be negative" in answer.error.message
+
+
+async def test_load_events_in_process_reads_the_session_and_checks_its_arguments() -> None:
+    from adk_mesh.agents.base import BaseAgent
+    from adk_mesh.contexts import InvocationContext, ReadonlyContext
+
+    class Idle(BaseAgent):
+        async def _run_impl(self, ctx: InvocationContext):  # type: ignore[no-untyped-def]
+            yield ctx.new_event()
+
+    events = history(4)
+    events.insert(2, Event.new(author="agent", partial=True))  # never part of the history
+    session = Session(id="s", app_name="app", user_id="u", events=events)
+    context = ReadonlyContext(
+        InvocationContext(invocation_id="i", agent=Idle(name="idle"), session=session)
+    )
+    assert texts(await context.load_events(max_events=3)) == ["m1", "m2", "m3"]
+    assert texts(await context.load_events(before_event_id=events[1].id)) == ["m0"]
+    for wrong in (0, 1001):
+        with pytest.raises(InvalidArgumentError, match="max_events must be between 1 and 1000"):
+            await context.load_events(max_events=wrong)
+    with pytest.raises(InvalidArgumentError, match="no event 'nope' in this session's history"):
+        await context.load_events(before_event_id="nope")

@@ -129,13 +129,15 @@ class World:
         signal = self.signals[name] = Signal(name, send)
         return signal
 
-    async def child(self, agent: BaseAgent, *, stores: bool = True) -> BaseAgent:
+    async def child(self, agent: BaseAgent, *, stores: bool = True, **window: int) -> BaseAgent:
         """``agent`` here, or served by an AgentServer and reached through a RemoteAgent.
-        ``stores``: the child's service shares the root's stores (else it has none)."""
+        ``stores``: the child's service shares the root's stores (else it has none);
+        ``window``: the RemoteAgent's history window (``history_max_events``, ``..._bytes``)."""
         if self.where == IN_PROCESS:
             return agent
         if self._host is not None:
-            return self._remote_agent(agent, self._host.next_port("agent", agent.name))
+            port = self._host.next_port("agent", agent.name)
+            return self._remote_agent(agent, port, **window)
         server = AgentServer(
             agent,
             app_name=APP,
@@ -145,10 +147,12 @@ class World:
         port = await server.start("127.0.0.1:0")
         self._stack.push_async_callback(server.stop, None)
         self.served.append({"kind": "agent", "name": agent.name, "port": port})
-        return self._remote_agent(agent, port)
+        return self._remote_agent(agent, port, **window)
 
-    def _remote_agent(self, agent: BaseAgent, port: int) -> RemoteAgent:
-        remote = RemoteAgent(agent.name, f"127.0.0.1:{port}", description=agent.description)
+    def _remote_agent(self, agent: BaseAgent, port: int, **window: int) -> RemoteAgent:
+        remote = RemoteAgent(
+            agent.name, f"127.0.0.1:{port}", description=agent.description, **window
+        )
         self._stack.push_async_callback(remote.close)
         return remote
 
@@ -484,6 +488,10 @@ class Case:
     play: Callable[[World], Awaitable[None]]
     expect: Callable[[Outcome], None]
     remote_xfail: str | None = None
+    #: A model whose requests are built from a history window smaller than the history when
+    #: its agent runs remote (by design: a delegated run is sent a bounded window; the rest
+    #: it fetches with ``load_events``): compared apart, as fewer contents than in process.
+    windowed: str | None = None
 
 
 CASES: list[Case] = []
@@ -495,10 +503,11 @@ def case(
     expect: Callable[[Outcome], None],
     *,
     remote_xfail: str | None = None,
+    windowed: str | None = None,
     into: list[Case] = CASES,
 ) -> Callable[[Callable[[World], Awaitable[None]]], Callable[[World], Awaitable[None]]]:
     def register(play: Callable[[World], Awaitable[None]]) -> Callable[[World], Awaitable[None]]:
-        into.append(Case(play.__name__, play, expect, remote_xfail))
+        into.append(Case(play.__name__, play, expect, remote_xfail, windowed))
         return play
 
     return register
@@ -1192,6 +1201,78 @@ async def timeout(world: World) -> None:
     await world.turn(parent)
 
 
+async def _past_conversation(world: World) -> None:
+    """Six events of earlier turns, one of them large, before the case's own turn."""
+    if world.where == HOST:
+        return
+    await world.new_session()
+    session = await world.sessions.get_session(
+        app_name=APP, user_id=USER, session_id=world.session_id
+    )
+    assert session is not None
+    for index in range(6):
+        text = f"message {index}" + (" and more" * 600 if index == 2 else "")
+        author, role = ("user", "user") if index % 2 == 0 else ("parent", "model")
+        event = Event.new(author=author, content=Content.from_text(role, text))
+        session = await world.sessions.append_event(session, event) and session
+
+
+def _history_reader(world: World) -> Callable[..., Awaitable[dict[str, Any]]]:
+    async def read_history(tool_context: ToolContext) -> dict[str, Any]:
+        """Page back through the whole history, three events at a time."""
+        pages: list[list[str]] = []
+        before: str | None = None
+        while events := await tool_context.load_events(before_event_id=before, max_events=3):
+            pages.append([f"{e.author}: {e.text[:12]} ({len(e.text)})" for e in events])
+            before = events[0].id
+        try:
+            await tool_context.load_events(before_event_id="e-nowhere")
+        except AdkError as error:
+            pages.append([type(error).__name__])
+        world.observed.append(pages)
+        return {"pages": len(pages)}
+
+    return read_history
+
+
+def _expect_history_pages(outcome: Outcome) -> None:
+    (pages,) = outcome["observed"]
+    assert pages[-1] == ["InvalidArgumentError"]
+    read = [line for page in reversed(pages[:-1]) for line in page]
+    assert read[:6] == [
+        "user: message 0 (9)",
+        "parent: message 1 (9)",
+        "user: message 2 an (5409)",  # whole, though the window sent it abridged
+        "parent: message 3 (9)",
+        "user: message 4 (9)",
+        "parent: message 5 (9)",
+    ]
+    assert read[6] == "user: what came be (20)"  # the turn's own message
+
+
+@case(_expect_history_pages, windowed="child")
+async def history_beyond_the_window_of_a_delegation(world: World) -> None:
+    # The remote child's window holds the two newest events in 2 KiB: the rest, and the large
+    # event whole, come from the caller, as far as the policy shows the child the history.
+    child = LlmAgent(
+        name="child",
+        model=world.scripted("child", [call("read_history"), "read"]),
+        tools=[_history_reader(world)],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [delegate("child", "recount"), "done"]),
+        tools=[
+            AgentTool(
+                await world.child(child, history_max_events=2, history_max_bytes=2048),
+                include_parent_history=True,
+            )
+        ],
+    )
+    await _past_conversation(world)
+    await world.turn(parent, "what came before us?")
+
+
 # --- the contexts a child's tools and callbacks run in ---------------------------------------
 
 
@@ -1443,6 +1524,22 @@ async def max_llm_calls_count_across_a_transfer(world: World) -> None:
     await world.turn(coordinator, run_config=RunConfig(max_llm_calls=2))
 
 
+@case(_expect_history_pages, windowed="specialist", into=TRANSFER_CASES)
+async def history_beyond_the_window_of_a_transfer(world: World) -> None:
+    specialist = LlmAgent(
+        name="specialist",
+        model=world.scripted("specialist", [call("read_history"), "read"]),
+        tools=[_history_reader(world)],
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [call("transfer_to_agent", {"agent_name": "specialist"})]),
+        sub_agents=[await world.child(specialist, history_max_events=2, history_max_bytes=2048)],
+    )
+    await _past_conversation(world)
+    await world.turn(parent, "what came before us?")
+
+
 # --- tools: the same ToolContext with the tool here or served by a ToolServer ---------------
 
 
@@ -1602,6 +1699,21 @@ async def tool_of_a_child_under_artifact_prefixes(world: World) -> None:
     await world.turn(parent)
 
 
+@case(_expect_history_pages, into=TOOL_CASES)
+async def tool_history(world: World) -> None:
+    async def read_history(tool_context: ToolContext) -> dict[str, Any]:
+        """Page back through the whole history, three events at a time."""
+        return await _history_reader(world)(tool_context)
+
+    agent = LlmAgent(
+        name="parent",
+        model=world.scripted("parent", [call("read_history"), "read"]),
+        tools=await world.tools([read_history]),
+    )
+    await _past_conversation(world)
+    await world.turn(agent, "what came before us?")
+
+
 # --- the suite --------------------------------------------------------------------------------
 
 
@@ -1630,7 +1742,15 @@ async def _check(entry: Case, where: str, tmp_path: Path) -> None:
     outcome = await play(entry, where, tmp_path / where)
     entry.expect(outcome)
     if where != IN_PROCESS:
-        assert outcome == await play(entry, IN_PROCESS, tmp_path / "reference")
+        reference = await play(entry, IN_PROCESS, tmp_path / "reference")
+        if entry.windowed is not None:
+            windowed = outcome["seen"].pop(entry.windowed)
+            whole = reference["seen"].pop(entry.windowed)
+            assert len(windowed) == len(whole)
+            for remote_request, local_request in zip(windowed, whole, strict=True):
+                assert len(remote_request["contents"]) < len(local_request["contents"])
+                assert remote_request["contents"][-2:] == local_request["contents"][-2:]
+        assert outcome == reference
 
 
 @pytest.mark.parametrize(("entry", "where"), list(_params(CASES)))

@@ -7,13 +7,20 @@ URL                         backend
 ``file:///absolute/dir``    :class:`FileArtifactService` rooted at ``/absolute/dir``
 ``file://localhost/dir``    the same, with the host spelled out (RFC 8089)
 ``file:relative/dir``       :class:`FileArtifactService` relative to the cwd
+``postgresql://...``        ``adk_mesh.artifacts.postgres.PostgresArtifactService``
+``postgres://...``          the same (needs ``pip install 'adk-mesh[postgres]'``)
 ==========================  =====================================================
+
+A PostgreSQL URL (``postgresql://user:password@host:port/database?sslmode=...``) is handed
+whole to the asyncpg driver; its backend, and asyncpg, are imported only when one is used.
 """
 
 from __future__ import annotations
 
 from urllib.parse import unquote
 
+from adk_mesh import _store_urls
+from adk_mesh._migrations import redact_url
 from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
 from adk_mesh.artifacts.file import FileArtifactService
 from adk_mesh.artifacts.memory import InMemoryArtifactService
@@ -28,7 +35,7 @@ __all__ = [
     "validate_artifact_name",
 ]
 
-_KNOWN = "memory://, file:///absolute/dir, file:relative/dir"
+_KNOWN = "memory://, file:///absolute/dir, file:relative/dir, postgresql://user@host/database"
 
 
 def artifact_service_from_url(url: str) -> ArtifactService:
@@ -63,4 +70,20 @@ def artifact_service_from_url(url: str) -> ArtifactService:
         if not directory:
             raise ConfigError(f"artifact store URL {url!r} names no directory")
         return FileArtifactService(directory)
+    if scheme in _store_urls.POSTGRES_SCHEMES:
+        return _postgres_artifacts(url)
     raise ConfigError(f"unknown artifact store URL scheme {scheme!r} in {url!r}; known: {_KNOWN}")
+
+
+def _postgres_artifacts(url: str) -> ArtifactService:
+    """The PostgreSQL backend, imported only now (it needs the ``postgres`` extra)."""
+    try:
+        from adk_mesh.artifacts.postgres import PostgresArtifactService
+    except ModuleNotFoundError as error:  # the backend itself is missing
+        raise ConfigError(
+            f"artifact store URL {redact_url(url)!r} needs the PostgreSQL backend, which is "
+            f"not installed ({error.name} is missing): pip install 'adk-mesh[postgres]'"
+        ) from None
+    except ConfigError as error:  # adk_mesh._postgres: asyncpg is missing
+        raise ConfigError(f"artifact store URL {redact_url(url)!r}: {error.message}") from None
+    return PostgresArtifactService(url)

@@ -7,12 +7,21 @@ URL                                backend
 ``sqlite:///relative/path.db``     :class:`SqliteSessionService`, relative to the cwd
 ``sqlite:////absolute/path.db``    :class:`SqliteSessionService`, absolute path
 ``sqlite:///:memory:``             :class:`SqliteSessionService` on a private memory db
+``postgresql://user@host/db``      ``adk_mesh.sessions.postgres.PostgresSessionService``
+``postgres://user@host/db``        the same (needs ``pip install 'adk-mesh[postgres]'``)
 =================================  ===================================================
+
+A PostgreSQL URL is handed whole to the asyncpg driver: ``user:password@host:port``,
+``/database`` and query parameters such as ``?sslmode=require`` are its (omitted parts
+follow libpq's ``PG*`` environment variables). Its backend, and asyncpg, are imported only
+when such a URL is used.
 """
 
 from __future__ import annotations
 
 from adk_mesh import _store_urls
+from adk_mesh._migrations import redact_url
+from adk_mesh.errors import ConfigError
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.sessions.sqlite import SqliteSessionService
@@ -26,7 +35,10 @@ __all__ = [
 ]
 
 _STORE = "session store"
-_KNOWN = "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db"
+_KNOWN = (
+    "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db, "
+    "postgresql://user:password@host:port/database"
+)
 
 
 def session_service_from_url(url: str) -> SessionService:
@@ -42,4 +54,20 @@ def session_service_from_url(url: str) -> SessionService:
         return InMemorySessionService()
     if scheme == "sqlite":
         return SqliteSessionService(_store_urls.sqlite_path(url, rest, store=_STORE))
+    if scheme in _store_urls.POSTGRES_SCHEMES:
+        return _postgres_sessions(url)
     raise _store_urls.unknown_scheme(url, scheme, store=_STORE, known=_KNOWN)
+
+
+def _postgres_sessions(url: str) -> SessionService:
+    """The PostgreSQL backend, imported only now (it needs the ``postgres`` extra)."""
+    try:
+        from adk_mesh.sessions.postgres import PostgresSessionService
+    except ModuleNotFoundError as error:  # the backend itself is missing
+        raise ConfigError(
+            f"{_STORE} URL {redact_url(url)!r} needs the PostgreSQL backend, which is not "
+            f"installed ({error.name} is missing): pip install 'adk-mesh[postgres]'"
+        ) from None
+    except ConfigError as error:  # adk_mesh._postgres: asyncpg is missing
+        raise ConfigError(f"{_STORE} URL {redact_url(url)!r}: {error.message}") from None
+    return PostgresSessionService(url)

@@ -19,7 +19,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from adk_mesh.errors import SessionConflictError
+from adk_mesh.sessions import _common
 
 try:
     import fcntl
@@ -60,11 +60,7 @@ class FileClaims:
         path = self.path_for(app_name, user_id, session_id)
         descriptor = self._acquire(path)
         if descriptor is None:
-            raise SessionConflictError(
-                f"session {session_id!r} of user {user_id!r} in app {app_name!r} is busy with "
-                "a turn in another process; nothing was written: retry when it is over",
-                metadata={"session_id": session_id},
-            )
+            raise _common.busy_session(app_name, user_id, session_id)
         try:
             yield
         finally:

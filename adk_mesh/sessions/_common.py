@@ -79,6 +79,16 @@ def check_fresh(app_name: str, user_id: str, session_id: str, held: float, store
         )
 
 
+def busy_session(app_name: str, user_id: str, session_id: str) -> SessionConflictError:
+    """The error for a claim on a session that another claim holds (see
+    :meth:`~adk_mesh.sessions.SessionService.claim_session`)."""
+    return SessionConflictError(
+        f"session {session_id!r} of user {user_id!r} in app {app_name!r} is busy with a "
+        "turn in another process; nothing was written: retry when it is over",
+        metadata={"session_id": session_id},
+    )
+
+
 def duplicate_event(session_id: str, event_id: str) -> AlreadyExistsError:
     """The error for an event whose id the session already holds."""
     return AlreadyExistsError(

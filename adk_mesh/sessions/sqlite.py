@@ -172,6 +172,16 @@ class SqliteSessionService(SessionService):
     async def _run(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
         return await self._file.run(function)
 
+    async def migrate(self) -> int:
+        """Create the file, or upgrade its schema, now rather than at the first call (as
+        ``adk-mesh migrate sqlite:///...`` does); the schema version. Idempotent."""
+
+        def version(connection: sqlite3.Connection) -> int:
+            (current,) = connection.execute("PRAGMA user_version").fetchone()
+            return int(current)
+
+        return await self._run(version)
+
     async def close(self) -> None:
         await self._file.close()
 

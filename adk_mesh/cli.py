@@ -8,6 +8,7 @@
     adk-mesh run TARGET "message" [--user U] [--session S] [--app A] [--stream] [--json]
     adk-mesh describe TARGET [--agent NAME] [--json]
     adk-mesh up [ARGS...]
+    adk-mesh migrate STORE_URL [STORE_URL...] [--store sessions|artifacts|memory]
 
 Exit codes: 0 success; 1 a failed run or call (``error: <class>: <message>``); 2 a usage or
 configuration error (``error: <message>``: a bad MODULE:ATTR, a port out of range or taken, an
@@ -536,9 +537,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     api_key.add_argument("user", help="the user id the key stands for")
 
+    _migrate_arguments(commands)
     up = commands.add_parser("up", help="start a whole mesh from a config file", add_help=False)
     up.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to adk-mesh up")
     return parser
+
+
+def _migrate_arguments(commands: Any) -> None:
+    from adk_mesh._migrations import STORES
+
+    migrate = commands.add_parser(
+        "migrate",
+        help="create or upgrade the schema of PostgreSQL and SQLite stores",
+        description="Create or upgrade store schemas. A postgresql:// URL migrates the "
+        "sessions, artifacts and memory stores in its database (or those named by --store), "
+        "each in one transaction under an advisory lock; a sqlite:/// URL names a file "
+        "holding sessions (default) or memory. Prints each store's schema version.",
+    )
+    migrate.add_argument("urls", nargs="+", metavar="STORE_URL", help="a store URL")
+    migrate.add_argument(
+        "--store",
+        dest="stores",
+        action="append",
+        choices=STORES,
+        default=[],
+        help="only this store (repeatable; default: all three for PostgreSQL, sessions for SQLite)",
+    )
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from adk_mesh._migrations import migrate_url, redact_url
+
+    for url in args.urls:
+        try:
+            versions = asyncio.run(migrate_url(url, args.stores))
+        except ConfigError as error:
+            print(f"error: {error.message}", file=sys.stderr)
+            return 2
+        except AdkError as error:
+            print(_error_line(error), file=sys.stderr)
+            return 1
+        for store, version in versions:
+            print(f"{redact_url(url)}: {store} at schema version {version}")
+    return 0
 
 
 def _api_key(args: argparse.Namespace) -> int:
@@ -601,6 +642,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _describe(args)
         if args.command == "api-key":
             return _api_key(args)
+        if args.command == "migrate":
+            return _migrate(args)
     except KeyboardInterrupt:
         return 130
     parser.print_help(sys.stdout)

@@ -17,6 +17,7 @@ import importlib
 from typing import cast
 
 from adk_mesh import _store_urls
+from adk_mesh._migrations import redact_url
 from adk_mesh.errors import ConfigError
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.memory.in_memory import InMemoryMemoryService
@@ -66,18 +67,7 @@ def _postgres_memory(url: str) -> MemoryService:
         if missing != _POSTGRES_MODULE and missing.partition(".")[0] != "asyncpg":
             raise
         raise ConfigError(
-            f"{_STORE} URL {_redacted(url)!r} needs the PostgreSQL backend, which is not "
+            f"{_STORE} URL {redact_url(url)!r} needs the PostgreSQL backend, which is not "
             f"installed ({missing} is missing): pip install 'adk-mesh[postgres]'"
         ) from None
     return cast(MemoryService, module.PostgresMemoryService(url))
-
-
-def _redacted(url: str) -> str:
-    """``url`` without the password it may carry (``user:secret@host``)."""
-    scheme, separator, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    credentials, at, host = netloc.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    user = credentials.partition(":")[0]
-    return f"{scheme}{separator}{user}:***@{host}{slash}{path}"

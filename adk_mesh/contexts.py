@@ -533,17 +533,9 @@ class ToolContext(CallbackContext):
     async def report_progress(
         self, message: str, data: dict[str, Any] | None = None, fraction: float | None = None
     ) -> None:
-        """Report progress of a running tool (shown as a partial event; sent as a ToolProgress
-        message when the tool is served over the mesh)."""
+        """Report progress of a running tool: an event with ``tool_progress`` (tool name,
+        call id, message, fraction, data) in the calling agent's stream, never model text; a
+        ToolProgress message when the tool is served over the mesh. Dropped when nobody
+        listens (a context built without a progress reporter)."""
         if self._progress is not None:
             await self._progress(message, data, fraction)
-        elif self._event_sink is not None:
-            text = message if fraction is None else f"{message} ({fraction:.0%})"
-            event = Event.new(
-                author=self.agent_name,
-                invocation_id=self.invocation_id,
-                branch=self.branch,
-                content=Content.from_text("model", text),
-                partial=True,
-            )
-            self._event_sink(event)

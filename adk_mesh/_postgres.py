@@ -77,7 +77,12 @@ DedicatedConnection: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
 UniqueViolationError = asyncpg.UniqueViolationError
 
 # What the driver and the network raise; AdkError and cancellation pass through untouched.
-_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
 
 
 def check_url(url: str, what: str) -> None:

@@ -491,9 +491,11 @@ async def _update_scoped(
 
 @dataclass(frozen=True)
 class _Request:
+    """Lock (the answer: whether it was taken) or unlock (the answer: True once let go)."""
+
     lock: bool
     key: int
-    answer: asyncio.Future[bool] | None = None
+    answer: asyncio.Future[bool]
 
 
 class _AdvisoryClaims:
@@ -508,8 +510,9 @@ class _AdvisoryClaims:
     the appends of the very turns they guard. Advisory locks nest on one connection, so a
     second claim on a session this process holds is refused here, before the server is
     asked. The connection's queries run one at a time on a worker task, fed by a queue:
-    letting go of a claim only enqueues its unlock (it cannot be lost to a cancellation),
-    and a lock whose claimant was cancelled while waiting is let go as soon as it is taken.
+    letting go of a claim enqueues its unlock and waits for it (so the next holder, in any
+    process, finds the session free), and a cancellation cannot lose the unlock, already
+    queued; a lock whose claimant was cancelled while waiting is let go as soon as taken.
 
     If the connection fails, its locks are gone with it: claims in flight then guard
     nothing, and the stale-append check is the only guard of their turns (as for a store
@@ -531,12 +534,17 @@ class _AdvisoryClaims:
         if key in self._held:
             raise _common.busy_session(app_name, user_id, session_id)
         self._held.add(key)
+        loop = asyncio.get_running_loop()
         try:
-            answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            answer: asyncio.Future[bool] = loop.create_future()
             self._submit(_Request(lock=True, key=key, answer=answer))
             acquired = await answer
         except BaseException:
             self._held.discard(key)
+            if answer.done() and not answer.cancelled() and answer.exception() is None:
+                # Cancelled after the lock was taken, before this task resumed: let it go.
+                if answer.result() and not self._closed:
+                    self._submit(_Request(lock=False, key=key, answer=loop.create_future()))
             raise
         if not acquired:
             self._held.discard(key)
@@ -546,7 +554,10 @@ class _AdvisoryClaims:
         finally:
             self._held.discard(key)
             if not self._closed:
-                self._submit(_Request(lock=False, key=key))
+                released: asyncio.Future[bool] = loop.create_future()
+                self._submit(_Request(lock=False, key=key, answer=released))
+                # Shielded: a cancellation here leaves the queued unlock to the worker.
+                await asyncio.shield(released)
 
     def _submit(self, request: _Request) -> None:
         if self._closed:
@@ -563,14 +574,17 @@ class _AdvisoryClaims:
             try:
                 await self._serve(request)
             except asyncio.CancelledError:
-                if request.answer is not None and not request.answer.done():
-                    request.answer.set_exception(SessionError(f"the PostgreSQL {_WHAT} is closed"))
+                _closed_under(request)
                 raise
             except Exception as error:
                 # The connection failed (or could not be opened): drop it, and with it every
-                # lock it held; the claim that asked is told why.
+                # lock it held (an unlock is then done); a claim that asked is told why.
                 await self._drop_connection()
-                if request.answer is not None and not request.answer.done():
+                if request.answer.done():
+                    continue
+                if not request.lock:
+                    request.answer.set_result(True)
+                else:
                     if not isinstance(error, SessionError):
                         error = self._database.failure("claiming a session", error)
                     request.answer.set_exception(error)
@@ -580,8 +594,9 @@ class _AdvisoryClaims:
             if request.key in self._locked and self._connection is not None:
                 self._locked.discard(request.key)
                 await self._connection.execute("SELECT pg_advisory_unlock($1)", request.key)
+            if not request.answer.done():
+                request.answer.set_result(True)
             return
-        assert request.answer is not None
         if request.answer.cancelled():
             return  # nobody waits for this claim any more: do not take it
         connection = self._connection
@@ -614,11 +629,20 @@ class _AdvisoryClaims:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
         while not self._requests.empty():
-            request = self._requests.get_nowait()
-            if request.answer is not None and not request.answer.done():
-                request.answer.set_exception(SessionError(f"the PostgreSQL {_WHAT} is closed"))
+            _closed_under(self._requests.get_nowait())
         connection, self._connection = self._connection, None
         self._locked.clear()
         if connection is not None:
             with contextlib.suppress(Exception):
                 await connection.close(timeout=5)
+
+
+def _closed_under(request: _Request) -> None:
+    """Answer a request the closing service will not serve: a lock is refused, an unlock is
+    done (closing the connection lets go of every lock)."""
+    if request.answer.done():
+        return
+    if request.lock:
+        request.answer.set_exception(SessionError(f"the PostgreSQL {_WHAT} is closed"))
+    else:
+        request.answer.set_result(True)

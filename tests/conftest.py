@@ -12,6 +12,9 @@ import pytest
 from adk_mesh.sessions.base import SessionService
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.sessions.sqlite import SqliteSessionService
+from tests.postgres_fixtures import postgres_cluster, postgres_url
+
+__all__ = ["postgres_cluster", "postgres_url"]  # fixtures every test directory can use
 
 _ALLOWED_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
@@ -65,16 +68,21 @@ def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def session_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[SessionService]:
-    """Each session backend in turn: in memory, and on a real SQLite file."""
-    service: SessionService = (
-        InMemorySessionService()
-        if request.param == "memory"
-        else SqliteSessionService(tmp_path / "sessions.db")
-    )
+    """Each session backend in turn: in memory, on a real SQLite file, and on a real
+    PostgreSQL database of the test's own."""
+    service: SessionService
+    if request.param == "memory":
+        service = InMemorySessionService()
+    elif request.param == "sqlite":
+        service = SqliteSessionService(tmp_path / "sessions.db")
+    else:
+        from adk_mesh.sessions.postgres import PostgresSessionService
+
+        service = PostgresSessionService(request.getfixturevalue("postgres_url"))
     try:
         yield service
     finally:

@@ -18,12 +18,20 @@ USER = "alice"
 SESSION = "s1"
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ArtifactService]:
     if request.param == "memory":
         yield InMemoryArtifactService()
-    else:
+    elif request.param == "file":
         yield FileArtifactService(tmp_path / "artifacts")
+    else:
+        from adk_mesh.artifacts.postgres import PostgresArtifactService
+
+        backend = PostgresArtifactService(request.getfixturevalue("postgres_url"))
+        try:
+            yield backend
+        finally:
+            await backend.close()
 
 
 def where(**overrides: str) -> dict[str, str]:

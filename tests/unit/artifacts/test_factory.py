@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,47 @@ def test_bad_urls_raise_config_error(url: str) -> None:
     assert url in str(raised.value)
     if url.startswith(("s3", "gs", "dir")):
         assert "memory://" in str(raised.value) and "file:" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://app:secret@db.example/artifacts", "postgres://db.example/artifacts"]
+)
+async def test_postgres_urls_make_a_postgres_store_that_connects_only_when_used(url: str) -> None:
+    from adk_mesh.artifacts.postgres import PostgresArtifactService
+
+    service = artifact_service_from_url(url)
+
+    assert isinstance(service, PostgresArtifactService)
+    assert "secret" not in service.url
+    await service.close()
+
+
+def test_a_malformed_postgres_url_is_a_config_error_without_the_password() -> None:
+    with pytest.raises(ConfigError) as raised:
+        artifact_service_from_url("postgresql://app:s3cret@db:port/artifacts")
+
+    assert "s3cret" not in str(raised.value)
+    assert "artifact store URL" in str(raised.value)
+
+
+def test_the_postgres_backend_is_loaded_only_when_used_and_its_absence_is_explained() -> None:
+    code = """
+import sys
+import adk_mesh.artifacts as artifacts
+from adk_mesh.errors import ConfigError
+artifacts.artifact_service_from_url("memory://")
+assert "adk_mesh.artifacts.postgres" not in sys.modules, "backend loaded too early"
+assert "asyncpg" not in sys.modules, "asyncpg loaded too early"
+sys.modules["asyncpg"] = None  # as if it were not installed
+try:
+    artifacts.artifact_service_from_url("postgresql://app:s3cret@db/artifacts")
+except ConfigError as error:
+    print(error.message)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+
+    assert "pip install 'adk-mesh[postgres]'" in result.stdout
+    assert "postgresql://app:***@db/artifacts" in result.stdout
+    assert "s3cret" not in result.stdout

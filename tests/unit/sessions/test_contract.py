@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +17,8 @@ from adk_mesh.errors import (
     StateConflictError,
 )
 from adk_mesh.sessions import (
-    InMemorySessionService,
     Session,
     SessionService,
-    SqliteSessionService,
 )
 from adk_mesh.types import Content, Event, EventActions
 
@@ -31,17 +27,10 @@ USER = "alice"
 BASE_TIME = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionService]:
-    backend: SessionService
-    if request.param == "memory":
-        backend = InMemorySessionService()
-    else:
-        backend = SqliteSessionService(tmp_path / "sessions.db")
-    try:
-        yield backend
-    finally:
-        await backend.close()
+@pytest.fixture
+def service(session_store: SessionService) -> SessionService:
+    """Each session backend: in memory, SQLite, PostgreSQL (the shared ``session_store``)."""
+    return session_store
 
 
 def text_event(

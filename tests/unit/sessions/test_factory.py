@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,7 +76,6 @@ async def test_percent_escapes_in_sqlite_paths_are_decoded(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     "url",
     [
-        "postgres://localhost/db",
         "redis://x",
         "sqlite://host/file.db",
         "sqlite:///",
@@ -89,5 +90,61 @@ def test_bad_urls_raise_config_error_naming_the_known_forms(url: str) -> None:
 
     message = str(raised.value)
     assert url in message
-    if url.startswith(("postgres", "redis", "no-scheme")):
+    if url.startswith(("redis", "no-scheme")):
         assert "memory://" in message and "sqlite:///" in message
+        assert "postgresql://" in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:secret@db.example:5432/sessions?sslmode=require",
+        "postgres://db.example/sessions",
+        "POSTGRESQL://db.example/sessions",
+        "postgresql:///sessions",
+    ],
+)
+async def test_postgres_urls_make_a_postgres_store_that_connects_only_when_used(url: str) -> None:
+    from adk_mesh.sessions.postgres import PostgresSessionService
+
+    service = session_service_from_url(url)
+
+    assert isinstance(service, PostgresSessionService)
+    assert "secret" not in service.url
+    await service.close()  # never connected: nothing to reach
+
+
+@pytest.mark.parametrize("url", ["postgresql://db:port/sessions", "postgres://db/sessions#part"])
+def test_malformed_postgres_urls_raise_config_error(url: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        session_service_from_url(url)
+
+    assert "session store URL" in str(raised.value)
+
+
+def test_the_postgres_backend_is_loaded_only_when_used_and_its_absence_is_explained() -> None:
+    """Importing the package (or using another scheme) never loads the PostgreSQL backend
+    or asyncpg; without asyncpg a PostgreSQL URL is a ConfigError naming the extra, and the
+    password never shows."""
+    code = """
+import sys
+import adk_mesh.sessions as sessions
+from adk_mesh.errors import ConfigError
+sessions.session_service_from_url("sqlite:///:memory:")
+assert "adk_mesh.sessions.postgres" not in sys.modules, "backend loaded too early"
+assert "asyncpg" not in sys.modules, "asyncpg loaded too early"
+sys.modules["asyncpg"] = None  # as if it were not installed
+for url in ("postgresql://app:s3cret@db/sessions", "postgres://db/sessions"):
+    try:
+        sessions.session_service_from_url(url)
+    except ConfigError as error:
+        print(error.message)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+
+    first, second = result.stdout.splitlines()
+    assert "pip install 'adk-mesh[postgres]'" in first
+    assert "postgresql://app:***@db/sessions" in first and "s3cret" not in first
+    assert "pip install 'adk-mesh[postgres]'" in second

@@ -2,9 +2,10 @@
 
 The counter test: a tool reads ``state["counter"]`` and writes it plus one; 20 turns at once
 on one new session id. In one process every turn waits its turn and succeeds; across two
-processes on one SQLite file the turns that find the session busy in the other process are
-refused with ABORTED / SESSION_CONFLICT and write nothing. Either way the counter ends at
-exactly the number of turns that succeeded, and each invocation's events are contiguous.
+processes on one SQLite file, or on one PostgreSQL database, the turns that find the session
+busy in the other process are refused with ABORTED / SESSION_CONFLICT and write nothing.
+Either way the counter ends at exactly the number of turns that succeeded, and each
+invocation's events are contiguous.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,7 @@ async def test_a_waiting_turn_that_is_cancelled_leaves_the_queue() -> None:
     assert len(turns) == 0
 
 
-# --- two processes on one SQLite file ------------------------------------------------------------
+# --- two processes on one store ------------------------------------------------------------
 
 
 class ServiceProcess:
@@ -211,7 +212,30 @@ class ServiceProcess:
 
 async def test_concurrent_turns_across_two_processes_on_one_sqlite_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
-    processes = await asyncio.gather(*(ServiceProcess.start(f"sqlite:///{path}") for _ in range(2)))
+
+    await turns_across_two_processes(f"sqlite:///{path}", lambda: SqliteSessionService(path))
+
+    assert claim_files(path) == []
+
+
+@pytest.mark.postgres
+async def test_concurrent_turns_across_two_processes_on_one_postgres_database(
+    postgres_url: str,
+) -> None:
+    """Two replicas on one database: the claims are advisory locks, the guard of last
+    resort the row lock of the stale-append check."""
+    from adk_mesh.sessions.postgres import PostgresSessionService
+
+    await turns_across_two_processes(postgres_url, lambda: PostgresSessionService(postgres_url))
+
+
+async def turns_across_two_processes(
+    store_url: str, open_store: Callable[[], SessionService]
+) -> None:
+    """TURNS turns at once through two service processes on the store at ``store_url``:
+    each succeeds or is refused with SESSION_CONFLICT having written nothing, and the
+    counter ends at exactly the number of turns that succeeded."""
+    processes = await asyncio.gather(*(ServiceProcess.start(store_url) for _ in range(2)))
     try:
         outcomes = await asyncio.gather(
             *(run_turn(processes[index % 2].target) for index in range(TURNS))
@@ -232,7 +256,7 @@ async def test_concurrent_turns_across_two_processes_on_one_sqlite_file(tmp_path
         assert error.reason == "SESSION_CONFLICT"
     # A refused turn sent nothing back: it was refused before its session was touched.
 
-    store = SqliteSessionService(path)
+    store = open_store()
     try:
         session = await store.get_session(app_name=APP, user_id=USER, session_id=SESSION)
     finally:
@@ -242,8 +266,7 @@ async def test_concurrent_turns_across_two_processes_on_one_sqlite_file(tmp_path
     assert_one_contiguous_turn_per_invocation(session, len(successes))
     succeeded = {response.event.invocation_id for outcome in successes for response in outcome}
     assert {event.invocation_id for event in session.events} == succeeded
-    assert claim_files(path) == []
-    _report(successes=len(successes), refused=len(failures))
+    _report(store=store_url.partition(":")[0], successes=len(successes), refused=len(failures))
 
 
 def _report(**figures: Any) -> None:

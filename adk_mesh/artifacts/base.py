@@ -38,6 +38,7 @@ class ArtifactService(abc.ABC):
     * ``list_artifact_keys`` lists the session's names and the user's ``user:`` names, sorted;
     * ``list_versions`` lists a name's versions ascending (empty when absent);
     * ``delete_artifact`` removes every version of a name (absent: no-op).
+    * ``close`` releases connections (a database-backed store's pool); it is idempotent.
     """
 
     @abc.abstractmethod
@@ -70,3 +71,6 @@ class ArtifactService(abc.ABC):
     async def delete_artifact(
         self, *, app_name: str, user_id: str, session_id: str, filename: str
     ) -> None: ...
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and files. Idempotent."""

@@ -20,18 +20,19 @@ SESSION = "s1"
 
 @pytest.fixture(params=["memory", "file", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ArtifactService]:
+    backend: ArtifactService
     if request.param == "memory":
-        yield InMemoryArtifactService()
+        backend = InMemoryArtifactService()
     elif request.param == "file":
-        yield FileArtifactService(tmp_path / "artifacts")
+        backend = FileArtifactService(tmp_path / "artifacts")
     else:
         from adk_mesh.artifacts.postgres import PostgresArtifactService
 
         backend = PostgresArtifactService(request.getfixturevalue("postgres_url"))
-        try:
-            yield backend
-        finally:
-            await backend.close()
+    try:
+        yield backend
+    finally:
+        await backend.close()
 
 
 def where(**overrides: str) -> dict[str, str]:
@@ -197,6 +198,13 @@ async def test_concurrent_saves_get_distinct_versions(service: ArtifactService) 
     for version in versions:
         loaded = await load(service, "log.txt", version=version)
         assert loaded is not None and loaded.text == str(versions.index(version))
+
+
+async def test_close_is_idempotent(service: ArtifactService) -> None:
+    await save(service, "notes.txt", Part.from_text("v1"))
+
+    await service.close()
+    await service.close()
 
 
 async def test_loaded_parts_share_nothing_with_the_store(service: ArtifactService) -> None:

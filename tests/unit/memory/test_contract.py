@@ -1,4 +1,5 @@
-"""The MemoryService contract, played on every backend: in memory and on a real SQLite file."""
+"""The MemoryService contract, played on every backend: in memory, on a real SQLite file and
+on a real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -12,13 +13,19 @@ from adk_mesh.sessions import Session
 from adk_mesh.types import Content, Event, Part
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def memory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryService]:
-    service: MemoryService = (
-        InMemoryMemoryService()
-        if request.param == "memory"
-        else SqliteMemoryService(tmp_path / "memory.db")
-    )
+    """Each memory backend in turn: in memory, on a real SQLite file, and on a real
+    PostgreSQL database of the test's own."""
+    service: MemoryService
+    if request.param == "memory":
+        service = InMemoryMemoryService()
+    elif request.param == "sqlite":
+        service = SqliteMemoryService(tmp_path / "memory.db")
+    else:
+        from adk_mesh.memory.postgres import PostgresMemoryService
+
+        service = PostgresMemoryService(request.getfixturevalue("postgres_url"))
     try:
         yield service
     finally:

@@ -107,3 +107,15 @@ for url in ("postgresql://app:s3cret@db/memory", "postgres://db/memory"):
     assert "pip install 'adk-mesh[postgres]'" in first
     assert "postgresql://app:***@db/memory" in first and "s3cret" not in first
     assert "postgres://db/memory" in second
+
+
+@pytest.mark.postgres
+async def test_a_postgres_url_opens_the_postgres_store(postgres_url: str) -> None:
+    service = memory_service_from_url(postgres_url)
+
+    assert type(service).__name__ == "PostgresMemoryService"
+    try:
+        await service.add_session_to_memory(session_with("kept in a database"))
+        assert await search(service, "database") == ["kept in a database"]
+    finally:
+        await service.close()

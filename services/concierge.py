@@ -12,7 +12,8 @@ It keeps state in every scope:
 
 Root runs go through its Runner into the session store (``ADK_MESH_SESSIONS``, default
 ``sqlite:///.adk-mesh/sessions.db``) with artifacts in ``ADK_MESH_ARTIFACTS`` (default
-``file:.adk-mesh/artifacts``). Run it: ``python -m services.concierge --port 50051`` or
+``file:.adk-mesh/artifacts``), and turns into memory when ``ADK_MESH_MEMORY`` names a store
+(none by default). Run it: ``python -m services.concierge --port 50051`` or
 ``adk-mesh serve agent services.concierge:root_agent``.
 """
 
@@ -105,6 +106,9 @@ def build_server(args: argparse.Namespace | None = None) -> AgentServer:
         app_name=APP_NAME,
         session_service=sessions,
         artifact_service=os.environ.get("ADK_MESH_ARTIFACTS", DEFAULT_ARTIFACTS),
+        # Long-term memory only when asked (``[mesh] memory`` of mesh.toml): each finished
+        # turn is added to it.
+        memory_service=os.environ.get("ADK_MESH_MEMORY") or None,
     )
 
 

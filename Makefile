@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 PROTO_FILES := $(wildcard protos/adk_mesh/v1/*.proto)
 
-.PHONY: help install proto proto-check lint format typecheck test bench demo clean
+.PHONY: help install proto proto-check lint format typecheck test bench demo clean deploy-check \
+        deploy-test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}'
@@ -55,6 +56,20 @@ demo: $(STAMP) ## Start the reference mesh, run a scripted conversation, print e
 bench: $(STAMP) ## Run the benchmarks in bench/ (not tests; prints figures)
 	$(PY) -m pip install -q -e '.[bench]'
 	@for b in $$(ls bench/*.py | grep -v "/_"); do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# deploy/: the container image, the Compose file and the Kubernetes manifests.
+DEPLOY_TOOLS := $(VENV)/.deploy-tools
+# Every rendered Kubernetes object validates against these versions (the oldest supported
+# and the newest kubernetes-validate knows).
+KUBERNETES_VERSIONS ?= 1.30.0 1.37.0
+
+$(DEPLOY_TOOLS): $(STAMP)
+	$(PY) -m pip install -q 'podman-compose==1.6.0' 'kubernetes-validate==1.37.0' \
+	  'compose-spec==0.2.1'
+	@touch $(DEPLOY_TOOLS)
+
+deploy-test: $(DEPLOY_TOOLS) ## Build the image, run deploy/compose.yaml (podman), a conversation and its trace
+	PY=$(PY) tests/deploy/deploy-test.sh
 
 clean: ## Remove the virtualenv, caches and local state
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis .adk-mesh

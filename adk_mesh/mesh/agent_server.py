@@ -64,6 +64,11 @@ logger = logging.getLogger("adk_mesh.mesh")
 _SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 
 
+#: Seconds :meth:`AgentServer.stop` waits for cancelled calls to finish recording their turns
+#: before it closes the stores it opened.
+CLOSE_STORES_AFTER = 5.0
+
+
 class AgentServer(MeshServer):
     """Serves one agent and its tree of sub-agents (``adk_mesh.v1.AgentService``).
 
@@ -136,8 +141,8 @@ class AgentServer(MeshServer):
         max_transfers: transfers one invocation may follow in this service's tree.
         limits: what this server allows its callers (default: ``ServerLimits()``).
 
-    A memory store the server opened from a URL is its own: :meth:`stop` closes it once the
-    calls are done. Stores passed as objects are the caller's to close.
+    A store the server opened from a URL is its own: :meth:`stop` closes it once the calls
+    are done. Stores passed as objects are the caller's to close.
     """
 
     _service_names = (_SERVICE_NAME,)
@@ -154,13 +159,17 @@ class AgentServer(MeshServer):
         limits: ServerLimits | None = None,
     ) -> None:
         super().__init__()
+        #: The stores this server opened from URLs: its own to close.
+        self._owned: list[SessionService | ArtifactService | MemoryService] = []
         if isinstance(session_service, str):
             session_service = session_service_from_url(session_service)
-        self._owned_memory: MemoryService | None = None
-        if isinstance(memory_service, str):
-            memory_service = self._owned_memory = memory_service_from_url(memory_service)
+            self._owned.append(session_service)
         if isinstance(artifact_service, str):
             artifact_service = artifact_service_from_url(artifact_service)
+            self._owned.append(artifact_service)
+        if isinstance(memory_service, str):
+            memory_service = memory_service_from_url(memory_service)
+            self._owned.append(memory_service)
         self.agent = agent
         self.app_name = app_name or agent.name
         try:
@@ -179,15 +188,20 @@ class AgentServer(MeshServer):
         )
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop serving (see :meth:`MeshServer.stop`), then close the memory store this
-        server opened from a URL (a failure to close it is logged)."""
+        """Stop serving (see :meth:`MeshServer.stop`), then close the stores this server
+        opened from URLs, once the cancelled calls have recorded how their turns ended
+        (bounded by :data:`CLOSE_STORES_AFTER`; a failure to close is logged)."""
         await super().stop(grace)
-        owned, self._owned_memory = self._owned_memory, None
-        if owned is not None:
+        owned, self._owned = self._owned, []
+        if not owned:
+            return
+        if not await self._gate.wait_idle(CLOSE_STORES_AFTER):
+            logger.warning("closing the stores with %d calls still ending", self._gate.in_flight)
+        for store in owned:
             try:
-                await owned.close()
+                await store.close()
             except Exception as error:
-                logger.warning("closing %s failed: %s", type(owned).__name__, error)
+                logger.warning("closing %s failed: %s", type(store).__name__, error)
 
     def find(self, agent_name: str) -> BaseAgent:
         """The agent of the served tree called ``agent_name`` (empty: the root)."""

@@ -5,6 +5,7 @@ service has none), and the root's Runner adds the finished turn to that memory."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,43 @@ async def test_an_agent_server_feeds_the_memory_it_opened_and_closes_it_on_stop(
 
     with pytest.raises(AdkIOError, match="closed"):
         await memory.search_memory(app_name="helper", user_id="u1", query="kiln")
+
+
+async def test_an_agent_server_closes_every_store_it_opened_from_a_url(tmp_path: Path) -> None:
+    agent = LlmAgent(name="helper", model=ScriptedModel(["Noted."]))
+    stores = {
+        "session_service": f"sqlite:///{tmp_path / 'sessions.db'}",
+        "artifact_service": "memory://",
+        "memory_service": f"sqlite:///{tmp_path / 'memory.db'}",
+    }
+    closed: list[str] = []
+    async with serving(agent, **stores) as (server, target):
+        for name in stores:
+            store = getattr(server, name)
+            close = store.close
+
+            async def recorded(close: Any = close, name: str = name) -> None:
+                closed.append(name)
+                await close()
+
+            store.close = recorded
+        async with stub_for(target) as stub:
+            request = agent_pb2.RunRequest(
+                root=agent_pb2.RootRun(user_id="u1", new_message=user_message("hello"))
+            )
+            await collect(stub, request)
+        assert closed == []
+    assert closed == list(stores)
+    with pytest.raises(AdkIOError, match="closed"):
+        await server.memory_service.search_memory(app_name="helper", user_id="u1", query="x")
+
+
+async def test_stores_given_as_objects_stay_open(tmp_path: Path) -> None:
+    agent = LlmAgent(name="helper", model=ScriptedModel([]))
+    memory = SqliteMemoryService(tmp_path / "memory.db")
+    try:
+        async with serving(agent, memory_service=memory):
+            pass
+        assert await memory.search_memory(app_name="helper", user_id="u1", query="x") == []
+    finally:
+        await memory.close()

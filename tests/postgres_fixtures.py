@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-__all__ = ["PostgresCluster", "postgres_cluster", "postgres_url"]
+__all__ = ["PostgresCluster", "postgres_cluster", "postgres_url", "running_cluster"]
 
 #: The system user that owns the cluster when the tests run as root.
 CLUSTER_USER = "adkmeshpg"
@@ -264,6 +264,10 @@ def _start_server(
         if "already in use" not in failure:
             break
     pytest.fail(f"the PostgreSQL test server did not start:\n{failure}", pytrace=False)
+
+
+#: The same throwaway server outside pytest (``bench/stores.py``): ``with running_cluster()``.
+running_cluster = contextlib.contextmanager(_start_cluster)
 
 
 @pytest.fixture(scope="session")

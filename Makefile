@@ -68,6 +68,22 @@ $(DEPLOY_TOOLS): $(STAMP)
 	  'compose-spec==0.2.1'
 	@touch $(DEPLOY_TOOLS)
 
+deploy-check: $(DEPLOY_TOOLS) ## Render every Kubernetes overlay and validate each object; validate deploy/compose.yaml
+	@command -v kubectl >/dev/null || { echo "deploy-check needs kubectl (with kustomize)"; exit 1; }
+	@PYTHON=$(PY) deploy/kubernetes/overlays/dev/generate-secrets.sh >/dev/null
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	for overlay in deploy/kubernetes/overlays/*/; do \
+	  name=$$(basename $$overlay); \
+	  kubectl kustomize $$overlay > $$tmp/$$name.yaml || exit 1; \
+	  for version in $(KUBERNETES_VERSIONS); do \
+	    $(VENV)/bin/kubernetes-validate --strict --quiet -k $$version $$tmp/$$name.yaml || exit 1; \
+	  done; \
+	  echo "$$overlay: $$(grep -c '^kind:' $$tmp/$$name.yaml) objects valid on Kubernetes $(KUBERNETES_VERSIONS)"; \
+	done
+	$(PY) tests/deploy/check_compose.py deploy/compose.yaml
+	$(PY) tests/deploy/check_compose.py deploy/compose.yaml tests/deploy/compose.test.yaml
+	$(PY) -m pytest -q -p no:cacheprovider tests/deploy/test_manifests.py
+
 deploy-test: $(DEPLOY_TOOLS) ## Build the image, run deploy/compose.yaml (podman), a conversation and its trace
 	PY=$(PY) tests/deploy/deploy-test.sh
 

@@ -25,7 +25,6 @@ deployment's migration job, and let the services run with a role that cannot alt
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,7 +41,6 @@ __all__ = [
     "apply_migrations",
     "check_current",
     "migrate_url",
-    "redact_url",
     "schema_version",
 ]
 
@@ -215,19 +213,3 @@ async def _migrate_postgres(url: str, store: str) -> int:
         return version
     finally:
         await service.close()
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password (in the authority or a ``password=`` query parameter)
-    replaced by ``***``, for messages and logs."""
-    scheme, separator, rest = url.partition("://")
-    if separator:
-        authority, slash, tail = rest.partition("/")
-        credentials, at, host = authority.rpartition("@")
-        if at and ":" in credentials:
-            user = credentials.split(":", 1)[0]
-            url = f"{scheme}://{user}:***@{host}{slash}{tail}"
-    return _PASSWORD_PARAMETER.sub(r"\1***", url)
-
-
-_PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)

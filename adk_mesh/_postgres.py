@@ -30,9 +30,9 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 from urllib.parse import parse_qs, urlsplit
 
-from adk_mesh._migrations import Migration, apply_migrations, check_current, redact_url
+from adk_mesh._migrations import Migration, apply_migrations, check_current
 from adk_mesh._migrations import schema_version as _schema_version
-from adk_mesh._store_urls import POSTGRES_SCHEMES
+from adk_mesh._store_urls import POSTGRES_SCHEMES, redact_url
 from adk_mesh.errors import AdkError, ConfigError
 
 #: What to install when asyncpg is missing.
@@ -58,7 +58,6 @@ __all__ = [
     "UniqueViolationError",
     "advisory_key",
     "check_url",
-    "redact_url",
 ]
 
 DEFAULT_MIN_SIZE = 1

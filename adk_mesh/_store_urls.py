@@ -1,4 +1,4 @@
-"""Parsing of store URLs, shared by the session and memory factories.
+"""Parsing of store URLs, shared by the store factories.
 
 ``scheme://rest``: ``memory://`` takes no path; ``sqlite:///relative.db`` and
 ``sqlite:////absolute.db`` name a file as SQLAlchemy spells it (the path follows the third
@@ -9,6 +9,9 @@ message names the store, the URL and, for an unknown scheme, the forms that are 
 
 from __future__ import annotations
 
+import importlib
+import re
+from typing import Any
 from urllib.parse import unquote
 
 from adk_mesh.errors import ConfigError
@@ -16,6 +19,8 @@ from adk_mesh.errors import ConfigError
 __all__ = [
     "POSTGRES_SCHEMES",
     "check_memory_url",
+    "postgres_store",
+    "redact_url",
     "split_store_url",
     "sqlite_path",
     "unknown_scheme",
@@ -61,3 +66,37 @@ def sqlite_path(url: str, rest: str, *, store: str) -> str:
 def unknown_scheme(url: str, scheme: str, *, store: str, known: str) -> ConfigError:
     """The error for a scheme the factory does not know."""
     return ConfigError(f"unknown {store} URL scheme {scheme!r} in {url!r}; known: {known}")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the authority or a ``password=`` query parameter)
+    replaced by ``***``, for messages and logs."""
+    scheme, separator, rest = url.partition("://")
+    if separator:
+        authority, slash, tail = rest.partition("/")
+        credentials, at, host = authority.rpartition("@")
+        if at and ":" in credentials:
+            user = credentials.split(":", 1)[0]
+            url = f"{scheme}://{user}:***@{host}{slash}{tail}"
+    return _PASSWORD_PARAMETER.sub(r"\1***", url)
+
+
+_PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def postgres_store(url: str, *, store: str, module: str, name: str, **options: Any) -> Any:
+    """The PostgreSQL backend ``module.name`` opened on ``url``, imported only now: it needs
+    the ``postgres`` extra, and a missing one is a ConfigError that says how to install it."""
+    try:
+        backend = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if missing != module and missing.partition(".")[0] != "asyncpg":
+            raise  # something else is broken: not a missing extra
+        raise ConfigError(
+            f"{store} URL {redact_url(url)!r} needs the PostgreSQL backend, which is not "
+            f"installed ({missing} is missing): pip install 'adk-mesh[postgres]'"
+        ) from None
+    except ConfigError as error:  # adk_mesh._postgres: asyncpg is missing
+        raise ConfigError(f"{store} URL {redact_url(url)!r}: {error.message}") from None
+    return backend(url, **options)

@@ -566,7 +566,8 @@ def _migrate_arguments(commands: Any) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from adk_mesh._migrations import migrate_url, redact_url
+    from adk_mesh._migrations import migrate_url
+    from adk_mesh._store_urls import redact_url
 
     for url in args.urls:
         try:

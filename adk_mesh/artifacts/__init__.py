@@ -20,7 +20,6 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from adk_mesh import _store_urls
-from adk_mesh._migrations import redact_url
 from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
 from adk_mesh.artifacts.file import FileArtifactService
 from adk_mesh.artifacts.memory import InMemoryArtifactService
@@ -76,14 +75,10 @@ def artifact_service_from_url(url: str) -> ArtifactService:
 
 
 def _postgres_artifacts(url: str) -> ArtifactService:
-    """The PostgreSQL backend, imported only now (it needs the ``postgres`` extra)."""
-    try:
-        from adk_mesh.artifacts.postgres import PostgresArtifactService
-    except ModuleNotFoundError as error:  # the backend itself is missing
-        raise ConfigError(
-            f"artifact store URL {redact_url(url)!r} needs the PostgreSQL backend, which is "
-            f"not installed ({error.name} is missing): pip install 'adk-mesh[postgres]'"
-        ) from None
-    except ConfigError as error:  # adk_mesh._postgres: asyncpg is missing
-        raise ConfigError(f"artifact store URL {redact_url(url)!r}: {error.message}") from None
-    return PostgresArtifactService(url)
+    service: ArtifactService = _store_urls.postgres_store(
+        url,
+        store="artifact store",
+        module="adk_mesh.artifacts.postgres",
+        name="PostgresArtifactService",
+    )
+    return service

@@ -13,12 +13,7 @@ URL                                backend
 
 from __future__ import annotations
 
-import importlib
-from typing import cast
-
 from adk_mesh import _store_urls
-from adk_mesh._migrations import redact_url
-from adk_mesh.errors import ConfigError
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.memory.in_memory import InMemoryMemoryService
 from adk_mesh.memory.sqlite import SqliteMemoryService
@@ -36,7 +31,6 @@ _KNOWN = (
     "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db, "
     "postgresql://user@host/database"
 )
-_POSTGRES_MODULE = "adk_mesh.memory.postgres"
 
 
 def memory_service_from_url(url: str) -> MemoryService:
@@ -60,14 +54,7 @@ def memory_service_from_url(url: str) -> MemoryService:
 
 
 def _postgres_memory(url: str) -> MemoryService:
-    try:
-        module = importlib.import_module(_POSTGRES_MODULE)
-    except ModuleNotFoundError as error:
-        missing = error.name or ""
-        if missing != _POSTGRES_MODULE and missing.partition(".")[0] != "asyncpg":
-            raise
-        raise ConfigError(
-            f"{_STORE} URL {redact_url(url)!r} needs the PostgreSQL backend, which is not "
-            f"installed ({missing} is missing): pip install 'adk-mesh[postgres]'"
-        ) from None
-    return cast(MemoryService, module.PostgresMemoryService(url))
+    service: MemoryService = _store_urls.postgres_store(
+        url, store=_STORE, module="adk_mesh.memory.postgres", name="PostgresMemoryService"
+    )
+    return service

@@ -20,8 +20,6 @@ when such a URL is used.
 from __future__ import annotations
 
 from adk_mesh import _store_urls
-from adk_mesh._migrations import redact_url
-from adk_mesh.errors import ConfigError
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.sessions.sqlite import SqliteSessionService
@@ -60,14 +58,7 @@ def session_service_from_url(url: str) -> SessionService:
 
 
 def _postgres_sessions(url: str) -> SessionService:
-    """The PostgreSQL backend, imported only now (it needs the ``postgres`` extra)."""
-    try:
-        from adk_mesh.sessions.postgres import PostgresSessionService
-    except ModuleNotFoundError as error:  # the backend itself is missing
-        raise ConfigError(
-            f"{_STORE} URL {redact_url(url)!r} needs the PostgreSQL backend, which is not "
-            f"installed ({error.name} is missing): pip install 'adk-mesh[postgres]'"
-        ) from None
-    except ConfigError as error:  # adk_mesh._postgres: asyncpg is missing
-        raise ConfigError(f"{_STORE} URL {redact_url(url)!r}: {error.message}") from None
-    return PostgresSessionService(url)
+    service: SessionService = _store_urls.postgres_store(
+        url, store=_STORE, module="adk_mesh.sessions.postgres", name="PostgresSessionService"
+    )
+    return service

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from adk_mesh._migrations import STORES, migrate_url, redact_url
+from adk_mesh._migrations import STORES, migrate_url
+from adk_mesh._store_urls import redact_url
 from adk_mesh.artifacts.postgres import SCHEMA_VERSION as ARTIFACTS_VERSION
 from adk_mesh.errors import ConfigError
 from adk_mesh.memory.postgres import SCHEMA_VERSION as MEMORY_VERSION

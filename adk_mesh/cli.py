@@ -270,6 +270,7 @@ def _serve(args: argparse.Namespace) -> int:
                 security=security,
                 mesh_port=args.mesh_port,
                 max_concurrent_calls=args.max_concurrent_calls,
+                max_connection_age=args.max_connection_age or None,
             )
         )
     except (BindError, ConfigError) as error:
@@ -454,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reference", metavar="MODULE:ATTR", help="tools/functions, a Toolset, or a factory"
     )
     from adk_mesh.mesh import ServerLimits
-    from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS
+    from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_CONNECTION_AGE
     from adk_mesh.mesh.security import add_server_security_arguments
 
     defaults = ServerLimits()
@@ -489,6 +490,14 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             help=f"calls served at once, then RESOURCE_EXHAUSTED (default "
             f"{DEFAULT_MAX_CONCURRENT_CALLS})",
+        )
+        limits.add_argument(
+            "--max-connection-age",
+            type=float,
+            default=DEFAULT_MAX_CONNECTION_AGE,
+            metavar="SECONDS",
+            help=f"a client connection is asked to reconnect after this long, so callers find "
+            f"new replicas; running calls go on (default {DEFAULT_MAX_CONNECTION_AGE:g}; 0: never)",
         )
         sub.add_argument("--port", type=_port, required=True, help="port (0: any free port)")
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -40,6 +40,7 @@ from adk_mesh.mesh.security import (
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_CALLS",
+    "DEFAULT_MAX_CONNECTION_AGE",
     "MAX_MESSAGE_BYTES",
     "MeshServer",
     "channel_options",
@@ -50,6 +51,12 @@ logger = logging.getLogger(__name__)
 
 #: Calls a server runs at once (streams included); more are refused with RESOURCE_EXHAUSTED.
 DEFAULT_MAX_CONCURRENT_CALLS = 256
+
+#: Seconds a client connection lives before the server asks the client to reconnect (GOAWAY;
+#: gRPC adds ±10 % jitter). Calls running on it go on to their end. A client balancing over the
+#: replicas behind a name resolves it again when it reconnects, so replicas added since share
+#: its calls within this time.
+DEFAULT_MAX_CONNECTION_AGE = 300.0
 
 # Marks "read ADK_MESH_TLS_* from the environment" apart from an explicit ``tls=None``.
 _FROM_ENV: ClientTLS = ClientTLS()
@@ -137,6 +144,7 @@ class MeshServer:
         security: ServerSecurity | None = None,
         mesh_address: str | None = None,
         max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+        max_connection_age: float | None = DEFAULT_MAX_CONNECTION_AGE,
     ) -> int:
         """Bind ``address`` (the front door), start serving and return the bound port.
 
@@ -146,6 +154,9 @@ class MeshServer:
             mesh_address: where the mesh door listens, with mutual TLS (``security`` must have
                 a client CA); its port is :attr:`mesh_port` afterwards.
             max_concurrent_calls: calls run at once; more get RESOURCE_EXHAUSTED.
+            max_connection_age: seconds before a client connection is asked to reconnect
+                (see :data:`DEFAULT_MAX_CONNECTION_AGE`; ``None``: never); running calls
+                are never cut.
 
         Raises:
             ConfigError: plaintext beyond loopback without ``security.insecure``, or a mesh
@@ -155,6 +166,15 @@ class MeshServer:
             raise ConfigError(f"{type(self).__name__} is already started")
         if max_concurrent_calls < 1:
             raise ConfigError(f"max_concurrent_calls must be 1 or more, not {max_concurrent_calls}")
+        if max_connection_age is not None and not 0 < max_connection_age < 2**31 / 1000:
+            raise ConfigError(
+                f"max_connection_age must be positive seconds, not {max_connection_age}"
+            )
+        age = (
+            []
+            if max_connection_age is None
+            else [("grpc.max_connection_age_ms", round(max_connection_age * 1000))]
+        )
         security = security or ServerSecurity()
         check_transport(address, security)
         if mesh_address is not None and not security.mutual_tls:
@@ -169,6 +189,9 @@ class MeshServer:
                 ("grpc.keepalive_permit_without_calls", 1),
                 # A port another process holds is an error, not a silently shared port.
                 ("grpc.so_reuseport", 0),
+                # Clients reconnect now and then, and so find replicas added since; with no
+                # max_connection_age_grace, a call running at that moment goes on to its end.
+                *age,
             ],
             maximum_concurrent_rpcs=max_concurrent_calls,
         )

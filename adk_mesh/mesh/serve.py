@@ -18,7 +18,11 @@ import socket
 import sys
 
 from adk_mesh.errors import AdkIOError
-from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, MeshServer
+from adk_mesh.mesh._channel import (
+    DEFAULT_MAX_CONCURRENT_CALLS,
+    DEFAULT_MAX_CONNECTION_AGE,
+    MeshServer,
+)
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.security import ServerSecurity, check_transport
 from adk_mesh.mesh.tool_server import ToolServer
@@ -106,6 +110,7 @@ async def start_server(
     security: ServerSecurity | None = None,
     mesh_address: str | None = None,
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+    max_connection_age: float | None = DEFAULT_MAX_CONNECTION_AGE,
 ) -> int:
     """Start ``server`` on ``address`` (and its mesh door on ``mesh_address``); an address
     that cannot be bound raises :class:`BindError` (:class:`PortTakenError` for a port in
@@ -124,6 +129,7 @@ async def start_server(
             security=security,
             mesh_address=mesh_address,
             max_concurrent_calls=max_concurrent_calls,
+            max_connection_age=max_connection_age,
         )
     except AdkIOError as error:
         # Bound by someone else in between, or a failure the probe cannot see.
@@ -142,6 +148,7 @@ async def serve_until_signal(
     security: ServerSecurity | None = None,
     mesh_port: int | None = None,
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+    max_connection_age: float | None = DEFAULT_MAX_CONNECTION_AGE,
 ) -> None:
     """Serve on ``address`` until SIGTERM or SIGINT, then drain for up to ``grace`` seconds.
 
@@ -162,6 +169,7 @@ async def serve_until_signal(
         security=security,
         mesh_address=mesh_address,
         max_concurrent_calls=max_concurrent_calls,
+        max_connection_age=max_connection_age,
     )
     stopping = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)

@@ -44,6 +44,14 @@ __all__ = ["EventPrinter", "format_card", "format_progress", "main"]
 #: Stores of ``serve agent`` when ``--store`` is not given. In memory for now: sessions are
 #: lost when the process stops; pass ``--store sqlite:///sessions.db`` to keep them.
 DEFAULT_STORE = "memory://"
+#: Where ``serve agent`` and ``migrate`` read store URLs not given as arguments: a URL with a
+#: password is better in the environment (from a secret) than on a command line anyone on the
+#: machine can read in the process list. The names ``adk-mesh up`` and the services use.
+STORE_ENV = {
+    "sessions": "ADK_MESH_SESSIONS",
+    "artifacts": "ADK_MESH_ARTIFACTS",
+    "memory": "ADK_MESH_MEMORY",
+}
 
 #: Exit code when stdout's reader went away: what a shell reports for a process killed by
 #: SIGPIPE (128 + 13). Python ignores SIGPIPE and raises BrokenPipeError instead.
@@ -247,9 +255,9 @@ def _serve(args: argparse.Namespace) -> int:
             server = AgentServer(
                 agent,
                 app_name=args.app,
-                session_service=args.store or DEFAULT_STORE,
-                artifact_service=args.artifacts,
-                memory_service=args.memory,
+                session_service=args.store or DEFAULT_STORE,  # "" in the environment: unset
+                artifact_service=args.artifacts or None,
+                memory_service=args.memory or None,
                 limits=limits,
             )
         else:
@@ -513,14 +521,23 @@ def build_parser() -> argparse.ArgumentParser:
         )
     agent.add_argument("--app", help="app name of root runs (default: the agent's name)")
     agent.add_argument(
-        "--store", help=f"session store URL (default {DEFAULT_STORE}; e.g. sqlite:///sessions.db)"
+        "--store",
+        default=os.environ.get(STORE_ENV["sessions"]),
+        help=f"session store URL (default ${STORE_ENV['sessions']}, else {DEFAULT_STORE}; "
+        "e.g. sqlite:///sessions.db, postgresql://...)",
     )
-    agent.add_argument("--artifacts", help="artifact store URL (memory://, file:///dir)")
+    agent.add_argument(
+        "--artifacts",
+        default=os.environ.get(STORE_ENV["artifacts"]),
+        help=f"artifact store URL (default ${STORE_ENV['artifacts']}, else none; memory://, "
+        "file:///dir, postgresql://...)",
+    )
     agent.add_argument(
         "--memory",
-        help="memory store URL (default: none): each finished turn is added to it, and the "
-        "load_memory/preload_memory tools search it (memory://, sqlite:///memory.db, "
-        "postgresql://...)",
+        default=os.environ.get(STORE_ENV["memory"]),
+        help=f"memory store URL (default ${STORE_ENV['memory']}, else none): each finished "
+        "turn is added to it, and the load_memory/preload_memory tools search it (memory://, "
+        "sqlite:///memory.db, postgresql://...)",
     )
 
     run = commands.add_parser("run", help="run one user turn on an agent service")
@@ -563,7 +580,13 @@ def _migrate_arguments(commands: Any) -> None:
         "each in one transaction under an advisory lock; a sqlite:/// URL names a file "
         "holding sessions (default) or memory. Prints each store's schema version.",
     )
-    migrate.add_argument("urls", nargs="+", metavar="STORE_URL", help="a store URL")
+    migrate.add_argument(
+        "urls",
+        nargs="*",
+        metavar="STORE_URL",
+        help="a store URL (default: those of $ADK_MESH_SESSIONS, $ADK_MESH_ARTIFACTS and "
+        "$ADK_MESH_MEMORY, each for its store)",
+    )
     migrate.add_argument(
         "--store",
         dest="stores",
@@ -578,9 +601,30 @@ def _migrate(args: argparse.Namespace) -> int:
     from adk_mesh._migrations import migrate_url
     from adk_mesh._store_urls import redact_url
 
-    for url in args.urls:
+    targets = [(url, args.stores) for url in args.urls]
+    if not targets:
+        # From the environment, each URL for its own store (one URL in several: once, for all).
+        by_url: dict[str, list[str]] = {}
+        for store, name in STORE_ENV.items():
+            url = os.environ.get(name, "").strip()
+            scheme = url.partition(":")[0].lower()
+            # memory://, file: and SQLite artifacts (there are none) have no schema to migrate.
+            has_schema = scheme in ("postgres", "postgresql") or (
+                scheme == "sqlite" and store != "artifacts"
+            )
+            if has_schema and (not args.stores or store in args.stores):
+                by_url.setdefault(url, []).append(store)
+        targets = list(by_url.items())
+        if not targets:
+            names = ", ".join(f"${name}" for name in STORE_ENV.values())
+            print(
+                f"error: no store URL given, and none of {names} names a store with a schema",
+                file=sys.stderr,
+            )
+            return 2
+    for url, stores in targets:
         try:
-            versions = asyncio.run(migrate_url(url, args.stores))
+            versions = asyncio.run(migrate_url(url, stores))
         except ConfigError as error:
             print(f"error: {error.message}", file=sys.stderr)
             return 2

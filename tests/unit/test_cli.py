@@ -362,3 +362,28 @@ def test_an_agent_is_loaded_once_per_module(app_module: str) -> None:
     first = load_agent(f"{app_module}:agent")
     assert isinstance(first, LlmAgent)
     assert load_agent(f"{app_module}:agent") is first
+
+
+def test_serve_agent_reads_store_urls_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A URL with a password is better in the environment (a secret) than in the process list.
+    from adk_mesh.cli import build_parser
+
+    arguments = ["serve", "agent", "app:agent", "--port", "0"]
+    for name in ("ADK_MESH_SESSIONS", "ADK_MESH_ARTIFACTS", "ADK_MESH_MEMORY"):
+        monkeypatch.delenv(name, raising=False)
+    parsed = build_parser().parse_args(arguments)
+    assert (parsed.store, parsed.artifacts, parsed.memory) == (None, None, None)
+
+    monkeypatch.setenv("ADK_MESH_SESSIONS", "postgresql://u:pw@db/s")
+    monkeypatch.setenv("ADK_MESH_ARTIFACTS", "file:///data")
+    monkeypatch.setenv("ADK_MESH_MEMORY", "sqlite:///memory.db")
+    parsed = build_parser().parse_args(arguments)
+    assert (parsed.store, parsed.artifacts, parsed.memory) == (
+        "postgresql://u:pw@db/s",
+        "file:///data",
+        "sqlite:///memory.db",
+    )
+    parsed = build_parser().parse_args([*arguments, "--store", "memory://"])
+    assert parsed.store == "memory://"  # an argument wins

@@ -6,6 +6,7 @@ The command runs in subprocesses, as an operator (or a deployment's migration jo
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sqlite3
 import subprocess
@@ -30,13 +31,22 @@ VERSIONS = {
 }
 
 
-def adk_mesh_command(*arguments: str) -> subprocess.CompletedProcess[str]:
+def adk_mesh_command(
+    *arguments: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``adk-mesh ARGUMENTS``, with no store URL in its environment but those of ``env``."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("ADK_MESH_SESSIONS", "ADK_MESH_ARTIFACTS", "ADK_MESH_MEMORY")
+    }
     return subprocess.run(
         [sys.executable, "-m", "adk_mesh", *arguments],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env={**environment, **(env or {})},
     )
 
 
@@ -176,11 +186,37 @@ def test_migrate_urls_it_cannot_migrate_exit_2(arguments: list[str], tmp_path: P
     assert len(result.stderr.splitlines()) == 1
 
 
-def test_migrate_needs_a_url() -> None:
-    result = adk_mesh_command("migrate")
+def test_migrate_needs_a_url_or_a_store_in_the_environment() -> None:
+    result = adk_mesh_command("migrate", env={"ADK_MESH_ARTIFACTS": "file:/tmp/x"})
 
     assert result.returncode == 2
-    assert "STORE_URL" in result.stderr
+    assert result.stderr == (
+        "error: no store URL given, and none of $ADK_MESH_SESSIONS, $ADK_MESH_ARTIFACTS, "
+        "$ADK_MESH_MEMORY names a store with a schema\n"
+    )
+
+
+async def test_migrate_reads_the_store_urls_from_the_environment(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # The URL with its password stays out of the process list: a secret in the environment.
+    memory = tmp_path / "memory.db"
+    result = await asyncio.to_thread(
+        adk_mesh_command,
+        "migrate",
+        env={
+            "ADK_MESH_SESSIONS": postgres_url,
+            "ADK_MESH_ARTIFACTS": postgres_url,
+            "ADK_MESH_MEMORY": f"sqlite:///{memory}",
+        },
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"{postgres_url}: sessions at schema version 1",
+        f"{postgres_url}: artifacts at schema version 1",
+        f"sqlite:///{memory}: memory at schema version 1",
+    ]
 
 
 def test_migrate_a_sqlite_file_creates_its_session_and_memory_tables(tmp_path: Path) -> None:

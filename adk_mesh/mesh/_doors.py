@@ -1,8 +1,9 @@
 """The door keeper: which door a call came to, and whether its caller may use it.
 
-* **Front door** — ``Describe`` and root runs. With authenticators, the caller must prove who
-  they are (UNAUTHENTICATED otherwise); a root run may name no user or the principal, never
-  another (PERMISSION_DENIED), and its user becomes the principal's id before the servicer runs.
+* **Front door** — ``Describe``, root runs and the session API (``SessionService``). With
+  authenticators, the caller must prove who they are (UNAUTHENTICATED otherwise); a root run or
+  a session-API request may name no user or the principal, never another (PERMISSION_DENIED),
+  and its user becomes the principal's id before the servicer runs.
 * **Mesh door** — delegated runs (``Run`` in delegated mode, ``RunDelegated``), ``ListTools``,
   ``CallTool`` and ``CallToolInteractive``. Only a peer gets in: with TLS,
   a client certificate (verified by the mesh door's port) naming an identity of the allow-list;
@@ -30,6 +31,8 @@ from adk_mesh.mesh.security import ServerSecurity, peer_identities
 __all__ = ["DoorKeeper"]
 
 _RUN = "/adk_mesh.v1.AgentService/Run"
+#: Every request of the session API names its user in ``user_id`` (ListApps names none).
+_SESSION_API = "/adk_mesh.v1.SessionService/"
 _MESH_METHODS = frozenset(
     {
         "/adk_mesh.v1.ToolService/ListTools",
@@ -45,6 +48,13 @@ def _is_mesh_call(method: str, request: Any) -> bool:
     if method == _RUN:
         return bool(request.WhichOneof("mode") == "delegated")
     return method in _MESH_METHODS
+
+
+def _bind_user(request: Any, principal: str, what: str) -> None:
+    """The request's ``user_id`` becomes the principal's; naming another user is refused."""
+    if request.user_id and request.user_id != principal:
+        raise PermissionDeniedError(f"{what} names another user than the one its credentials prove")
+    request.user_id = principal
 
 
 class _Checks:
@@ -83,12 +93,9 @@ class _Checks:
         }
         principal = await authenticate(self.security.authenticators, metadata)
         if method == _RUN:
-            root = request.root
-            if root.user_id and root.user_id != principal.user_id:
-                raise PermissionDeniedError(
-                    "this run names another user than the one its credentials prove"
-                )
-            root.user_id = principal.user_id
+            _bind_user(request.root, principal.user_id, "this run")
+        elif method.startswith(_SESSION_API) and "user_id" in request.DESCRIPTOR.fields_by_name:
+            _bind_user(request, principal.user_id, "this request")
 
     async def check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
         if _is_mesh_call(method, request):

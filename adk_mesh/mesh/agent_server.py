@@ -48,6 +48,8 @@ from adk_mesh.mesh._caller_contexts import (
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
+from adk_mesh.mesh._session_service import SERVICE_NAME as _SESSION_SERVICE_NAME
+from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
 from adk_mesh.runner import Runner, check_new_message, find_agent_to_run, new_invocation_id
@@ -55,7 +57,7 @@ from adk_mesh.sessions import InMemorySessionService, SessionService, session_se
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import annotate_current_span
 from adk_mesh.types import Content, Event
-from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, event_pb2
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, event_pb2, session_pb2_grpc
 
 __all__ = ["AgentServer"]
 
@@ -141,11 +143,16 @@ class AgentServer(MeshServer):
         max_transfers: transfers one invocation may follow in this service's tree.
         limits: what this server allows its callers (default: ``ServerLimits()``).
 
+    The server also serves ``adk_mesh.v1.SessionService`` (the session API: list, read,
+    create, update the state of and delete its sessions; list, load, save and delete their
+    artifacts) over the same stores, at the front door like a root run
+    (:mod:`adk_mesh.mesh._session_service`).
+
     A store the server opened from a URL is its own: :meth:`stop` closes it once the calls
     are done. Stores passed as objects are the caller's to close.
     """
 
-    _service_names = (_SERVICE_NAME,)
+    _service_names = (_SERVICE_NAME, _SESSION_SERVICE_NAME)
 
     def __init__(
         self,
@@ -185,6 +192,10 @@ class AgentServer(MeshServer):
     def _register(self, server: grpc.aio.Server) -> None:
         add_servicer(
             agent_pb2_grpc.add_AgentServiceServicer_to_server, _AgentServicer(self), server
+        )
+        # The session API over the same stores, doors and limits (see _session_service).
+        add_servicer(
+            session_pb2_grpc.add_SessionServiceServicer_to_server, SessionServicer(self), server
         )
 
     async def stop(self, grace: float | None = None) -> None:

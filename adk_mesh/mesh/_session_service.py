@@ -1,0 +1,580 @@
+"""The session API (``adk_mesh.v1.SessionService``), served by every :class:`AgentServer` next
+to its ``AgentService``, over the same stores its root runs use.
+
+What the contract promises (``protos/adk_mesh/v1/session.proto`` documents each field) and how
+it is kept here:
+
+* **Doors and identity.** Every method is a front-door call: the door keeper
+  (:mod:`adk_mesh.mesh._doors`) authenticates it as it does a root ``Run`` and binds
+  ``user_id`` to the principal (another user: PERMISSION_DENIED) before the servicer runs.
+  Without authenticators the request's ``user_id`` is the user, so it must be set.
+* **Ids** follow :mod:`adk_mesh.ids` under the server's ``max_id_chars``, artifact names the
+  artifact-name rule; either is INVALID_ARGUMENT before any store is touched. ``app_name`` may
+  be empty (the served app); another app is NOT_FOUND, as for a root run.
+* **Writes take the session like a turn.** ``UpdateSessionState``, ``DeleteSession`` and
+  ``CreateSession`` with an id wait, in this process, for the turn in flight on the session
+  (the queue root runs share, :func:`~adk_mesh.mesh._session_turns.turns_for`), then claim it
+  against other processes (:meth:`~adk_mesh.sessions.SessionService.claim_session`: a turn a
+  replica is running refuses them at once with SESSION_CONFLICT). Waiting rather than
+  refusing matches what a root run does here, so a client that patches state right after a
+  turn it started never sees a spurious conflict; the wait ends with the call's deadline.
+  The state update is an event appended through the store (author ``user``, invocation id
+  ``p-<uuid>``, as google-adk's PATCH records it), so the stale-append check guards it too.
+* **Delete takes the artifacts with it.** google-adk's ``delete_session`` leaves a session's
+  artifacts behind (its artifact store knows nothing of sessions), and a later session
+  created with the same id would inherit them. Here the session's own artifacts are deleted
+  first, then the session (a failure in between leaves the session, so a retry finishes the
+  job); the user's ``user:`` artifacts belong to every session of the user and stay.
+* **Reads that grow stream.** ``GetSession`` sends the session (state included) first, then
+  its events in responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` (one larger event
+  alone); an event too large for a message whole goes abridged and is named, as ``Run``
+  streams it. ``ListSessions`` sends :data:`SESSIONS_PER_RESPONSE` sessions per response.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+from opentelemetry import trace
+
+from adk_mesh import codec
+from adk_mesh.artifacts import ArtifactService
+from adk_mesh.artifacts.base import is_user_scoped
+from adk_mesh.errors import (
+    AdkJSONError,
+    ArtifactNotFoundError,
+    ConfigError,
+    InvalidArgumentError,
+    NotFoundError,
+    SessionNotFoundError,
+)
+from adk_mesh.ids import check_artifact_name, check_id, shown
+from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
+from adk_mesh.mesh._session_turns import turns_for
+from adk_mesh.mesh._status import error_boundary
+from adk_mesh.sessions import SessionService
+from adk_mesh.sessions.base import Session
+from adk_mesh.state import TEMP_PREFIX
+from adk_mesh.telemetry._propagation import CONVERSATION_ID, INVOCATION_ID
+from adk_mesh.types import Event, EventActions
+from adk_mesh.v1 import event_pb2, session_pb2, session_pb2_grpc
+
+if TYPE_CHECKING:
+    from adk_mesh.mesh.agent_server import AgentServer
+
+__all__ = [
+    "EVENTS_BYTES_PER_RESPONSE",
+    "SERVICE_NAME",
+    "SESSIONS_PER_RESPONSE",
+    "SessionServicer",
+]
+
+logger = logging.getLogger("adk_mesh.mesh")
+
+SERVICE_NAME: str = session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
+
+#: A GetSession response holds at most this many bytes of events (more only for one event
+#: alone): far below the message limit, and the first events reach the client early.
+EVENTS_BYTES_PER_RESPONSE = 4 * 1024 * 1024
+#: An event whose encoding is larger than this goes abridged: whole, it would not fit a
+#: message next to the response's other fields.
+MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+#: Sessions in one ListSessions response (a few hundred bytes each without state).
+SESSIONS_PER_RESPONSE = 1000
+
+#: Author and invocation-id prefix of the event that records a state update (google-adk's
+#: PATCH writes the same).
+UPDATE_AUTHOR = "user"
+UPDATE_INVOCATION_PREFIX = "p-"
+
+
+@dataclass(frozen=True)
+class _SessionKey:
+    app_name: str
+    user_id: str
+    session_id: str
+
+
+class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[misc]
+    """Thin adapter from ``SessionService`` to an :class:`AgentServer`'s stores: checks the
+    request, calls the stores, maps errors once (:func:`error_boundary`)."""
+
+    def __init__(self, server: AgentServer) -> None:
+        self._server = server
+
+    # --- requests ---------------------------------------------------------------------------
+
+    @property
+    def _sessions(self) -> SessionService:
+        return self._server.session_service
+
+    @property
+    def _artifacts(self) -> ArtifactService | None:
+        return self._server.artifact_service
+
+    def _check_id(self, what: str, value: str) -> None:
+        check_id(what, value, max_chars=self._server.limits.max_id_chars)
+
+    def _app(self, app_name: str) -> str:
+        served = self._server.app_name
+        if app_name:
+            self._check_id("app_name", app_name)
+            if app_name != served:
+                raise NotFoundError(
+                    f"app {app_name!r} is not served here; this service serves {served!r} "
+                    "(or leave app_name empty)"
+                )
+        return served
+
+    def _user(self, user_id: str) -> str:
+        if not user_id:
+            raise InvalidArgumentError("user_id is empty; name the user")
+        self._check_id("user_id", user_id)
+        return user_id
+
+    def _key(self, request: Any) -> _SessionKey:
+        """The session a request names, its ids checked."""
+        app_name = self._app(request.app_name)
+        user_id = self._user(request.user_id)
+        if not request.session_id:
+            raise InvalidArgumentError("session_id is empty; name the session")
+        self._check_id("session_id", request.session_id)
+        _annotate(session_id=request.session_id)
+        return _SessionKey(app_name, user_id, request.session_id)
+
+    def _filename(self, filename: str) -> str:
+        check_artifact_name(filename, max_chars=self._server.limits.max_id_chars)
+        return filename
+
+    # --- stores -----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _held(self, key: _SessionKey) -> AsyncIterator[None]:
+        """Hold the session as a root turn does: wait for the turn in flight on it in this
+        process, then claim it against other processes (refused at once when one holds it)."""
+        store = self._sessions
+        async with (
+            turns_for(store).hold(key.app_name, key.user_id, key.session_id),
+            store.claim_session(
+                app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
+            ),
+        ):
+            yield
+
+    async def _existing(self, key: _SessionKey) -> Session | None:
+        """The session without its events (state and version only), or None."""
+        return await self._sessions.get_session(
+            app_name=key.app_name,
+            user_id=key.user_id,
+            session_id=key.session_id,
+            num_recent_events=0,
+        )
+
+    async def _required(self, key: _SessionKey) -> Session:
+        session = await self._existing(key)
+        if session is None:
+            raise _session_not_found(key)
+        return session
+
+    # --- methods ----------------------------------------------------------------------------
+
+    async def ListApps(
+        self, request: session_pb2.ListAppsRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.ListAppsResponse:
+        async with error_boundary(context, "ListApps"):
+            agent = self._server.agent
+            return session_pb2.ListAppsResponse(
+                apps=[
+                    session_pb2.AppSummary(
+                        name=self._server.app_name,
+                        root_agent_name=agent.name,
+                        description=agent.description,
+                    )
+                ]
+            )
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def CreateSession(
+        self, request: session_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.CreateSessionResponse:
+        async with error_boundary(context, "CreateSession"):
+            app_name = self._app(request.app_name)
+            user_id = self._user(request.user_id)
+            session_id = request.session_id or None
+            if session_id is not None:
+                self._check_id("session_id", session_id)
+                _annotate(session_id=session_id)
+            state = codec.state_from_map(request.state, request.state_json)
+            events = [codec.event_from_proto(event) for event in request.events]
+            _check_initial_events(events)
+            async with contextlib.AsyncExitStack() as held:
+                if session_id is not None:
+                    # Nobody else's yet, but a root run may get-or-create the same id now.
+                    await held.enter_async_context(
+                        self._held(_SessionKey(app_name, user_id, session_id))
+                    )
+                session = await self._sessions.create_session(
+                    app_name=app_name, user_id=user_id, session_id=session_id, state=state
+                )
+                _annotate(session_id=session.id)
+                try:
+                    for event in events:
+                        await self._sessions.append_event(session, event)
+                except BaseException:
+                    # A session is made whole or not at all (the app: and user: keys the
+                    # state or the events wrote stay: they are shared with other sessions).
+                    await self._sessions.delete_session(
+                        app_name=app_name, user_id=user_id, session_id=session.id
+                    )
+                    raise
+            return session_pb2.CreateSessionResponse(session=_session_to_proto(session))
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def GetSession(
+        self, request: session_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[session_pb2.GetSessionResponse]:
+        async with error_boundary(context, "GetSession"):
+            key = self._key(request)
+            num_recent_events: int | None = None
+            if request.HasField("num_recent_events"):
+                num_recent_events = request.num_recent_events
+                if num_recent_events < 0:
+                    raise InvalidArgumentError(
+                        f"num_recent_events is {num_recent_events}; send 0 or more, or leave "
+                        "it unset for every event"
+                    )
+            after = (
+                codec.timestamp_to_datetime(request.after) if request.HasField("after") else None
+            )
+            session = await self._sessions.get_session(
+                app_name=key.app_name,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                num_recent_events=num_recent_events,
+                after=after,
+            )
+            if session is None:
+                raise _session_not_found(key)
+            for response in _session_responses(session):
+                yield response
+
+    async def ListSessions(
+        self, request: session_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[session_pb2.ListSessionsResponse]:
+        async with error_boundary(context, "ListSessions"):
+            app_name = self._app(request.app_name)
+            user_id = self._user(request.user_id)
+            sessions = await self._sessions.list_sessions(app_name=app_name, user_id=user_id)
+            response = session_pb2.ListSessionsResponse()
+            for session in sessions:
+                if len(response.sessions) == SESSIONS_PER_RESPONSE:
+                    yield response
+                    response = session_pb2.ListSessionsResponse()
+                response.sessions.add(
+                    app_name=session.app_name,
+                    user_id=session.user_id,
+                    id=session.id,
+                    last_update_time=session.last_update_time,
+                )
+            yield response
+
+    async def DeleteSession(
+        self, request: session_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.DeleteSessionResponse:
+        async with error_boundary(context, "DeleteSession"):
+            key = self._key(request)
+            async with self._held(key):
+                if await self._existing(key) is None:
+                    if request.allow_missing:
+                        return session_pb2.DeleteSessionResponse()
+                    raise _session_not_found(key)
+                # The artifacts first: a failure leaves the session, so a retry ends the job.
+                artifacts = self._artifacts
+                if artifacts is not None:
+                    for filename in await artifacts.list_artifact_keys(
+                        app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
+                    ):
+                        if not is_user_scoped(filename):
+                            await artifacts.delete_artifact(
+                                app_name=key.app_name,
+                                user_id=key.user_id,
+                                session_id=key.session_id,
+                                filename=filename,
+                            )
+                await self._sessions.delete_session(
+                    app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
+                )
+            return session_pb2.DeleteSessionResponse()
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def UpdateSessionState(
+        self, request: session_pb2.UpdateSessionStateRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.UpdateSessionStateResponse:
+        async with error_boundary(context, "UpdateSessionState") as call:
+            key = self._key(request)
+            delta = codec.state_from_map(request.state_delta, request.state_delta_json)
+            # temp: keys live for one invocation; this update has none to give them to.
+            delta = {k: v for k, v in delta.items() if not k.startswith(TEMP_PREFIX)}
+            event = Event(
+                author=UPDATE_AUTHOR,
+                invocation_id=f"{UPDATE_INVOCATION_PREFIX}{uuid.uuid4()}",
+                actions=EventActions(state_delta=delta),
+            )
+            call.invocation_id = event.invocation_id
+            _annotate(invocation_id=event.invocation_id)
+            async with self._held(key):
+                session = await self._required(key)
+                stored = await self._sessions.append_event(session, event)
+            response = session_pb2.UpdateSessionStateResponse(session=_session_to_proto(session))
+            codec.event_to_proto(stored, into=response.event)
+            return response
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def ListArtifactKeys(
+        self,
+        request: session_pb2.SessionServiceListArtifactKeysRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> session_pb2.SessionServiceListArtifactKeysResponse:
+        async with error_boundary(context, "ListArtifactKeys"):
+            key = self._key(request)
+            await self._required(key)
+            artifacts = self._artifacts
+            filenames = (
+                []
+                if artifacts is None
+                else await artifacts.list_artifact_keys(
+                    app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
+                )
+            )
+            return session_pb2.SessionServiceListArtifactKeysResponse(filenames=filenames)
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def LoadArtifact(
+        self,
+        request: session_pb2.SessionServiceLoadArtifactRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> session_pb2.SessionServiceLoadArtifactResponse:
+        async with error_boundary(context, "LoadArtifact"):
+            key = self._key(request)
+            filename = self._filename(request.filename)
+            version: int | None = None
+            if request.HasField("version"):
+                version = request.version
+                if version < 0:
+                    raise InvalidArgumentError(
+                        f"version is {version}; versions are numbered from 1 (leave it unset "
+                        "for the latest)"
+                    )
+            await self._required(key)
+            artifacts = self._artifacts
+            if artifacts is None:
+                raise _artifact_not_found(key, filename, version)
+            if version is None:
+                # Read the version first, so the answer names the one it loaded.
+                versions = await artifacts.list_versions(
+                    app_name=key.app_name,
+                    user_id=key.user_id,
+                    session_id=key.session_id,
+                    filename=filename,
+                )
+                if not versions:
+                    raise _artifact_not_found(key, filename, None)
+                version = versions[-1]
+            part = await artifacts.load_artifact(
+                app_name=key.app_name,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                filename=filename,
+                version=version,
+            )
+            if part is None:
+                raise _artifact_not_found(key, filename, version)
+            return session_pb2.SessionServiceLoadArtifactResponse(
+                artifact=codec.part_to_proto(part), version=version
+            )
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def SaveArtifact(
+        self,
+        request: session_pb2.SessionServiceSaveArtifactRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> session_pb2.SessionServiceSaveArtifactResponse:
+        async with error_boundary(context, "SaveArtifact"):
+            key = self._key(request)
+            filename = self._filename(request.filename)
+            if not request.HasField("artifact") or request.artifact.WhichOneof("data") is None:
+                raise InvalidArgumentError("the artifact is empty; send inline data or text")
+            part = codec.part_from_proto(request.artifact)
+            artifacts = self._artifacts
+            if artifacts is None:
+                raise ConfigError(
+                    "this service has no artifact store; start it with one to save artifacts"
+                )
+            await self._required(key)
+            version = await artifacts.save_artifact(
+                app_name=key.app_name,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                filename=filename,
+                artifact=part,
+            )
+            return session_pb2.SessionServiceSaveArtifactResponse(version=version)
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def ListArtifactVersions(
+        self,
+        request: session_pb2.SessionServiceListArtifactVersionsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> session_pb2.SessionServiceListArtifactVersionsResponse:
+        async with error_boundary(context, "ListArtifactVersions"):
+            key = self._key(request)
+            filename = self._filename(request.filename)
+            await self._required(key)
+            artifacts = self._artifacts
+            versions = (
+                []
+                if artifacts is None
+                else await artifacts.list_versions(
+                    app_name=key.app_name,
+                    user_id=key.user_id,
+                    session_id=key.session_id,
+                    filename=filename,
+                )
+            )
+            return session_pb2.SessionServiceListArtifactVersionsResponse(versions=versions)
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def DeleteArtifact(
+        self,
+        request: session_pb2.SessionServiceDeleteArtifactRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> session_pb2.SessionServiceDeleteArtifactResponse:
+        async with error_boundary(context, "DeleteArtifact"):
+            key = self._key(request)
+            filename = self._filename(request.filename)
+            await self._required(key)
+            artifacts = self._artifacts
+            exists = artifacts is not None and bool(
+                await artifacts.list_versions(
+                    app_name=key.app_name,
+                    user_id=key.user_id,
+                    session_id=key.session_id,
+                    filename=filename,
+                )
+            )
+            if not exists:
+                if request.allow_missing:
+                    return session_pb2.SessionServiceDeleteArtifactResponse()
+                raise _artifact_not_found(key, filename, None)
+            assert artifacts is not None
+            await artifacts.delete_artifact(
+                app_name=key.app_name,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                filename=filename,
+            )
+            return session_pb2.SessionServiceDeleteArtifactResponse()
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+
+def _annotate(*, session_id: str = "", invocation_id: str = "") -> None:
+    """Put the session (``gen_ai.conversation.id``) or the update's invocation id on the
+    call's server span, as a root run's span carries them."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    if session_id:
+        span.set_attribute(CONVERSATION_ID, session_id)
+    if invocation_id:
+        span.set_attribute(INVOCATION_ID, invocation_id)
+
+
+def _session_not_found(key: _SessionKey) -> SessionNotFoundError:
+    return SessionNotFoundError(
+        f"session {shown(key.session_id)} of user {shown(key.user_id)} in app "
+        f"{key.app_name!r} does not exist",
+        metadata={"session_id": key.session_id},
+    )
+
+
+def _artifact_not_found(
+    key: _SessionKey, filename: str, version: int | None
+) -> ArtifactNotFoundError:
+    which = "" if version is None else f" version {version}"
+    metadata = {"session_id": key.session_id, "filename": filename}
+    if version is not None:
+        metadata["version"] = str(version)
+    return ArtifactNotFoundError(
+        f"artifact {shown(filename)}{which} of session {shown(key.session_id)} does not exist",
+        metadata=metadata,
+    )
+
+
+def _check_initial_events(events: list[Event]) -> None:
+    """Refuse, before the session is created, initial events the store would refuse midway."""
+    seen: set[str] = set()
+    for event in events:
+        if event.id and event.id in seen:
+            raise InvalidArgumentError(
+                f"CreateSessionRequest.events holds the event id {shown(event.id)} twice"
+            )
+        seen.add(event.id)
+
+
+def _session_to_proto(session: Session) -> session_pb2.Session:
+    """The session without its events; ``temp:`` keys (an invocation's) never leave."""
+    message = session_pb2.Session(
+        app_name=session.app_name,
+        user_id=session.user_id,
+        id=session.id,
+        last_update_time=session.last_update_time,
+    )
+    codec.state_to_map(message.state, _lasting(session.state), message.state_json)
+    return message
+
+
+def _lasting(state: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in state.items() if not key.startswith(TEMP_PREFIX)}
+
+
+def _session_responses(session: Session) -> Iterator[session_pb2.GetSessionResponse]:
+    """The GetSession stream of ``session``: the session first, then its events, at most
+    :data:`EVENTS_BYTES_PER_RESPONSE` of them per response counting the session's own bytes
+    in the first (a larger event alone), each encoded only when the previous response is
+    out."""
+    response = session_pb2.GetSessionResponse(session=_session_to_proto(session))
+    size = response.ByteSize()
+    for event in session.events:
+        encoded, abridged = _encoded_event(event)
+        added = encoded.ByteSize()
+        if size and size + added > EVENTS_BYTES_PER_RESPONSE:
+            yield response
+            response = session_pb2.GetSessionResponse()
+            size = 0
+        response.events.append(encoded)
+        if abridged:
+            response.abridged_event_ids.append(event.id)
+        size += added
+    yield response
+
+
+def _encoded_event(event: Event) -> tuple[event_pb2.Event, bool]:
+    """``event`` encoded whole, or abridged (and so marked) when the wire cannot carry a value
+    of it or it is larger than :data:`MAX_EVENT_BYTES`."""
+    try:
+        encoded = codec.event_to_proto(event)
+    except AdkJSONError as error:
+        logger.warning("event %s is sent abridged: %s", event.id, error.message)
+    else:
+        size = encoded.ByteSize()
+        if size <= MAX_EVENT_BYTES:
+            return encoded, False
+        logger.warning("event %s is sent abridged: %d bytes encoded", event.id, size)
+    return codec.event_to_proto(codec.abridged_event(event)), True

@@ -80,9 +80,12 @@ logger = logging.getLogger("adk_mesh.mesh")
 
 SERVICE_NAME: str = session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
 
-#: A GetSession response holds at most this many bytes of events (more only for one event
-#: alone): far below the message limit, and the first events reach the client early.
-EVENTS_BYTES_PER_RESPONSE = 4 * 1024 * 1024
+#: A GetSession response is at most this many bytes, unless it holds one larger event alone:
+#: within gRPC's default 4 MiB receive limit, so a client that never raised it reads every
+#: history whose events are each smaller, and the first events reach the client early.
+EVENTS_BYTES_PER_RESPONSE = 4 * 1024 * 1024 - 1024
+#: What an entry of a repeated field costs beyond its content: its tag and its length.
+_ENTRY_FRAMING = 1 + 5
 #: An event whose encoding is larger than this goes abridged: whole, it would not fit a
 #: message next to the response's other fields.
 MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
@@ -545,15 +548,16 @@ def _lasting(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _session_responses(session: Session) -> Iterator[session_pb2.GetSessionResponse]:
-    """The GetSession stream of ``session``: the session first, then its events, at most
-    :data:`EVENTS_BYTES_PER_RESPONSE` of them per response counting the session's own bytes
-    in the first (a larger event alone), each encoded only when the previous response is
-    out."""
+    """The GetSession stream of ``session``: the session first, then its events, in
+    responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` encoded bytes (a larger event
+    alone), each event encoded only once the previous response is out."""
     response = session_pb2.GetSessionResponse(session=_session_to_proto(session))
     size = response.ByteSize()
     for event in session.events:
         encoded, abridged = _encoded_event(event)
-        added = encoded.ByteSize()
+        added = encoded.ByteSize() + _ENTRY_FRAMING
+        if abridged:
+            added += len(event.id.encode()) + _ENTRY_FRAMING
         if size and size + added > EVENTS_BYTES_PER_RESPONSE:
             yield response
             response = session_pb2.GetSessionResponse()

@@ -8,6 +8,7 @@
     adk-mesh run TARGET "message" [--user U] [--session S] [--app A] [--stream] [--json]
     adk-mesh describe TARGET [--agent NAME] [--json]
     adk-mesh up [ARGS...]
+    adk-mesh gateway --port P --app NAME=ADDRESS [--app ...] [ARGS...]
     adk-mesh migrate STORE_URL [STORE_URL...] [--store sessions|artifacts|memory]
 
 Exit codes: 0 success; 1 a failed run or call (``error: <class>: <message>``); 2 a usage or
@@ -429,6 +430,19 @@ def _up(arguments: Sequence[str]) -> int:
     return code
 
 
+def _gateway(arguments: Sequence[str]) -> int:
+    """``adk-mesh gateway ...``: the HTTP gateway (the top-level ``gateway`` package)."""
+    try:
+        module = importlib.import_module("gateway.cli")
+    except ModuleNotFoundError as error:
+        if error.name not in ("gateway", "gateway.cli"):
+            raise
+        print("error: `adk-mesh gateway` is not in this installation", file=sys.stderr)
+        return 2
+    code: int = module.main(list(arguments))
+    return code
+
+
 # --- parser --------------------------------------------------------------------------------
 
 
@@ -564,6 +578,12 @@ def build_parser() -> argparse.ArgumentParser:
     api_key.add_argument("user", help="the user id the key stands for")
 
     _migrate_arguments(commands)
+    gateway = commands.add_parser(
+        "gateway",
+        help="serve google-adk's REST and SSE API (and the web UI) over the mesh",
+        add_help=False,
+    )
+    gateway.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to adk-mesh gateway")
     up = commands.add_parser("up", help="start a whole mesh from a config file", add_help=False)
     up.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to adk-mesh up")
     return parser
@@ -685,6 +705,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if arguments[:1] == ["up"]:
         # Everything after `up` belongs to it, options included.
         return _up(arguments[1:])
+    if arguments[:1] == ["gateway"]:
+        return _gateway(arguments[1:])
     parser = build_parser()
     args = parser.parse_args(arguments)
     try:

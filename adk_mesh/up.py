@@ -30,6 +30,19 @@ The config lists the services, their ports, the stores and the model::
     # command = ["adk-mesh", "serve", "agent", "my.mod:agent", "--port", "{port}"]
     # command = "adk-mesh serve agent my.mod:agent --port {port}"   # split as a shell would
 
+An optional ``[gateway]`` table starts the HTTP gateway (``adk-mesh gateway``: google-adk's
+REST and SSE API, and the web UI at ``/ui``) once the services are ready::
+
+    [gateway]
+    port = 8000                                   # 0: any free port
+    apps = { travel_desk = "concierge" }          # app name -> the service that serves it
+    cors_origins = []                             # browser origins allowed besides its own
+
+With TLS on, the gateway calls the services' mesh doors with a certificate of its own
+(``<pki_dir>/gateway.cert.pem``, mutual TLS; it is not in the services' allow-lists, so it may
+make root runs and session calls only); ``adk-mesh gateway --config mesh.toml`` serves the
+same table on its own, calling the services' front doors (TLS, trusting the CA).
+
 Every key is checked with its TOML type (``root = "false"`` is an error, not a string that
 reads as true); an unknown key, a value of the wrong type, an unknown service in ``after`` or
 services that wait for each other in a cycle are one-line errors naming the table and key.
@@ -110,11 +123,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "GatewayOptions",
+    "GatewaySpec",
     "Mesh",
     "MeshConfig",
     "ServiceCertificate",
     "ServiceSpec",
     "UpError",
+    "gateway_options",
     "load_config",
     "main",
     "parse_config",
@@ -160,6 +176,16 @@ class ServiceSpec:
 
 
 @dataclass(frozen=True)
+class GatewaySpec:
+    """The ``[gateway]`` table: where the HTTP gateway listens and which apps it serves."""
+
+    port: int = 8000
+    #: App name to the service that serves it.
+    apps: Mapping[str, str] = field(default_factory=dict)
+    cors_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class MeshConfig:
     """A whole mesh: where it keeps its state, and its services in start order."""
 
@@ -176,6 +202,7 @@ class MeshConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     tls: TlsMode = "dev"
     pki_dir: Path | None = None
+    gateway: GatewaySpec | None = None
 
     @property
     def trace_dir(self) -> Path:
@@ -342,10 +369,19 @@ class _MeshTable(_Table):
     pki_dir: str = ""
 
 
+class _GatewayTable(_Table):
+    """``[gateway]``."""
+
+    port: _Port = 8000
+    apps: dict[str, str] = {}
+    cors_origins: list[str] = []
+
+
 class _MeshFile(_Table):
     """The whole file."""
 
     mesh: _MeshTable = _MeshTable()
+    gateway: _GatewayTable | None = None
     services: dict[Annotated[str, AfterValidator(_service_name)], _ServiceTable] = {}
 
 
@@ -406,6 +442,8 @@ def _known_keys(location: tuple[int | str, ...]) -> str:
     model: type[BaseModel] = _MeshFile
     if len(location) == 2 and location[0] == "mesh":
         model = _MeshTable
+    elif len(location) == 2 and location[0] == "gateway":
+        model = _GatewayTable
     elif len(location) == 3 and location[0] == "services":
         model = _ServiceTable
     elif len(location) != 1:
@@ -471,9 +509,30 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
         )
         for name, table in parsed.services.items()
     }
+    gateway: GatewaySpec | None = None
+    if parsed.gateway is not None:
+        gateway_table = parsed.gateway
+        for app, service in gateway_table.apps.items():
+            if service not in specs:
+                raise ConfigError(
+                    f"{source}: [gateway] apps.{_toml_key(app)} names {service!r}, which is not "
+                    f"a service; known: {', '.join(specs)}"
+                )
+        apps = dict(gateway_table.apps) or {
+            spec.name: spec.name for spec in specs.values() if spec.root
+        }
+        if not apps:
+            raise ConfigError(
+                f"{source}: [gateway] apps is empty and no service is root; name the apps "
+                '(apps = { my_app = "my_service" })'
+            )
+        gateway = GatewaySpec(
+            port=gateway_table.port, apps=apps, cors_origins=tuple(gateway_table.cors_origins)
+        )
     return MeshConfig(
         root_dir=root_dir,
         services=_start_order(specs, source),
+        gateway=gateway,
         host=mesh.host,
         state_dir=root_dir / mesh.state_dir,
         sessions=mesh.sessions,
@@ -842,6 +901,8 @@ class Mesh:
         #: Each service's certificate once :meth:`start` (or :meth:`prepare_certificates`)
         #: made or checked them; empty with ``tls = "off"``.
         self.certificates: dict[str, ServiceCertificate] = {}
+        #: ``http://host:port`` of the gateway once started (``[gateway]``); else "".
+        self.gateway_url = ""
         self._log = log or print_log
         self._env = dict(env or {})
         self._running: list[_Running] = []
@@ -950,6 +1011,9 @@ class Mesh:
             for door, port in (("", spec.port), ("mesh ", spec.mesh_port))
             if port_in_use(host, port)
         ]
+        gateway = self.config.gateway
+        if gateway is not None and port_in_use(host, gateway.port):
+            lines.append(f"port {gateway.port} of the gateway is already in use on {host}")
         if lines:
             raise UpError(
                 "; ".join(lines) + ". Stop what listens there (another `adk-mesh up`?) or "
@@ -971,6 +1035,51 @@ class Mesh:
             front, mesh = await self._wait_ready(running)
             self.targets[spec.name] = front
             self.mesh_targets[spec.name] = mesh
+        if config.gateway is not None:
+            await self._start_gateway(config.gateway)
+
+    def gateway_command(self, gateway: GatewaySpec) -> list[str]:
+        """The command of the ``[gateway]``: ``python -m gateway`` with each app at its
+        service; with development certificates, at its mesh door with the gateway's own
+        certificate (mutual TLS), else at its front door (TLS trusting the CA, or plaintext)."""
+        config = self.config
+        argv = [sys.executable, "-u", "-m", "gateway", "--host", config.host]
+        argv += ["--port", str(gateway.port)]
+        mutual = config.tls == "dev"
+        targets = self.mesh_targets if mutual else self.targets
+        for app, service in gateway.apps.items():
+            argv += ["--app", f"{app}={targets[service]}"]
+        for origin in gateway.cors_origins:
+            argv += ["--cors-origin", origin]
+        if config.ca_file is not None:
+            argv += ["--mesh-ca", str(config.ca_file)]
+        if mutual:
+            from adk_mesh.mesh.pki import DevCertificateAuthority
+
+            issued = DevCertificateAuthority(config.pki_directory).issue("gateway")
+            argv += ["--mesh-cert", str(issued.cert_file), "--mesh-key", str(issued.key_file)]
+        return argv
+
+    async def _start_gateway(self, gateway: GatewaySpec) -> None:
+        argv = await asyncio.to_thread(self.gateway_command, gateway)
+        spec = ServiceSpec(name="gateway", port=gateway.port, command=tuple(argv))
+        running = await self._spawn(spec)
+        try:
+            address = await asyncio.wait_for(
+                asyncio.shield(running.ready), self.config.ready_timeout
+            )
+        except TimeoutError:
+            raise UpError(
+                f"the gateway printed no ready line within {self.config.ready_timeout:g}s; its "
+                "last output:\n" + "\n".join(running.tail)
+            ) from None
+        if not address:
+            code = await running.process.wait()
+            raise UpError(
+                f"the gateway exited with code {code} before it was ready; its last output:\n"
+                + "\n".join(running.tail)
+            )
+        self.gateway_url = f"http://{address}"
 
     async def _spawn(self, spec: ServiceSpec) -> _Running:
         config = self.config
@@ -1063,6 +1172,7 @@ class Mesh:
         running, self._running = self._running, []
         self.targets = {}
         self.mesh_targets = {}
+        self.gateway_url = ""
         for item in reversed(running):
             if item.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -1077,6 +1187,49 @@ class Mesh:
             if item.reader is not None:
                 with contextlib.suppress(Exception):
                     await item.reader
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """What ``adk-mesh gateway --config`` serves: the ``[gateway]`` table of a config."""
+
+    host: str
+    port: int
+    #: App name to the front door (``host:port``) of its service.
+    apps: Mapping[str, str]
+    cors_origins: tuple[str, ...]
+    tls: ClientTLS | None
+
+
+def gateway_options(config: MeshConfig) -> GatewayOptions:
+    """The gateway of ``config`` on its own (the services started elsewhere, at their ports):
+    each app at its service's front door, over TLS trusting the mesh CA unless TLS is off.
+
+    Raises:
+        ConfigError: no ``[gateway]`` table, or an app's service on port 0 (unknown here).
+    """
+    from adk_mesh.mesh.security import ClientTLS
+
+    gateway = config.gateway
+    if gateway is None:
+        raise ConfigError("the mesh config has no [gateway] table; add one or give --app")
+    ports = {spec.name: spec.port for spec in config.services}
+    apps: dict[str, str] = {}
+    for app, service in gateway.apps.items():
+        if not ports[service]:
+            raise ConfigError(
+                f"[gateway] app {app!r}: service {service!r} has port 0, which only `adk-mesh "
+                "up` knows; give it a port, or give --app NAME=HOST:PORT"
+            )
+        apps[app] = f"{_connect_host(config.host)}:{ports[service]}"
+    ca_file = config.ca_file
+    return GatewayOptions(
+        host=config.host,
+        port=gateway.port,
+        apps=apps,
+        cors_origins=gateway.cors_origins,
+        tls=None if ca_file is None else ClientTLS(ca_file=ca_file),
+    )
 
 
 async def _health_check(address: str, seconds: float, name: str, tls: ClientTLS | None) -> None:
@@ -1141,6 +1294,8 @@ async def _up(config: MeshConfig) -> int:
             front, door = mesh.targets[spec.name], mesh.mesh_targets[spec.name]
             extra = f"  (mesh door {door})" if door != front else ""
             print(f"  {spec.name:<10} {front}{extra}", flush=True)
+        if mesh.gateway_url:
+            print(f"  {'gateway':<10} {mesh.gateway_url}  (web UI: {mesh.gateway_url}/ui/)")
         print(_security_summary(config), flush=True)
         exited = asyncio.ensure_future(mesh.wait())
         await asyncio.wait((exited, stop_wait), return_when=asyncio.FIRST_COMPLETED)

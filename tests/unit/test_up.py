@@ -193,7 +193,7 @@ MESH_KEYS = (
             "[mesh] tls: expected 'dev', 'files' or 'off', got the boolean false",
         ),
         ("services.a", {"mesh_port": 70000}, f"{A} mesh_port: {PORT_RANGE}, got 70000"),
-        ("servics.b", {"port": 0}, "servics: unknown key; known keys: mesh, services"),
+        ("servics.b", {"port": 0}, "servics: unknown key; known keys: mesh, gateway, services"),
     ],
 )
 def test_mistyped_and_unknown_keys_name_the_table_the_key_and_the_expected_type(

@@ -1,0 +1,408 @@
+"""google-adk's JSON for events, content and sessions, from and to adk-mesh's types.
+
+google-adk serializes its pydantic models with ``by_alias=True, exclude_none=True`` and a
+camelCase alias generator: ``invocationId``, ``functionCall``, ``inlineData.mimeType``,
+``actions.stateDelta``; bytes as URL-safe base64; ``timestamp`` as float seconds since the
+epoch. This module writes exactly those names for what adk-mesh carries, and reads both the
+camelCase and the snake_case spelling (google-adk's models accept either).
+
+What adk-mesh carries that google-adk has no field for goes where google-adk keeps custom
+data, ``customMetadata``:
+
+* a running tool's progress update (an adk-mesh event with ``tool_progress``) is a partial
+  event with ``customMetadata.adkMesh.toolProgress`` = ``{toolName, functionCallId, message,
+  fraction, data}`` (absent members omitted).
+
+Mappings with no exact counterpart: finish reason ``TOOL_CALLS`` (google-genai has none; Gemini
+ends a turn that calls tools with ``STOP``) is written ``STOP``; a boolean that is false
+(``partial``, ``turnComplete``, ``interrupted``, ``skipSummarization``, ``escalate``) is left
+out, as google-adk leaves out its unset ``Optional[bool]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from adk_mesh.errors import InvalidArgumentError
+from adk_mesh.sessions.base import Session
+from adk_mesh.types import (
+    Blob,
+    Content,
+    Event,
+    EventActions,
+    FileData,
+    FinishReason,
+    FunctionCall,
+    FunctionResponse,
+    LlmResponse,
+    Part,
+    ToolProgress,
+    UsageMetadata,
+)
+
+__all__ = [
+    "content_from_json",
+    "content_to_json",
+    "event_from_json",
+    "event_to_json",
+    "part_from_json",
+    "part_to_json",
+    "session_to_json",
+]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
+
+
+def _from_b64(text: object, where: str) -> bytes:
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"{where} must be a base64 string")
+    padded = text + "=" * (-len(text) % 4)
+    try:
+        if "-" in text or "_" in text:
+            return base64.urlsafe_b64decode(padded)
+        return base64.b64decode(padded, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgumentError(f"{where} is not valid base64") from None
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def part_to_json(part: Part) -> dict[str, Any]:
+    """A part as google-genai's ``Part`` JSON."""
+    out: dict[str, Any] = {}
+    if part.text is not None:
+        out["text"] = part.text
+    elif part.function_call is not None:
+        call = part.function_call
+        body: dict[str, Any] = {}
+        if call.id is not None:
+            body["id"] = call.id
+        body["args"] = call.args
+        body["name"] = call.name
+        out["functionCall"] = body
+    elif part.function_response is not None:
+        answer = part.function_response
+        body = {}
+        if answer.id is not None:
+            body["id"] = answer.id
+        body["name"] = answer.name
+        body["response"] = answer.response
+        out["functionResponse"] = body
+    elif part.inline_data is not None:
+        out["inlineData"] = {
+            "data": _b64(part.inline_data.data),
+            "mimeType": part.inline_data.mime_type,
+        }
+    elif part.file_data is not None:
+        out["fileData"] = {
+            "fileUri": part.file_data.file_uri,
+            "mimeType": part.file_data.mime_type,
+        }
+    if part.thought:
+        out["thought"] = True
+    if part.thought_signature is not None:
+        out["thoughtSignature"] = _b64(part.thought_signature)
+    return out
+
+
+def content_to_json(content: Content) -> dict[str, Any]:
+    """A content as google-genai's ``Content`` JSON (``role`` left out when unknown)."""
+    out: dict[str, Any] = {"parts": [part_to_json(part) for part in content.parts]}
+    if content.role:
+        out["role"] = content.role
+    return out
+
+
+def _usage_to_json(usage: UsageMetadata) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if usage.cached_content_token_count is not None:
+        out["cachedContentTokenCount"] = usage.cached_content_token_count
+    out["candidatesTokenCount"] = usage.candidates_token_count
+    out["promptTokenCount"] = usage.prompt_token_count
+    if usage.thoughts_token_count is not None:
+        out["thoughtsTokenCount"] = usage.thoughts_token_count
+    out["totalTokenCount"] = usage.total_token_count
+    return out
+
+
+def _actions_to_json(actions: EventActions) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if actions.skip_summarization:
+        out["skipSummarization"] = True
+    out["stateDelta"] = actions.state_delta
+    out["artifactDelta"] = actions.artifact_delta
+    if actions.transfer_to_agent is not None:
+        out["transferToAgent"] = actions.transfer_to_agent
+    if actions.escalate:
+        out["escalate"] = True
+    out["requestedAuthConfigs"] = {}
+    out["requestedToolConfirmations"] = {}
+    return out
+
+
+def _progress_to_json(progress: ToolProgress) -> dict[str, Any]:
+    out: dict[str, Any] = {"toolName": progress.tool_name}
+    if progress.function_call_id is not None:
+        out["functionCallId"] = progress.function_call_id
+    out["message"] = progress.message
+    if progress.fraction is not None:
+        out["fraction"] = progress.fraction
+    if progress.data is not None:
+        out["data"] = progress.data
+    return out
+
+
+def _finish_reason(reason: FinishReason) -> str:
+    return "STOP" if reason is FinishReason.TOOL_CALLS else reason.value
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """An event as google-adk's ``Event`` JSON (what its api_server writes)."""
+    response = event.llm_response
+    out: dict[str, Any] = {}
+    if response.model_version is not None:
+        out["modelVersion"] = response.model_version
+    if response.content is not None:
+        out["content"] = content_to_json(response.content)
+    if response.grounding_metadata is not None:
+        out["groundingMetadata"] = response.grounding_metadata
+    if response.partial:
+        out["partial"] = True
+    if response.turn_complete:
+        out["turnComplete"] = True
+    if response.finish_reason is not None:
+        out["finishReason"] = _finish_reason(response.finish_reason)
+    if response.error_code is not None:
+        out["errorCode"] = response.error_code
+    if response.error_message is not None:
+        out["errorMessage"] = response.error_message
+    if response.interrupted:
+        out["interrupted"] = True
+    if event.tool_progress is not None:
+        out["customMetadata"] = {
+            "adkMesh": {"toolProgress": _progress_to_json(event.tool_progress)}
+        }
+    if response.usage_metadata is not None:
+        out["usageMetadata"] = _usage_to_json(response.usage_metadata)
+    out["invocationId"] = event.invocation_id
+    out["author"] = event.author
+    out["actions"] = _actions_to_json(event.actions)
+    out["nodeInfo"] = {"path": ""}
+    if event.long_running_tool_ids:
+        out["longRunningToolIds"] = sorted(event.long_running_tool_ids)
+    if event.branch:
+        out["branch"] = event.branch
+    out["id"] = event.id
+    out["timestamp"] = event.timestamp.timestamp()
+    return out
+
+
+def session_to_json(session: Session, *, last_update_time: float | None = None) -> dict[str, Any]:
+    """A session as google-adk's ``Session`` JSON."""
+    if last_update_time is None:
+        last_update_time = session.events[-1].timestamp.timestamp() if session.events else 0.0
+    return {
+        "id": session.id,
+        "appName": session.app_name,
+        "userId": session.user_id,
+        "state": dict(session.state),
+        "events": [event_to_json(event) for event in session.events],
+        "lastUpdateTime": last_update_time,
+    }
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def _member(body: Mapping[str, Any], camel: str, snake: str) -> Any:
+    """``body[camel]``, else ``body[snake]``, else None (google-adk accepts both names)."""
+    value = body.get(camel)
+    return body.get(snake) if value is None else value
+
+
+def _object(value: object, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"{where} must be a JSON object")
+    return value
+
+
+def _string(value: object, where: str, *, optional: bool = False) -> str:
+    if value is None and optional:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{where} must be a string")
+    return value
+
+
+#: Members of google-genai's Part that adk-mesh carries; any other one (executableCode,
+#: videoMetadata, ...) is refused rather than dropped without a word.
+_PART_KINDS = {
+    "text": "text",
+    "functionCall": "function_call",
+    "function_call": "function_call",
+    "functionResponse": "function_response",
+    "function_response": "function_response",
+    "inlineData": "inline_data",
+    "inline_data": "inline_data",
+    "fileData": "file_data",
+    "file_data": "file_data",
+}
+_PART_EXTRAS = {"thought", "thoughtSignature", "thought_signature"}
+
+
+def part_from_json(body: object, where: str = "part") -> Part:
+    """A part from google-genai's ``Part`` JSON (camelCase or snake_case).
+
+    Raises:
+        InvalidArgumentError: not one of the kinds adk-mesh carries (text, functionCall,
+            functionResponse, inlineData, fileData), or a malformed member.
+    """
+    part = _object(body, where)
+    kinds = [key for key, value in part.items() if key in _PART_KINDS and value is not None]
+    unknown = [
+        key
+        for key, value in part.items()
+        if value is not None and key not in _PART_KINDS and key not in _PART_EXTRAS
+    ]
+    if unknown:
+        raise InvalidArgumentError(
+            f"{where} has {', '.join(sorted(unknown))}, which adk-mesh does not carry; a part "
+            "holds text, functionCall, functionResponse, inlineData or fileData"
+        )
+    if len(kinds) != 1:
+        raise InvalidArgumentError(
+            f"{where} must hold exactly one of text, functionCall, functionResponse, inlineData "
+            f"or fileData; it holds {len(kinds)}"
+        )
+    kind = _PART_KINDS[kinds[0]]
+    value = part[kinds[0]]
+    thought = part.get("thought") is True
+    signature_text = _member(part, "thoughtSignature", "thought_signature")
+    signature = (
+        None if signature_text is None else _from_b64(signature_text, f"{where}.thoughtSignature")
+    )
+    fields: dict[str, Any] = {"thought": thought, "thought_signature": signature}
+    if kind == "text":
+        fields["text"] = _string(value, f"{where}.text")
+    elif kind == "function_call":
+        call = _object(value, f"{where}.functionCall")
+        fields["function_call"] = FunctionCall(
+            name=_string(call.get("name"), f"{where}.functionCall.name"),
+            args=_object(call.get("args"), f"{where}.functionCall.args"),
+            id=call.get("id"),
+        )
+    elif kind == "function_response":
+        answer = _object(value, f"{where}.functionResponse")
+        fields["function_response"] = FunctionResponse(
+            name=_string(answer.get("name"), f"{where}.functionResponse.name"),
+            response=_object(answer.get("response"), f"{where}.functionResponse.response"),
+            id=answer.get("id"),
+        )
+    elif kind == "inline_data":
+        blob = _object(value, f"{where}.inlineData")
+        fields["inline_data"] = Blob(
+            mime_type=_string(
+                _member(blob, "mimeType", "mime_type"), f"{where}.inlineData.mimeType"
+            ),
+            data=_from_b64(blob.get("data"), f"{where}.inlineData.data"),
+        )
+    else:
+        file = _object(value, f"{where}.fileData")
+        fields["file_data"] = FileData(
+            mime_type=_string(
+                _member(file, "mimeType", "mime_type"), f"{where}.fileData.mimeType", optional=True
+            ),
+            file_uri=_string(_member(file, "fileUri", "file_uri"), f"{where}.fileData.fileUri"),
+        )
+    return Part(**fields)
+
+
+def content_from_json(body: object, where: str = "newMessage") -> Content:
+    """A content from google-genai's ``Content`` JSON (camelCase or snake_case)."""
+    content = _object(body, where)
+    parts = content.get("parts") or []
+    if not isinstance(parts, list):
+        raise InvalidArgumentError(f"{where}.parts must be an array")
+    role = content.get("role")
+    return Content(
+        role=_string(role, f"{where}.role", optional=True),
+        parts=[part_from_json(part, f"{where}.parts[{index}]") for index, part in enumerate(parts)],
+    )
+
+
+def _finish_from_json(value: object) -> FinishReason | None:
+    if value is None:
+        return None
+    try:
+        return FinishReason(str(value))
+    except ValueError:
+        return FinishReason.OTHER
+
+
+def event_from_json(body: object, where: str = "event") -> Event:
+    """An event from google-adk's ``Event`` JSON (camelCase or snake_case): what adk-mesh
+    carries of it; members it has no field for are ignored, as google-adk ignores unknown
+    members of an Event."""
+    event = _object(body, where)
+    content = event.get("content")
+    actions = _object(event.get("actions"), f"{where}.actions")
+    usage = _object(_member(event, "usageMetadata", "usage_metadata"), f"{where}.usageMetadata")
+    timestamp = event.get("timestamp")
+    fields: dict[str, Any] = {}
+    if isinstance(event.get("id"), str) and event["id"]:
+        fields["id"] = event["id"]
+    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+        fields["timestamp"] = datetime.fromtimestamp(float(timestamp), UTC)
+    return Event(
+        **fields,
+        invocation_id=_string(
+            _member(event, "invocationId", "invocation_id"), f"{where}.invocationId", optional=True
+        ),
+        author=_string(event.get("author"), f"{where}.author", optional=True),
+        branch=_string(event.get("branch"), f"{where}.branch", optional=True),
+        llm_response=LlmResponse(
+            content=None if content is None else content_from_json(content, f"{where}.content"),
+            partial=event.get("partial") is True,
+            turn_complete=_member(event, "turnComplete", "turn_complete") is True,
+            interrupted=event.get("interrupted") is True,
+            finish_reason=_finish_from_json(_member(event, "finishReason", "finish_reason")),
+            error_code=_member(event, "errorCode", "error_code"),
+            error_message=_member(event, "errorMessage", "error_message"),
+            model_version=_member(event, "modelVersion", "model_version"),
+            grounding_metadata=_member(event, "groundingMetadata", "grounding_metadata"),
+            usage_metadata=None
+            if not usage
+            else UsageMetadata(
+                prompt_token_count=_member(usage, "promptTokenCount", "prompt_token_count") or 0,
+                candidates_token_count=_member(
+                    usage, "candidatesTokenCount", "candidates_token_count"
+                )
+                or 0,
+                total_token_count=_member(usage, "totalTokenCount", "total_token_count") or 0,
+            ),
+        ),
+        actions=EventActions(
+            state_delta=_object(
+                _member(actions, "stateDelta", "state_delta"), f"{where}.actions.stateDelta"
+            ),
+            artifact_delta=_object(
+                _member(actions, "artifactDelta", "artifact_delta"),
+                f"{where}.actions.artifactDelta",
+            ),
+            skip_summarization=_member(actions, "skipSummarization", "skip_summarization") is True,
+            transfer_to_agent=_member(actions, "transferToAgent", "transfer_to_agent"),
+            escalate=actions.get("escalate") is True,
+        ),
+        long_running_tool_ids=sorted(
+            _member(event, "longRunningToolIds", "long_running_tool_ids") or []
+        ),
+    )

@@ -1,0 +1,142 @@
+"""Who is calling, and what a request may be: authentication (the mesh's own authenticators),
+the principal checked against the path's user, request size limits and CORS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastapi import Request
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from adk_mesh.errors import PermissionDeniedError
+from adk_mesh.mesh.auth import Authenticator, Principal, authenticate
+from gateway._problems import Problem, problem_response
+
+__all__ = [
+    "CORS_HEADERS",
+    "CORS_METHODS",
+    "CREDENTIAL_HEADERS",
+    "BodyLimit",
+    "Caller",
+]
+
+#: Headers that carry a user's credentials; forwarded to the agent services as call metadata.
+CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+
+
+class Caller:
+    """The caller of one request: the principal the authenticators established (``None`` when
+    the gateway has none: development), and the credentials to forward to the mesh."""
+
+    def __init__(self, principal: Principal | None, credentials: tuple[tuple[str, str], ...]):
+        self.principal = principal
+        self.credentials = credentials
+
+    def check_user(self, user_id: str) -> None:
+        """Refuse a request about another user than the principal.
+
+        Raises:
+            PermissionDeniedError: ``user_id`` is not the principal's.
+        """
+        if self.principal is not None and self.principal.user_id != user_id:
+            raise PermissionDeniedError(
+                f"the credentials are {self.principal.user_id!r}'s; this request is about user "
+                f"{user_id!r}",
+                metadata={"user": user_id},
+            )
+
+    @classmethod
+    async def of(cls, request: Request, authenticators: Sequence[Authenticator]) -> Caller:
+        """The caller of ``request``.
+
+        Raises:
+            UnauthenticatedError: the gateway has authenticators and the request carries no
+                credential they know, or an invalid one.
+        """
+        credentials = tuple(
+            (name, value)
+            for name in CREDENTIAL_HEADERS
+            if (value := request.headers.get(name)) is not None
+        )
+        if not authenticators:
+            return cls(None, credentials)
+        principal = await authenticate(authenticators, dict(credentials))
+        return cls(principal, credentials)
+
+
+class BodyLimit:
+    """Refuse a request body larger than ``max_bytes`` with 413 (problem+json): at once when
+    its Content-Length says so, else as soon as more than that has been read."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> Problem:
+        return Problem(
+            413,
+            f"the request body is larger than this gateway's limit of {self.max_bytes} bytes",
+            reason="REQUEST_TOO_LARGE",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes or declared < 0:
+                    await problem_response(self._too_large())(scope, receive, send)
+                    return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge(self.max_bytes)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await problem_response(self._too_large())(scope, receive, send)
+
+
+class _BodyTooLarge(HTTPException):
+    """Raised from the body's reader; FastAPI lets an HTTPException from there through to the
+    app's handler (which answers problem+json), and :class:`BodyLimit` catches it elsewhere."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(
+            413, f"the request body is larger than this gateway's limit of {max_bytes} bytes"
+        )
+
+
+#: What a browser on an allowed origin may send (CORS): the credentials headers, JSON, the
+#: run's deadline and trace context; no cookies (credentials are headers, not ambient).
+CORS_METHODS = ("GET", "POST", "PATCH", "DELETE")
+CORS_HEADERS = (
+    "authorization",
+    "x-api-key",
+    "content-type",
+    "x-request-timeout",
+    "traceparent",
+    "tracestate",
+)

@@ -1,0 +1,402 @@
+"""The session and artifact routes of google-adk's api_server, over the contract's
+``SessionService`` (served by the agent service of each app).
+
+Every route is under ``/apps/{app_name}/users/{user_id}/sessions`` and is the user's own: with
+authenticators, ``{user_id}`` must be the principal (403 otherwise), and the user's credentials
+go along to the service, which checks them again.
+
+Where adk-mesh differs from google-adk: artifact versions are numbered as the agent service
+numbers them (adk-mesh: from 1); an artifact version's ``createTime`` is not kept by the
+contract and reads 0; ``customMetadata`` on save is refused when not empty (the contract has
+no place for it).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time,
+# and they name dependencies local to the factory.
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from adk_mesh import codec
+from adk_mesh.errors import InvalidArgumentError
+from adk_mesh.types import Event
+from adk_mesh.v1 import session_pb2
+from gateway._json import event_from_json, event_to_json, part_from_json, part_to_json
+from gateway._mesh import MeshClient
+from gateway._models import (
+    ArtifactVersionBody,
+    CreateSessionRequest,
+    PartBody,
+    ProblemBody,
+    SaveArtifactRequest,
+    SessionBody,
+    UpdateSessionRequest,
+)
+from gateway._problems import PROBLEM_JSON
+from gateway._security import Caller
+from gateway._settings import GatewaySettings
+
+__all__ = ["session_router"]
+
+_SESSIONS = "/apps/{app_name}/users/{user_id}/sessions"
+_SESSION = _SESSIONS + "/{session_id}"
+_ARTIFACTS = _SESSION + "/artifacts"
+#: Seconds a session or artifact call may take.
+_CALL_SECONDS = 60.0
+
+_PROBLEMS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ProblemBody, "content": {PROBLEM_JSON: {}}, "description": description}
+    for status, description in (
+        (400, "A request the agent service refuses"),
+        (401, "No credentials, or invalid ones"),
+        (403, "The path names another user than the credentials"),
+        (404, "Unknown app, session or artifact"),
+        (409, "The session exists, or a turn is running on it (retry)"),
+        (503, "The agent service is unavailable"),
+    )
+}
+
+
+def _session_json(
+    app: str, message: session_pb2.Session, events: list[Event], *, with_state: bool = True
+) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "appName": app,
+        "userId": message.user_id,
+        "state": codec.state_from_map(message.state, message.state_json) if with_state else {},
+        "events": [event_to_json(event) for event in events],
+        "lastUpdateTime": message.last_update_time,
+    }
+
+
+def _events_to_proto(raw: list[dict[str, Any]]) -> list[Any]:
+    events = []
+    for index, body in enumerate(raw):
+        try:
+            events.append(codec.event_to_proto(event_from_json(body, f"events[{index}]")))
+        except ValidationError as error:
+            raise InvalidArgumentError(
+                f"events[{index}] is not an event: {error.errors()[0]['msg']}"
+            ) from None
+    return events
+
+
+def _canonical_uri(app: str, user: str, session: str, name: str, version: int) -> str:
+    return (
+        f"artifact://apps/{app}/users/{user}/sessions/{session}/artifacts/{name}/versions/{version}"
+    )
+
+
+def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any) -> APIRouter:
+    """The session and artifact routes; ``user_caller`` authenticates the path's user."""
+    router = APIRouter(tags=["sessions"], responses=_PROBLEMS)
+    Who = Annotated[Caller, Depends(user_caller)]
+
+    async def read_session(app: str, user: str, session: str, who: Caller) -> dict[str, Any]:
+        responses = await mesh.streamed(
+            app,
+            mesh.sessions(app).GetSession,
+            session_pb2.GetSessionRequest(user_id=user, session_id=session),
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        first = responses[0]
+        events = [codec.event_from_proto(e) for response in responses for e in response.events]
+        return _session_json(app, first.session, events)
+
+    async def create(
+        app: str, user: str, who: Caller, body: CreateSessionRequest | None
+    ) -> dict[str, Any]:
+        request = session_pb2.CreateSessionRequest(user_id=user)
+        if body is not None:
+            request.session_id = body.session_id or ""
+            if body.state:
+                codec.state_to_map(request.state, body.state, request.state_json)
+            request.events.extend(_events_to_proto(body.events or []))
+        response = await mesh.unary(
+            app,
+            mesh.sessions(app).CreateSession,
+            request,
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        if body is not None and body.events:
+            # The session as google-adk answers it: with the events it starts with.
+            return await read_session(app, user, response.session.id, who)
+        return _session_json(app, response.session, [])
+
+    @router.get(_SESSIONS, response_model=list[SessionBody], summary="The user's sessions")
+    async def list_sessions(app_name: str, user_id: str, who: Who) -> Response:
+        responses = await mesh.streamed(
+            app_name,
+            mesh.sessions(app_name).ListSessions,
+            session_pb2.ListSessionsRequest(user_id=user_id),
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return JSONResponse(
+            [
+                _session_json(app_name, session, [], with_state=False)
+                for response in responses
+                for session in response.sessions
+            ]
+        )
+
+    @router.post(_SESSIONS, response_model=SessionBody, summary="Create a session")
+    async def create_session(
+        app_name: str,
+        user_id: str,
+        who: Who,
+        body: Annotated[CreateSessionRequest | None, Body()] = None,
+    ) -> Response:
+        return JSONResponse(await create(app_name, user_id, who, body))
+
+    @router.post(
+        _SESSION,
+        response_model=SessionBody,
+        summary="Create a session with this id (google-adk: deprecated)",
+    )
+    async def create_session_with_id(
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        who: Who,
+        state: Annotated[dict[str, Any] | None, Body()] = None,
+    ) -> Response:
+        body = CreateSessionRequest(session_id=session_id, state=state)
+        return JSONResponse(await create(app_name, user_id, who, body))
+
+    @router.get(_SESSION, response_model=SessionBody, summary="A session with its events")
+    async def get_session(app_name: str, user_id: str, session_id: str, who: Who) -> Response:
+        return JSONResponse(await read_session(app_name, user_id, session_id, who))
+
+    @router.patch(
+        _SESSION,
+        response_model=SessionBody,
+        summary="Change a session's state (recorded as an event, as google-adk's PATCH)",
+    )
+    async def update_session(
+        app_name: str, user_id: str, session_id: str, body: UpdateSessionRequest, who: Who
+    ) -> Response:
+        request = session_pb2.UpdateSessionStateRequest(user_id=user_id, session_id=session_id)
+        codec.state_to_map(request.state_delta, body.state_delta, request.state_delta_json)
+        await mesh.unary(
+            app_name,
+            mesh.sessions(app_name).UpdateSessionState,
+            request,
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return JSONResponse(await read_session(app_name, user_id, session_id, who))
+
+    @router.delete(_SESSION, summary="Delete a session (an unknown one too, as google-adk)")
+    async def delete_session(app_name: str, user_id: str, session_id: str, who: Who) -> Response:
+        await mesh.unary(
+            app_name,
+            mesh.sessions(app_name).DeleteSession,
+            session_pb2.DeleteSessionRequest(
+                user_id=user_id, session_id=session_id, allow_missing=True
+            ),
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return JSONResponse(None)
+
+    # --- artifacts ------------------------------------------------------------------------
+
+    async def load(
+        app: str, user: str, session: str, name: str, version: int | None, who: Caller
+    ) -> tuple[dict[str, Any], int]:
+        request = session_pb2.SessionServiceLoadArtifactRequest(
+            user_id=user, session_id=session, filename=name
+        )
+        if version is not None:
+            request.version = version
+        response = await mesh.unary(
+            app,
+            mesh.sessions(app).LoadArtifact,
+            request,
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return part_to_json(codec.part_from_proto(response.artifact)), response.version
+
+    def version_number(version_id: str) -> int | None:
+        if version_id == "latest":
+            return None
+        try:
+            return int(version_id)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"version {version_id!r} is not a number (or 'latest')"
+            ) from None
+
+    @router.get(_ARTIFACTS, response_model=list[str], summary="The session's artifact names")
+    async def list_artifact_names(
+        app_name: str, user_id: str, session_id: str, who: Who
+    ) -> Response:
+        response = await mesh.unary(
+            app_name,
+            mesh.sessions(app_name).ListArtifactKeys,
+            session_pb2.SessionServiceListArtifactKeysRequest(
+                user_id=user_id, session_id=session_id
+            ),
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return JSONResponse(list(response.filenames))
+
+    @router.post(_ARTIFACTS, response_model=ArtifactVersionBody, summary="Save an artifact")
+    async def save_artifact(
+        app_name: str, user_id: str, session_id: str, body: SaveArtifactRequest, who: Who
+    ) -> Response:
+        if body.custom_metadata:
+            raise InvalidArgumentError(
+                "customMetadata is not kept by adk-mesh's artifact stores; leave it out"
+            )
+        part = part_from_json(
+            body.artifact.model_dump(by_alias=True, exclude_none=True), "artifact"
+        )
+        response = await mesh.unary(
+            app_name,
+            mesh.sessions(app_name).SaveArtifact,
+            session_pb2.SessionServiceSaveArtifactRequest(
+                user_id=user_id,
+                session_id=session_id,
+                filename=body.filename,
+                artifact=codec.part_to_proto(part),
+            ),
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return JSONResponse(
+            {
+                "version": response.version,
+                "canonicalUri": _canonical_uri(
+                    app_name, user_id, session_id, body.filename, response.version
+                ),
+                "customMetadata": {},
+                "createTime": time.time(),
+                **({"mimeType": part.mime_type} if part.mime_type else {}),
+            }
+        )
+
+    async def version_metadata(
+        app: str, user: str, session: str, name: str, version: int | None, who: Caller
+    ) -> dict[str, Any]:
+        part, number = await load(app, user, session, name, version, who)
+        body: dict[str, Any] = {
+            "version": number,
+            "canonicalUri": _canonical_uri(app, user, session, name, number),
+            "customMetadata": {},
+            "createTime": 0.0,
+        }
+        blob = part.get("inlineData") or part.get("fileData")
+        if blob is not None:
+            body["mimeType"] = blob["mimeType"]
+        return body
+
+    @router.get(
+        _ARTIFACTS + "/{artifact_name:path}/versions/metadata",
+        response_model=list[ArtifactVersionBody],
+        summary="Every version of an artifact, described",
+    )
+    async def list_artifact_versions_metadata(
+        app_name: str, user_id: str, session_id: str, artifact_name: str, who: Who
+    ) -> Response:
+        versions = await _versions(app_name, user_id, session_id, artifact_name, who)
+        return JSONResponse(
+            [
+                await version_metadata(app_name, user_id, session_id, artifact_name, number, who)
+                for number in versions
+            ]
+        )
+
+    @router.get(
+        _ARTIFACTS + "/{artifact_name:path}/versions/{version_id}/metadata",
+        response_model=ArtifactVersionBody,
+        summary="One version of an artifact, described ('latest' for the latest)",
+    )
+    async def get_artifact_version_metadata(
+        app_name: str, user_id: str, session_id: str, artifact_name: str, version_id: str, who: Who
+    ) -> Response:
+        number = version_number(version_id)
+        return JSONResponse(
+            await version_metadata(app_name, user_id, session_id, artifact_name, number, who)
+        )
+
+    async def _versions(app: str, user: str, session: str, name: str, who: Caller) -> list[int]:
+        response = await mesh.unary(
+            app,
+            mesh.sessions(app).ListArtifactVersions,
+            session_pb2.SessionServiceListArtifactVersionsRequest(
+                user_id=user, session_id=session, filename=name
+            ),
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return list(response.versions)
+
+    @router.get(
+        _ARTIFACTS + "/{artifact_name:path}/versions",
+        response_model=list[int],
+        summary="The versions of an artifact",
+    )
+    async def list_artifact_versions(
+        app_name: str, user_id: str, session_id: str, artifact_name: str, who: Who
+    ) -> Response:
+        return JSONResponse(await _versions(app_name, user_id, session_id, artifact_name, who))
+
+    @router.get(
+        _ARTIFACTS + "/{artifact_name:path}/versions/{version_id}",
+        response_model=PartBody,
+        summary="One version of an artifact",
+    )
+    async def load_artifact_version(
+        app_name: str, user_id: str, session_id: str, artifact_name: str, version_id: str, who: Who
+    ) -> Response:
+        number = version_number(version_id)
+        part, _ = await load(app_name, user_id, session_id, artifact_name, number, who)
+        return JSONResponse(part)
+
+    # After the /versions routes: an artifact name may hold '/'.
+    @router.get(
+        _ARTIFACTS + "/{artifact_name:path}",
+        response_model=PartBody,
+        summary="An artifact (its latest version, or ?version=N)",
+    )
+    async def load_artifact(
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        artifact_name: str,
+        who: Who,
+        version: Annotated[int | None, Query()] = None,
+    ) -> Response:
+        part, _ = await load(app_name, user_id, session_id, artifact_name, version, who)
+        return JSONResponse(part)
+
+    @router.delete(
+        _ARTIFACTS + "/{artifact_name:path}",
+        summary="Delete every version of an artifact (an unknown one too, as google-adk)",
+    )
+    async def delete_artifact(
+        app_name: str, user_id: str, session_id: str, artifact_name: str, who: Who
+    ) -> Response:
+        await mesh.unary(
+            app_name,
+            mesh.sessions(app_name).DeleteArtifact,
+            session_pb2.SessionServiceDeleteArtifactRequest(
+                user_id=user_id, session_id=session_id, filename=artifact_name, allow_missing=True
+            ),
+            credentials=who.credentials,
+            seconds=_CALL_SECONDS,
+        )
+        return JSONResponse(None)
+
+    return router

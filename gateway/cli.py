@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -214,6 +216,12 @@ async def serve(
         server_header=False,
     )
     server = uvicorn.Server(config)
+    # SIGTERM and SIGINT stop the server gracefully, and the command then exits 0 as
+    # `adk-mesh serve` does (uvicorn's own handlers raise the signal again once stopped).
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(number, server.handle_exit, number, None)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     # uvicorn sets `started` and offers nothing to await: poll until it is up (or failed).
     while not server.started and not task.done():  # noqa: ASYNC110

@@ -101,6 +101,10 @@ def channel_options() -> list[tuple[str, Any]]:
         *_COMMON_OPTIONS,
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.enable_retries", 1),
+        # Each channel its own connections: with gRPC's process-wide pool, a new channel to an
+        # address whose server had gone (a restarted service, a reused port) inherits the old
+        # connection's failure and backoff, and its first calls fail UNAVAILABLE at once.
+        ("grpc.use_local_subchannel_pool", 1),
         ("grpc.service_config", json.dumps(_SERVICE_CONFIG)),
     ]
 

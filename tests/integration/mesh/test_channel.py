@@ -90,3 +90,28 @@ async def test_a_connection_age_must_be_positive() -> None:
     for wrong in (0.0, -1.0, 10.0**10):
         with pytest.raises(ConfigError, match="max_connection_age must be positive seconds"):
             await server.start("127.0.0.1:0", max_connection_age=wrong)
+
+
+async def test_a_new_channel_reaches_a_server_restarted_on_the_same_address() -> None:
+    # With gRPC's process-wide subchannel pool, the new channel would inherit the failed
+    # connection to the server that had gone, and fail UNAVAILABLE at once.
+    first = AgentServer(LlmAgent(name="first", model=ScriptedModel([])))
+    port = await first.start("127.0.0.1:0")
+    async with open_channel(f"127.0.0.1:{port}", tls=None) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        assert (await stub.Describe(agent_pb2.DescribeRequest(), timeout=10)).card.name == "first"
+        await first.stop(None)
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            await stub.Describe(agent_pb2.DescribeRequest(), timeout=10)
+        assert gone.value.code() == grpc.StatusCode.UNAVAILABLE
+
+        second = AgentServer(LlmAgent(name="second", model=ScriptedModel([])))
+        await second.start(f"127.0.0.1:{port}")
+        try:
+            async with open_channel(f"127.0.0.1:{port}", tls=None) as fresh:
+                reply = await agent_pb2_grpc.AgentServiceStub(fresh).Describe(
+                    agent_pb2.DescribeRequest(), timeout=10
+                )
+        finally:
+            await second.stop(None)
+    assert reply.card.name == "second"

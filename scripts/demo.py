@@ -1,7 +1,8 @@
 """`make demo`: start the travel-desk mesh, talk to it as a client would, show what happened.
 
 Starts the services of mesh.toml (adk_mesh.up) — with mutual TLS between them, certificates
-in .adk-mesh/pki/ —, runs a scripted conversation of two sessions over the streaming
+in .adk-mesh/pki/ — and its HTTP gateway (web UI at /ui, its URL printed), runs a scripted
+conversation of two sessions over the streaming
 ``AgentService.Run`` RPC of the root service (TLS, trusting the mesh's CA), prints every event
 (author, text, tool calls and their progress, delegations, transfers, state changes, artifact
 versions) with its invocation id, stops the mesh, then prints each invocation's span tree from
@@ -11,6 +12,7 @@ the trace files. Service logs go to .adk-mesh/logs/<service>.log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -234,7 +236,44 @@ def tls_line(config: MeshConfig) -> str:
     return f"mTLS on: {services} services, certificates in {where}/"
 
 
-async def demo(config: MeshConfig, out: TextIO) -> list[Turn]:
+async def gateway_turn(url: str, out: TextIO) -> None:
+    """One more turn through the HTTP gateway (google-adk's /run_sse), as a browser or curl
+    would send it, and where its web UI is."""
+    import httpx
+
+    out.write(f"\nThe HTTP gateway (google-adk's REST and SSE API) is at {url}\n")
+    out.write(f"  web UI: {url}/ui/\n")
+    body = {
+        "appName": "travel_desk",
+        "userId": USER_ID,
+        "sessionId": "gateway-demo",
+        "newMessage": {"role": "user", "parts": [{"text": "Convert 5 miles to km."}]},
+        "streaming": False,
+    }
+    out.write("▶ POST /run_sse (user ada, session gateway-demo): Convert 5 miles to km.\n")
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=60) as client,
+        client.stream("POST", "/run_sse", json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line.removeprefix("data: "))
+            texts = [
+                p["text"] for p in (event.get("content") or {}).get("parts", []) if "text" in p
+            ]
+            calls = [
+                p["functionCall"]["name"]
+                for p in (event.get("content") or {}).get("parts", [])
+                if "functionCall" in p
+            ]
+            shown = _short(" ".join(texts)) if texts else ", ".join(f"→ {c}" for c in calls)
+            out.write(f"    data: [{event.get('author')}] {shown}\n")
+
+
+async def demo(config: MeshConfig, out: TextIO, *, keep_open: bool = False) -> list[Turn]:
+    """Start the mesh, run the conversation (and one turn through the gateway); with
+    ``keep_open``, keep the mesh up for the web UI until cancelled (Ctrl-C)."""
     model, why = choose_model()
     if model == "offline":
         out.write(
@@ -248,10 +287,37 @@ async def demo(config: MeshConfig, out: TextIO) -> list[Turn]:
     async with Mesh(config, log=_file_logger(config.state_dir / "logs")) as mesh:
         for name, address in mesh.targets.items():
             out.write(f"  {name:<10} {address}\n")
+        if mesh.gateway_url:
+            out.write(f"  {'gateway':<10} {mesh.gateway_url}  — web UI: {mesh.gateway_url}/ui/\n")
         out.write(tls_line(config) + "\n")
         turns = await run_conversation(mesh.targets["concierge"], tls=mesh.client_tls, out=out)
+        if mesh.gateway_url:
+            await gateway_turn(mesh.gateway_url, out)
+            if keep_open:
+                out.write(
+                    f"\nThe mesh stays up for the web UI at {mesh.gateway_url}/ui/ "
+                    "— press Ctrl-C to stop it.\n"
+                )
+                out.flush()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.Event().wait()
         out.write("\nStopping the mesh …\n")
     return turns
+
+
+def _run_until_interrupted(work: Any) -> list[Turn]:
+    """Run ``work``; Ctrl-C cancels it (the mesh is stopped on the way out) and its result is
+    still returned, as the conversation was over before."""
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(work)
+    try:
+        return loop.run_until_complete(task)
+    except KeyboardInterrupt:
+        # The task was running the wait for Ctrl-C: cancel it, let the mesh stop.
+        task.cancel()
+        return loop.run_until_complete(task)
+    finally:
+        loop.close()
 
 
 def main() -> int:
@@ -263,8 +329,12 @@ def main() -> int:
     config = dataclasses.replace(
         config, services=tuple(dataclasses.replace(s, port=0) for s in config.services)
     )
+    if config.gateway is not None:
+        config = dataclasses.replace(config, gateway=dataclasses.replace(config.gateway, port=0))
     out = sys.stdout
-    turns = asyncio.run(demo(config, out))
+    # At a terminal the mesh stays up after the conversation, for the web UI (Ctrl-C ends it).
+    keep_open = sys.stdin.isatty() and os.environ.get("CI", "") == ""
+    turns = _run_until_interrupted(demo(config, out, keep_open=keep_open))
     trace_dir = Path(os.environ.get("ADK_MESH_TRACE_DIR") or config.trace_dir)
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         out.write("\nTraces went to OTEL_EXPORTER_OTLP_ENDPOINT; open them in your backend.\n")

@@ -325,6 +325,7 @@ async function send(text) {
   elements.stop.hidden = false;
   elements.transcript.querySelector(":scope > p.empty")?.remove();
   const turn = turnElement(text);
+  turn.article.dataset.state = "running";
   let count = 0;
   const started = performance.now();
   try {
@@ -351,11 +352,14 @@ async function send(text) {
       elements.transcript.scrollTop = elements.transcript.scrollHeight;
     }
     say(`Done: ${count} event${count === 1 ? "" : "s"} in ${formatMs(performance.now() - started)}.`);
+    turn.article.dataset.state = "done";
   } catch (error) {
     if (controller.signal.aborted) {
       errorLine(turn, "stopped: the run was cancelled");
       say("Stopped.");
+      turn.article.dataset.state = "stopped";
     } else {
+      turn.article.dataset.state = "failed";
       if (!turn.article.isConnected) elements.transcript.append(turn.article);
       errorLine(turn, failure(error));
       say(`The run failed: ${failure(error)}`, "error");
@@ -511,6 +515,8 @@ function clearTrace() {
   ui.traceInvocation = "";
   elements.traceInvocation.textContent = "";
   elements.refreshTrace.disabled = true;
+  delete elements.trace.dataset.complete;
+  delete elements.trace.dataset.invocation;
   replace(elements.trace, h("p.empty", { text: "Each invocation's spans across the services appear here once it ran." }));
 }
 
@@ -529,7 +535,11 @@ async function showTrace(invocationId, { focus = false, attempt = 0 } = {}) {
   for (const article of elements.transcript.querySelectorAll("article.turn")) {
     article.classList.toggle("selected", article.dataset.invocation === invocationId);
   }
-  if (attempt === 0) elements.trace.setAttribute("aria-busy", "true");
+  if (attempt === 0) {
+    elements.trace.setAttribute("aria-busy", "true");
+    delete elements.trace.dataset.complete;
+    delete elements.trace.dataset.invocation;
+  }
   let data;
   try {
     data = await api.trace(invocationId);
@@ -541,6 +551,7 @@ async function showTrace(invocationId, { focus = false, attempt = 0 } = {}) {
   }
   if (generation !== ui.traceGeneration) return;
   const { spans, orphans } = renderTrace(elements.trace, data);
+  elements.trace.dataset.invocation = invocationId;
   markControlFlow(elements.transcript, data.controlFlow);
   const incomplete = data.source !== "none" && (spans === 0 || orphans > 0);
   if (incomplete && attempt < 8) {

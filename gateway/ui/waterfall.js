@@ -85,15 +85,22 @@ function spanRow(span, traceDurationMs, parentService, index) {
       "th.span-label",
       { scope: "row", style: { "--depth": span.depth } },
       toggle,
-      h(
-        "span.span-meta",
-        null,
-        h("span.service", { style: { "--hue": hueOf(span.service) }, text: span.service }),
-        crossesService ? h("span.tag.hop", { text: "↪ another service" }) : null,
-        flow ? h(`span.tag.flow.${flow}`, { text: `${CONTROL_FLOW[flow] ?? flow} → ${target ?? "?"}` }) : null,
-        error ? h("span.tag.error", { text: "error" }) : null,
-        span.orphan ? h("span.tag.orphan", { text: "parent not exported yet" }) : null,
-      ),
+      // The service is named where the trace enters it; the colour says it on every row.
+      parentService === null || crossesService || flow || error || span.orphan
+        ? h(
+            "span.span-meta",
+            null,
+            parentService === null || crossesService
+              ? h("span.service", {
+                  style: { "--hue": hueOf(span.service) },
+                  text: crossesService ? `↪ ${span.service}` : span.service,
+                })
+              : null,
+            flow ? h(`span.tag.flow.${flow}`, { text: `${CONTROL_FLOW[flow] ?? flow} → ${target ?? "?"}` }) : null,
+            error ? h("span.tag.error", { text: "error" }) : null,
+            span.orphan ? h("span.tag.orphan", { text: "parent not exported yet" }) : null,
+          )
+        : null,
     ),
     h(
       "td.span-timeline",

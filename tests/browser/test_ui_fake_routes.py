@@ -1,0 +1,147 @@
+"""The UI in a real headless chromium against a small fake of the gateway's routes
+(tests/browser/fake_gateway.py): one scripted turn with everything the UI draws — partials,
+tool progress, a transfer, an AgentTool delegation, state and artifact deltas — and its
+trace read by the real trace route from OTLP files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import browser_errors, serve_asgi
+from tests.browser.fake_gateway import APP, NOTE, FakeGateway
+
+pytestmark = pytest.mark.timeout(120)
+
+MESSAGE = "Plan a 3-day trip to Lisbon for food and history."
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeGateway:
+    return FakeGateway(tmp_path_factory.mktemp("traces"))
+
+
+@pytest.fixture(scope="module")
+def base_url(fake: FakeGateway) -> Iterator[str]:
+    with serve_asgi(fake.app()) as url:
+        yield url
+
+
+def wait(browser: Any, condition: Any, timeout: float = 20) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout).until(condition)
+
+
+def css(browser: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return list(browser.find_elements(By.CSS_SELECTOR, selector))
+
+
+def test_a_turn_through_the_ui(
+    browser: Any, base_url: str, fake: FakeGateway, output_dir: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(f"{base_url}/ui/")
+    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true"
+    assert browser.find_element(By.ID, "app").get_attribute("value") == APP
+
+    message = browser.find_element(By.ID, "message")
+    message.send_keys(MESSAGE)
+    message.send_keys(Keys.ENTER)
+    wait(browser, lambda b: b.find_element(By.ID, "status").text.startswith("Done"))
+
+    # google-adk's request body, streaming asked for.
+    [body] = fake.run_bodies
+    assert body["appName"] == APP and body["userId"] == "user" and body["streaming"] is True
+    assert body["newMessage"] == {"role": "user", "parts": [{"text": MESSAGE}]}
+    session_id = body["sessionId"]
+    assert browser.find_element(By.ID, "session").get_attribute("value") == session_id
+
+    [turn] = css(browser, "article.turn")
+    invocation_id = turn.get_attribute("data-invocation")
+    assert invocation_id.startswith("e-")
+    assert MESSAGE in turn.find_element(By.CSS_SELECTOR, ".user-message").text
+    final_cards = css(browser, "article.turn li.event:not(.partial)")
+    assert [card.get_attribute("data-author") for card in final_cards] == [
+        "concierge",
+        "concierge",
+        "trip_planner",
+        "trip_planner",
+        "trip_planner",
+    ]
+    assert "transfer to trip_planner" in final_cards[0].text.lower()
+    assert "control goes to trip_planner" in final_cards[1].text
+    assert "concierge.trip_planner" in final_cards[2].text  # the branch
+    assert f"{NOTE} saved as version 0" in final_cards[3].text
+    assert "Here is your plan for Lisbon." in final_cards[4].text
+    assert "turn complete" in final_cards[4].text
+    # Partials are events too: hidden until asked for, then shown, the progress one included.
+    partials = css(browser, "li.event.partial")
+    assert len(partials) >= 5 and not any(card.is_displayed() for card in partials)
+    browser.find_element(By.ID, "show-partials").click()
+    assert all(card.is_displayed() for card in partials)
+    progress = css(browser, "li.event.partial.tool-progress")[0]
+    assert "drafting, round 1 of 3" in progress.text and "33%" in progress.text
+    browser.find_element(By.ID, "show-partials").click()
+
+    # The trace: every service, nested, and the AgentTool call marked from it.
+    wait(browser, lambda b: b.find_element(By.ID, "trace").get_attribute("data-complete") == "true")
+    rows = css(browser, "#trace tr.span-row")
+    depth = {
+        (
+            row.get_attribute("data-service"),
+            row.find_element(By.CSS_SELECTOR, ".span-name").text,
+        ): int(row.get_attribute("data-depth"))
+        for row in rows
+    }
+    assert depth[("concierge", "invoke_agent concierge")] == 0
+    assert depth[("planner", "invoke_agent trip_planner")] == 2
+    assert depth[("writer", "invoke_agent itinerary_writer")] == 4
+    assert depth[("tools", "execute_tool save_note")] == 3
+    assert [li.text for li in css(browser, "#trace .legend li")] == [
+        "concierge",
+        "planner",
+        "writer",
+        "tools",
+    ]
+    assert browser.find_element(By.ID, "trace-invocation").text == invocation_id
+    wait(browser, lambda b: css(b, ".line.call.delegation"))
+    [delegation] = css(browser, ".line.call.delegation")
+    assert "AgentTool delegation to itinerary_writer" in delegation.text
+
+    # A span's attributes open from the keyboard.
+    toggle = rows[0].find_element(By.CSS_SELECTOR, "button.span-toggle")
+    detail = browser.find_element(By.ID, toggle.get_attribute("aria-controls"))
+    assert not detail.is_displayed()
+    toggle.send_keys(Keys.ENTER)
+    assert toggle.get_attribute("aria-expanded") == "true" and detail.is_displayed()
+    assert invocation_id in detail.text
+
+    # State (what this invocation changed, marked) and the artifact.
+    changed = {row.get_attribute("data-key") for row in css(browser, "#state tr.changed")}
+    assert changed == {"itinerary", "user:pace"}
+    browser.find_element(By.CSS_SELECTOR, f'#artifacts li[data-artifact="{NOTE}"] button').click()
+    wait(browser, lambda b: "Day 1" in b.find_element(By.ID, "artifact-view").text)
+    assert f"{NOTE} · version 0" in browser.find_element(By.ID, "artifact-view").text
+
+    browser.save_screenshot(str(output_dir / "ui-fake-routes.png"))
+    assert browser_errors(browser) == []
+
+    # Reloaded, the page resumes the session from the URL and draws it from its history.
+    browser.get(f"{base_url}/ui/#app={APP}&user=user&session={session_id}")
+    browser.refresh()
+    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    wait(browser, lambda b: b.find_element(By.ID, "trace").get_attribute("data-complete") == "true")
+    [turn] = css(browser, "article.turn")
+    assert turn.get_attribute("data-invocation") == invocation_id
+    assert MESSAGE in turn.text
+    assert len(css(browser, "article.turn li.event")) == 5
+    assert browser_errors(browser) == []

@@ -10,7 +10,7 @@ BUF := node_modules/.bin/buf
 PROTO_FILES := $(wildcard protos/adk_mesh/v1/*.proto)
 
 .PHONY: help install proto proto-check lint format typecheck test bench demo clean deploy-check \
-        deploy-test
+        deploy-test openapi openapi-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}'
@@ -25,6 +25,18 @@ $(BUF): package.json
 	npm install --no-audit --no-fund --silent
 	@touch $(BUF)
 
+# google-adk, for the gateway's compatibility tests (tests/gateway/test_google_adk_compat.py),
+# in a virtualenv of its own (inside .venv): it pins opentelemetry below what adk-mesh needs, so the two cannot
+# share one environment. The tests run its Python in a subprocess.
+ADK_COMPAT := $(VENV)/adk-compat
+ADK_COMPAT_VERSION ?= 2.13.0
+ADK_COMPAT_STAMP := $(ADK_COMPAT)/.installed-$(ADK_COMPAT_VERSION)
+
+$(ADK_COMPAT_STAMP):
+	@test -x $(ADK_COMPAT)/bin/python || $(PYTHON) -m venv $(ADK_COMPAT)
+	$(ADK_COMPAT)/bin/python -m pip install -q 'google-adk==$(ADK_COMPAT_VERSION)'
+	@touch $(ADK_COMPAT_STAMP)
+
 install: $(STAMP) ## Create .venv and install adk-mesh with its dev extras
 
 proto: $(STAMP) ## Regenerate adk_mesh/v1 from protos/
@@ -34,6 +46,12 @@ proto-check: $(STAMP) ## Fail if the committed generated code differs from a fre
 	@tmp=$$(mktemp -d) && $(PY) scripts/gen_protos.py --out $$tmp \
 	  && diff -r -x __pycache__ $$tmp/adk_mesh/v1 adk_mesh/v1 \
 	  && echo "generated code is up to date"; rc=$$?; rm -rf $$tmp; exit $$rc
+
+openapi: $(STAMP) ## Regenerate gateway/openapi.json from the gateway's routes
+	$(PY) -m gateway.openapi --write
+
+openapi-check: $(STAMP) ## Fail if gateway/openapi.json differs from the gateway's routes
+	$(PY) -m gateway.openapi --check
 
 lint: $(STAMP) $(BUF) ## ruff check, ruff format --check, buf lint
 	$(VENV)/bin/ruff check .
@@ -47,8 +65,8 @@ format: $(STAMP) ## Apply ruff's fixes and formatting
 typecheck: $(STAMP) ## mypy --strict over adk_mesh (generated code excluded)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) ## Run the test suite (installs first if needed)
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: $(STAMP) $(ADK_COMPAT_STAMP) ## Run the test suite (installs first if needed)
+	ADK_COMPAT_PYTHON=$(ADK_COMPAT)/bin/python $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) ## Start the reference mesh, run a scripted conversation, print events and span trees
 	$(PY) scripts/demo.py

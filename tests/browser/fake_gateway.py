@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -57,6 +58,8 @@ class FakeGateway:
         self.sessions: dict[str, dict[str, Any]] = {}
         self.artifacts: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.run_bodies: list[dict[str, Any]] = []
+        #: Set when a client closed a run's stream before its last event.
+        self.disconnected = threading.Event()
         self.providers = {
             name: self._provider(name) for name in ("concierge", "planner", "writer", "tools")
         }
@@ -144,15 +147,24 @@ class FakeGateway:
             return JSONResponse({"detail": "Session not found"}, status_code=404)
         message = body["newMessage"]["parts"][0]["text"]
 
+        # "slowly" in the message: a turn slow enough for a person to stop it.
+        pause = 1.0 if "slowly" in message else 0.02
+
         async def frames() -> AsyncIterator[str]:
             invocation_id = "e-" + uuid.uuid4().hex[:12]
             user_event = _event(invocation_id, "user", content=_text("user", message))
             session["events"].append(user_event)
-            for event in self._turn(session, invocation_id, message):
-                if not event.get("partial"):
-                    self._append(session, event)
-                yield f"data: {json.dumps(event, separators=(',', ':'))}\n\n"
-                await asyncio.sleep(0.02)
+            finished = False
+            try:
+                for event in self._turn(session, invocation_id, message):
+                    if not event.get("partial"):
+                        self._append(session, event)
+                    yield f"data: {json.dumps(event, separators=(',', ':'))}\n\n"
+                    await asyncio.sleep(pause)
+                finished = True
+            finally:
+                if not finished:
+                    self.disconnected.set()
             self._spans(invocation_id)
 
         return StreamingResponse(frames(), media_type="text/event-stream")

@@ -145,3 +145,27 @@ def test_a_turn_through_the_ui(
     assert MESSAGE in turn.text
     assert len(css(browser, "article.turn li.event")) == 5
     assert browser_errors(browser) == []
+
+
+def test_stop_closes_the_stream(browser: Any, base_url: str, fake: FakeGateway) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(f"{base_url}/ui/")
+    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    message = browser.find_element(By.ID, "message")
+    message.send_keys("Plan it slowly, please.")
+    message.send_keys(Keys.ENTER)
+    # The first event is in: the run is under way.
+    wait(browser, lambda b: css(b, 'article.turn[data-state="running"] li.event'))
+    stop = browser.find_element(By.ID, "stop")
+    assert stop.is_displayed()
+    stop.send_keys(Keys.ENTER)
+
+    wait(browser, lambda b: css(b, 'article.turn[data-state="stopped"]'))
+    assert fake.disconnected.wait(10), "the page did not close the stream"
+    [turn] = css(browser, "article.turn")
+    assert "the run was cancelled" in turn.text
+    assert not stop.is_displayed()
+    assert browser.find_element(By.ID, "send").is_enabled()
+    assert browser_errors(browser) == []

@@ -2,7 +2,8 @@
 by selenium (no browser download), and ASGI apps served on a real loopback port.
 
 The browser tests are skipped, saying why, where chromium or chromium-driver is missing
-(``apt-get install -y chromium chromium-driver``; ``.ci/run`` installs them). Screenshots go
+(``apt-get install -y chromium chromium-driver``), and fail instead with
+``ADK_MESH_REQUIRE_BROWSER`` set (``.ci/run`` installs them and sets it). Screenshots go
 to ``build/test-output/browser/`` (``ADK_MESH_TEST_OUTPUT`` moves ``build/test-output``).
 """
 
@@ -60,10 +61,13 @@ def browser() -> Iterator[Any]:
     chromium = _executable("chromium", "chromium-browser")
     driver_path = _executable("chromedriver", "chromium-driver")
     if chromium is None or driver_path is None:
-        pytest.skip(
+        why = (
             "needs Debian's chromium and chromium-driver "
             "(apt-get install -y chromium chromium-driver)"
         )
+        if os.environ.get("ADK_MESH_REQUIRE_BROWSER"):
+            pytest.fail(f"ADK_MESH_REQUIRE_BROWSER is set: the browser test {why}")
+        pytest.skip(why)
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 

@@ -32,6 +32,7 @@ async def serve_gateway(settings: GatewaySettings) -> AsyncIterator[str]:
     """The gateway for ``settings`` on a free port of 127.0.0.1; yields its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as gateway.cli binds
     sock.listen(128)
     sock.setblocking(False)
     port = sock.getsockname()[1]

@@ -47,20 +47,28 @@ def rpc_failure(error: grpc.RpcError, app: str, target: str) -> AdkError:
 class RunStream:
     """One root run: its events as they come, and the session the service used.
 
-    Iterating yields each event once it arrives (batches unpacked); closing (or the iterating
-    task being cancelled) cancels the gRPC call, so the run stops in the service too.
+    The gRPC call starts when :meth:`events` is first iterated (in the caller's trace context,
+    so its span is the request's child). Iterating yields each event once it arrives (batches
+    unpacked); closing (or the iterating task being cancelled) cancels the call, so the run
+    stops in the service too.
     """
 
-    def __init__(self, call: Any, app: str, target: str) -> None:
-        self._call = call
+    def __init__(
+        self, method: Any, request: Any, options: dict[str, Any], app: str, target: str
+    ) -> None:
+        self._method = method
+        self._request = request
+        self._options = options
+        self._call: Any = None
         self._app = app
         self._target = target
         #: Set from the first response (the session the service created or used).
         self.session_id = ""
 
     async def events(self) -> AsyncIterator[Event]:
+        self._call = call = self._method(self._request, **self._options)
         try:
-            async for response in self._call:
+            async for response in call:
                 if response.session_id:
                     self.session_id = response.session_id
                 for event in codec.run_response_events(response):
@@ -68,10 +76,11 @@ class RunStream:
         except grpc.RpcError as error:
             raise rpc_failure(error, self._app, self._target) from None
         finally:
-            self._call.cancel()
+            call.cancel()
 
     def cancel(self) -> None:
-        self._call.cancel()
+        if self._call is not None:
+            self._call.cancel()
 
 
 class MeshClient:
@@ -154,8 +163,8 @@ class MeshClient:
         )
         if streaming:
             request.run_config.streaming_mode = agent_pb2.STREAMING_MODE_SSE
-        call = self.agents(app).Run(request, metadata=tuple(credentials), timeout=timeout)
-        return RunStream(call, app, self.target(app))
+        options = {"metadata": tuple(credentials), "timeout": timeout}
+        return RunStream(self.agents(app).Run, request, options, app, self.target(app))
 
     async def describe(
         self, app: str, *, credentials: Credentials, seconds: float = 10.0

@@ -170,6 +170,7 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         x_request_timeout: timeout_header = None,
     ) -> Response:
         app, stream = start(body, who, x_request_timeout)
+        # The call starts in the collecting task, made inside the span: the span is its parent.
         with server_span(request, "POST /run", app):
             collect = asyncio.ensure_future(_collect(stream))
             watch = asyncio.ensure_future(_disconnected(request))

@@ -1,0 +1,196 @@
+"""Memory of an idle service: the RSS of ``adk-mesh serve agent`` and ``adk-mesh serve tools``.
+
+Each reference service (``services.writer:root_agent``, ``services.tools:tools``) starts as its
+own OS process, exactly as a deployment starts it (``python -m adk_mesh serve ... --port 0``,
+plaintext on loopback, no ``OTEL_*`` exporter, the default ``memory://`` session store); once
+it prints its ready line and has been idle for ``--settle`` seconds, ``VmRSS`` (and the peak,
+``VmHWM``) is read from ``/proc/PID/status``. Rounds alternate the two services; the figure is
+the median over rounds with the spread, against the target of issue 16 (<= 60 MiB).
+
+Then what the heavy libraries cost: for each, the RSS of a fresh interpreter that imports it
+alone, minus a bare interpreter's, and whether the idle service has it loaded (a second start
+of the agent service under a wrapper that lists ``sys.modules`` once it is ready).
+
+Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_MIB = 60.0
+SERVICES = {
+    "serve agent services.writer:root_agent": ["agent", "services.writer:root_agent"],
+    "serve tools services.tools:tools": ["tools", "services.tools:tools"],
+}
+# Libraries an idle service should not need unless configured: model providers (httpx),
+# OpenTelemetry's SDK and exporters (only with OTEL_* set), JWT and X.509 (only with auth/TLS).
+HEAVY_MODULES = [
+    "grpc",
+    "pydantic",
+    "google.protobuf.json_format",
+    "httpx",
+    "opentelemetry.sdk.trace",
+    "opentelemetry.sdk._logs",
+    "opentelemetry.exporter.otlp.proto.common.trace_encoder",
+    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "jwt",
+    "cryptography.x509",
+]
+# Lists sys.modules to the file named by argv[1] on SIGUSR1, then runs the CLI with the rest.
+_LISTING_WRAPPER = """
+import signal, sys
+def _dump(*_):
+    with open(sys.argv[1], "w") as out:
+        out.write("\\n".join(sorted(sys.modules)))
+signal.signal(signal.SIGUSR1, _dump)
+from adk_mesh.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _environment() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env.pop("ADK_MESH_TRACE_DIR", None)
+    env.pop("ADK_MESH_SESSIONS", None)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _status(pid: int) -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` of ``pid`` in KiB."""
+    values: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0])
+    return values
+
+
+def _start(command: list[str]) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("adk-mesh: serving"):
+            return process
+    _, errors = process.communicate(timeout=10)
+    raise RuntimeError(f"{' '.join(command)} did not start: {errors.strip()}")
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+
+
+def idle_rss(arguments: list[str], settle: float) -> dict[str, int]:
+    process = _start([sys.executable, "-m", "adk_mesh", "serve", *arguments, "--port", "0"])
+    try:
+        time.sleep(settle)
+        return _status(process.pid)
+    finally:
+        _stop(process)
+
+
+def loaded_modules(arguments: list[str], settle: float) -> set[str]:
+    with tempfile.TemporaryDirectory() as directory:
+        listing = Path(directory) / "modules.txt"
+        command = [sys.executable, "-c", _LISTING_WRAPPER, str(listing)]
+        process = _start([*command, "serve", *arguments, "--port", "0"])
+        try:
+            time.sleep(settle)
+            process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 10
+            while not listing.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return set(listing.read_text().split())
+        finally:
+            _stop(process)
+
+
+def import_cost_kib(module: str) -> int:
+    """RSS of a fresh interpreter after ``import module``, minus a bare interpreter's."""
+    probe = (
+        "import json, sys\n"
+        "def rss():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmRSS'): return int(line.split()[1])\n"
+        "before = rss()\n"
+        "if sys.argv[1]: __import__(sys.argv[1])\n"
+        "print(json.dumps(rss() - before))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, module],
+        cwd=ROOT,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(json.loads(out.stdout))
+
+
+def _mib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--settle", type=float, default=1.0, help="idle seconds before reading")
+    args = parser.parse_args()
+    if not Path("/proc/self/status").exists():
+        print("footprint: needs /proc (Linux); skipped")
+        return
+
+    print(
+        f"idle RSS of each reference service after start ({args.rounds} rounds, alternating, "
+        f"{args.settle:g} s idle; plaintext loopback, no OTEL_* exporter, memory:// store) "
+        f"vs target <= {TARGET_MIB:.0f} MiB"
+    )
+    samples: dict[str, list[dict[str, int]]] = {name: [] for name in SERVICES}
+    for _ in range(args.rounds):
+        for name, arguments in SERVICES.items():
+            samples[name].append(idle_rss(arguments, args.settle))
+    for name, rows in samples.items():
+        rss = [row["VmRSS"] for row in rows]
+        peak = statistics.median(row["VmHWM"] for row in rows)
+        median = statistics.median(rss)
+        verdict = "MET" if median / 1024 <= TARGET_MIB else "MISSED"
+        print(
+            f"  {name:40s} {_mib(median):>9s}  (spread {_mib(min(rss))}..{_mib(max(rss))}, "
+            f"peak {_mib(peak)})  {verdict}"
+        )
+
+    modules = loaded_modules(SERVICES["serve agent services.writer:root_agent"], args.settle)
+    bare = import_cost_kib("")
+    print("what each heavy library costs alone (fresh interpreter, RSS over a bare one), and")
+    print("whether the idle agent service has it loaded")
+    for module in HEAVY_MODULES:
+        cost = import_cost_kib(module) - bare
+        where = "loaded" if module in modules else "not loaded"
+        print(f"  {module:56s} {_mib(cost):>9s}  {where}")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,8 @@ adk-mesh's own spans carry ``adk_mesh.invocation_id`` (and app, user, session, b
 start. :class:`InvocationSpanProcessor` puts the same attributes on every *other* span started
 inside an invocation — those of opentelemetry-instrumentation-httpx, -grpc, database drivers, an
 application's own — and :class:`InvocationLogRecordProcessor` on every OpenTelemetry log record
-emitted inside one. :class:`InvocationLogFormatter` shows them, with the trace and span ids, on a
-plain console log line.
+emitted inside one. :class:`InvocationLogFormatter` (in :mod:`~adk_mesh.telemetry._formatter`,
+which needs no SDK) shows them, with the trace and span ids, on a plain console log line.
 
 Inside a process the ids are one value of the OpenTelemetry context, set by the invocation's
 spans; in a service that received the call, they arrive as W3C baggage (see
@@ -15,13 +15,11 @@ anywhere below an invocation — in this process or downstream — is found by i
 
 from __future__ import annotations
 
-import logging
-
-from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from adk_mesh.telemetry._formatter import InvocationLogFormatter
 from adk_mesh.telemetry._propagation import INVOCATION_ID, current_invocation_attributes
 
 __all__ = ["InvocationLogFormatter", "InvocationLogRecordProcessor", "InvocationSpanProcessor"]
@@ -83,40 +81,3 @@ class InvocationLogRecordProcessor(LogRecordProcessor):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True
-
-
-class InvocationLogFormatter(logging.Formatter):
-    """A console line that says which invocation, trace and span it was written in::
-
-        2026-12-01 15:44:44,123 WARNING adk_mesh.runner [invocation_id=e-1f… trace_id=4bf9…
-        span_id=00f0…]: the message
-
-    Outside an invocation and outside any span the brackets are left out. Nothing is added to
-    the record itself, so other handlers (an OpenTelemetry log handler, say) see it unchanged.
-    """
-
-    def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
-        super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt)
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        line = super().formatMessage(record)
-        where = _where()
-        if not where:
-            return line
-        # Before the message: after the logger's name, where a reader looks for the source.
-        head, separator, rest = line.partition(f"{record.name}: ")
-        if not separator:
-            return f"{line} [{where}]"
-        return f"{head}{record.name} [{where}]: {rest}"
-
-
-def _where() -> str:
-    parts: list[str] = []
-    invocation_id = current_invocation_attributes().get(INVOCATION_ID)
-    if invocation_id:
-        parts.append(f"invocation_id={invocation_id}")
-    span_context = trace.get_current_span().get_span_context()
-    if span_context.is_valid:
-        parts.append(f"trace_id={span_context.trace_id:032x}")
-        parts.append(f"span_id={span_context.span_id:016x}")
-    return " ".join(parts)

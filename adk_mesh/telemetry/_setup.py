@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -169,15 +170,16 @@ def configure_telemetry(service_name: str | None = None) -> TelemetryHandle:
 
 
 def _configure(service_name: str) -> TelemetryHandle:
-    from opentelemetry.sdk.trace import TracerProvider
-
     from adk_mesh.telemetry._spans import refresh_capture_content
 
     refresh_capture_content()
     if _env("OTEL_SDK_DISABLED").lower() == "true":
         return TelemetryHandle(service_name=service_name, pipeline="disabled")
     installed = trace.get_tracer_provider()
-    if isinstance(installed, TracerProvider):
+    # An SDK provider exists only once its module is loaded: a process that configured
+    # nothing never pays for importing the SDK just to find it is not there.
+    sdk_trace = sys.modules.get("opentelemetry.sdk.trace")
+    if sdk_trace is not None and isinstance(installed, sdk_trace.TracerProvider):
         return _join(installed, service_name)
     if not isinstance(installed, trace.ProxyTracerProvider):
         # NoOpTracerProvider (tracing switched off on purpose) or another API implementation:

@@ -2,29 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from adk_mesh.errors import AlreadyExistsError, SessionNotFoundError
+from adk_mesh.errors import AlreadyExistsError, ConfigError, SessionNotFoundError
 from adk_mesh.sessions import _common
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
 
-__all__ = ["InMemorySessionService"]
+__all__ = ["DEFAULT_MAX_SESSIONS", "InMemorySessionService"]
+
+#: How many sessions an :class:`InMemorySessionService` keeps by default (the least recently
+#: used that are not in use go first). A one-turn session with a tool call takes ~6 KiB.
+DEFAULT_MAX_SESSIONS = 1_000
 
 _SessionKey = tuple[str, str, str]
+_UserKey = tuple[str, str]
+
+# The clock of last uses (a module attribute so tests can move time).
+_monotonic = time.monotonic
 
 
 @dataclass
 class _StoredSession:
     state: dict[str, Any]
     last_update_time: float
+    # When the session was last created, read or appended to (``_monotonic``).
+    last_used: float
     # (timestamp, event JSON): the serialized form makes stored events immutable without a
     # deep copy of the whole session on every read or append.
     events: list[tuple[datetime, str]] = field(default_factory=list)
     event_ids: set[str] = field(default_factory=set)
+    # The Session objects handed out for this session (or appended through) that may still be
+    # alive: while one is, a caller (a running turn) holds the session, and it is not evicted.
+    views: list[weakref.ref[Session]] = field(default_factory=list)
 
 
 class InMemorySessionService(SessionService):
@@ -36,12 +55,46 @@ class InMemorySessionService(SessionService):
     :meth:`get_session`, so neither the objects passed in nor the ones returned share anything
     with the store. ``append_event`` returns the event passed in when it has an id and no
     ``temp:`` keys (only its JSON is kept), else a shallow copy with an id and without them.
+
+    **Bounded.** The store keeps at most ``max_sessions`` sessions (default
+    :data:`DEFAULT_MAX_SESSIONS`; ``None``: no bound), least recently used first out: creating
+    a session past the bound evicts the sessions least recently created, read or appended to.
+    With ``ttl`` (seconds; default ``None``, no expiry) a session unused for that long is
+    dropped too. Eviction never breaks a running turn: a session is *in use*, and never
+    evicted or expired, while a :class:`~adk_mesh.sessions.Session` object this store returned
+    for it (or that was appended through) is still alive — a turn holds one from its first
+    read to its last append — or while :meth:`claim_session` holds it. So the store may hold
+    more than ``max_sessions`` when more than that are in use at once. An evicted or expired
+    session is gone as if deleted: :meth:`get_session` returns ``None``.
+
+    A user's state (``user:`` keys) outlives the user's sessions, so that a new session sees
+    it, for the ``max_sessions`` users who most recently lost their last session (and, with
+    ``ttl``, for ``ttl`` seconds); then it goes too. App state (``app:`` keys) is kept, one
+    dictionary per app.
+
+    Raises:
+        ConfigError: ``max_sessions`` is below 1 or ``ttl`` is not positive.
     """
 
-    def __init__(self) -> None:
-        self._sessions: dict[_SessionKey, _StoredSession] = {}
+    def __init__(
+        self, *, max_sessions: int | None = DEFAULT_MAX_SESSIONS, ttl: float | None = None
+    ) -> None:
+        if max_sessions is not None and max_sessions < 1:
+            raise ConfigError(f"max_sessions must be at least 1 (or None), not {max_sessions}")
+        if ttl is not None and not ttl > 0:
+            raise ConfigError(f"ttl must be a positive number of seconds (or None), not {ttl}")
+        self.max_sessions = max_sessions
+        self.ttl = ttl
+        # Least recently used first.
+        self._sessions: OrderedDict[_SessionKey, _StoredSession] = OrderedDict()
         self._app_states: dict[str, dict[str, Any]] = {}
-        self._user_states: dict[tuple[str, str], dict[str, Any]] = {}
+        self._user_states: dict[_UserKey, dict[str, Any]] = {}
+        # Sessions per user, and users without sessions whose state is still kept (with the
+        # time they lost their last one), oldest first.
+        self._user_sessions: dict[_UserKey, int] = {}
+        self._orphans: OrderedDict[_UserKey, float] = OrderedDict()
+        # Sessions held by claim_session, with how many claims hold each.
+        self._claims: dict[_SessionKey, int] = {}
 
     async def create_session(
         self,
@@ -54,20 +107,26 @@ class InMemorySessionService(SessionService):
         _common.check_ids(app_name, user_id, session_id)
         session_id = _common.new_session_id(session_id)
         key = (app_name, user_id, session_id)
+        self._expire()
         if key in self._sessions:
             raise AlreadyExistsError(
                 f"session {session_id!r} of user {user_id!r} in app {app_name!r} already exists"
             )
         scoped = split_by_scope(_common.json_copy(state)) if state else None
-        stored = _StoredSession(state={}, last_update_time=_common.now())
+        stored = _StoredSession(state={}, last_update_time=_common.now(), last_used=_monotonic())
+        user = (app_name, user_id)
+        self._orphans.pop(user, None)
+        self._user_sessions[user] = self._user_sessions.get(user, 0) + 1
         if scoped is not None:
             stored.state.update(scoped.session)
             if scoped.app:
                 self._app_states.setdefault(app_name, {}).update(scoped.app)
             if scoped.user:
-                self._user_states.setdefault((app_name, user_id), {}).update(scoped.user)
+                self._user_states.setdefault(user, {}).update(scoped.user)
         self._sessions[key] = stored
-        return self._build_session(key, stored, [])
+        session = self._build_session(key, stored, [])
+        self._evict()
+        return session
 
     async def get_session(
         self,
@@ -80,10 +139,12 @@ class InMemorySessionService(SessionService):
     ) -> Session | None:
         _common.check_ids(app_name, user_id, session_id)
         _common.check_num_recent_events(num_recent_events)
+        self._expire()
         key = (app_name, user_id, session_id)
         stored = self._sessions.get(key)
         if stored is None:
             return None
+        self._touch(key, stored)
         selected = _common.select_events(stored.events, num_recent_events, after)
         return self._build_session(
             key, stored, [_common.decode_event(data) for _, data in selected]
@@ -91,15 +152,19 @@ class InMemorySessionService(SessionService):
 
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         _common.check_ids(app_name, user_id)
+        self._expire()
+        # Listing is not a use: it neither refreshes the sessions nor holds them.
         return [
-            self._build_session(key, stored, [])
+            self._build_session(key, stored, [], held=False)
             for key, stored in self._sessions.items()
             if key[0] == app_name and key[1] == user_id
         ]
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         _common.check_ids(app_name, user_id, session_id)
-        self._sessions.pop((app_name, user_id, session_id), None)
+        key = (app_name, user_id, session_id)
+        if key in self._sessions:
+            self._drop(key)
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
@@ -137,6 +202,9 @@ class InMemorySessionService(SessionService):
         stored.events.append((event.timestamp, encoded))
         stored.event_ids.add(stored_event.id)
         stored.last_update_time = update_time
+        self._touch(key, stored)
+        if not any(view() is session for view in stored.views):
+            self._hold(stored, session)
 
         if event.actions.state_delta:
             session.state.update(event.actions.state_delta)
@@ -144,8 +212,106 @@ class InMemorySessionService(SessionService):
         session.last_update_time = update_time
         return stored_event
 
+    def claim_session(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold the session against eviction and expiry for the ``async with`` block.
+
+        This store lives in one process, so a claim excludes nobody (turns in this process
+        are serialised by their caller): claims only pin the session, which need not exist yet.
+        """
+        _common.check_ids(app_name, user_id, session_id)
+        return self._claimed((app_name, user_id, session_id))
+
+    @contextlib.asynccontextmanager
+    async def _claimed(self, key: _SessionKey) -> AsyncIterator[None]:
+        self._claims[key] = self._claims.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            remaining = self._claims.pop(key) - 1
+            if remaining:
+                self._claims[key] = remaining
+            stored = self._sessions.get(key)
+            if stored is not None:
+                # The turn just ended: the session counts as used now, not at its start.
+                self._touch(key, stored)
+
+    # --- bounds -------------------------------------------------------------------------------
+
+    def _touch(self, key: _SessionKey, stored: _StoredSession) -> None:
+        stored.last_used = _monotonic()
+        self._sessions.move_to_end(key)
+
+    @staticmethod
+    def _hold(stored: _StoredSession, session: Session) -> None:
+        """Count ``session`` as a live view of ``stored`` (dead views are dropped here)."""
+        views = stored.views
+        if views:
+            views[:] = [view for view in views if view() is not None]
+        views.append(weakref.ref(session))
+
+    def _in_use(self, key: _SessionKey, stored: _StoredSession) -> bool:
+        if key in self._claims:
+            return True
+        return any(view() is not None for view in stored.views)
+
+    def _evict(self) -> None:
+        """Evict the least recently used sessions not in use, down to ``max_sessions``."""
+        limit = self.max_sessions
+        if limit is None or len(self._sessions) <= limit:
+            return
+        excess = len(self._sessions) - limit
+        victims: list[_SessionKey] = []
+        for key, stored in self._sessions.items():
+            if len(victims) == excess:
+                break
+            if not self._in_use(key, stored):
+                victims.append(key)
+        for key in victims:
+            self._drop(key)
+
+    def _expire(self) -> None:
+        """Drop the sessions (and orphaned user states) unused for longer than ``ttl``."""
+        if self.ttl is None:
+            return
+        cutoff = _monotonic() - self.ttl
+        expired: list[_SessionKey] = []
+        # Least recently used first: the first one used since the cutoff ends the scan.
+        for key, stored in self._sessions.items():
+            if stored.last_used > cutoff:
+                break
+            if not self._in_use(key, stored):
+                expired.append(key)
+        for key in expired:
+            self._drop(key)
+        while self._orphans:
+            user, orphaned_at = next(iter(self._orphans.items()))
+            if orphaned_at > cutoff:
+                break
+            self._forget_user(user)
+
+    def _drop(self, key: _SessionKey) -> None:
+        """Remove a session; a user left without sessions keeps their state for a while."""
+        del self._sessions[key]
+        user = (key[0], key[1])
+        remaining = self._user_sessions[user] - 1
+        if remaining:
+            self._user_sessions[user] = remaining
+            return
+        del self._user_sessions[user]
+        if user not in self._user_states:
+            return
+        self._orphans[user] = _monotonic()
+        if self.max_sessions is not None and len(self._orphans) > self.max_sessions:
+            self._forget_user(next(iter(self._orphans)))
+
+    def _forget_user(self, user: _UserKey) -> None:
+        del self._orphans[user]
+        self._user_states.pop(user, None)
+
     def _build_session(
-        self, key: _SessionKey, stored: _StoredSession, events: list[Event]
+        self, key: _SessionKey, stored: _StoredSession, events: list[Event], *, held: bool = True
     ) -> Session:
         app_name, user_id, session_id = key
         state = merge_scoped_state(
@@ -154,7 +320,7 @@ class InMemorySessionService(SessionService):
             stored.state,
         )
         # The fields are built here and already valid: skip validation on this hot path.
-        return Session.model_construct(
+        session = Session.model_construct(
             id=session_id,
             app_name=app_name,
             user_id=user_id,
@@ -162,3 +328,6 @@ class InMemorySessionService(SessionService):
             events=events,
             last_update_time=stored.last_update_time,
         )
+        if held:
+            self._hold(stored, session)
+        return session

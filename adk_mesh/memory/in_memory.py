@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import re
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
+from adk_mesh.errors import ConfigError
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.sessions.base import Session
+from adk_mesh.types import Event
 
-__all__ = ["InMemoryMemoryService"]
+__all__ = ["DEFAULT_MAX_MEMORY_SESSIONS", "InMemoryMemoryService"]
+
+#: How many sessions an :class:`InMemoryMemoryService` remembers by default.
+DEFAULT_MAX_MEMORY_SESSIONS = 1_000
 
 _WORD = re.compile(r"\w+")
+
+_UserKey = tuple[str, str]
+_SessionKey = tuple[str, str, str]
+
+# The clock of additions (a module attribute so tests can move time).
+_monotonic = time.monotonic
 
 
 def _words(text: str) -> frozenset[str]:
@@ -24,48 +37,105 @@ class _Indexed:
     words: frozenset[str]
 
 
+def _index(event: Event, session_id: str) -> _Indexed:
+    assert event.content is not None
+    return _Indexed(
+        entry=MemoryEntry(
+            content=event.content.model_copy(deep=True),
+            author=event.author or None,
+            timestamp=event.timestamp,
+            session_id=session_id,
+        ),
+        words=_words(event.text),
+    )
+
+
 class InMemoryMemoryService(MemoryService):
     """Remembers the text events of ingested sessions and finds them by shared words.
 
     A search scores each remembered event of the app and user by how many distinct words of
     the query it contains, drops those that share none and returns the rest best first (ties
     keep the order in which sessions and their events were added). Entries are copies: the
-    ingested session and the returned entries share nothing with the store.
+    ingested session and the returned entries share nothing with the store. Adding a session
+    again indexes only its events not indexed before (stored events are immutable: an event
+    id names one content).
+
+    **Bounded.** It remembers at most ``max_sessions`` sessions (default
+    :data:`DEFAULT_MAX_MEMORY_SESSIONS`; ``None``: no bound), over all apps and users: adding
+    one more forgets the session added least recently (adding a session again counts as
+    adding it now). With ``ttl`` (seconds; default ``None``), a session not added again for
+    that long is forgotten too. Forgetting never fails a turn: a search just finds less.
+
+    Raises:
+        ConfigError: ``max_sessions`` is below 1 or ``ttl`` is not positive.
     """
 
-    def __init__(self) -> None:
-        # (app, user) -> session id -> that session's entries, in event order.
-        self._entries: dict[tuple[str, str], dict[str, list[_Indexed]]] = {}
+    def __init__(
+        self, *, max_sessions: int | None = DEFAULT_MAX_MEMORY_SESSIONS, ttl: float | None = None
+    ) -> None:
+        if max_sessions is not None and max_sessions < 1:
+            raise ConfigError(f"max_sessions must be at least 1 (or None), not {max_sessions}")
+        if ttl is not None and not ttl > 0:
+            raise ConfigError(f"ttl must be a positive number of seconds (or None), not {ttl}")
+        self.max_sessions = max_sessions
+        self.ttl = ttl
+        # (app, user) -> session id -> that session's entries by event id, in event order;
+        # sessions in the order they were added.
+        self._entries: dict[_UserKey, dict[str, dict[str | int, _Indexed]]] = {}
+        # Every remembered session with the time it was added, least recently added first.
+        self._added: OrderedDict[_SessionKey, float] = OrderedDict()
 
     async def add_session_to_memory(self, session: Session) -> None:
-        indexed = [
-            _Indexed(
-                entry=MemoryEntry(
-                    content=event.content.model_copy(deep=True),
-                    author=event.author or None,
-                    timestamp=event.timestamp,
-                    session_id=session.id,
-                ),
-                words=_words(event.text),
-            )
-            for event in session.events
-            if event.content is not None and event.text.strip()
-        ]
-        sessions = self._entries.setdefault((session.app_name, session.user_id), {})
+        user = (session.app_name, session.user_id)
+        sessions = self._entries.setdefault(user, {})
         # Re-adding replaces, and moves the session to the end, as a fresh add would.
-        sessions.pop(session.id, None)
+        before = sessions.pop(session.id, {})
+        indexed: dict[str | int, _Indexed] = {}
+        for number, event in enumerate(session.events):
+            if event.content is None or not event.text.strip():
+                continue
+            # An event without an id (never stored) cannot be recognised again: its own key.
+            event_key: str | int = event.id or number
+            known = before.get(event_key) if event.id else None
+            indexed[event_key] = known if known is not None else _index(event, session.id)
         sessions[session.id] = indexed
+        key = (session.app_name, session.user_id, session.id)
+        self._added.pop(key, None)
+        self._added[key] = _monotonic()
+        self._expire()
+        if self.max_sessions is not None:
+            while len(self._added) > self.max_sessions:
+                self._forget(next(iter(self._added)))
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> list[MemoryEntry]:
+        self._expire()
         query_words = _words(query)
         if not query_words:
             return []
         scored: list[tuple[int, MemoryEntry]] = []
         for entries in self._entries.get((app_name, user_id), {}).values():
-            for item in entries:
+            for item in entries.values():
                 score = len(query_words & item.words)
                 if score:
                     scored.append((score, item.entry))
         # sorted() is stable: equal scores keep their ingestion order.
         scored.sort(key=lambda pair: -pair[0])
         return [entry.model_copy(deep=True) for _, entry in scored]
+
+    def _expire(self) -> None:
+        if self.ttl is None:
+            return
+        cutoff = _monotonic() - self.ttl
+        while self._added:
+            key, added = next(iter(self._added.items()))
+            if added > cutoff:
+                return
+            self._forget(key)
+
+    def _forget(self, key: _SessionKey) -> None:
+        del self._added[key]
+        user = (key[0], key[1])
+        sessions = self._entries[user]
+        del sessions[key[2]]
+        if not sessions:
+            del self._entries[user]

@@ -61,6 +61,8 @@ class SessionService(abc.ABC):
       they were appended. ``after`` keeps only events whose timestamp is strictly later than
       it; then ``num_recent_events`` keeps the last N of those (0 keeps none). Either may be
       used alone.
+    * ``get_session_shared`` returns what ``get_session`` returns without filters, except
+      that the events may be objects the store keeps and hands out again (see the method).
     * ``get_or_create_session`` returns the session, creating it when it does not exist;
       callers racing to create one new id all get the one session (none sees
       :class:`~adk_mesh.errors.AlreadyExistsError`).
@@ -123,6 +125,26 @@ class SessionService(abc.ABC):
     @abc.abstractmethod
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None: ...
 
+    async def get_session_shared(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> Session | None:
+        """The whole session, as :meth:`get_session` returns it, for a caller that never
+        changes stored events (the :class:`~adk_mesh.Runner`).
+
+        The session object, its ``events`` list and its ``state`` are the caller's own, as
+        from :meth:`get_session`; the events in the list may not be: a store may keep the
+        events it decoded and hand the same objects to every ``get_session_shared`` of the
+        session, so that a read decodes only the events appended since the last one (its
+        cost then does not grow with the history). Stored events are immutable: a caller
+        must not change them in place (copy one to change it,
+        ``event.model_copy(deep=True)``), or later reads in this process see the change.
+
+        The default reads :meth:`get_session`. The SQL stores keep a bounded cache of
+        decoded histories, read incrementally and checked against the database on every
+        call, so a session another process appended to or re-created is read as stored.
+        """
+        return await self.get_session(app_name=app_name, user_id=user_id, session_id=session_id)
+
     async def get_or_create_session(
         self,
         *,
@@ -130,21 +152,23 @@ class SessionService(abc.ABC):
         user_id: str,
         session_id: str,
         state: dict[str, Any] | None = None,
+        shared_events: bool = False,
     ) -> Session:
         """The session ``session_id`` (whole), created with ``state`` when it does not exist.
 
         Race-free: when a concurrent caller (another task, replica or process) creates the
         session between this call's read and its create, the create's
         :class:`~adk_mesh.errors.AlreadyExistsError` is absorbed and the session read again.
+        ``shared_events``: read it with :meth:`get_session_shared` (for a caller that never
+        changes stored events) rather than :meth:`get_session`.
 
         Raises:
             SessionConflictError: the session kept appearing and disappearing (created and
                 deleted by others) for :data:`GET_OR_CREATE_ATTEMPTS` rounds.
         """
+        read = self.get_session_shared if shared_events else self.get_session
         for _ in range(GET_OR_CREATE_ATTEMPTS):
-            existing = await self.get_session(
-                app_name=app_name, user_id=user_id, session_id=session_id
-            )
+            existing = await read(app_name=app_name, user_id=user_id, session_id=session_id)
             if existing is not None:
                 return existing
             try:

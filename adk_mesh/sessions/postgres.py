@@ -20,7 +20,11 @@
   creator is :class:`~adk_mesh.errors.AlreadyExistsError` without an aborted transaction,
   and :meth:`~adk_mesh.sessions.SessionService.get_or_create_session` then reads theirs.
 * **Reads** take one statement (the session, its scoped state and its events, in one
-  snapshot).
+  snapshot). ``get_session_shared`` keeps the histories it decoded in a bounded cache
+  (:mod:`adk_mesh.sessions._history`): its statement reads only the events after the last
+  one held, and whether that one is still the session's (another replica may have deleted
+  and re-created it); a session's events are inserted under its row lock, so their log
+  positions grow in commit order and none is skipped.
 * **Claims** across processes and replicas are session-level advisory locks
   (``pg_try_advisory_lock`` on a 64-bit hash of the ids) held on one connection per service,
   outside the pool (see :class:`_AdvisoryClaims`).
@@ -41,7 +45,7 @@ from adk_mesh import _postgres  # first: a ConfigError when asyncpg is not insta
 from adk_mesh._migrations import Migration
 from adk_mesh._postgres import Connection, DedicatedConnection
 from adk_mesh.errors import AlreadyExistsError, SessionError, SessionNotFoundError
-from adk_mesh.sessions import _common
+from adk_mesh.sessions import _common, _history
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import ScopedDelta, merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
@@ -118,6 +122,33 @@ LEFT JOIN adk_user_states AS u ON u.app_name = s.app_name AND u.user_id = s.user
 WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3
 """
 
+# The session, its scoped state, whether it still holds the event at log position $4 (0:
+# nothing held) and its events after $4 with their positions, in one statement.
+_GET_SESSION_SINCE = """
+SELECT s.state, s.update_time, a.state AS app_state, u.state AS user_state,
+    ($4::bigint = 0 OR EXISTS (
+        SELECT 1 FROM adk_events AS held
+        WHERE held.seq = $4::bigint AND held.app_name = s.app_name
+            AND held.user_id = s.user_id AND held.session_id = s.id
+    )) AS holds_position,
+    ARRAY(
+        SELECT e.seq FROM adk_events AS e
+        WHERE e.app_name = s.app_name AND e.user_id = s.user_id AND e.session_id = s.id
+            AND e.seq > $4::bigint
+        ORDER BY e.seq
+    ) AS seqs,
+    ARRAY(
+        SELECT e.event FROM adk_events AS e
+        WHERE e.app_name = s.app_name AND e.user_id = s.user_id AND e.session_id = s.id
+            AND e.seq > $4::bigint
+        ORDER BY e.seq
+    ) AS events
+FROM adk_sessions AS s
+LEFT JOIN adk_app_states AS a ON a.app_name = s.app_name
+LEFT JOIN adk_user_states AS u ON u.app_name = s.app_name AND u.user_id = s.user_id
+WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3
+"""
+
 _LIST_SESSIONS = """
 SELECT s.id, s.state, s.update_time,
     (SELECT a.state FROM adk_app_states AS a WHERE a.app_name = $1) AS app_state,
@@ -182,6 +213,9 @@ class PostgresSessionService(SessionService):
         connect_timeout: seconds to open one connection.
         pool_options: more keyword arguments for ``asyncpg.create_pool`` (``ssl``,
             ``statement_cache_size=0`` behind PgBouncer in transaction mode, ...).
+        history_cache_bytes: the bound of the cache of decoded histories that
+            :meth:`get_session_shared` reads incrementally, in bytes of the events' JSON
+            (decoded events take ~7-8 times that); 0 turns the cache off.
 
     Nothing connects until the first call, so the service can be built outside an event
     loop. Many tasks may use one service at once (each call takes a pooled connection), and
@@ -202,7 +236,10 @@ class PostgresSessionService(SessionService):
         migrate: bool = True,
         connect_timeout: float = _postgres.DEFAULT_CONNECT_TIMEOUT,
         pool_options: Mapping[str, Any] | None = None,
+        history_cache_bytes: int = _history.DEFAULT_HISTORY_CACHE_BYTES,
     ) -> None:
+        # Used on the event loop only, in steps that do not await.
+        self._histories = _history.HistoryCache(history_cache_bytes, _common.decode_event)
         self._database = _postgres.PostgresDatabase(
             url,
             store=_STORE,
@@ -230,6 +267,7 @@ class PostgresSessionService(SessionService):
         """Close the claims' connection (letting go of its claims) and the pool. Idempotent."""
         await self._claims.close()
         await self._database.close()
+        self._histories.clear()
 
     # --- the contract --------------------------------------------------------------------
 
@@ -272,6 +310,8 @@ class PostgresSessionService(SessionService):
                 raise AlreadyExistsError(
                     f"session {session_id!r} of user {user_id!r} in app {app_name!r} already exists"
                 )
+            # A history held under this id is that of a deleted session.
+            self._histories.discard((app_name, user_id, session_id))
             app_state = await _update_scoped(
                 connection, _APP_STATE, (app_name,), scoped.app, create_time
             )
@@ -317,6 +357,44 @@ class PostgresSessionService(SessionService):
             last_update_time=row["update_time"],
         )
 
+    async def get_session_shared(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> Session | None:
+        _common.check_ids(app_name, user_id, session_id)
+        key = (app_name, user_id, session_id)
+        held = self._histories.held(key)
+        async with self._database.connection("reading a session") as connection:
+            row = await connection.fetchrow(
+                _GET_SESSION_SINCE, *key, held.last_seq if held is not None else 0
+            )
+            if row is not None and not row["holds_position"]:
+                # Deleted and created again since: the history held is another's.
+                self._histories.discard(key)
+                held = None
+                row = await connection.fetchrow(_GET_SESSION_SINCE, *key, 0)
+        if row is None:
+            self._histories.discard(key)
+            return None
+        events = self._histories.store(
+            key,
+            held,
+            version=row["update_time"],
+            new_events=list(zip(row["seqs"], row["events"], strict=True)),
+        )
+        # Every field is built here and valid: no validation of the shared events.
+        return Session.model_construct(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=merge_scoped_state(
+                _load_state(row["app_state"]),
+                _load_state(row["user_state"]),
+                json.loads(row["state"]),
+            ),
+            events=events,
+            last_update_time=row["update_time"],
+        )
+
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         _common.check_ids(app_name, user_id)
         async with self._database.connection("listing sessions") as connection:
@@ -356,6 +434,7 @@ class PostgresSessionService(SessionService):
                 user_id,
                 session_id,
             )
+        self._histories.discard((app_name, user_id, session_id))
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
@@ -372,7 +451,7 @@ class PostgresSessionService(SessionService):
         async with self._database.connection("appending an event") as connection:
             try:
                 async with connection.transaction():
-                    update_time = await _append(
+                    update_time, seq = await _append(
                         connection,
                         (app_name, user_id, session_id),
                         held_update_time,
@@ -385,6 +464,14 @@ class PostgresSessionService(SessionService):
             except _postgres.UniqueViolationError:
                 # Only a fresh UUID that collides: a given id was checked in the transaction.
                 raise _common.duplicate_event(session_id, stored_event.id) from None
+        # Committed: a history held at the version appended through takes the event.
+        self._histories.appended(
+            (app_name, user_id, session_id),
+            held_version=held_update_time,
+            version=update_time,
+            seq=seq,
+            data=encoded,
+        )
         if event.actions.state_delta:
             session.state.update(event.actions.state_delta)
         session.events.append(stored_event)
@@ -404,8 +491,9 @@ async def _append(
     event_id: str,
     timestamp_us: int,
     encoded: str,
-) -> float:
-    """The append's transaction (see the module doc); the session's new version."""
+) -> tuple[float, int]:
+    """The append's transaction (see the module doc); the session's new version and the
+    event's log position."""
     app_name, user_id, session_id = key
     row = await connection.fetchrow(_LOCK_SESSION, app_name, user_id, session_id, given_id)
     if row is None:
@@ -440,9 +528,9 @@ async def _append(
         )
     await _update_scoped(connection, _APP_STATE, (app_name,), scoped.app, update_time)
     await _update_scoped(connection, _USER_STATE, (app_name, user_id), scoped.user, update_time)
-    await connection.execute(
+    seq: int = await connection.fetchval(
         "INSERT INTO adk_events (app_name, user_id, session_id, id, timestamp_us, event) "
-        "VALUES ($1, $2, $3, $4, $5, $6)",
+        "VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq",
         app_name,
         user_id,
         session_id,
@@ -450,7 +538,7 @@ async def _append(
         timestamp_us,
         encoded,
     )
-    return update_time
+    return update_time, seq
 
 
 def _load_state(data: str | None) -> dict[str, Any]:

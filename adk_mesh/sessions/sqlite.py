@@ -16,6 +16,10 @@
 * ``claim_session`` takes an exclusive lock on a file of its own in ``<path>-claims/``
   (see :mod:`adk_mesh.sessions._claims`): a turn another process holds is refused before it
   writes anything, and a process that dies leaves no claim behind.
+* ``get_session_shared`` keeps the histories it decoded in a bounded cache
+  (:mod:`adk_mesh.sessions._history`) and reads only the events after the last one it holds,
+  having checked that one is still the session's (another process may have appended to the
+  session, or deleted and re-created it).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from adk_mesh.errors import (
     SessionError,
     SessionNotFoundError,
 )
-from adk_mesh.sessions import _claims, _common
+from adk_mesh.sessions import _claims, _common, _history
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import ScopedDelta, merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
@@ -139,6 +143,9 @@ class SqliteSessionService(SessionService):
     Args:
         path: the database file (its parent directories are created), or ``":memory:"`` for
             a private in-memory database.
+        history_cache_bytes: the bound of the cache of decoded histories that
+            :meth:`get_session_shared` reads incrementally, in bytes of the events' JSON
+            (decoded events take ~7-8 times that); 0 turns the cache off.
 
     The file is opened, and migrated to the current schema, by the first call. Many tasks may
     use one service at once (their calls queue on its worker thread), and many services, in
@@ -154,8 +161,15 @@ class SqliteSessionService(SessionService):
     no other process to guard against and claims nothing.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        history_cache_bytes: int = _history.DEFAULT_HISTORY_CACHE_BYTES,
+    ) -> None:
         self._path = os.fspath(path)
+        # Used on the worker thread only, like the connection.
+        self._histories = _history.HistoryCache(history_cache_bytes, _common.decode_event)
         self._claims = (
             _claims.FileClaims(f"{self._path}-claims")
             if self._path != ":memory:" and _claims.SUPPORTED
@@ -184,6 +198,7 @@ class SqliteSessionService(SessionService):
 
     async def close(self) -> None:
         await self._file.close()
+        self._histories.clear()
 
     # --- the contract --------------------------------------------------------------------
 
@@ -230,6 +245,8 @@ class SqliteSessionService(SessionService):
                         f"session {session_id!r} of user {user_id!r} in app {app_name!r} "
                         "already exists"
                     ) from None
+                # A history held under this id is that of a deleted session.
+                self._histories.discard((app_name, user_id, session_id))
                 app_state = _update_app_state(connection, app_name, scoped.app, create_time)
                 user_state = _update_user_state(
                     connection, app_name, user_id, scoped.user, create_time
@@ -281,6 +298,51 @@ class SqliteSessionService(SessionService):
 
         return await self._run(get)
 
+    async def get_session_shared(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> Session | None:
+        _common.check_ids(app_name, user_id, session_id)
+        key = (app_name, user_id, session_id)
+
+        def get(connection: sqlite3.Connection) -> Session | None:
+            with _sqlite.read_transaction(connection):
+                row = connection.execute(
+                    "SELECT state, update_time FROM sessions "
+                    "WHERE app_name = ? AND user_id = ? AND id = ?",
+                    key,
+                ).fetchone()
+                if row is None:
+                    self._histories.discard(key)
+                    return None
+                app_state, user_state = _scoped_states(connection, app_name, user_id)
+                held = self._histories.held(key)
+                if (
+                    held is not None
+                    and held.last_seq
+                    and not _holds_event_at(connection, key, held.last_seq)
+                ):
+                    # Deleted and created again since: the history held is another's.
+                    self._histories.discard(key)
+                    held = None
+                new_rows: list[tuple[int, str]] = connection.execute(
+                    "SELECT seq, event FROM events "
+                    "WHERE app_name = ? AND user_id = ? AND session_id = ? AND seq > ? "
+                    "ORDER BY seq",
+                    (*key, held.last_seq if held is not None else 0),
+                ).fetchall()
+            events = self._histories.store(key, held, version=row[1], new_events=new_rows)
+            # Every field is built here and valid: no validation of the shared events.
+            return Session.model_construct(
+                id=session_id,
+                app_name=app_name,
+                user_id=user_id,
+                state=merge_scoped_state(app_state, user_state, json.loads(row[0])),
+                events=events,
+                last_update_time=row[1],
+            )
+
+        return await self._run(get)
+
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         _common.check_ids(app_name, user_id)
 
@@ -318,6 +380,7 @@ class SqliteSessionService(SessionService):
                 connection.execute(
                     "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?", key
                 )
+            self._histories.discard(key)
 
         await self._run(delete)
 
@@ -370,7 +433,7 @@ class SqliteSessionService(SessionService):
                 _update_app_state(connection, app_name, scoped.app, update_time)
                 _update_user_state(connection, app_name, user_id, scoped.user, update_time)
                 try:
-                    connection.execute(
+                    cursor = connection.execute(
                         "INSERT INTO events "
                         "(app_name, user_id, session_id, id, timestamp_us, event) "
                         "VALUES (?, ?, ?, ?, ?, ?)",
@@ -379,6 +442,16 @@ class SqliteSessionService(SessionService):
                 except sqlite3.IntegrityError:
                     # Only a fresh UUID that collides: the checked ids were refused above.
                     raise _common.duplicate_event(session_id, stored_event.id) from None
+            # Committed: a history held at the version appended through takes the event.
+            seq = cursor.lastrowid
+            if seq is not None:
+                self._histories.appended(
+                    (app_name, user_id, session_id),
+                    held_version=held_update_time,
+                    version=update_time,
+                    seq=seq,
+                    data=encoded,
+                )
             return update_time
 
         update_time = await self._run(append)
@@ -398,6 +471,16 @@ def _has_event(
     row = connection.execute(
         "SELECT 1 FROM events WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
         (app_name, user_id, session_id, event_id),
+    ).fetchone()
+    return row is not None
+
+
+def _holds_event_at(connection: sqlite3.Connection, key: tuple[str, str, str], seq: int) -> bool:
+    """Whether the event at log position ``seq`` is the session's (it is gone once the
+    session was deleted: positions are never reused)."""
+    row = connection.execute(
+        "SELECT 1 FROM events WHERE seq = ? AND app_name = ? AND user_id = ? AND session_id = ?",
+        (seq, *key),
     ).fetchone()
     return row is not None
 

@@ -1,45 +1,60 @@
-"""What the mesh costs: the latency one remote hop adds, and events per second through two hops.
+"""What the mesh costs, each figure against a baseline measured in the same run.
 
-**Added latency of one hop.** The same agent — an ``LlmAgent`` on a ``FunctionModel`` that
-answers at once — runs (i) in-process through a :class:`~adk_mesh.runner.Runner` on an in-memory
-session and (ii) behind an :class:`~adk_mesh.mesh.AgentServer` in another OS process, called over
-``grpc.aio`` on 127.0.0.1 with a root ``Run`` per invocation from a client stub. The remote
-client decodes every streamed event back into an :class:`~adk_mesh.types.Event`, so both paths
-hand the caller the same objects; the difference between them is exactly the hop: the request
-encode, the server's per-call setup (Runner, new session), the event encode, the transport and
-the client's decode. (A ``RemoteAgent`` transfer target would add the coordinator's own model
-call and a session view on top of the hop, so it is not used for this figure.) Two workloads:
-*text* (the model answers with text: one event) and *tool* (the model calls one tool, then
-answers: three events). Both paths run in the same benchmark run, invocation by invocation in
-alternation, so load on the machine falls on both alike; a fresh session per invocation.
+Every part runs its sides in alternating blocks, round after round (which side goes first
+alternates too), with garbage collection on; each round gives one figure per side, and a
+part reports the median over its rounds with the spread (the lowest and highest round), and
+MET or MISSED against issue 16's target. Services run in child processes (spawned), the
+client in this one, all on 127.0.0.1. The baselines are *bare*: a plain ``grpc.aio`` server
+with no interceptors and a plain ``grpc.aio.insecure_channel`` with no options, opened once
+and reused, no tracing, no runtime and no codec.
 
-**Events per second through two hops.** client <- A <- B: A's AgentServer root-runs a
-coordinator whose model transfers to ``RemoteAgent(B)``; B's agent runs with
-``StreamingMode.SSE`` on a tiny model that yields N one-token partial responses, then the final
-one. B streams every partial to A (a delegated run), A relays them to the client (a root run);
-the client counts (and decodes) the events received. Each service is its own OS process, the
-client a third, all on this machine.
+**(a) hop** — what one remote hop through :class:`~adk_mesh.mesh.RemoteAgent` adds. A Runner
+in this process runs an agent as its root, on a fresh in-memory session per turn: either the
+agent itself (*in-process*) or ``RemoteAgent`` to the same agent served by an
+:class:`~adk_mesh.mesh.AgentServer` in a child process (*remote*). The hop adds
+p50(remote) - p50(in-process). The baseline: one bare unary-stream round trip carrying the
+same bytes, i.e. the ``RunRequest`` that RemoteAgent sent and the ``RunResponse`` messages it
+got back (recorded once through a pass-through), answered by a bare server in a child
+process. Target 2: added <= 1.3x the bare round trip. Two agents: *text* (the model answers:
+one event) and *tool* (the model calls a local tool, then answers: three events).
 
-**The cost of mutual TLS on one hop.** The text agent served twice by one child process: a
-plaintext server (its mesh door open to loopback) and a server with TLS whose mesh door takes
-mutual TLS (certificates of :class:`~adk_mesh.mesh.pki.DevCertificateAuthority`, ECDSA P-256).
-The client sends the same delegated ``Run`` (a mesh-door call) to each, alternating call by call
-on established channels (the handshake is paid once per connection, not per call), in rounds;
-per round the p50 of each side and what mTLS adds; then the median over rounds and the spread.
+**(b) tool** — RPCs per turn when an agent's tool is remote: an LlmAgent in this process with
+a :class:`~adk_mesh.mesh.RemoteToolset` to a :class:`~adk_mesh.mesh.ToolServer` in a child
+process, turns that call the tool once, counted at the client stub after a warm-up turn.
+Target 2: one RPC per remote tool call (so none for the listing). Also the turn's p50 with the
+tool remote against the same tool local (information, no target).
 
-**References.** Each part also times the transport alone, with no runtime and no codec: a bare
-``AgentService`` answering a Run with one pre-built event (the floor of one hop's latency),
-and a bare relay A' <- B' of pre-built events (the ceiling of events per second when every
-event is its own gRPC message). What the mesh adds is the distance to these figures.
+**(c) stream** — events per second through two hops, client <- A <- B. B (a child process)
+serves an agent that streams N one-token partial events (``StreamingMode.SSE``), then its
+answer. *mesh*: A is an AgentServer whose coordinator transfers to ``RemoteAgent(B)``; the
+client's root ``Run`` goes to A, which relays B's events. *bare relay*: A' (a bare server in
+the same process as A) sends B the delegated run a RemoteAgent would send (over a reused
+bare channel) and relays B's events as protobuf messages with the same batching as an
+AgentServer (every event ready when the next response is due, up to 256 per response). Both
+clients accept batches and decode every event into an ``Event``. Target 3: mesh >= 0.9x the
+bare relay, and >= 15,000 events/s on 1,000-event streams (on a quiet machine).
 
-Run: ``.venv/bin/python bench/mesh.py [--invocations N] [--tokens N] [--streams N]
-[--only hop|stream|tls]``
+**(d) parallel** — CPU per remote child of a ParallelAgent: a Runner in this process runs
+``ParallelAgent`` over 16 ``RemoteAgent`` children (one child service in a child process,
+each child answering with text); the CPU time of both processes (this one's
+``process_time``, the child's utime + stime), divided by turns x children. The same
+ParallelAgent over 16 in-process children is measured alongside (information). Target 4:
+<= 0.8 ms of CPU per remote child.
+
+**(e) tls** — what mutual TLS adds to one mesh-door hop: the same delegated ``Run`` to a
+plaintext server and to a mutual-TLS mesh door, alternating call by call on established
+channels (information, no target).
+
+Run: ``.venv/bin/python bench/mesh.py [--only hop|tool|stream|parallel|tls] [--rounds N]
+[--block N] [--tokens N] [--streams N] [--children N]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import gc
 import multiprocessing
 import os
 import platform
@@ -47,24 +62,30 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
 import grpc
+import grpc.aio
 
 from adk_mesh import codec
+from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.agents.workflow import ParallelAgent
 from adk_mesh.contexts import RunConfig, StreamingMode
-from adk_mesh.mesh import AgentServer, RemoteAgent
+from adk_mesh.mesh import AgentServer, RemoteAgent, RemoteToolset, ToolServer
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh.pki import DevCertificateAuthority, spiffe_id
 from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.runner import Runner
+from adk_mesh.sessions.base import Session
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import FunctionModel, call, text
-from adk_mesh.types import Content, Event, LlmResponse, Part
+from adk_mesh.tools import FunctionTool
+from adk_mesh.types import Content, Event, EventActions, LlmResponse, Part
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 
 # --- the agents ------------------------------------------------------------------------------
@@ -75,17 +96,18 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": 22}
 
 
-def text_agent() -> LlmAgent:
-    return LlmAgent(name="echo", model=FunctionModel(lambda _: text("It is 22 °C in Paris.")))
+def text_agent(name: str = "echo") -> LlmAgent:
+    return LlmAgent(name=name, model=FunctionModel(lambda _: text("It is 22 °C in Paris.")))
+
+
+def _weather_script(request: LlmRequest) -> LlmResponse:
+    if request.contents[-1].role == "user":
+        return call("get_weather", {"city": "Paris"})
+    return text("It is 22 °C in Paris.")
 
 
 def tool_agent() -> LlmAgent:
-    def script(request: LlmRequest) -> LlmResponse:
-        if request.contents[-1].role == "user":
-            return call("get_weather", {"city": "Paris"})
-        return text("It is 22 °C in Paris.")
-
-    return LlmAgent(name="weather", model=FunctionModel(script), tools=[get_weather])
+    return LlmAgent(name="weather", model=FunctionModel(_weather_script), tools=[get_weather])
 
 
 class TokenStream(Llm):
@@ -119,259 +141,577 @@ def coordinator_agent(streamer_target: str) -> LlmAgent:
     )
 
 
-class _Floor(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
-    """The transport alone, no runtime: answers a Run with one pre-built event, or with
-    ``tokens`` of them when it asks for streaming, or relays every response of the same Run
-    sent to ``upstream``."""
+# --- bare gRPC: no interceptors, no options, no tracing, no runtime, no codec ----------------
 
-    def __init__(self, tokens: int, upstream: str | None) -> None:
-        event = Event.new(author="echo", content=Content.from_text("model", "t1 "), partial=True)
-        self._response = agent_pb2.RunResponse(event=codec.event_to_proto(event))
-        self._tokens = tokens
-        self._upstream = upstream
+
+def bare_channel(target: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(target)
+
+
+async def bare_server(servicer: agent_pb2_grpc.AgentServiceServicer) -> tuple[Any, int]:
+    server = grpc.aio.server()
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+class _Replay(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
+    """Answers every ``Run`` with the same pre-built responses (a recorded hop's)."""
+
+    def __init__(self, responses: Sequence[bytes]) -> None:
+        self._responses = [agent_pb2.RunResponse.FromString(data) for data in responses]
 
     async def Run(self, request: agent_pb2.RunRequest, context: Any) -> Any:
-        if self._upstream is not None:
-            async with open_channel(self._upstream) as channel:
-                async for response in agent_pb2_grpc.AgentServiceStub(channel).Run(request):
-                    yield response
-            return
-        streaming = request.run_config.streaming_mode == agent_pb2.STREAMING_MODE_SSE
-        for _ in range(self._tokens if streaming else 1):
-            yield self._response
+        for response in self._responses:
+            yield response
+
+
+#: The batching of an AgentServer (adk_mesh.mesh.agent_server): at most this many events per
+#: response, and this many waiting for the client.
+BATCH_EVENTS = 256
+PENDING_EVENTS = 1024
+
+
+class _BareRelay(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
+    """A' of part (c): relays the events of one delegated run of B, protobuf messages only,
+    re-batched as an AgentServer batches (what is ready when the next response is due)."""
+
+    def __init__(self, upstream: str, request: bytes) -> None:
+        self._upstream = upstream
+        self._request = agent_pb2.RunDelegatedRequest.FromString(request)
+        self._stub: Any = None
+
+    async def Run(self, request: agent_pb2.RunRequest, context: Any) -> Any:
+        if self._stub is None:
+            self._stub = agent_pb2_grpc.AgentServiceStub(bare_channel(self._upstream))
+        upstream = self._stub.RunDelegated()
+        await upstream.write(self._request)
+        ready: asyncio.Queue[Any] = asyncio.Queue(PENDING_EVENTS)
+
+        async def read() -> None:
+            async for message in upstream:
+                response = message.response
+                if response.events:
+                    for event in response.events:
+                        await ready.put(event)
+                elif response.HasField("event"):
+                    await ready.put(response.event)
+            await ready.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                first = await ready.get()
+                if first is None:
+                    break
+                batch = [first]
+                while len(batch) < BATCH_EVENTS and not ready.empty():
+                    batch.append(ready.get_nowait())
+                ended = batch[-1] is None
+                if ended:
+                    batch.pop()
+                response = agent_pb2.RunResponse()
+                if len(batch) == 1:
+                    response.event.CopyFrom(batch[0])
+                else:
+                    response.events.extend(batch)
+                yield response
+                if ended:
+                    break
+        finally:
+            reader.cancel()
+            upstream.cancel()
+
+
+class _Recorder(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
+    """A pass-through for one RunDelegated call: keeps what a RemoteAgent sent and got back."""
+
+    def __init__(self, upstream: str) -> None:
+        self._upstream = upstream
+        self.request: agent_pb2.RunRequest | None = None
+        self.responses: list[agent_pb2.RunResponse] = []
+
+    async def RunDelegated(self, requests: AsyncIterator[Any], context: Any) -> Any:
+        first = await anext(aiter(requests))
+        self.request = first.run
+        self.responses = []
+        async with bare_channel(self._upstream) as channel:
+            upstream = agent_pb2_grpc.AgentServiceStub(channel).RunDelegated()
+            await upstream.write(first)
+            async for message in upstream:
+                self.responses.append(message.response)
+                yield message
 
 
 # --- serving in child processes --------------------------------------------------------------
 
+Builder = Callable[..., Awaitable[list[int]]]
+_kept: list[Any] = []  # the servers a child process serves, kept alive
 
-def _serve(
-    factories: list[tuple[Callable[..., Any], tuple[Any, ...]]],
-    floor_args: tuple[int, str | None],
-    conn: Connection,
-) -> None:
-    """Child process: serve one AgentServer per factory and a bare floor servicer, send the
-    ports, serve until killed."""
+
+def _serve(builder: Builder, args: tuple[Any, ...], conn: Connection) -> None:
+    """Child process: build the servers, send their ports, serve until terminated."""
 
     async def serve() -> None:
-        servers = [AgentServer(factory(*args)) for factory, args in factories]
-        ports = [await server.start("127.0.0.1:0") for server in servers]
-        floor = grpc.aio.server()
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(_Floor(*floor_args), floor)
-        ports.append(floor.add_insecure_port("127.0.0.1:0"))
-        await floor.start()
-        conn.send(ports)
+        conn.send(await builder(*args))
         await asyncio.Event().wait()
 
     asyncio.run(serve())
 
 
 class ServerProcess:
-    """AgentServers in a child process, stopped (by its pid) when done; the last target is
-    a bare ``AgentService`` that answers every Run with one pre-built event (the floor)."""
+    """Servers built by ``builder(*args)`` (an async function returning their ports) in a
+    spawned child process, stopped by its pid when done."""
 
-    def __init__(
-        self,
-        *factories: tuple[Callable[..., Any], tuple[Any, ...]],
-        floor: tuple[int, str | None] = (1, None),
-    ) -> None:
+    def __init__(self, builder: Builder, *args: Any) -> None:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        self._process = context.Process(
-            target=_serve, args=(list(factories), floor, child), daemon=True
-        )
+        self._process = context.Process(target=_serve, args=(builder, args, child), daemon=True)
         self._process.start()
         self.targets = [f"127.0.0.1:{port}" for port in parent.recv()]
+
+    @property
+    def pid(self) -> int:
+        pid = self._process.pid
+        assert pid is not None
+        return pid
 
     def stop(self) -> None:
         self._process.terminate()
         self._process.join()
 
 
+async def agent_servers(*factories: tuple[Callable[..., BaseAgent], tuple[Any, ...]]) -> list[int]:
+    servers = [AgentServer(factory(*args)) for factory, args in factories]
+    _kept.extend(servers)
+    return [await server.start("127.0.0.1:0") for server in servers]
+
+
+async def tool_server() -> list[int]:
+    server = ToolServer([FunctionTool(get_weather)])
+    _kept.append(server)
+    return [await server.start("127.0.0.1:0")]
+
+
+async def replay_servers(*recorded: Sequence[bytes]) -> list[int]:
+    ports = []
+    for responses in recorded:
+        server, port = await bare_server(_Replay(responses))
+        _kept.append(server)
+        ports.append(port)
+    return ports
+
+
+async def relay_servers(upstream: str, request: bytes) -> list[int]:
+    """A (the mesh: coordinator -> RemoteAgent(B)) and A' (the bare relay), in one process."""
+    ports = await agent_servers((coordinator_agent, (upstream,)))
+    server, port = await bare_server(_BareRelay(upstream, request))
+    _kept.append(server)
+    return [*ports, port]
+
+
 # --- measuring -------------------------------------------------------------------------------
 
 
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+@dataclass
+class Rounds:
+    """One figure per round."""
+
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def spread(self, form: str = "{:.2f}") -> str:
+        return f"{form.format(min(self.values))}..{form.format(max(self.values))}"
+
+
+def verdict(met: bool) -> str:
+    return "MET" if met else "MISSED"
+
+
+def p50(samples: list[float]) -> float:
+    return statistics.median(samples)
 
 
 def user_message() -> content_pb2.Content:
     return content_pb2.Content(role="user", parts=[content_pb2.Part(text="Weather in Paris?")])
 
 
-async def hop_latency(
-    make_agent: Callable[[], LlmAgent], target: str, invocations: int, warmup: int
-) -> tuple[list[float], list[float]]:
-    """Microseconds per invocation, in-process and remote, measured in alternation."""
-    agent = make_agent()
-    service = InMemorySessionService()
-    runner = Runner(agent=agent, app_name="bench", session_service=service)
-    message = Content.from_text("user", "Weather in Paris?")
-    request = agent_pb2.RunRequest(root=agent_pb2.RootRun(user_id="u", new_message=user_message()))
-    local: list[float] = []
-    remote: list[float] = []
-    async with open_channel(target) as channel:
-        stub = agent_pb2_grpc.AgentServiceStub(channel)
-        await channel.channel_ready()
-        for index in range(warmup + invocations):
-            start = time.perf_counter_ns()
-            session = await service.create_session(app_name="bench", user_id="u")
-            local_events = [
-                event
-                async for event in runner.run(
-                    user_id="u", session_id=session.id, new_message=message
-                )
-            ]
-            middle = time.perf_counter_ns()
-            remote_events = [
-                codec.event_from_proto(response.event) async for response in stub.Run(request)
-            ]
-            end = time.perf_counter_ns()
-            assert len(local_events) == len(remote_events), (local_events, remote_events)
-            if index >= warmup:
-                local.append((middle - start) / 1000)
-                remote.append((end - middle) / 1000)
-    return local, remote
+MESSAGE = Content.from_text("user", "Weather in Paris?")
 
 
-async def floor_latency(target: str, invocations: int, warmup: int) -> list[float]:
-    """Microseconds per Run answered by the bare servicer: gRPC's own round trip."""
-    request = agent_pb2.RunRequest(root=agent_pb2.RootRun(user_id="u", new_message=user_message()))
-    samples: list[float] = []
-    async with open_channel(target) as channel:
-        stub = agent_pb2_grpc.AgentServiceStub(channel)
-        await channel.channel_ready()
-        for index in range(warmup + invocations):
-            start = time.perf_counter_ns()
-            async for _ in stub.Run(request):
-                pass
-            if index >= warmup:
-                samples.append((time.perf_counter_ns() - start) / 1000)
+async def turn(runner: Runner, service: InMemorySessionService) -> int:
+    """One turn on a fresh session; the number of events."""
+    session = await service.create_session(app_name="bench", user_id="u")
+    count = 0
+    async for _ in runner.run(user_id="u", session_id=session.id, new_message=MESSAGE):
+        count += 1
+    return count
+
+
+async def timed(operation: Callable[[], Awaitable[object]], times: int) -> list[float]:
+    """Microseconds per call of ``operation``."""
+    samples = []
+    for _ in range(times):
+        start = time.perf_counter_ns()
+        await operation()
+        samples.append((time.perf_counter_ns() - start) / 1000)
     return samples
 
 
-async def stream_rate(
-    target: str, tokens: int, streams: int, decode: bool, batches: bool = True
-) -> list[float]:
-    """Events per second received by the client, one figure per streamed run."""
-    request = agent_pb2.RunRequest(
-        root=agent_pb2.RootRun(user_id="u", new_message=user_message()),
-        run_config=codec.run_config_to_proto(RunConfig(streaming_mode=StreamingMode.SSE)),
-        accept_event_batches=batches,
-    )
-    rates: list[float] = []
-    async with open_channel(target) as channel:
-        stub = agent_pb2_grpc.AgentServiceStub(channel)
-        await channel.channel_ready()
-        for _ in range(streams):
-            received = 0
-            start = time.perf_counter()
-            async for response in stub.Run(request):
-                if decode:
-                    received += len(codec.run_response_events(response))
-                else:
-                    received += len(response.events) or 1
-            elapsed = time.perf_counter() - start
-            # The user's message is not streamed back; the coordinator's call and the tool's
-            # response, the N partials and the final answer are.
-            assert received >= tokens, received
-            rates.append(received / elapsed)
-    return rates
+async def interleaved(
+    sides: Sequence[Callable[[], Awaitable[list[float]]]], rounds: int
+) -> list[list[list[float]]]:
+    """Run each side's block once per round, the order rotating round by round; the samples
+    of every block, by round then side."""
+    results: list[list[list[float]]] = []
+    for number in range(rounds):
+        order = list(range(len(sides)))
+        shift = number % len(sides)
+        order = order[shift:] + order[:shift]
+        if number % 2:
+            order.reverse()
+        samples: list[list[float]] = [[] for _ in sides]
+        for side in order:
+            samples[side] = await sides[side]()
+        results.append(samples)
+    return results
 
 
-def describe(samples: list[float]) -> str:
-    return f"p50 {statistics.median(samples):8.1f} us   p99 {percentile(samples, 0.99):8.1f} us"
+def runner_for(agent: BaseAgent) -> tuple[Runner, InMemorySessionService]:
+    service = InMemorySessionService()
+    return Runner(agent=agent, app_name="bench", session_service=service), service
 
 
-async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--invocations", type=int, default=2000, help="per path and workload")
-    parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--tokens", type=int, default=5000, help="partial events per stream")
-    parser.add_argument("--streams", type=int, default=5, help="streamed runs (median shown)")
-    parser.add_argument(
-        "--only",
-        choices=("hop", "stream", "tls"),
-        help="run only part (a) (hop), (b) (stream) or (c) (tls)",
-    )
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of part (c)")
-    args = parser.parse_args(argv)
+# --- (a) hop ---------------------------------------------------------------------------------
 
-    print(
-        f"mesh benchmark: Python {platform.python_version()}, grpcio {grpc.__version__}, "
-        f"{os.cpu_count()} CPUs; servers in child processes, client in this one, 127.0.0.1"
-    )
 
-    if args.only in (None, "hop"):
-        await hop_part(args)
-    if args.only in (None, "stream"):
-        await stream_part(args)
-    if args.only in (None, "tls"):
-        await tls_part(args)
-    return 0
+async def record_hop(target: str, name: str) -> tuple[bytes, list[bytes]]:
+    """The request a RemoteAgent sends to ``target`` for one turn, and the responses it gets."""
+    recorder = _Recorder(target)
+    server, port = await bare_server(recorder)
+    try:
+        agent = RemoteAgent(name, f"127.0.0.1:{port}")
+        runner, service = runner_for(agent)
+        await turn(runner, service)
+        await agent.close()
+    finally:
+        await server.stop(None)
+    assert recorder.request is not None
+    return recorder.request.SerializeToString(), [
+        response.SerializeToString() for response in recorder.responses
+    ]
 
 
 async def hop_part(args: argparse.Namespace) -> None:
-    """Part (a): the latency one remote hop adds."""
-    hop_servers = ServerProcess((text_agent, ()), (tool_agent, ()))
+    servers = ServerProcess(agent_servers, (text_agent, ()), (tool_agent, ()))
+    workloads = [("text (1 event) ", text_agent), ("tool (3 events)", tool_agent)]
+    recorded = [
+        await record_hop(target, factory().name)
+        for (_, factory), target in zip(workloads, servers.targets, strict=True)
+    ]
+    replays = ServerProcess(replay_servers, *(responses for _, responses in recorded))
+    print(
+        f"\n(a) one hop: Runner(RemoteAgent -> AgentServer in a child process) - Runner(the "
+        f"same agent in-process), vs a bare grpc.aio unary-stream Run carrying the same bytes; "
+        f"{args.rounds} rounds x {args.block} turns per side, fresh session per turn"
+    )
+    met = True
     try:
-        text_target, tool_target, floor_target = hop_servers.targets
-        print(
-            f"\n(a) one remote hop: root Run from a client stub vs Runner in-process, "
-            f"{args.invocations} invocations each after {args.warmup} warm-up, fresh session "
-            "each"
-        )
-        for label, factory, target in (
-            ("text (1 event) ", text_agent, text_target),
-            ("tool (3 events)", tool_agent, tool_target),
+        for (label, factory), target, replay_target, (request_bytes, responses) in zip(
+            workloads, servers.targets, replays.targets, recorded, strict=True
         ):
-            local, remote = await hop_latency(factory, target, args.invocations, args.warmup)
-            added_p50 = statistics.median(remote) - statistics.median(local)
-            added_p99 = percentile(remote, 0.99) - percentile(local, 0.99)
-            print(f"  {label}  in-process  {describe(local)}")
-            print(f"  {label}  remote      {describe(remote)}")
+            local, local_service = runner_for(factory())
+            remote_agent = RemoteAgent(factory().name, target)
+            remote, remote_service = runner_for(remote_agent)
+            request = agent_pb2.RunRequest.FromString(request_bytes)
+            async with bare_channel(replay_target) as channel:
+                stub = agent_pb2_grpc.AgentServiceStub(channel)
+
+                async def bare(stub: Any = stub, request: agent_pb2.RunRequest = request) -> None:
+                    async for _ in stub.Run(request):
+                        pass
+
+                def block(
+                    operation: Callable[[], Awaitable[object]],
+                ) -> Callable[[], Awaitable[list[float]]]:
+                    return lambda: timed(operation, args.block)
+
+                sides = [
+                    block(functools.partial(turn, local, local_service)),
+                    block(functools.partial(turn, remote, remote_service)),
+                    block(bare),
+                ]
+                for side in sides:  # warm-up
+                    await side()
+                results = await interleaved(sides, args.rounds)
+            await remote_agent.close()
+            ratios, added, bares = Rounds(), Rounds(), Rounds()
+            for local_samples, remote_samples, bare_samples in results:
+                hop = p50(remote_samples) - p50(local_samples)
+                added.values.append(hop)
+                bares.values.append(p50(bare_samples))
+                ratios.values.append(hop / p50(bare_samples))
+            ok = ratios.median <= 1.3
+            met = met and ok
+            size = sum(len(r) for r in responses)
             print(
-                f"  {label}  added       p50 {added_p50:8.1f} us   p99 {added_p99:8.1f} us"
-                f"   (target <= 1000 us at p50: {'met' if added_p50 <= 1000 else 'MISSED'})"
+                f"  {label}  hop adds p50 {added.median:7.1f} us ({added.spread('{:.0f}')}); "
+                f"bare round trip ({len(request_bytes)} B out, {len(responses)} messages "
+                f"{size} B back) {bares.median:7.1f} us ({bares.spread('{:.0f}')})"
             )
-        floor = await floor_latency(floor_target, args.invocations, args.warmup)
-        print(f"  reference: bare grpc.aio Run round trip (1 pre-built event)  {describe(floor)}")
+            print(
+                f"  {label}  added / bare = {ratios.median:.2f}x (rounds {ratios.spread()}); "
+                f"target <= 1.3x: {verdict(ok)}"
+            )
     finally:
-        hop_servers.stop()
+        servers.stop()
+        replays.stop()
+    RESULTS["2 hop"] = met
+
+
+# --- (b) tool --------------------------------------------------------------------------------
+
+
+class _CountingStub:
+    """A ToolService stub that counts the RPCs made through it, by method."""
+
+    def __init__(self, stub: Any, counts: dict[str, int]) -> None:
+        self._stub = stub
+        self._counts = counts
+
+    def __getattr__(self, method: str) -> Any:
+        inner = getattr(self._stub, method)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._counts[method] = self._counts.get(method, 0) + 1
+            return inner(*args, **kwargs)
+
+        return counted
+
+
+class CountingToolset(RemoteToolset):
+    counts: dict[str, int]
+
+    def _stub(self) -> Any:
+        if not hasattr(self, "counts"):
+            self.counts = {}
+        return _CountingStub(super()._stub(), self.counts)
+
+
+async def tool_part(args: argparse.Namespace) -> None:
+    servers = ServerProcess(tool_server)
+    toolset = CountingToolset(servers.targets[0])
+    remote, remote_service = runner_for(
+        LlmAgent(name="weather", model=FunctionModel(_weather_script), tools=[toolset])
+    )
+    local, local_service = runner_for(tool_agent())
+    print(
+        f"\n(b) one remote tool call: RPCs per one-tool turn (LlmAgent -> RemoteToolset -> "
+        f"ToolServer in a child process) after a warm-up turn, and the turn's p50 vs the same "
+        f"tool in-process; {args.rounds} rounds x {args.block} turns per side"
+    )
+    try:
+        await turn(remote, remote_service)
+        await turn(local, local_service)
+        toolset.counts.clear()
+        results = await interleaved(
+            [
+                lambda: timed(lambda: turn(local, local_service), args.block),
+                lambda: timed(lambda: turn(remote, remote_service), args.block),
+            ],
+            args.rounds,
+        )
+        turns = args.rounds * args.block
+        per_turn = {method: count / turns for method, count in sorted(toolset.counts.items())}
+        rpcs = sum(per_turn.values())
+        added = Rounds([p50(remote_samples) - p50(local) for local, remote_samples in results])
+        shown = ", ".join(f"{method} {count:.2f}" for method, count in per_turn.items())
+        print(f"  RPCs per turn: {rpcs:.2f} ({shown}); target 1: {verdict(rpcs <= 1.0)}")
+        print(
+            f"  the remote tool adds p50 {added.median:7.1f} us per turn "
+            f"(rounds {added.spread('{:.0f}')})"
+        )
+        RESULTS["2 tool RPCs"] = rpcs <= 1.0
+    finally:
+        await toolset.close()
+        servers.stop()
+
+
+# --- (c) stream ------------------------------------------------------------------------------
+
+
+def relay_request() -> bytes:
+    """What A's RemoteAgent sends B in part (c): the user's message, the coordinator's
+    transfer call and its response in the view; SSE; batches accepted."""
+    invocation_id = "e-bench"
+    call_event = Event.new(
+        author="coordinator",
+        invocation_id=invocation_id,
+        content=Content(
+            role="model",
+            parts=[Part.from_function_call("transfer_to_agent", {"agent_name": "streamer"}, "c1")],
+        ),
+    )
+    response_event = Event.new(
+        author="coordinator",
+        invocation_id=invocation_id,
+        content=Content(
+            role="tool",
+            parts=[Part.from_function_response("transfer_to_agent", {}, "c1")],
+        ),
+        actions=EventActions(transfer_to_agent="streamer"),
+    )
+    user_event = Event.new(author="user", invocation_id=invocation_id, content=MESSAGE)
+    view = Session(
+        id="s",
+        app_name="coordinator",
+        user_id="u",
+        events=[user_event, call_event, response_event],
+    )
+    request = agent_pb2.RunRequest(
+        delegated=agent_pb2.DelegatedRun(
+            invocation_id=invocation_id,
+            session=codec.session_view_to_proto(view),
+            user_content=user_message(),
+            call_path=["coordinator"],
+        ),
+        run_config=codec.run_config_to_proto(RunConfig(streaming_mode=StreamingMode.SSE)),
+        accept_event_batches=True,
+    )
+    return agent_pb2.RunDelegatedRequest(run=request).SerializeToString()
+
+
+async def stream_once(stub: Any, tokens: int) -> float:
+    """Events per second of one streamed root run, every event decoded."""
+    request = agent_pb2.RunRequest(
+        root=agent_pb2.RootRun(user_id="u", new_message=user_message()),
+        run_config=codec.run_config_to_proto(RunConfig(streaming_mode=StreamingMode.SSE)),
+        accept_event_batches=True,
+    )
+    received = 0
+    start = time.perf_counter()
+    async for response in stub.Run(request):
+        received += len(codec.run_response_events(response))
+    elapsed = time.perf_counter() - start
+    assert received >= tokens, received
+    return received / elapsed
 
 
 async def stream_part(args: argparse.Namespace) -> None:
-    """Part (b): events per second through two hops."""
-    server_b = ServerProcess((streamer_agent, (args.tokens,)), floor=(args.tokens, None))
-    server_a = ServerProcess(
-        (coordinator_agent, (server_b.targets[0],)), floor=(1, server_b.targets[1])
+    b = ServerProcess(agent_servers, (streamer_agent, (args.tokens,)))
+    a = ServerProcess(relay_servers, b.targets[0], relay_request())
+    print(
+        f"\n(c) client <- A <- B, {args.tokens} one-token partials per run: mesh (A = "
+        f"AgentServer, coordinator transfers to RemoteAgent(B)) vs bare relay (A' = bare "
+        f"grpc.aio, same batching) from the same B; clients decode every event; "
+        f"{args.rounds} rounds x {args.streams} runs per side"
     )
     try:
-        print(
-            f"\n(b) client <- A <- B (transfer to RemoteAgent), SSE, {args.tokens} one-token "
-            f"partial events per run, median of {args.streams} runs"
-        )
-        for batches in (True, False):
-            await stream_rate(server_a.targets[0], args.tokens, 1, True, batches)  # warm-up
-            rates = await stream_rate(server_a.targets[0], args.tokens, args.streams, True, batches)
-            label = (
-                "batched events (accept_event_batches)"
-                if batches
-                else "one event per message (baseline)    "
-            )
-            median = statistics.median(rates)
-            print(
-                f"  {label}  {median:10,.0f} events/s  (runs {min(rates):,.0f}..{max(rates):,.0f};"
-                f" target >= 10,000: {'met' if median >= 10_000 else 'MISSED'})"
-            )
-        rates = await stream_rate(server_a.targets[1], args.tokens, args.streams, False, False)
-        print(
-            f"  reference: bare grpc.aio relay of pre-built events (no runtime, no codec)  "
-            f"{statistics.median(rates):10,.0f} events/s"
-        )
+        async with bare_channel(a.targets[0]) as mesh, bare_channel(a.targets[1]) as bare:
+            stubs = [agent_pb2_grpc.AgentServiceStub(mesh), agent_pb2_grpc.AgentServiceStub(bare)]
+
+            def block(stub: Any) -> Callable[[], Awaitable[list[float]]]:
+                async def run() -> list[float]:
+                    return [await stream_once(stub, args.tokens) for _ in range(args.streams)]
+
+                return run
+
+            sides = [block(stub) for stub in stubs]
+            for side in sides:  # warm-up
+                await side()
+            results = await interleaved(sides, args.rounds)
     finally:
-        server_a.stop()
-        server_b.stop()
+        a.stop()
+        b.stop()
+    mesh_rates = Rounds([p50(mesh) for mesh, _ in results])
+    bare_rates = Rounds([p50(bare) for _, bare in results])
+    ratios = Rounds([p50(mesh) / p50(bare) for mesh, bare in results])
+    print(
+        f"  mesh {mesh_rates.median:8,.0f} events/s ({mesh_rates.spread('{:,.0f}')}); "
+        f"bare relay {bare_rates.median:8,.0f} events/s ({bare_rates.spread('{:,.0f}')})"
+    )
+    print(
+        f"  mesh / bare = {ratios.median:.2f}x (rounds {ratios.spread()}); target >= 0.9x: "
+        f"{verdict(ratios.median >= 0.9)}"
+    )
+    print(
+        f"  mesh on {args.tokens:,}-event streams: target >= 15,000 events/s: "
+        f"{verdict(mesh_rates.median >= 15_000)}"
+    )
+    RESULTS["3 relay ratio"] = ratios.median >= 0.9
+    RESULTS["3 events/s"] = mesh_rates.median >= 15_000
+
+
+# --- (d) parallel ----------------------------------------------------------------------------
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of process ``pid``."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    # utime and stime are fields 14 and 15 of the stat line; fields[0] is field 3.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def parallel_part(args: argparse.Namespace) -> None:
+    servers = ServerProcess(agent_servers, (text_agent, ()))
+    target = servers.targets[0]
+    children = args.children
+    remote_agents = [RemoteAgent(f"c{index}", target) for index in range(children)]
+    remote, remote_service = runner_for(ParallelAgent(name="fanout", sub_agents=remote_agents))
+    local, local_service = runner_for(
+        ParallelAgent(name="fanout", sub_agents=[text_agent(f"c{i}") for i in range(children)])
+    )
+    print(
+        f"\n(d) ParallelAgent over {children} RemoteAgent children (one AgentServer in a child "
+        f"process): CPU of both processes per child, vs the same over {children} in-process "
+        f"children; {args.rounds} rounds x {args.block} turns per side"
+    )
+    cpu: dict[str, Rounds] = {"remote": Rounds(), "local": Rounds()}
+
+    def block(runner: Runner, service: InMemorySessionService, side: str, pid: int | None) -> Any:
+        async def run() -> list[float]:
+            child_before = process_cpu(pid) if pid else 0.0
+            before = time.process_time()
+            samples = await timed(lambda: turn(runner, service), args.block)
+            used = time.process_time() - before
+            if pid:
+                used += process_cpu(pid) - child_before
+            cpu[side].values.append(used / (args.block * children) * 1000)
+            return samples
+
+        return run
+
+    try:
+        sides = [
+            block(local, local_service, "local", None),
+            block(remote, remote_service, "remote", servers.pid),
+        ]
+        for side in sides:  # warm-up
+            await side()
+        for rounds in cpu.values():
+            rounds.values.clear()
+        results = await interleaved(sides, args.rounds)
+    finally:
+        for agent in remote_agents:
+            await agent.close()
+        servers.stop()
+    remote_cpu, local_cpu = cpu["remote"], cpu["local"]
+    walls = Rounds([p50(remote_samples) / 1000 for _, remote_samples in results])
+    print(
+        f"  CPU per remote child {remote_cpu.median:.3f} ms (rounds {remote_cpu.spread('{:.3f}')})"
+        f"; in-process child {local_cpu.median:.3f} ms ({local_cpu.spread('{:.3f}')}); a "
+        f"remote turn p50 {walls.median:.1f} ms"
+    )
+    print(f"  target <= 0.8 ms per remote child: {verdict(remote_cpu.median <= 0.8)}")
+    RESULTS["4 parallel CPU"] = remote_cpu.median <= 0.8
+
+
+# --- (e) tls ---------------------------------------------------------------------------------
 
 
 def _serve_tls(pki_directory: str, conn: Connection) -> None:
@@ -404,7 +744,7 @@ def delegated_request() -> agent_pb2.RunRequest:
 
 
 async def tls_part(args: argparse.Namespace) -> None:
-    """Part (c): what mutual TLS adds to one mesh-door hop, interleaved with plaintext."""
+    """Part (e): what mutual TLS adds to one mesh-door hop, interleaved with plaintext."""
     with tempfile.TemporaryDirectory() as directory:
         pki = DevCertificateAuthority(directory)
         client = pki.issue("bench-client")
@@ -415,9 +755,9 @@ async def tls_part(args: argparse.Namespace) -> None:
         plain_port, mesh_port = parent.recv()
         tls = ClientTLS(pki.ca_file, client.cert_file, client.key_file)
         request = delegated_request()
-        per_round = max(1, args.invocations // args.rounds)
+        per_round = args.block * 2
         print(
-            f"\n(c) one delegated Run (mesh door): plaintext vs mutual TLS (ECDSA P-256, TLS "
+            f"\n(e) one delegated Run (mesh door): plaintext vs mutual TLS (ECDSA P-256, TLS "
             f"1.3), alternating call by call, {args.rounds} rounds x {per_round} calls each"
         )
         try:
@@ -429,11 +769,11 @@ async def tls_part(args: argparse.Namespace) -> None:
                     agent_pb2_grpc.AgentServiceStub(plain_channel),
                     agent_pb2_grpc.AgentServiceStub(tls_channel),
                 ]
-                for _ in range(args.warmup):
+                for _ in range(args.block):
                     for stub in stubs:
                         [_ async for _ in stub.Run(request)]
-                added: list[float] = []
-                for number in range(1, args.rounds + 1):
+                added = Rounds()
+                for _ in range(args.rounds):
                     samples: list[list[float]] = [[], []]
                     for index in range(per_round):
                         # Which side goes first alternates too.
@@ -442,20 +782,52 @@ async def tls_part(args: argparse.Namespace) -> None:
                             start = time.perf_counter_ns()
                             [_ async for _ in stubs[side].Run(request)]
                             samples[side].append((time.perf_counter_ns() - start) / 1000)
-                    plain_p50, tls_p50 = (statistics.median(side) for side in samples)
-                    added.append(tls_p50 - plain_p50)
-                    print(
-                        f"  round {number}: plaintext p50 {plain_p50:8.1f} us   mTLS p50 "
-                        f"{tls_p50:8.1f} us   added {tls_p50 - plain_p50:+7.1f} us "
-                        f"({(tls_p50 - plain_p50) / plain_p50:+.1%})"
-                    )
+                    plain_p50, tls_p50 = (p50(side) for side in samples)
+                    added.values.append(tls_p50 - plain_p50)
                 print(
-                    f"  mTLS adds {statistics.median(added):+.1f} us at p50 (median of rounds; "
-                    f"spread {min(added):+.1f} .. {max(added):+.1f} us)"
+                    f"  mTLS adds {added.median:+.1f} us at p50 (median of rounds; spread "
+                    f"{added.spread('{:+.1f}')} us)"
                 )
         finally:
             process.terminate()
             process.join()
+
+
+# --- main ------------------------------------------------------------------------------------
+
+RESULTS: dict[str, bool] = {}
+
+PARTS: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
+    "hop": hop_part,
+    "tool": tool_part,
+    "stream": stream_part,
+    "parallel": parallel_part,
+    "tls": tls_part,
+}
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--only", choices=sorted(PARTS), action="append", help="repeatable")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per part (at least 5)")
+    parser.add_argument("--block", type=int, default=100, help="turns per side per round")
+    parser.add_argument("--tokens", type=int, default=1000, help="partial events per stream")
+    parser.add_argument("--streams", type=int, default=3, help="streamed runs per side per round")
+    parser.add_argument("--children", type=int, default=16, help="children of part (d)")
+    args = parser.parse_args(argv)
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5, for a spread worth reading")
+    gc.enable()
+    print(
+        f"mesh benchmark: Python {platform.python_version()}, grpcio {grpc.__version__}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; services in child "
+        "processes, the client in this one, 127.0.0.1; GC on"
+    )
+    for name in args.only or PARTS:
+        await PARTS[name](args)
+    if RESULTS:
+        print("\nissue 16 targets: " + "; ".join(f"{k} {verdict(v)}" for k, v in RESULTS.items()))
+    return 0
 
 
 if __name__ == "__main__":

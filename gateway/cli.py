@@ -29,8 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adk_mesh.errors import ConfigError
-from adk_mesh.mesh.auth import ApiKeyAuthenticator, Authenticator, JwtAuthenticator
-from adk_mesh.mesh.security import ClientTLS, is_loopback
+from adk_mesh.mesh.security import (
+    ClientTLS,
+    add_authentication_arguments,
+    authenticators_from_arguments,
+    is_loopback,
+)
 from gateway._settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_RUN_TIMEOUT,
@@ -80,14 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mesh-cert", metavar="FILE", help="this gateway's client certificate (mutual TLS)"
     )
     group.add_argument("--mesh-key", metavar="FILE", help="its private key")
-    auth = parser.add_argument_group("users")
-    auth.add_argument("--auth-jwks", metavar="FILE|URL", help="JWKS of users' bearer JWTs")
-    auth.add_argument("--auth-issuer", metavar="ISS", help="the issuer JWTs must name")
-    auth.add_argument("--auth-audience", metavar="AUD", help="the audience JWTs must name")
-    auth.add_argument("--auth-user-claim", default="sub", metavar="CLAIM")
-    auth.add_argument(
-        "--auth-api-keys", metavar="FILE", help="API keys: lines of '<sha256 hex> <user id>'"
-    )
+    add_authentication_arguments(parser.add_argument_group("users"))
     limits = parser.add_argument_group("requests")
     limits.add_argument(
         "--cors-origin",
@@ -114,26 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
     )
     return parser
-
-
-def _authenticators(args: argparse.Namespace) -> tuple[Authenticator, ...]:
-    found: list[Authenticator] = []
-    if args.auth_jwks:
-        if not (args.auth_issuer and args.auth_audience):
-            raise ConfigError("--auth-jwks needs --auth-issuer and --auth-audience")
-        found.append(
-            JwtAuthenticator(
-                args.auth_jwks,
-                issuer=args.auth_issuer,
-                audience=args.auth_audience,
-                user_claim=args.auth_user_claim,
-            )
-        )
-    elif args.auth_issuer or args.auth_audience:
-        raise ConfigError("--auth-issuer and --auth-audience go with --auth-jwks")
-    if args.auth_api_keys:
-        found.append(ApiKeyAuthenticator(args.auth_api_keys))
-    return tuple(found)
 
 
 def _mesh_tls(args: argparse.Namespace) -> ClientTLS | None:
@@ -167,7 +144,7 @@ def settings_from_arguments(args: argparse.Namespace) -> tuple[GatewaySettings, 
     settings = GatewaySettings(
         apps=apps,
         tls=tls,
-        authenticators=_authenticators(args),
+        authenticators=authenticators_from_arguments(args),
         cors_origins=tuple(cors),
         max_body_bytes=args.max_body_bytes,
         run_timeout=args.run_timeout,

@@ -259,6 +259,11 @@ def add_server_security_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve plaintext beyond loopback (a trusted network only)",
     )
+    add_authentication_arguments(group)
+
+
+def add_authentication_arguments(group: Any) -> None:
+    """The flags of end users' authentication (``adk-mesh serve``, ``adk-mesh gateway``)."""
     group.add_argument("--auth-jwks", metavar="FILE|URL", help="JWKS of end users' bearer JWTs")
     group.add_argument("--auth-issuer", metavar="ISS", help="the issuer JWTs must name")
     group.add_argument("--auth-audience", metavar="AUD", help="the audience JWTs must name")
@@ -270,6 +275,31 @@ def add_server_security_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="API keys of end users: lines of '<sha256 hex> <user id>'",
     )
+
+
+def authenticators_from_arguments(args: argparse.Namespace) -> tuple[Authenticator, ...]:
+    """The authenticators :func:`add_authentication_arguments`' flags name.
+
+    Raises:
+        ConfigError: JWT flags given in part.
+    """
+    found: list[Authenticator] = []
+    if args.auth_jwks:
+        if not (args.auth_issuer and args.auth_audience):
+            raise ConfigError("--auth-jwks needs --auth-issuer and --auth-audience")
+        found.append(
+            JwtAuthenticator(
+                args.auth_jwks,
+                issuer=args.auth_issuer,
+                audience=args.auth_audience,
+                user_claim=args.auth_user_claim,
+            )
+        )
+    elif args.auth_issuer or args.auth_audience:
+        raise ConfigError("--auth-issuer and --auth-audience go with --auth-jwks")
+    if args.auth_api_keys:
+        found.append(ApiKeyAuthenticator(args.auth_api_keys))
+    return tuple(found)
 
 
 def server_security_from_arguments(args: argparse.Namespace) -> ServerSecurity:
@@ -291,22 +321,7 @@ def server_security_from_arguments(args: argparse.Namespace) -> ServerSecurity:
         raise ConfigError("--tls-client-ca opens the mesh door: give it --mesh-port")
     if args.allow_peer and (tls is None or tls.client_ca_file is None):
         raise ConfigError("--allow-peer names mutual-TLS peers: give --tls-client-ca too")
-    authenticators: list[Authenticator] = []
-    if args.auth_jwks:
-        if not (args.auth_issuer and args.auth_audience):
-            raise ConfigError("--auth-jwks needs --auth-issuer and --auth-audience")
-        authenticators.append(
-            JwtAuthenticator(
-                args.auth_jwks,
-                issuer=args.auth_issuer,
-                audience=args.auth_audience,
-                user_claim=args.auth_user_claim,
-            )
-        )
-    elif args.auth_issuer or args.auth_audience:
-        raise ConfigError("--auth-issuer and --auth-audience go with --auth-jwks")
-    if args.auth_api_keys:
-        authenticators.append(ApiKeyAuthenticator(args.auth_api_keys))
+    authenticators = authenticators_from_arguments(args)
     return ServerSecurity(
         tls=tls,
         allow_peers=frozenset(args.allow_peer),

@@ -16,16 +16,31 @@ The rules, in order:
 6. A long-running call answered later: when the newest event holds function responses to
    calls made before an intermediate answer, the events between that call and the response
    are dropped, so the call is directly followed by its final response.
+
+A request's contents are these, with every function call paired with its response
+(:func:`~adk_mesh.models._pairing.pair_function_calls`): :func:`request_contents`.
+:class:`RequestHistory` builds the same contents from the events appended since its last
+build of the session, so that a model call's cost does not grow with the history.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from adk_mesh.models._pairing import pair_function_calls
 from adk_mesh.types import Content, Event, Part
 
-__all__ = ["build_contents", "is_visible_on_branch"]
+__all__ = ["RequestHistory", "build_contents", "is_visible_on_branch", "request_contents"]
+
+#: Sessions whose request history a :class:`RequestHistory` keeps, by default.
+DEFAULT_REQUEST_HISTORIES = 128
+#: Boundaries a build tries when it moves its prefix forward (see :class:`RequestHistory`).
+_BOUNDARY_ATTEMPTS = 4
 
 
 def is_visible_on_branch(event_branch: str, branch: str) -> bool:
@@ -45,6 +60,218 @@ def build_contents(
     invocation_id: str | None = None,
 ) -> list[Content]:
     """The contents sent to the model for ``agent_name`` (see the module docstring)."""
+    kept = _kept_events(events, agent_name, branch, invocation_id)
+    kept = _join_late_function_response(kept)
+    return [_content_for(event, agent_name) for event in kept]
+
+
+def request_contents(
+    events: Sequence[Event],
+    *,
+    agent_name: str,
+    branch: str = "",
+    invocation_id: str | None = None,
+) -> list[Content]:
+    """The contents of ``agent_name``'s model request: :func:`build_contents`, every call
+    answered (long-running ones still waiting as pending)."""
+    contents = build_contents(
+        events, agent_name=agent_name, branch=branch, invocation_id=invocation_id
+    )
+    return pair_function_calls(contents, pending_ids=_long_running_ids(events))
+
+
+@dataclass
+class _Prefix:
+    """A session's events up to a boundary, and the request contents they make."""
+
+    events: list[Event]
+    contents: list[Content]
+    long_running_ids: set[str]
+    #: ``(len(events), len(contents))`` at every boundary it moved through, oldest first.
+    marks: list[tuple[int, int]]
+
+
+_NO_PREFIX = _Prefix(events=[], contents=[], long_running_ids=set(), marks=[])
+
+
+class RequestHistory:
+    """Builds :func:`request_contents` of a session from the events appended since the last
+    build, keeping the contents of a prefix of the history for the sessions built last.
+
+    Stored events are immutable and a history only grows, so the contents of its oldest
+    part do not change, up to a *boundary* where they stand on their own: the prefix's
+    contents need no repair (every call answered right after it, no stray response) and the
+    first content after it holds no function response. Past such a boundary, the request's
+    contents are the prefix's followed by those the rest makes alone. A build checks that the
+    events it is given start with the prefix's, builds the rest, and moves the boundary to
+    the last place in it that qualifies. When the rest cannot stand alone — a response
+    answering a call made before the boundary (a long-running call answered in a later
+    turn) — the whole history is built, as :func:`request_contents` does.
+
+    The check compares objects, not values: the store hands the same decoded objects to
+    every turn (:meth:`~adk_mesh.sessions.SessionService.get_session_shared`), and a
+    comparison of identities costs little. Only the events of the last turn differ: the turn
+    held the objects its agents made, the next one the store's copies of them. Such events,
+    at the end of the prefix, are matched by id (an id is one event of a session), and the
+    contents made from them are made again from the store's copies, so that no request holds
+    an object the Runner handed out.
+
+    ``include_contents="none"`` requests (only the current invocation) are not kept: build
+    them with :func:`request_contents`. Bounded: the ``max_sessions`` sessions built last.
+    """
+
+    def __init__(self, max_sessions: int = DEFAULT_REQUEST_HISTORIES) -> None:
+        self._max_sessions = max_sessions
+        self._prefixes: OrderedDict[tuple[str, ...], _Prefix] = OrderedDict()
+
+    def contents(
+        self,
+        session_key: tuple[str, str, str],
+        events: Sequence[Event],
+        *,
+        agent_name: str,
+        branch: str = "",
+    ) -> list[Content]:
+        """:func:`request_contents` of ``events``, the history of the session
+        ``session_key`` (app, user, session id), for ``agent_name`` on ``branch``."""
+        key = (*session_key, agent_name, branch)
+        held = self._prefixes.get(key)
+        prefix = _matching(held, events, agent_name, branch) if held is not None else None
+        if prefix is None:
+            prefix = _NO_PREFIX
+        else:
+            self._prefixes[key] = prefix
+            self._prefixes.move_to_end(key)
+        start = len(prefix.events)
+        tail = events[start:]
+        kept = _kept_events(tail, agent_name, branch, None)
+        long_running_ids = prefix.long_running_ids | _long_running_ids(tail)
+        joined = _join_late_function_response(kept)
+        tail_contents = [_content_for(event, agent_name) for event in joined]
+        if prefix.events and (
+            not kept or _answers_earlier_calls(kept) or _holds_function_responses(tail_contents[0])
+        ):
+            # The rest does not stand alone: build it all (and keep no prefix).
+            self._prefixes.pop(key, None)
+            return request_contents(events, agent_name=agent_name, branch=branch)
+        repaired = pair_function_calls(tail_contents, pending_ids=long_running_ids)
+        # The contents of ``kept`` themselves, unless the join dropped some.
+        mapped = tail_contents if joined is kept else None
+        self._advance(key, prefix, events, start, kept, agent_name, mapped)
+        return [*prefix.contents, *repaired]
+
+    def _advance(
+        self,
+        key: tuple[str, ...],
+        prefix: _Prefix,
+        events: Sequence[Event],
+        start: int,
+        kept: list[Event],
+        agent_name: str,
+        tail_contents: list[Content] | None,
+    ) -> None:
+        """Move the session's boundary to the last kept event of the rest (``kept``, of
+        ``events[start:]``) before which everything stands alone (see the class doc)."""
+        mapped = (
+            tail_contents
+            if tail_contents is not None
+            else [_content_for(event, agent_name) for event in kept]
+        )
+        attempts = 0
+        for index in range(len(kept) - 1, 0, -1):
+            if _holds_function_responses(mapped[index]):
+                continue
+            attempts += 1
+            before = mapped[:index]
+            if _needs_no_repair(before):
+                position = _index_of(events, kept[index], start)
+                contents = [*prefix.contents, *before]
+                self._prefixes[key] = _Prefix(
+                    events=list(events[:position]),
+                    contents=contents,
+                    long_running_ids=prefix.long_running_ids
+                    | _long_running_ids(events[start:position]),
+                    marks=[*prefix.marks, (position, len(contents))],
+                )
+                self._prefixes.move_to_end(key)
+                while len(self._prefixes) > self._max_sessions:
+                    self._prefixes.popitem(last=False)
+                return
+            if attempts >= _BOUNDARY_ATTEMPTS:
+                break
+        if prefix.events:
+            self._prefixes[key] = prefix  # where it was
+
+
+def _matching(
+    prefix: _Prefix, events: Sequence[Event], agent_name: str, branch: str
+) -> _Prefix | None:
+    """``prefix`` when ``events`` start with its events, rebased on ``events``' objects when
+    only the newest differ in identity, not in id (see :class:`RequestHistory`); ``None``
+    when they do not start with them."""
+    held = prefix.events
+    size = len(held)
+    if len(events) < size:
+        return None
+    same = size
+    while same > 0 and held[same - 1] is not events[same - 1]:
+        if held[same - 1].id != events[same - 1].id:
+            return None
+        same -= 1
+    if not all(map(operator.is_, itertools.islice(held, same), events)):
+        return None
+    if same == size:
+        return prefix
+    # Make the contents from the newest mark before the first copy again, from the copies.
+    marks = [mark for mark in prefix.marks if mark[0] <= same]
+    position, count = marks[-1] if marks else (0, 0)
+    kept = _kept_events(events[position:size], agent_name, branch, None)
+    contents = [*prefix.contents[:count], *(_content_for(event, agent_name) for event in kept)]
+    if len(contents) != len(prefix.contents):  # pragma: no cover - equal events, equal contents
+        return None
+    return _Prefix(
+        events=list(events[:size]),
+        contents=contents,
+        long_running_ids=prefix.long_running_ids,
+        marks=prefix.marks,
+    )
+
+
+def _index_of(events: Sequence[Event], event: Event, start: int) -> int:
+    for index in range(start, len(events)):
+        if events[index] is event:
+            return index
+    raise AssertionError("a kept event is one of the events")  # pragma: no cover
+
+
+def _needs_no_repair(contents: list[Content]) -> bool:
+    repaired = pair_function_calls(contents)
+    return len(repaired) == len(contents) and all(map(operator.is_, repaired, contents))
+
+
+def _holds_function_responses(content: Content) -> bool:
+    return any(part.function_response is not None for part in content.parts)
+
+
+def _answers_earlier_calls(kept: list[Event]) -> bool:
+    """Whether the last event answers a call that none of ``kept`` made (the rule-6 join
+    would then reach before them)."""
+    response_ids = {r.id for r in kept[-1].function_responses() if r.id}
+    if not response_ids:
+        return False
+    return not any(
+        response_ids & {c.id for c in event.function_calls() if c.id} for event in kept[:-1]
+    )
+
+
+def _long_running_ids(events: Sequence[Event]) -> set[str]:
+    return {call_id for event in events for call_id in event.long_running_tool_ids}
+
+
+def _kept_events(
+    events: Sequence[Event], agent_name: str, branch: str, invocation_id: str | None
+) -> list[Event]:
+    """Rules 2-5's selection: the events whose content the agent's model reads."""
     kept: list[Event] = []
     for event in events:
         content = event.llm_response.content
@@ -61,16 +288,15 @@ def build_contents(
         ):
             continue
         kept.append(event)
-    kept = _join_late_function_response(kept)
-    contents: list[Content] = []
-    for event in kept:
-        content = event.llm_response.content
-        assert content is not None
-        if event.author == "user" or event.author == agent_name:
-            contents.append(content)
-        else:
-            contents.append(_as_context(event.author, content))
-    return contents
+    return kept
+
+
+def _content_for(event: Event, agent_name: str) -> Content:
+    content = event.llm_response.content
+    assert content is not None
+    if event.author == "user" or event.author == agent_name:
+        return content
+    return _as_context(event.author, content)
 
 
 def _join_late_function_response(events: list[Event]) -> list[Event]:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from adk_mesh._tasks import TaskFeed, run_all
 from adk_mesh.agents.base import AgentCallback, BaseAgent, _as_list, call_callbacks
-from adk_mesh.agents.history import build_contents
+from adk_mesh.agents.history import RequestHistory, request_contents
 from adk_mesh.contexts import (
     CallbackContext,
     InvocationContext,
@@ -23,7 +23,6 @@ from adk_mesh.contexts import (
     TransferTarget,
 )
 from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
-from adk_mesh.models._pairing import pair_function_calls
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
@@ -93,6 +92,12 @@ class LlmAgent(BaseAgent):
     several are called at once), their responses are yielded as one event, and the model is
     asked again, until it answers without calling a tool.
 
+    The history in a request is built from the events appended since the agent's last
+    request in the session (:class:`~adk_mesh.agents.history.RequestHistory`), so its cost
+    does not grow with the session. Its contents are the stored events' own: a
+    ``before_model_callback`` that changes one replaces it in ``llm_request.contents`` (or
+    changes a copy) rather than changing it in place.
+
     Args:
         name: unique identifier within the agent tree.
         model: an :class:`~adk_mesh.models.Llm` or a model string such as
@@ -150,6 +155,7 @@ class LlmAgent(BaseAgent):
         self.before_tool_callbacks: list[ToolCallback] = _as_list(before_tool_callback)
         self.after_tool_callbacks: list[ToolCallback] = _as_list(after_tool_callback)
         self.tools: list[BaseTool | Toolset] = [_as_tool(tool) for tool in tools or ()]
+        self._request_history = RequestHistory()
         names = [tool.name for tool in self.tools if isinstance(tool, BaseTool)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -282,18 +288,24 @@ class LlmAgent(BaseAgent):
                 raise ConfigError(f"agent {self.name!r} has two tools named {tool.name!r}")
             tools_by_name[tool.name] = tool
             await tool.prepare_llm_request(preparing, request)
-        contents = build_contents(
-            ctx.session.events,
-            agent_name=self.name,
-            branch=ctx.branch,
-            invocation_id=ctx.invocation_id if self.include_contents == "none" else None,
-        )
         # A call whose turn died before its result was stored (a crash mid-call), or a
         # long-running one still waiting, is answered here: providers refuse a call left open.
-        request.contents = pair_function_calls(
-            contents,
-            pending_ids={i for event in ctx.session.events for i in event.long_running_tool_ids},
-        )
+        session = ctx.session
+        if self.include_contents == "none":
+            request.contents = request_contents(
+                session.events,
+                agent_name=self.name,
+                branch=ctx.branch,
+                invocation_id=ctx.invocation_id,
+            )
+        else:
+            # Built from what was appended since this agent's last request in the session.
+            request.contents = self._request_history.contents(
+                (session.app_name, session.user_id, session.id),
+                session.events,
+                agent_name=self.name,
+                branch=ctx.branch,
+            )
         return request, tools_by_name
 
     # --- the loop ---------------------------------------------------------------------------

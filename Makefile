@@ -27,7 +27,7 @@ $(BUF): package.json
 
 # google-adk, for the gateway's compatibility tests (tests/gateway/test_google_adk_compat.py),
 # in a virtualenv of its own (inside .venv): it pins opentelemetry below what adk-mesh needs, so the two cannot
-# share one environment. The tests run its Python in a subprocess.
+# share one environment. The tests (and bench/runner.py's google-adk side) run its Python in a subprocess.
 ADK_COMPAT := $(VENV)/adk-compat
 ADK_COMPAT_VERSION ?= 2.13.0
 ADK_COMPAT_STAMP := $(ADK_COMPAT)/.installed-$(ADK_COMPAT_VERSION)
@@ -71,9 +71,10 @@ test: $(STAMP) $(ADK_COMPAT_STAMP) ## Run the test suite (installs first if need
 demo: $(STAMP) ## Start the reference mesh, run a scripted conversation, print events and span trees
 	$(PY) scripts/demo.py
 
-bench: $(STAMP) ## Run the benchmarks in bench/ (not tests; prints figures)
-	$(PY) -m pip install -q -e '.[bench]'
-	@for b in $$(ls bench/*.py | grep -v "/_"); do echo "== $$b"; $(PY) $$b || exit 1; done
+# bench/runner.py runs google-adk's side on .venv/adk-compat's Python (the same pin as the tests).
+bench: $(STAMP) $(ADK_COMPAT_STAMP) ## Run the benchmarks in bench/ (not tests; prints figures)
+	@for b in $$(ls bench/*.py | grep -v "/_"); do echo "== $$b"; \
+	  ADK_COMPAT_PYTHON=$(ADK_COMPAT)/bin/python $(PY) $$b || exit 1; done
 
 # deploy/: the container image, the Compose file and the Kubernetes manifests.
 DEPLOY_TOOLS := $(VENV)/.deploy-tools

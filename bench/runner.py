@@ -1,32 +1,50 @@
-"""Framework overhead per invocation: adk-mesh's Runner against google-adk's, same workload.
+"""Framework overhead per turn: adk-mesh's Runner against google-adk's, in CPU time.
 
-The workload is the smallest real agent turn: the user asks, the (scripted, instant) model
-calls one tool, the tool answers, the model gives its final answer — four events appended to
-an in-memory session. Since the model and the tool cost nothing, the time measured is the
-framework's own: building requests, running the tool loop, appending events.
+The workload is the smallest real agent turn, the same on both sides: the user asks, the
+(scripted, instant) model calls one tool, the tool answers, the model gives its final answer —
+three events yielded, four appended to an in-memory session (the user's message too). Since
+the model and the tool cost nothing, what is measured is each framework's own work: loading
+the session, building requests, running the tool loop, appending events.
 
-Each invocation is timed on its own (a fresh session each time, so history does not grow);
-the figure is the median over all invocations, after a warm-up. google-adk is measured in the
-same process and event loop when it is installed (`make bench` installs it).
+google-adk pins OpenTelemetry below what adk-mesh needs, so the two cannot share a virtualenv:
+google-adk's side runs in a child process on ``.venv/adk-compat``'s Python (``make bench``
+builds it; ``ADK_COMPAT_PYTHON`` names another), this script again with ``--side google-adk``,
+driven over a pipe. The two processes take turns: in every round each side runs ``--blocks``
+blocks of turns, in the order ABBA (then BAAB in the next round), one process at a time
+while the other waits on the pipe. A block is timed with ``time.process_time()`` in its own
+process (every thread's CPU, the garbage collector's included: GC stays on, as in
+production). Each turn gets a fresh session, created before its block and deleted after it
+(untimed), so history never grows. Block sizes are chosen from the warm-up so that a block
+of either side takes about ``--block-seconds``.
 
-Run: python bench/runner.py [--invocations N]
+Per round: google-adk's CPU per turn / adk-mesh's. The figure is the median over the rounds
+with the spread (slowest..fastest round), against issue 16's target of >= 25x.
+
+Run: ``.venv/bin/python bench/runner.py [--rounds N] [--blocks N] [--block-seconds S]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
+import json
 import logging
+import os
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
-from _harness import describe_latencies
+TARGET_RATIO = 25.0
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ADK_PYTHON = ROOT / ".venv" / "adk-compat" / "bin" / "python"
 
-Invocation = Callable[[], Awaitable[None]]
+# Runs ``count`` turns, each on a fresh session, and returns the CPU seconds they took.
+Block = Callable[[int], Awaitable[float]]
 
 
 def get_weather(city: str) -> dict[str, Any]:
@@ -34,8 +52,8 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": 22}
 
 
-async def adk_mesh_invocation() -> Invocation:
-    from adk_mesh import Content, LlmAgent, LlmResponse, Runner
+async def adk_mesh_block() -> tuple[Block, str]:
+    from adk_mesh import Content, LlmAgent, LlmResponse, Runner, __version__
     from adk_mesh.models.base import LlmRequest
     from adk_mesh.sessions.memory import InMemorySessionService
     from adk_mesh.testing import FunctionModel, call, text
@@ -46,33 +64,39 @@ async def adk_mesh_invocation() -> Invocation:
         return text("It is 22 °C in Paris.")
 
     agent = LlmAgent(name="weather", model=FunctionModel(script), tools=[get_weather])
-    service = InMemorySessionService()
+    service = InMemorySessionService()  # the default store, bounded as in production
     runner = Runner(agent=agent, app_name="bench", session_service=service)
     message = Content.from_text("user", "Weather in Paris?")
 
-    async def invoke() -> None:
-        session = await service.create_session(app_name="bench", user_id="u")
-        count = 0
-        start = time.perf_counter_ns()
-        async for _ in runner.run(user_id="u", session_id=session.id, new_message=message):
-            count += 1
-        _timings.append(time.perf_counter_ns() - start)
-        assert count == 3, count
+    async def block(count: int) -> float:
+        # Held until the block ends, as a caller holds a session it is about to run (a held
+        # session is in use: the store's bound never evicts it).
+        sessions = [
+            await service.create_session(app_name="bench", user_id="u") for _ in range(count)
+        ]
+        events = 0
+        start = time.process_time()
+        for session in sessions:
+            async for _ in runner.run(user_id="u", session_id=session.id, new_message=message):
+                events += 1
+        cpu = time.process_time() - start
+        for session in sessions:
+            await service.delete_session(app_name="bench", user_id="u", session_id=session.id)
+        assert events == 3 * count, events
+        return cpu
 
-    return invoke
+    return block, f"adk-mesh {__version__}"
 
 
-async def google_adk_invocation() -> Invocation | None:
-    try:
-        from google.adk.agents import LlmAgent
-        from google.adk.models.base_llm import BaseLlm
-        from google.adk.models.llm_request import LlmRequest
-        from google.adk.models.llm_response import LlmResponse
-        from google.adk.runners import Runner
-        from google.adk.sessions import InMemorySessionService
-        from google.genai import types
-    except ImportError:
-        return None
+async def google_adk_block() -> tuple[Block, str]:
+    from google.adk import __version__
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
 
     class ScriptedLlm(BaseLlm):
         async def generate_content_async(  # type: ignore[override]
@@ -104,55 +128,152 @@ async def google_adk_invocation() -> Invocation | None:
     runner = Runner(agent=agent, app_name="bench", session_service=service)
     message = types.Content(role="user", parts=[types.Part(text="Weather in Paris?")])
 
-    async def invoke() -> None:
-        session = await service.create_session(app_name="bench", user_id="u")
-        count = 0
-        start = time.perf_counter_ns()
-        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
-            count += 1
-        _timings.append(time.perf_counter_ns() - start)
-        assert count == 3, count
+    async def block(count: int) -> float:
+        sessions = [
+            await service.create_session(app_name="bench", user_id="u") for _ in range(count)
+        ]
+        events = 0
+        start = time.process_time()
+        for session in sessions:
+            async for _ in runner.run_async(
+                user_id="u", session_id=session.id, new_message=message
+            ):
+                events += 1
+        cpu = time.process_time() - start
+        for session in sessions:
+            await service.delete_session(app_name="bench", user_id="u", session_id=session.id)
+        assert events == 3 * count, events
+        return cpu
 
-    return invoke
-
-
-_timings: list[int] = []
-
-
-async def measure(invoke: Invocation, invocations: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        await invoke()
-    _timings.clear()
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(invocations):
-            await invoke()
-    finally:
-        gc.enable()
-    return [ns / 1000 for ns in _timings]
+    return block, f"google-adk {__version__}"
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--invocations", type=int, default=3000)
-    parser.add_argument("--warmup", type=int, default=300)
-    args = parser.parse_args()
+def _quiet() -> None:
     warnings.simplefilter("ignore")
-    logging.disable(logging.WARNING)  # google-adk logs a line per invocation; not our cost
+    logging.disable(logging.WARNING)  # google-adk logs a line per turn; not its cost here
 
-    ours = await measure(await adk_mesh_invocation(), args.invocations, args.warmup)
-    print(f"agent -> 1 tool call -> answer, in-memory session, {args.invocations} invocations")
-    print(f"  adk-mesh    {describe_latencies(ours)}")
-    adk = await google_adk_invocation()
-    if adk is None:
-        print("  google-adk  not installed (make bench installs it); no ratio")
+
+# --- the google-adk side: a child process answering over a pipe ------------------------------
+
+
+async def serve_side(side: str) -> None:
+    """Answer ``{"turns": N}`` lines on stdin with ``{"cpu": seconds}`` on the original stdout
+    (anything else the frameworks print goes to stderr)."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    _quiet()
+    block, version = await (google_adk_block() if side == "google-adk" else adk_mesh_block())
+    protocol.write(json.dumps({"version": version, "python": sys.version.split()[0]}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        protocol.write(json.dumps({"cpu": await block(request["turns"])}) + "\n")
+
+
+class RemoteSide:
+    """The google-adk side, in its own interpreter."""
+
+    def __init__(self, python: str) -> None:
+        self._process = subprocess.Popen(
+            [python, str(Path(__file__).resolve()), "--side", "google-adk"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        hello = self._read()
+        self.version = f"{hello['version']} (Python {hello['python']})"
+
+    def _read(self) -> dict[str, Any]:
+        stdout: IO[str] | None = self._process.stdout
+        assert stdout is not None
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError("the google-adk side exited; run it alone to see why")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    async def block(self, count: int) -> float:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps({"turns": count}) + "\n")
+        return float(self._read()["cpu"])
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout=30)
+
+
+async def drive(args: argparse.Namespace) -> None:
+    _quiet()
+    ours, our_version = await adk_mesh_block()
+    remote = RemoteSide(args.python)
+    try:
+        theirs = remote.block
+        # Warm up both, then size the blocks to about --block-seconds of CPU each.
+        our_each = await ours(args.warmup) / args.warmup
+        their_each = await theirs(args.warmup) / args.warmup
+        our_turns = max(10, round(args.block_seconds / our_each))
+        their_turns = max(10, round(args.block_seconds / their_each))
+        print(
+            f"CPU per turn (agent -> 1 tool call -> answer, in-memory session, GC on): "
+            f"{our_version} Runner vs {remote.version} Runner, each in its own process; "
+            f"{args.rounds} rounds of {args.blocks} ABBA-interleaved blocks per side "
+            f"({our_turns} / {their_turns} turns a block)"
+        )
+        rounds: list[tuple[float, float]] = []
+        for number in range(args.rounds):
+            cpu = {"ours": 0.0, "theirs": 0.0}
+            order = ["ours", "theirs", "theirs", "ours"]
+            if number % 2:
+                order.reverse()
+            for _ in range(args.blocks // 2 or 1):
+                for side in order:
+                    if side == "ours":
+                        cpu["ours"] += await ours(our_turns)
+                    else:
+                        cpu["theirs"] += await theirs(their_turns)
+            blocks = 2 * (args.blocks // 2 or 1)
+            rounds.append(
+                (cpu["ours"] / (blocks * our_turns), cpu["theirs"] / (blocks * their_turns))
+            )
+    finally:
+        remote.close()
+
+    ratios = sorted(their / our for our, their in rounds)
+    ratio = statistics.median(ratios)
+    our_us = statistics.median(our for our, _ in rounds) * 1e6
+    their_us = statistics.median(their for _, their in rounds) * 1e6
+    verdict = "MET" if ratio >= TARGET_RATIO else "MISSED"
+    print(f"  adk-mesh     {our_us:8.1f} µs CPU per turn (median of rounds)")
+    print(f"  google-adk   {their_us:8.1f} µs CPU per turn")
+    print(
+        f"  google-adk / adk-mesh: {ratio:.1f}x (rounds {ratios[0]:.1f}..{ratios[-1]:.1f}x) "
+        f"target >= {TARGET_RATIO:.0f}x  {verdict}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=7, help="rounds (at least 5)")
+    parser.add_argument("--blocks", type=int, default=2, help="blocks per side per round")
+    parser.add_argument("--block-seconds", type=float, default=0.3, help="CPU per block")
+    parser.add_argument("--warmup", type=int, default=100, help="untimed turns per side")
+    parser.add_argument("--side", choices=["google-adk", "adk-mesh"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        asyncio.run(serve_side(args.side))
         return
-    theirs = await measure(adk, args.invocations, args.warmup)
-    print(f"  google-adk  {describe_latencies(theirs)}")
-    ratio = statistics.median(theirs) / statistics.median(ours)
-    print(f"  google-adk / adk-mesh overhead: {ratio:.1f}x (target >= 3x)")
+    if args.rounds < 5:
+        parser.error("--rounds must be at least 5: the spread needs them")
+    args.python = os.environ.get("ADK_COMPAT_PYTHON") or str(DEFAULT_ADK_PYTHON)
+    if not Path(args.python).exists():
+        print(f"adk-mesh Runner vs google-adk: google-adk's Python {args.python} is missing")
+        print("  (make bench builds .venv/adk-compat; or set ADK_COMPAT_PYTHON); no ratio")
+        return
+    asyncio.run(drive(args))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

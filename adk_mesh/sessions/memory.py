@@ -137,13 +137,14 @@ class InMemorySessionService(SessionService):
         num_recent_events: int | None = None,
         after: datetime | None = None,
     ) -> Session | None:
-        _common.check_ids(app_name, user_id, session_id)
         _common.check_num_recent_events(num_recent_events)
         self._expire()
         key = (app_name, user_id, session_id)
         stored = self._sessions.get(key)
         if stored is None:
+            _common.check_ids(app_name, user_id, session_id)
             return None
+        # A stored session's ids were checked when it was created: no need to check again.
         self._touch(key, stored)
         selected = _common.select_events(stored.events, num_recent_events, after)
         return self._build_session(
@@ -169,10 +170,10 @@ class InMemorySessionService(SessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
-        _common.check_ids(session.app_name, session.user_id, session.id)
         key = (session.app_name, session.user_id, session.id)
         stored = self._sessions.get(key)
         if stored is None:
+            _common.check_ids(session.app_name, session.user_id, session.id)
             raise SessionNotFoundError(
                 f"session {session.id!r} of user {session.user_id!r} in app "
                 f"{session.app_name!r} does not exist"

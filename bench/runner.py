@@ -53,17 +53,27 @@ def get_weather(city: str) -> dict[str, Any]:
 
 
 async def adk_mesh_block() -> tuple[Block, str]:
+    from collections.abc import AsyncGenerator
+
     from adk_mesh import Content, LlmAgent, LlmResponse, Runner, __version__
-    from adk_mesh.models.base import LlmRequest
+    from adk_mesh.models.base import Llm, LlmRequest
     from adk_mesh.sessions.memory import InMemorySessionService
-    from adk_mesh.testing import FunctionModel, call, text
+    from adk_mesh.testing import call, text
 
-    def script(request: LlmRequest) -> LlmResponse:
-        if request.contents[-1].role == "user":
-            return call("get_weather", {"city": "Paris"})
-        return text("It is 22 °C in Paris.")
+    class ScriptedLlm(Llm):
+        """google-adk's side's model, line for line (a test double such as FunctionModel
+        would also keep every request it sees: a heap that grows is not the Runner's cost)."""
 
-    agent = LlmAgent(name="weather", model=FunctionModel(script), tools=[get_weather])
+        async def generate_content(
+            self, request: LlmRequest, *, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            last = request.contents[-1]
+            if any(part.function_response for part in last.parts):
+                yield text("It is 22 °C in Paris.")
+            else:
+                yield call("get_weather", {"city": "Paris"})
+
+    agent = LlmAgent(name="weather", model=ScriptedLlm("scripted"), tools=[get_weather])
     service = InMemorySessionService()  # the default store, bounded as in production
     runner = Runner(agent=agent, app_name="bench", session_service=service)
     message = Content.from_text("user", "Weather in Paris?")

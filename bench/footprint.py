@@ -11,12 +11,18 @@ Then what the heavy libraries cost: for each, the RSS of a fresh interpreter tha
 alone, minus a bare interpreter's, and whether the idle service has it loaded (a second start
 of the agent service under a wrapper that lists ``sys.modules`` once it is ready).
 
+Last, the in-memory stores' growth: one-turn sessions (a tool call and an answer, four events)
+run through a Runner on the default ``memory://`` session store, and the memory it retains
+(``tracemalloc``, after a collection) at two run counts past its bound: flat, not linear.
+
 Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS]``
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import json
 import os
 import signal
@@ -25,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MIB = 60.0
@@ -150,6 +158,56 @@ def import_cost_kib(module: str) -> int:
     return int(json.loads(out.stdout))
 
 
+def get_weather(city: str) -> dict[str, Any]:
+    """Current weather of a city."""
+    return {"city": city, "temp_c": 22}
+
+
+async def retained_by_store(runs: list[int]) -> list[tuple[int, int, int]]:
+    """``(runs, sessions kept, bytes retained)`` after each count of one-turn sessions."""
+    from collections.abc import AsyncGenerator
+
+    from adk_mesh import Content, LlmAgent, LlmResponse, Runner
+    from adk_mesh.models.base import Llm, LlmRequest
+    from adk_mesh.sessions import session_service_from_url
+    from adk_mesh.sessions.memory import InMemorySessionService
+    from adk_mesh.testing import call, text
+
+    class ScriptedLlm(Llm):
+        """Calls the tool, then answers; keeps nothing (FunctionModel keeps every request)."""
+
+        async def generate_content(
+            self, request: LlmRequest, *, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            if any(part.function_response for part in request.contents[-1].parts):
+                yield text("It is 22 °C in Paris.")
+            else:
+                yield call("get_weather", {"city": "Paris"})
+
+    store = session_service_from_url("memory://")
+    assert isinstance(store, InMemorySessionService)
+    agent = LlmAgent(name="weather", model=ScriptedLlm("scripted"), tools=[get_weather])
+    runner = Runner(agent=agent, app_name="bench", session_service=store)
+    message = Content.from_text("user", "Weather in Paris?")
+    results: list[tuple[int, int, int]] = []
+    done = 0
+    tracemalloc.start()
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+    for target in runs:
+        while done < target:
+            session_id = (await store.create_session(app_name="bench", user_id=f"u{done}")).id
+            user = f"u{done}"
+            async for _ in runner.run(user_id=user, session_id=session_id, new_message=message):
+                pass
+            done += 1
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - before
+        results.append((done, len(store._sessions), retained))
+    tracemalloc.stop()
+    return results
+
+
 def _mib(kib: float) -> str:
     return f"{kib / 1024:.1f} MiB"
 
@@ -190,6 +248,16 @@ def main() -> None:
         cost = import_cost_kib(module) - bare
         where = "loaded" if module in modules else "not loaded"
         print(f"  {module:56s} {_mib(cost):>9s}  {where}")
+
+    from adk_mesh.sessions.memory import DEFAULT_MAX_SESSIONS
+
+    counts = [2 * DEFAULT_MAX_SESSIONS, 4 * DEFAULT_MAX_SESSIONS]
+    print(
+        f"memory:// session store (bound {DEFAULT_MAX_SESSIONS:,} sessions): memory retained "
+        "after N one-turn sessions, each of a new user"
+    )
+    for runs, kept, retained in asyncio.run(retained_by_store(counts)):
+        print(f"  {runs:6,d} runs  {kept:6,d} sessions kept  {_mib(retained / 1024):>9s}")
 
 
 if __name__ == "__main__":

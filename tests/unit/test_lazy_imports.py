@@ -19,8 +19,7 @@ def _loaded_after(code: str, **env: str) -> list[str]:
     clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     clean.pop("ADK_MESH_TRACE_DIR", None)
     script = (
-        f"{code}\nimport sys\n"
-        f"print(sorted(m for m in sys.modules if m.startswith({_ON_DEMAND!r})))"
+        f"{code}\nimport sys\nprint(sorted(m for m in sys.modules if m.startswith({_ON_DEMAND!r})))"
     )
     result = subprocess.run(
         [sys.executable, "-c", script],

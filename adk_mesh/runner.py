@@ -135,14 +135,23 @@ class Runner:
     the agent's next step see the same history. Partial (streaming) events are yielded and
     never stored. One invocation id marks every event of the turn.
 
+    **History.** The session is read with
+    :meth:`~adk_mesh.sessions.SessionService.get_session_shared`: a store may hand every turn
+    the same decoded objects for the events it already read, so that a turn on a long
+    session reads and decodes only what was appended since the last one. Stored events are
+    immutable: agents, tools and callbacks read ``ctx.session.events`` (and the contents of
+    a model request, which are those events' contents) and never change them in place.
+
     ``max_delegation_depth`` bounds nested delegations (AgentTool, across services too);
     ``tool_timeout`` is how long each tool call may run (``None``: no bound). The number of
     model calls is bounded per turn by ``RunConfig.max_llm_calls``.
 
     **Memory.** With a ``memory_service`` and ``add_turns_to_memory`` (the default), each turn
     that finishes adds its session to memory: once its last event is stored, the Runner reads
-    the session again from the store and passes it to ``add_session_to_memory`` (which
-    replaces what an earlier turn added), before the event stream ends. A memory store that
+    the session again from the store (``get_session_shared``: the events appended since the
+    turn began) and passes it to ``add_session_to_memory`` (which replaces what an earlier
+    turn added; the SQL memory stores index only the events they have not indexed yet),
+    before the event stream ends. A memory store that
     fails does not fail the turn: it is logged as a warning naming the invocation and recorded
     on the ``add_session_to_memory`` span. A turn that ends abnormally (see below) is not
     added; the next finished turn adds the session whole, its events included. Pass
@@ -212,7 +221,7 @@ class Runner:
                 f"{session.app_name!r}, not {session_id!r} of {user_id!r} in {self.app_name!r}"
             )
         if session is None:
-            session = await self.session_service.get_session(
+            session = await self.session_service.get_session_shared(
                 app_name=self.app_name, user_id=user_id, session_id=session_id
             )
         if session is None:
@@ -267,7 +276,7 @@ class Runner:
         cancellation (see the class docstring)."""
         try:
             with trace_memory_ingestion(ctx, memory):
-                session = await self.session_service.get_session(
+                session = await self.session_service.get_session_shared(
                     app_name=ctx.app_name, user_id=ctx.user_id, session_id=ctx.session_id
                 )
                 if session is not None:

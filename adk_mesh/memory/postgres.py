@@ -17,7 +17,10 @@
   ``to_tsquery``, so nothing a user or a model writes is read as query syntax.
 * Adding a session again replaces its entries, in one transaction that first takes a
   transaction-scoped advisory lock on the session: concurrent adds of one session never
-  leave both sets of entries.
+  leave both sets of entries. Entries are kept by event id (an id names one immutable
+  event of a session): only the events not indexed yet are added, and the entries of
+  events no longer in the session are dropped, so the Runner's add after every turn
+  indexes that turn, not the whole history again.
 * The schema is versioned (:mod:`adk_mesh._migrations`) and migrated at first use unless
   ``migrate=False``.
 """
@@ -32,6 +35,7 @@ from typing import Any
 from adk_mesh import _postgres  # first: a ConfigError when asyncpg is not installed
 from adk_mesh._migrations import Migration
 from adk_mesh.errors import AdkIOError
+from adk_mesh.memory._incremental import changed_entries, text_events
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Event, LlmResponse
@@ -72,6 +76,15 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ON adk_memory_entries USING gin (document)""",
         ),
     ),
+    Migration(
+        "the event of each memory entry, so that adding a session again adds only new events "
+        "(entries added before have none: the next add of their session replaces them)",
+        (
+            "ALTER TABLE adk_memory_entries ADD COLUMN event_id text",
+            """CREATE INDEX adk_memory_entries_by_event
+                ON adk_memory_entries (app_name, user_id, session_id, event_id)""",
+        ),
+    ),
 )
 
 #: The schema version this code writes.
@@ -104,6 +117,17 @@ def _query_terms(query: str) -> str | None:
     if not words:
         return None
     return " | ".join(f"'{word}'" for word in words[:MAX_QUERY_WORDS])
+
+
+def _entry_row(event: Event) -> tuple[str, str]:
+    """An entry's event JSON (its id, time, author and content) and its normalized text."""
+    entry = Event(
+        id=event.id,
+        timestamp=event.timestamp,
+        author=event.author,
+        llm_response=LlmResponse(content=event.content),
+    )
+    return entry.model_dump_json(), _normalized(event.text)
 
 
 class PostgresMemoryService(MemoryService):
@@ -165,20 +189,7 @@ class PostgresMemoryService(MemoryService):
 
     async def add_session_to_memory(self, session: Session) -> None:
         key = (session.app_name, session.user_id, session.id)
-        rows = [
-            (
-                *key,
-                Event(
-                    id=event.id,
-                    timestamp=event.timestamp,
-                    author=event.author,
-                    llm_response=LlmResponse(content=event.content),
-                ).model_dump_json(),
-                _normalized(event.text),
-            )
-            for event in session.events
-            if event.content is not None and event.text.strip()
-        ]
+        texts = text_events(session)
         async with (
             self._database.connection("adding a session to memory") as connection,
             connection.transaction(),
@@ -186,17 +197,22 @@ class PostgresMemoryService(MemoryService):
             await connection.execute(
                 "SELECT pg_advisory_xact_lock($1)", _postgres.advisory_key("memory", *key)
             )
-            await connection.execute(
-                "DELETE FROM adk_memory_entries "
+            held = await connection.fetch(
+                "SELECT seq, event_id FROM adk_memory_entries "
                 "WHERE app_name = $1 AND user_id = $2 AND session_id = $3",
                 *key,
             )
-            if rows:
+            stale, new = changed_entries([(row["seq"], row["event_id"]) for row in held], texts)
+            if stale:
+                await connection.execute(
+                    "DELETE FROM adk_memory_entries WHERE seq = ANY($1::bigint[])", stale
+                )
+            if new:
                 await connection.executemany(
                     "INSERT INTO adk_memory_entries "
-                    "(app_name, user_id, session_id, event, document) "
-                    "VALUES ($1, $2, $3, $4, to_tsvector($6::regconfig, $5))",
-                    [(*row, self._config) for row in rows],
+                    "(app_name, user_id, session_id, event_id, event, document) "
+                    "VALUES ($1, $2, $3, $4, $5, to_tsvector($7::regconfig, $6))",
+                    [(*key, event.id, *_entry_row(event), self._config) for event in new],
                 )
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> list[MemoryEntry]:

@@ -16,7 +16,10 @@
   index, and every search asks for that token too, so FTS5 only visits the user's entries;
   the app and user are checked again on the entries themselves.
 * Adding a session again replaces its entries, in one ``BEGIN IMMEDIATE`` transaction:
-  processes sharing the file never see a session half-replaced.
+  processes sharing the file never see a session half-replaced. Entries are kept by event
+  id (an id names one immutable event of a session): only the events not indexed yet are
+  added, and the entries of events no longer in the session are dropped, so the Runner's
+  add after every turn indexes that turn, not the whole history again.
 * The file may be shared with the SQLite session store (its tables start with ``memory_``
   and its schema version is kept in ``memory_schema``, not in ``PRAGMA user_version``). WAL,
   the busy timeout and the worker thread are those of :mod:`adk_mesh._sqlite`.
@@ -32,6 +35,7 @@ from datetime import datetime
 
 from adk_mesh import _sqlite
 from adk_mesh.errors import AdkIOError
+from adk_mesh.memory._incremental import changed_entries, text_events
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Content
@@ -56,6 +60,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE VIRTUAL TABLE memory_index USING fts5(
             scope, text, tokenize = 'porter unicode61 remove_diacritics 2'
         )""",
+    ),
+    # 2: the event each entry comes from, so adding a session again adds only new events.
+    # Entries of older files have none: the next add of their session replaces them.
+    (
+        "ALTER TABLE memory_entries ADD COLUMN event_id TEXT",
+        """CREATE INDEX memory_entries_by_event
+            ON memory_entries (app_name, user_id, session_id, event_id)""",
     ),
 )
 
@@ -144,41 +155,41 @@ class SqliteMemoryService(MemoryService):
 
     async def add_session_to_memory(self, session: Session) -> None:
         app_name, user_id, session_id = session.app_name, session.user_id, session.id
+        key = (app_name, user_id, session_id)
         scope = _scope(app_name, user_id)
-        rows = [
-            (
-                event.author or None,
-                event.timestamp.isoformat(),
-                event.content.model_dump_json(),
-                event.text,
-            )
-            for event in session.events
-            if event.content is not None and event.text.strip()
-        ]
+        texts = text_events(session)
 
         def add(connection: sqlite3.Connection) -> None:
             with _sqlite.write_transaction(connection):
-                key = (app_name, user_id, session_id)
-                connection.execute(
-                    "DELETE FROM memory_index WHERE rowid IN (SELECT id FROM memory_entries "
-                    "WHERE app_name = ? AND user_id = ? AND session_id = ?)",
-                    key,
-                )
-                connection.execute(
-                    "DELETE FROM memory_entries "
+                held = connection.execute(
+                    "SELECT id, event_id FROM memory_entries "
                     "WHERE app_name = ? AND user_id = ? AND session_id = ?",
                     key,
+                ).fetchall()
+                stale, new = changed_entries(held, texts)
+                connection.executemany(
+                    "DELETE FROM memory_index WHERE rowid = ?", [(id_,) for id_ in stale]
                 )
-                for author, timestamp, content, text in rows:
+                connection.executemany(
+                    "DELETE FROM memory_entries WHERE id = ?", [(id_,) for id_ in stale]
+                )
+                for event in new:
+                    assert event.content is not None  # a text event
                     cursor = connection.execute(
                         "INSERT INTO memory_entries "
-                        "(app_name, user_id, session_id, author, timestamp, content) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (app_name, user_id, session_id, author, timestamp, content),
+                        "(app_name, user_id, session_id, event_id, author, timestamp, content) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            *key,
+                            event.id,
+                            event.author or None,
+                            event.timestamp.isoformat(),
+                            event.content.model_dump_json(),
+                        ),
                     )
                     connection.execute(
                         "INSERT INTO memory_index (rowid, scope, text) VALUES (?, ?, ?)",
-                        (cursor.lastrowid, scope, text),
+                        (cursor.lastrowid, scope, event.text),
                     )
 
         await self._file.run(add)

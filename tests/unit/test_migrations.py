@@ -21,6 +21,7 @@ from adk_mesh._store_urls import redact_url
 from adk_mesh.artifacts.postgres import SCHEMA_VERSION as ARTIFACTS_VERSION
 from adk_mesh.errors import ConfigError
 from adk_mesh.memory.postgres import SCHEMA_VERSION as MEMORY_VERSION
+from adk_mesh.memory.sqlite import SCHEMA_VERSION as SQLITE_MEMORY_VERSION
 from adk_mesh.sessions.postgres import SCHEMA_VERSION as SESSIONS_VERSION
 from adk_mesh.sessions.sqlite import SCHEMA_VERSION as SQLITE_SESSIONS_VERSION
 
@@ -215,7 +216,7 @@ async def test_migrate_reads_the_store_urls_from_the_environment(
     assert result.stdout.splitlines() == [
         f"{postgres_url}: sessions at schema version 1",
         f"{postgres_url}: artifacts at schema version 1",
-        f"sqlite:///{memory}: memory at schema version 1",
+        f"sqlite:///{memory}: memory at schema version {SQLITE_MEMORY_VERSION}",
     ]
 
 
@@ -229,7 +230,7 @@ def test_migrate_a_sqlite_file_creates_its_session_and_memory_tables(tmp_path: P
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         f"sqlite:///{path}: sessions at schema version {SQLITE_SESSIONS_VERSION}",
-        f"sqlite:///{path}: memory at schema version 1",
+        f"sqlite:///{path}: memory at schema version {SQLITE_MEMORY_VERSION}",
     ]
     with closing(sqlite3.connect(path)) as connection:
         assert connection.execute("PRAGMA user_version").fetchone()[0] == SQLITE_SESSIONS_VERSION

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -10,7 +13,7 @@ import grpc.aio
 
 from adk_mesh import codec
 from adk_mesh.contexts import DEFAULT_TOOL_TIMEOUT, ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkError, AdkIOError, ToolError
+from adk_mesh.errors import AdkError, AdkIOError, ConfigError, ToolError
 from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
@@ -27,13 +30,35 @@ logger = logging.getLogger("adk_mesh.mesh")
 DEFAULT_LIST_TIMEOUT = 10.0
 #: The same bound as a local tool's (``DEFAULT_TOOL_TIMEOUT``).
 DEFAULT_CALL_TIMEOUT = DEFAULT_TOOL_TIMEOUT
+#: Seconds a kept listing is used without news from the server (see ``listing_max_age``).
+DEFAULT_LISTING_MAX_AGE = 60.0
+#: Listings kept, one per (app, user), least recently used dropped first.
+MAX_KEPT_LISTINGS = 1024
+
+
+@dataclass
+class _Listing:
+    """The tools a ToolServer listed for one (app, user), and the listing's version."""
+
+    tools: list[BaseTool]
+    version: str
+    listed_at: float
+    #: A result named another version: list again at the next model request.
+    stale: bool = False
 
 
 class RemoteToolset(Toolset):
     """A :class:`Toolset` whose tools live in a ToolServer at ``target``.
 
-    :meth:`tools` asks the server (``ListTools``, with the caller's ids, so the answer may
-    depend on the user) before each model request. Each :class:`RemoteTool` runs over
+    :meth:`tools` keeps the server's listing per (app, user) and asks again (``ListTools``,
+    with the caller's ids, so the answer may depend on the user) only when it has no fresh one:
+    every tool result carries the version of the listing the server would give now, so a
+    listing that changed (a tool added, removed or redeclared) is asked again at the next model
+    request after any call to this server's tools — within the turn that made the call — and a
+    listing not confirmed for ``listing_max_age`` seconds is asked again too (a conversation
+    that calls none of these tools sees changes after that long). In steady state a remote tool
+    call is one RPC. A server that sends no versions is asked before each model request. Each
+    :class:`RemoteTool` runs over
     ``CallToolInteractive``, which carries the user's message (``ctx.user_content``) and on
     which the remote tool reaches this invocation's artifacts and memory (each request is
     answered here from ``ctx``'s stores, for this session, within its delegation scope):
@@ -43,7 +68,9 @@ class RemoteToolset(Toolset):
     ``ToolError`` still reaches the model as an error response.
 
     A server that is down fails fast (``UNAVAILABLE`` becomes
-    :class:`~adk_mesh.errors.AdkIOError`); every call also carries a deadline, so nothing
+    :class:`~adk_mesh.errors.AdkIOError`); while it is unreachable, the model still sees the
+    last listing, and a call fails as a ToolError the model can read. Every call also carries a
+    deadline, so nothing
     waits forever on a server that hangs: the configured timeout, or the time that remains of
     the invocation's deadline when that is shorter (a deadline already passed fails at once
     with :class:`~adk_mesh.errors.DeadlineExceededError`). Such failures name the tool, never
@@ -57,6 +84,8 @@ class RemoteToolset(Toolset):
         call_timeout: deadline in seconds of each ``CallTool``.
         tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
             ``_KEY`` from the environment; plaintext when they are unset).
+        listing_max_age: seconds a kept listing is used without a result confirming its
+            version (default: 60; 0: ask before each model request).
     """
 
     def __init__(
@@ -67,17 +96,21 @@ class RemoteToolset(Toolset):
         list_timeout: float = DEFAULT_LIST_TIMEOUT,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         tls: ClientTLS | None = None,
+        listing_max_age: float = DEFAULT_LISTING_MAX_AGE,
     ) -> None:
         super().__init__(name or f"remote:{target}")
+        if listing_max_age < 0:
+            raise ConfigError(f"listing_max_age cannot be negative, not {listing_max_age}")
         self.target = target
         self.tls = tls
         self.list_timeout = list_timeout
         self.call_timeout = call_timeout
+        self.listing_max_age = listing_max_age
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
-        # The last listing per (app, user): while the server is unreachable, the model still
-        # sees these tools, and a call to one fails as a ToolError the model can read.
-        self._last_listing: dict[tuple[str, str], list[BaseTool]] = {}
+        # The last listing per (app, user). Also while the server is unreachable, the model
+        # still sees these tools, and a call to one fails as a ToolError the model can read.
+        self._listings: OrderedDict[tuple[str, str], _Listing] = OrderedDict()
 
     def _stub(self) -> Any:
         # The channel is opened on first use so that it belongs to the running event loop.
@@ -92,22 +125,46 @@ class RemoteToolset(Toolset):
         return self._cached_stub
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+        key = (ctx.app_name, ctx.user_id)
+        kept = self._listings.get(key)
+        if kept is not None and self._fresh(kept):
+            self._listings.move_to_end(key)
+            return kept.tools
         request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))
         timeout = call_timeout(ctx.invocation_context.deadline, self.list_timeout, "tool service")
-        key = (ctx.app_name, ctx.user_id)
         try:
             response = await self._stub().ListTools(request, timeout=timeout)
         except grpc.RpcError as error:
             failure = error_from_downstream(error, "tool service", self.target)
-            if isinstance(failure, AdkIOError) and key in self._last_listing:
-                return self._last_listing[key]
+            if isinstance(failure, AdkIOError) and kept is not None:
+                return kept.tools
             raise failure from error
         tools: list[BaseTool] = [
             RemoteTool(self, codec.declaration_from_proto(declaration))
             for declaration in response.tools
         ]
-        self._last_listing[key] = tools
+        self._listings[key] = _Listing(tools, response.listing_version, time.monotonic())
+        self._listings.move_to_end(key)
+        if len(self._listings) > MAX_KEPT_LISTINGS:
+            self._listings.popitem(last=False)
         return tools
+
+    def _fresh(self, listing: _Listing) -> bool:
+        return (
+            bool(listing.version)
+            and not listing.stale
+            and time.monotonic() - listing.listed_at < self.listing_max_age
+        )
+
+    def _confirm(self, key: tuple[str, str], version: str) -> None:
+        """A result said the listing of ``key`` is at ``version`` now."""
+        kept = self._listings.get(key)
+        if kept is None:
+            return
+        if version and version == kept.version:
+            kept.listed_at = time.monotonic()
+        else:
+            kept.stale = True
 
     async def close(self) -> None:
         channel, self._channel = self._channel, None
@@ -177,6 +234,7 @@ class RemoteTool(BaseTool):
                 response, error, actions = codec.tool_result_from_proto(message.result)
                 _apply_actions(ctx, actions)
                 outcome = (response, error)
+                toolset._confirm((ctx.app_name, ctx.user_id), message.result.listing_version)
         except grpc.RpcError as error:
             raise error_from_downstream(error, what, toolset.target) from error
         finally:

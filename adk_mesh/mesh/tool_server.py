@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -79,6 +80,44 @@ class _CallerAgent(BaseAgent):
 #: A caller's branch and agent name are bounded like its ids (agent names joined by dots).
 MAX_BRANCH_CHARS = 1024
 
+#: Tools whose declaration digest is kept (see _ListingVersions); more start the count again.
+MAX_KEPT_DIGESTS = 4096
+
+
+class _ListingVersions:
+    """The version of a tools listing: a digest of its declarations, in order, so the same
+    tools give the same version whoever asks.
+
+    Each tool's declaration is encoded and digested once per tool object (the tool is kept
+    with its digest, so its id is not reused meanwhile): a toolset that answers with the same
+    objects costs a lookup per tool and call. A toolset that builds new tool objects is
+    digested anew each time; a tool object whose declaration changes in place is not noticed
+    (give the listing a new object instead).
+    """
+
+    def __init__(self) -> None:
+        self._digests: dict[int, tuple[BaseTool, bytes]] = {}
+
+    def version(self, tools: Sequence[BaseTool]) -> str:
+        """The listing's version; empty when a declaration cannot be encoded (then the caller
+        keeps no listing: it asks again before each model request)."""
+        digest = hashlib.blake2b(digest_size=12)
+        for tool in tools:
+            kept = self._digests.get(id(tool))
+            if kept is None or kept[0] is not tool:
+                try:
+                    encoded = codec.declaration_to_proto(tool.declaration()).SerializeToString(
+                        deterministic=True
+                    )
+                except AdkJSONError:
+                    return ""
+                if len(self._digests) >= MAX_KEPT_DIGESTS:
+                    self._digests.clear()
+                kept = (tool, hashlib.blake2b(encoded, digest_size=12).digest())
+                self._digests[id(tool)] = kept
+            digest.update(kept[1])
+        return digest.hexdigest()
+
 
 def _check_caller(caller: tool_pb2.CallerContext, limits: ServerLimits) -> None:
     """Refuse a CallerContext whose ids (when set) break the id rule, or whose agent name or
@@ -141,6 +180,7 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         self._toolset = toolset
         self._name = name
         self._limits = limits
+        self._versions = _ListingVersions()
 
     async def ListTools(
         self,
@@ -158,6 +198,7 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
             return tool_pb2.ListToolsResponse(
                 tools=[codec.declaration_to_proto(tool.declaration()) for tool in tools],
                 toolset_name=self._name,
+                listing_version=self._versions.version(tools),
             )
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
 
@@ -221,7 +262,12 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
                 f"tool {shown(request.tool_name)} is not served to this caller by "
                 f"{self._name!r}; available: {available}"
             )
+        # The result says which listing this caller has now: a client that keeps listings
+        # notices a change at the next model request, without asking before each one.
+        version = self._versions.version(tools)
         async for response in _run_tool(tool, invocation, request, args):
+            if response.HasField("result"):
+                response.result.listing_version = version
             yield response
 
 
@@ -288,8 +334,11 @@ class ToolServer(MeshServer):
     call (the server keeps no store of its own);
     progress the tool reports streams back as ``ToolProgress``, then one ``ToolResult`` carries
     the response (or the error the tool raised) and the actions it set. The caller applies
-    those actions; the server keeps nothing. JSON of any depth the mesh carries goes both
-    ways (too deep for a Struct: as JSON text, see ``content.proto``); a response or a state
+    those actions; the server keeps nothing. Listings and results carry the version of the
+    caller's listing (a digest of the declarations), so a client may keep a listing and ask
+    again only when a result names another version (see :class:`RemoteToolset`). JSON of
+    any depth the mesh carries goes both ways (too deep for a Struct: as JSON text, see
+    ``content.proto``); a response or a state
     value the wire cannot carry at all (deeper than ``codec.MAX_JSON_DEPTH``, an integer
     beyond +-2**53, ...) comes back as a ToolError the caller's model reads, never as a
     message the caller cannot parse.

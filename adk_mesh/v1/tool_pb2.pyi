@@ -195,12 +195,14 @@ class ListToolsRequest(_message.Message):
     def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
-    __slots__ = ("tools", "toolset_name")
+    __slots__ = ("tools", "toolset_name", "listing_version")
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOLSET_NAME_FIELD_NUMBER: _ClassVar[int]
+    LISTING_VERSION_FIELD_NUMBER: _ClassVar[int]
     tools: _containers.RepeatedCompositeFieldContainer[ToolDeclaration]
     toolset_name: str
-    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ...) -> None: ...
+    listing_version: str
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ..., listing_version: _Optional[str] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
     __slots__ = ("context", "tool_name", "function_call_id", "args", "state", "args_json", "state_json", "user_content")
@@ -257,16 +259,18 @@ class ToolProgress(_message.Message):
     def __init__(self, message: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fraction: _Optional[float] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("response", "error", "response_json", "actions")
+    __slots__ = ("response", "error", "response_json", "actions", "listing_version")
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_JSON_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    LISTING_VERSION_FIELD_NUMBER: _ClassVar[int]
     response: _struct_pb2.Struct
     error: ErrorDetail
     response_json: str
     actions: _event_pb2.EventActions
-    def __init__(self, response: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., response_json: _Optional[str] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ...) -> None: ...
+    listing_version: str
+    def __init__(self, response: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., response_json: _Optional[str] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ..., listing_version: _Optional[str] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
     __slots__ = ("reason", "message", "metadata")

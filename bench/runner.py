@@ -267,7 +267,7 @@ async def drive(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=7, help="rounds (at least 5)")
-    parser.add_argument("--blocks", type=int, default=2, help="blocks per side per round")
+    parser.add_argument("--blocks", type=int, default=4, help="blocks per side per round (even)")
     parser.add_argument("--block-seconds", type=float, default=0.3, help="CPU per block")
     parser.add_argument("--warmup", type=int, default=100, help="untimed turns per side")
     parser.add_argument("--side", choices=["google-adk", "adk-mesh"], help=argparse.SUPPRESS)

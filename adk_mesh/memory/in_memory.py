@@ -90,14 +90,16 @@ class InMemoryMemoryService(MemoryService):
         sessions = self._entries.setdefault(user, {})
         # Re-adding replaces, and moves the session to the end, as a fresh add would.
         before = sessions.pop(session.id, {})
-        indexed: dict[str | int, _Indexed] = {}
-        for number, event in enumerate(session.events):
-            if event.content is None or not event.text.strip():
-                continue
-            # An event without an id (never stored) cannot be recognised again: its own key.
-            event_key: str | int = event.id or number
-            known = before.get(event_key) if event.id else None
-            indexed[event_key] = known if known is not None else _index(event, session.id)
+        texts = [event for event in session.events if event.content and event.text.strip()]
+        ids = [event.id for event in texts]
+        if all(ids) and len(set(ids)) == len(ids):
+            indexed: dict[str | int, _Indexed] = {
+                event.id: before.get(event.id) or _index(event, session.id) for event in texts
+            }
+        else:
+            # Ids that do not tell the events apart (an empty one, one twice): index afresh,
+            # by position.
+            indexed = {number: _index(event, session.id) for number, event in enumerate(texts)}
         sessions[session.id] = indexed
         key = (session.app_name, session.user_id, session.id)
         self._added.pop(key, None)

@@ -95,3 +95,13 @@ async def test_adding_again_indexes_only_new_events_and_drops_missing_ones() -> 
     del session.events[0]
     await memory.add_session_to_memory(session)
     assert await search(memory, "zebras") == ["zebras second", "zebras third"]
+
+
+async def test_events_whose_ids_do_not_tell_them_apart_are_all_indexed() -> None:
+    memory = InMemoryMemoryService()
+    session = session_with("zebras first", "zebras second", "zebras third")
+    session.events[1].id = session.events[0].id
+    session.events[2].id = ""
+    await memory.add_session_to_memory(session)
+    await memory.add_session_to_memory(session)
+    assert await search(memory, "zebras") == ["zebras first", "zebras second", "zebras third"]

@@ -26,12 +26,14 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import jwt
+from typing import TYPE_CHECKING, Any
 
 from adk_mesh.errors import ConfigError, UnauthenticatedError
 from adk_mesh.mesh._watched import WatchedFiles
+
+if TYPE_CHECKING:
+    # PyJWT loads cryptography (~9 MiB of RSS): only a service that checks JWTs pays for it.
+    import jwt
 
 __all__ = [
     "ApiKeyAuthenticator",
@@ -140,6 +142,8 @@ class JwtAuthenticator(Authenticator):
         self.user_claim = user_claim
         self.algorithms = tuple(algorithms)
         self.leeway = leeway
+        import jwt
+
         source = str(jwks)
         self._client: jwt.PyJWKClient | None = None
         self._file: WatchedFiles[jwt.PyJWKSet] | None = None
@@ -165,6 +169,8 @@ class JwtAuthenticator(Authenticator):
         return self._file.get()
 
     def _key(self, kid: str | None) -> jwt.PyJWK:
+        import jwt
+
         if self._client is not None:
             # Cached; fetched again once for a kid it does not know (keys rotated).
             return self._client.get_signing_key(kid or "")
@@ -178,6 +184,8 @@ class JwtAuthenticator(Authenticator):
         token = _bearer(metadata)
         if token is None or token.count(".") != 2:
             return None  # no bearer token, or one that is not a JWT (an API key, say)
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
             algorithm = header.get("alg")

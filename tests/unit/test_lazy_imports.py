@@ -10,9 +10,9 @@ import os
 import subprocess
 import sys
 
-# Loaded only by a model provider (httpx) or by a configured telemetry pipeline (the SDK and
-# the exporters).
-_ON_DEMAND = ("httpx", "httpx_sse", "opentelemetry.sdk", "opentelemetry.exporter")
+# Loaded only by a model provider (httpx), by a configured telemetry pipeline (the SDK and
+# the exporters) or by a JWT authenticator (PyJWT, and with it cryptography).
+_ON_DEMAND = ("httpx", "httpx_sse", "opentelemetry.sdk", "opentelemetry.exporter", "jwt")
 
 
 def _loaded_after(code: str, **env: str) -> list[str]:

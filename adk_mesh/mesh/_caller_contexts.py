@@ -346,29 +346,29 @@ MAX_PENDING_RESPONSES = 16
 
 
 class InteractiveCall:
-    """The server's side of a bidirectional call: :meth:`start` reads the first message and
-    then keeps reading the caller's answers in a task; :meth:`stream` sends the responses of
-    the work with the context requests it makes, in the order they come."""
+    """The server's side of a bidirectional call: :meth:`start` reads the first message; from
+    the first context request on, a task keeps reading the caller's answers; :meth:`stream`
+    sends the responses of the work with the context requests it makes, in the order they
+    come."""
 
     def __init__(self, wrap: Callable[..., Any]) -> None:
         #: ``wrap(response=...)`` or ``wrap(context_request=...)``: one server message.
         self._wrap = wrap
         self._outgoing: asyncio.Queue[Any] = asyncio.Queue()
         self.channel = CallerChannel(self._send)
+        self._requests: AsyncIterator[Any] | None = None
         self._reader: asyncio.Task[None] | None = None
 
     async def _send(self, request: tool_pb2.ContextRequest) -> None:
+        if self._reader is None:
+            self._start_reading()
         self._outgoing.put_nowait((False, self._wrap(context_request=request)))
 
-    async def start(self, requests: AsyncIterator[Any], first: str) -> Any:
-        """The first message's ``first`` field; it must be set."""
-        iterator = aiter(requests)
-        try:
-            message = await anext(iterator)
-        except StopAsyncIteration:
-            raise InvalidArgumentError(f"the call ended before its {first} message") from None
-        if message.WhichOneof("message") != first:
-            raise InvalidArgumentError(f"the first message of the call must set {first}")
+    def _start_reading(self) -> None:
+        """Read the caller's answers from now on. Started with the first context request:
+        most calls make none, and a call that asks nothing needs no reader (nor its task)."""
+        iterator = self._requests
+        assert iterator is not None, "start() reads the first message first"
 
         async def read() -> None:
             try:
@@ -381,6 +381,17 @@ class InteractiveCall:
                 self.channel.close()
 
         self._reader = asyncio.create_task(read())
+
+    async def start(self, requests: AsyncIterator[Any], first: str) -> Any:
+        """The first message's ``first`` field; it must be set."""
+        iterator = aiter(requests)
+        try:
+            message = await anext(iterator)
+        except StopAsyncIteration:
+            raise InvalidArgumentError(f"the call ended before its {first} message") from None
+        if message.WhichOneof("message") != first:
+            raise InvalidArgumentError(f"the first message of the call must set {first}")
+        self._requests = iterator
         return getattr(message, first)
 
     async def stream(self, responses: AsyncIterator[Any]) -> AsyncIterator[Any]:

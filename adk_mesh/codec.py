@@ -49,11 +49,9 @@ from adk_mesh.errors import (
 )
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import (
-    Blob,
     Content,
     Event,
     EventActions,
-    FileData,
     FinishReason,
     FunctionCall,
     FunctionResponse,
@@ -930,15 +928,24 @@ def _event_within(event: Event, room: int, *, large: int) -> tuple[event_pb2.Eve
     return None, False
 
 
-def session_view_from_proto(message: agent_pb2.SessionView) -> Session:
+def session_view_from_proto(
+    message: agent_pb2.SessionView,
+    *,
+    app_name: str | None = None,
+    user_id: str | None = None,
+    session_id: str | None = None,
+) -> Session:
     """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session` (its window of
-    the history: the events the caller sent)."""
-    return Session(
-        id=message.session_id,
-        app_name=message.app_name,
-        user_id=message.user_id,
-        state=_read_value_map(message.state, message.state_json, "SessionView.state_json"),
-        events=[event_from_proto(event) for event in message.events],
+    the history: the events the caller sent); ``app_name``, ``user_id`` and ``session_id``
+    replace the view's ids when given."""
+    return Session.model_validate(
+        {
+            "id": message.session_id if session_id is None else session_id,
+            "app_name": message.app_name if app_name is None else app_name,
+            "user_id": message.user_id if user_id is None else user_id,
+            "state": _read_value_map(message.state, message.state_json, "SessionView.state_json"),
+            "events": [_event_fields(event) for event in message.events],
+        }
     )
 
 
@@ -1032,10 +1039,15 @@ def run_config_to_proto(config: RunConfig) -> agent_pb2.RunConfig:
     )
 
 
-def run_config_from_proto(message: agent_pb2.RunConfig) -> RunConfig:
-    """A RunConfig message (0 and UNSPECIFIED meaning "the default") as a RunConfig."""
+def run_config_from_proto(
+    message: agent_pb2.RunConfig, *, max_llm_calls: int | None = None
+) -> RunConfig:
+    """A RunConfig message (0 and UNSPECIFIED meaning "the default") as a RunConfig;
+    ``max_llm_calls`` replaces the message's when given."""
     fields: dict[str, Any] = {}
-    if message.max_llm_calls > 0:
+    if max_llm_calls is not None:
+        fields["max_llm_calls"] = max_llm_calls
+    elif message.max_llm_calls > 0:
         fields["max_llm_calls"] = message.max_llm_calls
     if message.streaming_mode == agent_pb2.STREAMING_MODE_SSE:
         fields["streaming_mode"] = StreamingMode.SSE

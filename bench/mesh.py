@@ -225,17 +225,25 @@ class _BareRelay(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
 
 
 class _Recorder(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
-    """A pass-through for one RunDelegated call: keeps what a RemoteAgent sent and got back."""
+    """A pass-through for one call (``Run`` or ``RunDelegated``, whichever a RemoteAgent
+    makes): keeps what it sent and got back."""
 
     def __init__(self, upstream: str) -> None:
         self._upstream = upstream
+        self.method = ""
         self.request: agent_pb2.RunRequest | None = None
         self.responses: list[agent_pb2.RunResponse] = []
 
+    async def Run(self, request: agent_pb2.RunRequest, context: Any) -> Any:
+        self.method, self.request, self.responses = "Run", request, []
+        async with bare_channel(self._upstream) as channel:
+            async for response in agent_pb2_grpc.AgentServiceStub(channel).Run(request):
+                self.responses.append(response)
+                yield response
+
     async def RunDelegated(self, requests: AsyncIterator[Any], context: Any) -> Any:
         first = await anext(aiter(requests))
-        self.request = first.run
-        self.responses = []
+        self.method, self.request, self.responses = "RunDelegated", first.run, []
         async with bare_channel(self._upstream) as channel:
             upstream = agent_pb2_grpc.AgentServiceStub(channel).RunDelegated()
             await upstream.write(first)

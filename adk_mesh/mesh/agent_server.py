@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 
@@ -52,6 +53,7 @@ from adk_mesh.mesh._session_service import SERVICE_NAME as _SESSION_SERVICE_NAME
 from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
+from adk_mesh.mesh._view_sessions import ViewSessions
 from adk_mesh.runner import Runner, check_new_message, find_agent_to_run, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
@@ -88,7 +90,9 @@ class AgentServer(MeshServer):
       artifacts and memory (``DelegatedRun.scope``) limits the stores as it would in
       process. Over ``RunDelegated`` (what a :class:`RemoteAgent` calls) those stores are the
       caller's, reached over the call (the caller answers each request from its own, so the
-      root stays their only writer); over a delegated ``Run``, this server's.
+      root stays their only writer); over a delegated ``Run``, this server's — unless the
+      caller said it has none (``DelegatedRun.no_caller_stores``, which a RemoteAgent sends
+      as a ``Run``): then the run has none either, as over ``RunDelegated``.
       A call path that already holds this service's agent (A -> B -> A) or a
       depth past the caller's limit is refused with FAILED_PRECONDITION
       (:class:`~adk_mesh.errors.DelegationError`). Two kinds:
@@ -334,17 +338,20 @@ class AgentServer(MeshServer):
     def _check_id(self, what: str, value: str) -> None:
         check_id(what, value, max_chars=self.limits.max_id_chars)
 
-    def _run_config(self, request: agent_pb2.RunRequest) -> RunConfig:
+    def _run_config(self, request: agent_pb2.RunRequest, *, llm_calls_made: int = 0) -> RunConfig:
         """The request's RunConfig under this server's limits: ``max_llm_calls`` may lower the
-        server's, never raise it (0: the server's); a negative one is refused."""
+        server's, never raise it (0: the server's); a negative one is refused. A delegated run
+        counts on from the ``llm_calls_made`` before it."""
         requested = request.run_config.max_llm_calls
         if requested < 0:
             raise InvalidArgumentError(
                 f"RunConfig.max_llm_calls is {requested}; send 0 (this server's limit, "
                 f"{self.limits.max_llm_calls}) or a lower positive number"
             )
-        config = codec.run_config_from_proto(request.run_config)
-        return config.model_copy(update={"max_llm_calls": self.limits.llm_calls_for(requested)})
+        return codec.run_config_from_proto(
+            request.run_config,
+            max_llm_calls=llm_calls_made + self.limits.llm_calls_for(requested),
+        )
 
     async def _load_session(self, user_id: str, session_id: str) -> Session:
         """The session ``session_id`` (whole), created when it is empty (a new id) or
@@ -465,7 +472,10 @@ class AgentServer(MeshServer):
         caller's, reached over the call; else this server's own stores."""
         delegated = request.delegated
         self._check_delegated(request)
-        run_config = self._run_config(request)
+        made = delegated.llm_calls_made
+        # The invocation's limit as the caller counts it: the calls made, plus what is left
+        # (which this server's limit may lower).
+        run_config = self._run_config(request, llm_calls_made=made)
         agent = self.find(request.agent_name)
         call_path = tuple(delegated.call_path)
         if self.agent.name in call_path:
@@ -483,23 +493,19 @@ class AgentServer(MeshServer):
         user_content = (
             _new_message(delegated.user_content) if delegated.HasField("user_content") else None
         )
-        view = codec.session_view_from_proto(delegated.session)
-        made = delegated.llm_calls_made
-        # The invocation's limit as the caller counts it: the calls made, plus what is left
-        # (which this server's limit may lower).
-        run_config = run_config.model_copy(
-            update={"max_llm_calls": made + run_config.max_llm_calls}
-        )
         scope = codec.delegation_scope_from_proto(delegated.scope)
-        service = InMemorySessionService()
-        session = await service.create_session(
-            app_name=view.app_name or self.app_name,
-            user_id=view.user_id or "anonymous",
-            session_id=view.id or None,
+        # The view as sent (temp: keys included: they belong to this invocation) is the run's
+        # session, in a service of its own that persists nothing.
+        view = delegated.session
+        service = ViewSessions()
+        session = service.hold(
+            codec.session_view_from_proto(
+                view,
+                app_name=view.app_name or self.app_name,
+                user_id=view.user_id or "anonymous",
+                session_id=view.session_id or str(uuid.uuid4()),
+            )
         )
-        # Seed the view as sent (temp: keys included: they belong to this invocation).
-        session.state.update(view.state)
-        session.events = view.events
         agent_tool = delegated.HasField("agent_tool")
         handed_to = agent
         if not agent_tool:
@@ -510,17 +516,20 @@ class AgentServer(MeshServer):
                 user_content or Content(role="user", parts=[]),
                 foreign_authors_end=True,
             )
+        if delegated.no_caller_stores:
+            # The caller has none to offer: as it would answer over the call.
+            artifacts, memory = None, None
+        elif caller is None:
+            artifacts, memory = self.artifact_service, self.memory_service
+        else:
+            artifacts, memory = CallerArtifacts(caller), CallerMemory(caller)
         ctx = InvocationContext(
             invocation_id=delegated.invocation_id or new_invocation_id(),
             agent=agent,
             session=session,
             session_service=service,
-            artifact_service=scoped_artifacts(
-                self.artifact_service if caller is None else CallerArtifacts(caller), scope
-            ),
-            memory_service=scoped_memory(
-                self.memory_service if caller is None else CallerMemory(caller), scope
-            ),
+            artifact_service=scoped_artifacts(artifacts, scope),
+            memory_service=scoped_memory(memory, scope),
             run_config=run_config,
             user_content=user_content,
             branch=delegated.branch,
@@ -543,7 +552,7 @@ class AgentServer(MeshServer):
                     caller,
                     omitted=delegated.session.omitted_events,
                     abridged=delegated.session.abridged_event_ids,
-                    first_event_id=view.events[0].id if view.events else "",
+                    first_event_id=session.events[0].id if session.events else "",
                 )
             ),
         )
@@ -727,29 +736,46 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
+#: With batches, a run's first events still go one per response, read in the handler's own
+#: task: a short run (an answer, a call and its response) pays for no task and no queue.
+INLINE_EVENTS = 8
+
+
 async def _responses(
     events: AsyncGenerator[Event, None], *, session_id: str, batches: bool
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """Encode a run's events as RunResponses; the first one names the session.
 
-    Without batches, one event per response. With batches, the run goes on in a task of its
-    own while the client reads: every event that is ready when the next response is due goes
-    into it (``events``), so a fast stream of partials is not bound to one message per event,
-    and a slow client holds the run back once MAX_PENDING_EVENTS wait.
+    Without batches, one event per response. With batches, the first INLINE_EVENTS events
+    too; from then on the run goes on in a task of its own while the client reads: every
+    event that is ready when the next response is due goes into it (``events``), so a fast
+    stream of partials is not bound to one message per event, and a slow client holds the run
+    back once MAX_PENDING_EVENTS wait.
     """
-    if not batches:
-        async with aclosing(events):
-            async for event in events:
-                response = agent_pb2.RunResponse(session_id=session_id)
-                session_id = ""
-                _encode_event(event, response.event)
-                yield response
-        return
+    async with aclosing(events):
+        inline = 0
+        while not batches or inline < INLINE_EVENTS:
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                return
+            response = agent_pb2.RunResponse(session_id=session_id)
+            session_id = ""
+            _encode_event(event, response.event)
+            yield response
+            inline += 1
+        async for response in _batched(events, session_id):
+            yield response
+
+
+async def _batched(
+    events: AsyncGenerator[Event, None], session_id: str
+) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+    """The rest of a run's events (closed by the caller), batched as :func:`_responses` says."""
 
     async def produce(feed: TaskFeed[Event, None]) -> None:
-        async with aclosing(events):
-            async for event in events:
-                await feed.send(event)
+        async for event in events:
+            await feed.send(event)
 
     async with TaskFeed[Event, None](max_pending=MAX_PENDING_EVENTS) as feed:
         feed.start(produce(feed))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -192,15 +192,17 @@ class RemoteAgent(BaseAgent):
         )
 
     def _request(self, ctx: InvocationContext) -> agent_pb2.RunRequest:
+        view = self._session_view(ctx.session)
         delegated = agent_pb2.DelegatedRun(
             invocation_id=ctx.invocation_id,
             branch=ctx.branch,
             delegation_depth=ctx.delegation_depth,
             max_delegation_depth=ctx.max_delegation_depth,
-            session=self._session_view(ctx.session),
+            session=view,
             call_path=self._call_path(ctx),
             llm_calls_made=ctx.llm_calls,
             scope=codec.delegation_scope_to_proto(ctx.delegation_scope),
+            no_caller_stores=_nothing_to_ask(ctx.artifact_service, ctx.memory_service, view),
         )
         if ctx.user_content is not None:
             delegated.user_content.CopyFrom(codec.content_to_proto(ctx.user_content))
@@ -214,20 +216,41 @@ class RemoteAgent(BaseAgent):
             accept_event_batches=True,
         )
 
+    def _call(
+        self,
+        request: agent_pb2.RunRequest,
+        timeout: float | None,
+        ctx: InvocationContext,
+        *,
+        artifacts: ArtifactService | None,
+        memory: MemoryService | None,
+        history: Sequence[Event],
+    ) -> tuple[Any, AsyncIterator[agent_pb2.RunResponse]]:
+        """Start the remote run: the call and its responses. A run with nothing to ask this
+        side goes as a plain ``Run``; otherwise over ``RunDelegated``, on which the remote run
+        reaches ``artifacts``, ``memory`` and the part of ``history`` its view left out."""
+        stub = self._stub()
+        if request.delegated.no_caller_stores:
+            call = stub.Run(request, timeout=timeout)
+            return call, call
+        call = stub.RunDelegated(timeout=timeout)
+        answering = _answering(
+            call, request, ctx, artifacts=artifacts, memory=memory, history=history
+        )
+        return call, answering
+
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         timeout = call_timeout(ctx.deadline, self.timeout, f"remote agent {self.name!r}")
-        call = self._stub().RunDelegated(timeout=timeout)
+        call, responses = self._call(
+            self._request(ctx),
+            timeout,
+            ctx,
+            artifacts=ctx.artifact_service,
+            memory=ctx.memory_service,
+            history=ctx.session.events,
+        )
         try:
             held: Event | None = None
-            # The remote run reaches this invocation's artifacts and memory over the call.
-            responses = _answering(
-                call,
-                self._request(ctx),
-                ctx,
-                artifacts=ctx.artifact_service,
-                memory=ctx.memory_service,
-                history=ctx.session.events,
-            )
             async for response in responses:
                 for event in codec.run_response_events(response):
                     if held is not None:
@@ -283,12 +306,19 @@ class RemoteAgent(BaseAgent):
             state=policy.child_state(parent.session.state),
             events=policy.child_history(parent.session.events),
         )
+        # The child reaches the parent's artifacts and memory over the call, as far as the
+        # policy lets a child in this process reach them.
+        scope = policy.narrowed(parent.delegation_scope)
+        artifacts = scoped_artifacts(parent.artifact_service, scope)
+        memory = scoped_memory(parent.memory_service, scope)
+        session_view = self._session_view(view)
         delegated = agent_pb2.DelegatedRun(
             invocation_id=parent.invocation_id,
             branch=delegation.branch,
             delegation_depth=delegation.depth,
             max_delegation_depth=delegation.max_depth,
-            session=self._session_view(view),
+            session=session_view,
+            no_caller_stores=_nothing_to_ask(artifacts, memory, session_view),
             user_content=codec.content_to_proto(delegation.request),
             call_path=self._call_path(parent),
             llm_calls_made=parent.llm_calls,
@@ -304,19 +334,10 @@ class RemoteAgent(BaseAgent):
             accept_event_batches=True,
         )
         timeout = call_timeout(parent.deadline, self.timeout, f"remote agent {self.name!r}")
-        call = self._stub().RunDelegated(timeout=timeout)
-        # The child reaches the parent's artifacts and memory over the call, as far as the
-        # policy lets a child in this process reach them.
-        scope = policy.narrowed(parent.delegation_scope)
+        call, responses = self._call(
+            request, timeout, parent, artifacts=artifacts, memory=memory, history=view.events
+        )
         try:
-            responses = _answering(
-                call,
-                request,
-                parent,
-                artifacts=scoped_artifacts(parent.artifact_service, scope),
-                memory=scoped_memory(parent.memory_service, scope),
-                history=view.events,
-            )
             async for response in responses:
                 for event in codec.run_response_events(response):
                     if not event.partial:
@@ -336,6 +357,19 @@ class RemoteAgent(BaseAgent):
                 f"remote agent {self.name!r} ended its delegation without an outcome (its "
                 "service does not run AgentTool delegations: an older adk-mesh?)"
             )
+
+
+def _nothing_to_ask(
+    artifacts: ArtifactService | None, memory: MemoryService | None, view: agent_pb2.SessionView
+) -> bool:
+    """Whether a remote run could ask this side nothing: no artifact store, no memory, and the
+    whole visible history in its view."""
+    return (
+        artifacts is None
+        and memory is None
+        and not view.omitted_events
+        and not view.abridged_event_ids
+    )
 
 
 async def _answering(

@@ -56,7 +56,7 @@ class RootRun(_message.Message):
     def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_message: _Optional[_Union[_content_pb2.Content, _Mapping]] = ...) -> None: ...
 
 class DelegatedRun(_message.Message):
-    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path", "llm_calls_made", "scope", "agent_tool", "caller_tree")
+    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path", "llm_calls_made", "scope", "agent_tool", "caller_tree", "no_caller_stores")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     DELEGATION_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class DelegatedRun(_message.Message):
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     AGENT_TOOL_FIELD_NUMBER: _ClassVar[int]
     CALLER_TREE_FIELD_NUMBER: _ClassVar[int]
+    NO_CALLER_STORES_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     branch: str
     delegation_depth: int
@@ -79,7 +80,8 @@ class DelegatedRun(_message.Message):
     scope: DelegationScope
     agent_tool: DelegationPolicy
     caller_tree: CallerTree
-    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ..., llm_calls_made: _Optional[int] = ..., scope: _Optional[_Union[DelegationScope, _Mapping]] = ..., agent_tool: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., caller_tree: _Optional[_Union[CallerTree, _Mapping]] = ...) -> None: ...
+    no_caller_stores: bool
+    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ..., llm_calls_made: _Optional[int] = ..., scope: _Optional[_Union[DelegationScope, _Mapping]] = ..., agent_tool: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., caller_tree: _Optional[_Union[CallerTree, _Mapping]] = ..., no_caller_stores: _Optional[bool] = ...) -> None: ...
 
 class DelegationPolicy(_message.Message):
     __slots__ = ("state_keys", "include_parent_state", "include_parent_history", "output_state_keys", "artifact_prefixes", "forward_events", "forward_memory", "max_transfers", "state_merge_policy")

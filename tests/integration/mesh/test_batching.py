@@ -11,7 +11,7 @@ from adk_mesh import Content, LlmAgent, RunConfig, StreamingMode
 from adk_mesh.codec import run_response_events
 from adk_mesh.errors import ToolError
 from adk_mesh.mesh import AgentServer, RemoteAgent
-from adk_mesh.mesh.agent_server import _responses
+from adk_mesh.mesh.agent_server import INLINE_EVENTS, _responses
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.runner import Runner
 from adk_mesh.sessions import InMemorySessionService
@@ -32,14 +32,20 @@ async def test_events_ready_together_travel_in_one_response() -> None:
         queued.set()
 
     responses = _responses(source(), session_id="s1", batches=True)
+    # The first events go one per response, read as the client reads (no task for a short run).
+    inline = [await anext(responses) for _ in range(INLINE_EVENTS)]
+    assert [len(run_response_events(r)) for r in inline] == [1] * INLINE_EVENTS
+    assert not queued.is_set()
     first = await anext(responses)
     await queued.wait()
     rest = [response async for response in responses]
-    # Whatever was ready when a response was due went into it: here, at most two responses.
+    # Then the run goes on ahead of the client, and whatever was ready when a response was due
+    # went into it: here, at most two responses.
     assert len(rest) <= 1
-    assert first.session_id == "s1" and all(not r.session_id for r in rest)
-    assert all(len(r.events) != 1 for r in (first, *rest))  # one event travels in `event`
-    received = [e for r in (first, *rest) for e in run_response_events(r)]
+    assert inline[0].session_id == "s1"
+    assert all(not r.session_id for r in (*inline[1:], first, *rest))
+    assert all(len(r.events) != 1 for r in (*inline, first, *rest))  # one event: in `event`
+    received = [e for r in (*inline, first, *rest) for e in run_response_events(r)]
     assert [e.id for e in received] == [e.id for e in source_events]
 
 

@@ -109,6 +109,8 @@ async def test_an_event_larger_than_a_message_is_streamed_abridged_and_kept_whol
 
 async def test_a_batch_is_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent_server_module, "MAX_BATCH_BYTES", 2500)
+    # Batches from the first event on (a run's first events otherwise go one per response).
+    monkeypatch.setattr(agent_server_module, "INLINE_EVENTS", 0)
     sizes = [1000, 1000, 1000, 3000, 10, 10]
 
     async def events() -> AsyncGenerator[Event, None]:

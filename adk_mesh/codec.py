@@ -101,6 +101,7 @@ __all__ = [
     "run_config_from_proto",
     "run_config_to_proto",
     "run_response_events",
+    "run_response_messages",
     "session_view_from_proto",
     "session_view_to_proto",
     "state_from_map",
@@ -1128,14 +1129,13 @@ def tool_result_from_proto(
     return _read_object(message, "response", "response_json") or {}, None, actions
 
 
-def run_response_events(response: agent_pb2.RunResponse | None) -> list[Event]:
-    """The events a RunResponse carries: its batch (``events``) or its single ``event``; none
-    for a response that carries neither (a server of this contract never sends one).
+def run_response_messages(response: agent_pb2.RunResponse | None) -> list[event_pb2.Event]:
+    """The event messages a RunResponse carries, undecoded: its batch (``events``) or its
+    single ``event``; none for a response that carries neither.
 
     Raises:
         AgentError: ``response`` is None: gRPC for Python hands that over for bytes that
             did not parse as a RunResponse.
-        InvalidArgumentError: an event's JSON text is not JSON.
     """
     if response is None:
         raise AgentError(
@@ -1143,10 +1143,20 @@ def run_response_events(response: agent_pb2.RunResponse | None) -> list[Event]:
             "(the bytes do not decode)"
         )
     if response.events:
-        return [event_from_proto(event) for event in response.events]
+        return list(response.events)
     if response.HasField("event"):
-        return [event_from_proto(response.event)]
+        return [response.event]
     return []
+
+
+def run_response_events(response: agent_pb2.RunResponse | None) -> list[Event]:
+    """The events a RunResponse carries (see :func:`run_response_messages`), decoded.
+
+    Raises:
+        AgentError: ``response`` is None (bytes that did not parse as a RunResponse).
+        InvalidArgumentError: an event's JSON text is not JSON.
+    """
+    return [event_from_proto(message) for message in run_response_messages(response)]
 
 
 # --- delegations ---------------------------------------------------------------------------

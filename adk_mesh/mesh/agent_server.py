@@ -49,6 +49,7 @@ from adk_mesh.mesh._caller_contexts import (
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
+from adk_mesh.mesh._relay import PartialRelay
 from adk_mesh.mesh._session_service import SERVICE_NAME as _SESSION_SERVICE_NAME
 from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
@@ -333,7 +334,7 @@ class AgentServer(MeshServer):
             invocation_id=invocation_id,
             session=session,
         )
-        return _responses(events, session_id=session.id, batches=batches)
+        return _responses(events, session_id=session.id, batches=batches, session=session)
 
     def _check_id(self, what: str, value: str) -> None:
         check_id(what, value, max_chars=self.limits.max_id_chars)
@@ -595,7 +596,8 @@ class AgentServer(MeshServer):
                     yield event
 
         return call, _ending(
-            _responses(applied(), session_id="", batches=batches), call.last_response
+            _responses(applied(), session_id="", batches=batches, session=session),
+            call.last_response,
         )
 
     async def card(self, agent_name: str) -> agent_pb2.AgentCard:
@@ -742,7 +744,11 @@ INLINE_EVENTS = 8
 
 
 async def _responses(
-    events: AsyncGenerator[Event, None], *, session_id: str, batches: bool
+    events: AsyncGenerator[Event, None],
+    *,
+    session_id: str,
+    batches: bool,
+    session: Session | None = None,
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """Encode a run's events as RunResponses; the first one names the session.
 
@@ -750,7 +756,9 @@ async def _responses(
     too; from then on the run goes on in a task of its own while the client reads: every
     event that is ready when the next response is due goes into it (``events``), so a fast
     stream of partials is not bound to one message per event, and a slow client holds the run
-    back once MAX_PENDING_EVENTS wait.
+    back once MAX_PENDING_EVENTS wait. From then on too, the RemoteAgents of the run on
+    ``session`` (the one this stream serves) hand over the partial events their peers stream
+    as they came, without decoding them (:mod:`adk_mesh.mesh._relay`).
     """
     async with aclosing(events):
         inline = 0
@@ -764,20 +772,22 @@ async def _responses(
             _encode_event(event, response.event)
             yield response
             inline += 1
-        async for response in _batched(events, session_id):
+        async for response in _batched(events, session_id, session):
             yield response
 
 
 async def _batched(
-    events: AsyncGenerator[Event, None], session_id: str
+    events: AsyncGenerator[Event, None], session_id: str, session: Session | None
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """The rest of a run's events (closed by the caller), batched as :func:`_responses` says."""
 
-    async def produce(feed: TaskFeed[Event, None]) -> None:
+    async def produce(feed: TaskFeed[Event | event_pb2.Event, None]) -> None:
+        if session is not None:
+            PartialRelay(session, feed).open()  # in this task: the run's
         async for event in events:
             await feed.send(event)
 
-    async with TaskFeed[Event, None](max_pending=MAX_PENDING_EVENTS) as feed:
+    async with TaskFeed[Event | event_pb2.Event, None](max_pending=MAX_PENDING_EVENTS) as feed:
         feed.start(produce(feed))
         async for first in feed:
             batch = [first, *feed.take_ready(MAX_BATCH_EVENTS - 1)]
@@ -801,11 +811,19 @@ async def _batched(
             yield _batch_or_single(response)
 
 
-def _encode_event(event: Event, into: event_pb2.Event) -> int:
+def _encode_event(event: Event | event_pb2.Event, into: event_pb2.Event) -> int:
     """Encode ``event`` into ``into`` (empty) and return its size. A response is never left
     empty or too large to send: an event the wire cannot carry as it is (a JSON value it
     refuses) or larger than MAX_EVENT_BYTES goes abridged (:func:`codec.abridged_event`, each
-    large or unfit part replaced by a placeholder); it stays whole in the session store."""
+    large or unfit part replaced by a placeholder); it stays whole in the session store. A
+    partial event a RemoteAgent relayed (a message already) is copied as it came."""
+    if isinstance(event, event_pb2.Event):
+        into.CopyFrom(event)
+        size = into.ByteSize()
+        if size <= MAX_EVENT_BYTES:
+            return size
+        into.Clear()
+        event = codec.event_from_proto(event)
     try:
         codec.event_to_proto(event, into=into)
     except AdkJSONError as error:

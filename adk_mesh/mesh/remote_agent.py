@@ -20,6 +20,7 @@ from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._limits import llm_calls_in
+from adk_mesh.mesh._relay import relay_for
 from adk_mesh.mesh._status import error_from_downstream
 from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.sessions.base import Session
@@ -252,11 +253,19 @@ class RemoteAgent(BaseAgent):
         try:
             held: Event | None = None
             async for response in responses:
-                for event in codec.run_response_events(response):
+                # Inside an AgentServer's run, partial events go on to its stream as they
+                # came, not decoded (see mesh._relay); the relay is looked up per response, as
+                # the server may start relaying while this run goes on.
+                relay = relay_for(ctx)
+                for message in codec.run_response_messages(response):
                     if held is not None:
                         # More events followed the transfer: the remote tree carried it out.
                         yield _without_transfer(held)
                         held = None
+                    if relay is not None and message.llm_response.partial:
+                        await relay.forward(message)
+                        continue
+                    event = codec.event_from_proto(message)
                     if event.actions.transfer_to_agent and not event.partial:
                         held = event
                         continue

@@ -370,6 +370,37 @@ async def timed(operation: Callable[[], Awaitable[object]], times: int) -> list[
     return samples
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of process ``pid``."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    # utime and stime are fields 14 and 15 of the stat line; fields[0] is field 3.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_block(
+    operation: Callable[[], Awaitable[object]],
+    times: int,
+    kept: list[float],
+    pid: int | None = None,
+    per: int = 1,
+) -> Callable[[], Awaitable[list[float]]]:
+    """A block of ``times`` calls of ``operation``: its latencies (us), and in ``kept`` the CPU
+    time (us) of this process plus process ``pid``'s, per call divided by ``per``."""
+
+    async def run() -> list[float]:
+        other = process_cpu(pid) if pid else 0.0
+        before = time.process_time()
+        samples = await timed(operation, times)
+        used = time.process_time() - before
+        if pid:
+            used += process_cpu(pid) - other
+        kept.append(used / (times * per) * 1e6)
+        return samples
+
+    return run
+
+
 async def interleaved(
     sides: Sequence[Callable[[], Awaitable[list[float]]]], rounds: int
 ) -> list[list[list[float]]]:
@@ -443,18 +474,21 @@ async def hop_part(args: argparse.Namespace) -> None:
                     async for _ in stub.Run(request):
                         pass
 
-                def block(
-                    operation: Callable[[], Awaitable[object]],
-                ) -> Callable[[], Awaitable[list[float]]]:
-                    return lambda: timed(operation, args.block)
-
+                cpu: list[list[float]] = [[], [], []]
                 sides = [
-                    block(functools.partial(turn, local, local_service)),
-                    block(functools.partial(turn, remote, remote_service)),
-                    block(bare),
+                    cpu_block(functools.partial(turn, local, local_service), args.block, cpu[0]),
+                    cpu_block(
+                        functools.partial(turn, remote, remote_service),
+                        args.block,
+                        cpu[1],
+                        servers.pid,
+                    ),
+                    cpu_block(bare, args.block, cpu[2], replays.pid),
                 ]
                 for side in sides:  # warm-up
                     await side()
+                for kept in cpu:
+                    kept.clear()
                 results = await interleaved(sides, args.rounds)
             await remote_agent.close()
             ratios, added, bares = Rounds(), Rounds(), Rounds()
@@ -463,6 +497,9 @@ async def hop_part(args: argparse.Namespace) -> None:
                 added.values.append(hop)
                 bares.values.append(p50(bare_samples))
                 ratios.values.append(hop / p50(bare_samples))
+            cpu_ratios = Rounds(
+                [(r - lo) / b for lo, r, b in zip(cpu[0], cpu[1], cpu[2], strict=True)]
+            )
             ok = ratios.median <= 1.3
             met = met and ok
             size = sum(len(r) for r in responses)
@@ -474,6 +511,11 @@ async def hop_part(args: argparse.Namespace) -> None:
             print(
                 f"  {label}  added / bare = {ratios.median:.2f}x (rounds {ratios.spread()}); "
                 f"target <= 1.3x: {verdict(ok)}"
+            )
+            print(
+                f"  {label}  CPU of both processes: the hop adds {cpu_ratios.median:.2f}x a bare "
+                f"round trip's (rounds {cpu_ratios.spread()}; bare "
+                f"{statistics.median(cpu[2]):.0f} us)"
             )
     finally:
         servers.stop()
@@ -657,18 +699,13 @@ async def stream_part(args: argparse.Namespace) -> None:
 # --- (d) parallel ----------------------------------------------------------------------------
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread) of process ``pid``."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    # utime and stime are fields 14 and 15 of the stat line; fields[0] is field 3.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def parallel_part(args: argparse.Namespace) -> None:
     servers = ServerProcess(agent_servers, (text_agent, ()))
     target = servers.targets[0]
     children = args.children
+    request_bytes, recorded = await record_hop(target, "c0")
+    replays = ServerProcess(replay_servers, recorded)
+    request = agent_pb2.RunRequest.FromString(request_bytes)
     remote_agents = [RemoteAgent(f"c{index}", target) for index in range(children)]
     remote, remote_service = runner_for(ParallelAgent(name="fanout", sub_agents=remote_agents))
     local, local_service = runner_for(
@@ -676,44 +713,52 @@ async def parallel_part(args: argparse.Namespace) -> None:
     )
     print(
         f"\n(d) ParallelAgent over {children} RemoteAgent children (one AgentServer in a child "
-        f"process): CPU of both processes per child, vs the same over {children} in-process "
-        f"children; {args.rounds} rounds x {args.block} turns per side"
+        f"process): CPU of both processes per child; vs {children} concurrent bare grpc.aio "
+        f"unary-stream Runs carrying a child's bytes (CPU of both processes per call), and the "
+        f"same ParallelAgent over in-process children; {args.rounds} rounds x {args.block} "
+        "turns per side"
     )
-    cpu: dict[str, Rounds] = {"remote": Rounds(), "local": Rounds()}
+    cpu: dict[str, Rounds] = {"local": Rounds(), "remote": Rounds(), "bare": Rounds()}
 
-    def block(runner: Runner, service: InMemorySessionService, side: str, pid: int | None) -> Any:
-        async def run() -> list[float]:
-            child_before = process_cpu(pid) if pid else 0.0
-            before = time.process_time()
-            samples = await timed(lambda: turn(runner, service), args.block)
-            used = time.process_time() - before
-            if pid:
-                used += process_cpu(pid) - child_before
-            cpu[side].values.append(used / (args.block * children) * 1000)
-            return samples
-
-        return run
+    def block(
+        operation: Callable[[], Awaitable[object]], side: str, pid: int | None
+    ) -> Callable[[], Awaitable[list[float]]]:
+        # In ms per child (or per bare call).
+        return cpu_block(operation, args.block, cpu[side].values, pid, per=children * 1000)
 
     try:
-        sides = [
-            block(local, local_service, "local", None),
-            block(remote, remote_service, "remote", servers.pid),
-        ]
-        for side in sides:  # warm-up
-            await side()
-        for rounds in cpu.values():
-            rounds.values.clear()
-        results = await interleaved(sides, args.rounds)
+        async with bare_channel(replays.targets[0]) as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+
+            async def one_bare() -> None:
+                async for _ in stub.Run(request):
+                    pass
+
+            async def bare_fanout() -> None:
+                await asyncio.gather(*(one_bare() for _ in range(children)))
+
+            sides = [
+                block(functools.partial(turn, local, local_service), "local", None),
+                block(functools.partial(turn, remote, remote_service), "remote", servers.pid),
+                block(bare_fanout, "bare", replays.pid),
+            ]
+            for side in sides:  # warm-up
+                await side()
+            for rounds in cpu.values():
+                rounds.values.clear()
+            results = await interleaved(sides, args.rounds)
     finally:
         for agent in remote_agents:
             await agent.close()
         servers.stop()
-    remote_cpu, local_cpu = cpu["remote"], cpu["local"]
-    walls = Rounds([p50(remote_samples) / 1000 for _, remote_samples in results])
+        replays.stop()
+    remote_cpu, local_cpu, bare_cpu = cpu["remote"], cpu["local"], cpu["bare"]
+    walls = Rounds([p50(samples[1]) / 1000 for samples in results])
     print(
         f"  CPU per remote child {remote_cpu.median:.3f} ms (rounds {remote_cpu.spread('{:.3f}')})"
-        f"; in-process child {local_cpu.median:.3f} ms ({local_cpu.spread('{:.3f}')}); a "
-        f"remote turn p50 {walls.median:.1f} ms"
+        f"; per bare call {bare_cpu.median:.3f} ms ({bare_cpu.spread('{:.3f}')}); per "
+        f"in-process child {local_cpu.median:.3f} ms ({local_cpu.spread('{:.3f}')}); a remote "
+        f"turn p50 {walls.median:.1f} ms"
     )
     print(f"  target <= 0.8 ms per remote child: {verdict(remote_cpu.median <= 0.8)}")
     RESULTS["4 parallel CPU"] = remote_cpu.median <= 0.8

@@ -622,9 +622,13 @@ def _fill_llm_response(message: event_pb2.LlmResponse, response: LlmResponse) ->
         _fill_usage(message.usage_metadata, response.usage_metadata)
     if response.finish_reason is not None:
         message.finish_reason = _FINISH_TO_PROTO[response.finish_reason]  # type: ignore[assignment]
-    message.partial = response.partial
-    message.turn_complete = response.turn_complete
-    message.interrupted = response.interrupted
+    # The target is empty (see event_to_proto): false flags are already false.
+    if response.partial:
+        message.partial = True
+    if response.turn_complete:
+        message.turn_complete = True
+    if response.interrupted:
+        message.interrupted = True
     if response.error_code is not None:
         message.error_code = response.error_code
     if response.error_message is not None:
@@ -676,12 +680,15 @@ def llm_response_from_proto(message: event_pb2.LlmResponse) -> LlmResponse:
 def _fill_actions(message: event_pb2.EventActions, actions: EventActions) -> None:
     if actions.state_delta:
         _fill_value_map(message.state_delta, message.state_delta_json, actions.state_delta)
-    for name, version in actions.artifact_delta.items():
-        message.artifact_delta[name] = version
-    message.skip_summarization = actions.skip_summarization
+    if actions.artifact_delta:
+        for name, version in actions.artifact_delta.items():
+            message.artifact_delta[name] = version
+    if actions.skip_summarization:
+        message.skip_summarization = True
     if actions.transfer_to_agent is not None:
         message.transfer_to_agent = actions.transfer_to_agent
-    message.escalate = actions.escalate
+    if actions.escalate:
+        message.escalate = True
 
 
 def actions_to_proto(actions: EventActions) -> event_pb2.EventActions:
@@ -717,7 +724,8 @@ def event_to_proto(event: Event, *, into: event_pb2.Event | None = None) -> even
     message = event_pb2.Event() if into is None else into
     message.id = event.id
     message.invocation_id = event.invocation_id
-    message.branch = event.branch
+    if event.branch:
+        message.branch = event.branch
     message.author = event.author
     if event.long_running_tool_ids:
         message.long_running_tool_ids.extend(event.long_running_tool_ids)

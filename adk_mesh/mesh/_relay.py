@@ -17,6 +17,7 @@ ever.
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,10 @@ class PartialRelay:
     async def forward(self, message: event_pb2.Event) -> None:
         """Send a partial event on, after every event the run handed over before it (the
         run's task waits while the stream is full, as for its own events)."""
-        await self._feed.send(message)
+        try:
+            self._feed.send_nowait(message)
+        except asyncio.QueueFull:
+            await self._feed.send(message)
 
 
 _current: ContextVar[PartialRelay | None] = ContextVar("adk_mesh_partial_relay", default=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import uuid
@@ -785,7 +786,10 @@ async def _batched(
         if session is not None:
             PartialRelay(session, feed).open()  # in this task: the run's
         async for event in events:
-            await feed.send(event)
+            try:
+                feed.send_nowait(event)
+            except asyncio.QueueFull:  # the client is behind: wait for room
+                await feed.send(event)
 
     async with TaskFeed[Event | event_pb2.Event, None](max_pending=MAX_PENDING_EVENTS) as feed:
         feed.start(produce(feed))

@@ -655,7 +655,7 @@ async def stream_once(stub: Any, tokens: int, decode: bool = True) -> float:
         if decode:
             received += len(codec.run_response_events(response))
         else:
-            received += len(codec.run_response_messages(response))
+            received += len(response.events) or int(response.HasField("event"))
     elapsed = time.perf_counter() - start
     assert received >= tokens, received
     return received / elapsed

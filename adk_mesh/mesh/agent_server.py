@@ -129,6 +129,12 @@ class AgentServer(MeshServer):
     call's deadline becomes the invocation's ``deadline``, so the remote calls the agents make
     carry the time that remains.
 
+    **Streaming.** A request that accepts batches (``accept_event_batches``) gets a run's
+    first events one per response; then the run goes on ahead of the client and every event
+    ready when the next response is due travels in it. From then on, the partial events a
+    :class:`RemoteAgent` of the run receives are relayed as the messages its peer sent,
+    without being decoded and encoded again here (:mod:`adk_mesh.mesh._relay`).
+
     The server owns its limits (:class:`~adk_mesh.mesh.ServerLimits`): model calls per
     invocation, delegation depth, id length, tool timeout. A request may lower them, never
     raise them. A delegated run counts on from the model calls the invocation made before it

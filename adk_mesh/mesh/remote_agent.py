@@ -74,6 +74,14 @@ class RemoteAgent(BaseAgent):
     the address goes to this service's log. Closing the generator early (or cancelling the
     task) cancels the call, which cancels the remote agent.
 
+    What it costs: a run that has nothing to ask this side — no artifact store, no memory, and
+    the whole history in its view — goes as a plain unary-stream ``Run``
+    (``DelegatedRun.no_caller_stores``); the others as a ``RunDelegated`` call, on which the
+    remote run reaches them. Inside an :class:`AgentServer`'s run, once that server streams in
+    batches, the partial events the remote agent streams go on to the server's stream as the
+    messages they came in, undecoded (:mod:`adk_mesh.mesh._relay`); everywhere else, and for
+    every other event, they are decoded into :class:`~adk_mesh.types.Event` objects.
+
     Args:
         name: this agent's name in the caller's tree (and the author of its events).
         target: ``host:port`` or ``dns:///host:port`` of the AgentServer.

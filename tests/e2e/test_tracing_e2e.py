@@ -221,7 +221,8 @@ def assert_one_connected_trace(spans: list[ReceivedSpan], invocation_id: str) ->
     servers = [s for s in trace if s.span.kind == SERVER and s is not root]
     assert {(s.service, s.span.name) for s in servers} >= {
         ("tools", "adk_mesh.v1.ToolService/CallToolInteractive"),
-        ("researcher", "adk_mesh.v1.AgentService/RunDelegated"),
+        # The coordinator has no artifact or memory store: its delegation is a plain Run.
+        ("researcher", "adk_mesh.v1.AgentService/Run"),
     }, tree
     for server in servers:
         caller = parent(server)
@@ -233,14 +234,14 @@ def assert_one_connected_trace(spans: list[ReceivedSpan], invocation_id: str) ->
     (tool,) = _by_name(trace, "tools", "execute_tool lookup")
     assert parent(tool).span.name == "adk_mesh.v1.ToolService/CallToolInteractive", tree
     assert tool.attribute("gen_ai.tool.name") == "lookup"
-    # In the researcher, its agent runs under the server span of the RunDelegated call.
+    # In the researcher, its agent runs under the server span of the delegated Run.
     (agent,) = _by_name(trace, "researcher", "invoke_agent researcher")
     ancestor = parent(agent)
     while ancestor.span.kind != SERVER:
         ancestor = parent(ancestor)
     assert (ancestor.service, ancestor.span.name) == (
         "researcher",
-        "adk_mesh.v1.AgentService/RunDelegated",
+        "adk_mesh.v1.AgentService/Run",
     ), tree
     # ... called from the coordinator's AgentTool, which returns to the caller.
     (agent_tool,) = _by_name(trace, "coordinator", "execute_tool researcher")

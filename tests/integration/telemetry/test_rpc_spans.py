@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.artifacts.memory import InMemoryArtifactService
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import ToolError
 from adk_mesh.mesh import AgentServer, RemoteAgent, RemoteToolset, ToolServer
@@ -29,7 +30,8 @@ from adk_mesh.types import Content, Event, Part
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, tool_pb2, tool_pb2_grpc
 
 RUN = "adk_mesh.v1.AgentService/Run"
-#: A RemoteAgent's delegated runs (the callee reaches the caller's contexts over the call).
+#: A RemoteAgent's delegated runs when the caller has stores (the callee reaches the caller's
+#: contexts over the call); without any, a RemoteAgent's run is a plain Run.
 RUN_DELEGATED = "adk_mesh.v1.AgentService/RunDelegated"
 
 
@@ -168,8 +170,10 @@ async def test_client_cancel(waiter: SpanWaiter) -> None:
     assert inner.attributes["adk_mesh.cancelled"] is True
 
 
-async def test_client_abandons_the_stream(waiter: SpanWaiter) -> None:
-    """The consumer stops reading a remote agent's events and closes the stream."""
+@pytest.mark.parametrize("method", [RUN_DELEGATED, RUN])
+async def test_client_abandons_the_stream(waiter: SpanWaiter, method: str) -> None:
+    """The consumer stops reading a remote agent's events and closes the stream (a caller
+    with an artifact store calls RunDelegated, one without any a plain Run)."""
     agent = Scripted("solo", "block")
     server = AgentServer(agent)
     port = await server.start("127.0.0.1:0")
@@ -177,14 +181,19 @@ async def test_client_abandons_the_stream(waiter: SpanWaiter) -> None:
     try:
         service = InMemorySessionService()
         await service.create_session(app_name="app", user_id="u1", session_id="s1")
-        runner = Runner(agent=remote, app_name="app", session_service=service)
+        runner = Runner(
+            agent=remote,
+            app_name="app",
+            session_service=service,
+            artifact_service=InMemoryArtifactService() if method == RUN_DELEGATED else None,
+        )
         message = Content(role="user", parts=[Part(text="hi")])
         events = runner.run(user_id="u1", session_id="s1", new_message=message)
         await anext(events)
         await agent.started.wait()
         await events.aclose()
-        client = await waiter.wait(RUN_DELEGATED, SpanKind.CLIENT)
-        server_span = await waiter.wait(RUN_DELEGATED, SpanKind.SERVER)
+        client = await waiter.wait(method, SpanKind.CLIENT)
+        server_span = await waiter.wait(method, SpanKind.SERVER)
         caller = await waiter.wait("invoke_agent solo", SpanKind.CLIENT)
     finally:
         await remote.close()
@@ -258,7 +267,13 @@ async def test_remote_agent_and_remote_tool_continue_the_trace(waiter: SpanWaite
     try:
         service = InMemorySessionService()
         await service.create_session(app_name="app", user_id="u1", session_id="s1")
-        runner = Runner(agent=coordinator, app_name="app", session_service=service)
+        # With an artifact store, the remote agent's run goes over RunDelegated.
+        runner = Runner(
+            agent=coordinator,
+            app_name="app",
+            session_service=service,
+            artifact_service=InMemoryArtifactService(),
+        )
         message = Content(role="user", parts=[Part(text="hi")])
         events = [e async for e in runner.run(user_id="u1", session_id="s1", new_message=message)]
         invocation_id = events[0].invocation_id

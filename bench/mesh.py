@@ -633,11 +633,12 @@ def relay_request() -> bytes:
             session=codec.session_view_to_proto(view),
             user_content=user_message(),
             call_path=["coordinator"],
-            no_caller_stores=True,
         ),
         run_config=codec.run_config_to_proto(RunConfig(streaming_mode=StreamingMode.SSE)),
         accept_event_batches=True,
     )
+    if "no_caller_stores" in agent_pb2.DelegatedRun.DESCRIPTOR.fields_by_name:  # not before it
+        request.delegated.no_caller_stores = True
     return request.SerializeToString()
 
 

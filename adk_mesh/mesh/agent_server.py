@@ -363,11 +363,16 @@ class AgentServer(MeshServer):
 
     async def _load_session(self, user_id: str, session_id: str) -> Session:
         """The session ``session_id`` (whole), created when it is empty (a new id) or
-        unknown (get-or-create: a concurrent creator's session is read, not refused)."""
+        unknown (get-or-create: a concurrent creator's session is read, not refused). Its
+        events are the store's shared ones (``get_session_shared``): a store that keeps decoded
+        histories reads only what was appended since, as the Runner does on its own."""
         service = self.session_service
         if session_id:
             return await service.get_or_create_session(
-                app_name=self.app_name, user_id=user_id, session_id=session_id
+                app_name=self.app_name,
+                user_id=user_id,
+                session_id=session_id,
+                shared_events=True,
             )
         return await service.create_session(app_name=self.app_name, user_id=user_id)
 

@@ -6,9 +6,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from adk_mesh._bounds import check_bounds
 from adk_mesh.artifacts import _common
 from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
-from adk_mesh.errors import ConfigError
 from adk_mesh.types import Part
 
 __all__ = ["DEFAULT_MAX_ARTIFACT_BYTES", "DEFAULT_MAX_ARTIFACT_SCOPES", "InMemoryArtifactService"]
@@ -70,11 +70,7 @@ class InMemoryArtifactService(ArtifactService):
         max_bytes: int | None = DEFAULT_MAX_ARTIFACT_BYTES,
         ttl: float | None = None,
     ) -> None:
-        for name, bound in (("max_scopes", max_scopes), ("max_bytes", max_bytes)):
-            if bound is not None and bound < 1:
-                raise ConfigError(f"{name} must be at least 1 (or None), not {bound}")
-        if ttl is not None and not ttl > 0:
-            raise ConfigError(f"ttl must be a positive number of seconds (or None), not {ttl}")
+        check_bounds(ttl, max_scopes=max_scopes, max_bytes=max_bytes)
         self.max_scopes = max_scopes
         self.max_bytes = max_bytes
         self.ttl = ttl

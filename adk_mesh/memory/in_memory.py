@@ -7,7 +7,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from adk_mesh.errors import ConfigError
+from adk_mesh._bounds import check_bounds
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Event
@@ -73,10 +73,7 @@ class InMemoryMemoryService(MemoryService):
     def __init__(
         self, *, max_sessions: int | None = DEFAULT_MAX_MEMORY_SESSIONS, ttl: float | None = None
     ) -> None:
-        if max_sessions is not None and max_sessions < 1:
-            raise ConfigError(f"max_sessions must be at least 1 (or None), not {max_sessions}")
-        if ttl is not None and not ttl > 0:
-            raise ConfigError(f"ttl must be a positive number of seconds (or None), not {ttl}")
+        check_bounds(ttl, max_sessions=max_sessions)
         self.max_sessions = max_sessions
         self.ttl = ttl
         # (app, user) -> session id -> that session's entries by event id, in event order;

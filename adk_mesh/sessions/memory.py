@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from adk_mesh.errors import AlreadyExistsError, ConfigError, SessionNotFoundError
+from adk_mesh._bounds import check_bounds
+from adk_mesh.errors import AlreadyExistsError, SessionNotFoundError
 from adk_mesh.sessions import _common
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import merge_scoped_state, split_by_scope
@@ -79,10 +80,7 @@ class InMemorySessionService(SessionService):
     def __init__(
         self, *, max_sessions: int | None = DEFAULT_MAX_SESSIONS, ttl: float | None = None
     ) -> None:
-        if max_sessions is not None and max_sessions < 1:
-            raise ConfigError(f"max_sessions must be at least 1 (or None), not {max_sessions}")
-        if ttl is not None and not ttl > 0:
-            raise ConfigError(f"ttl must be a positive number of seconds (or None), not {ttl}")
+        check_bounds(ttl, max_sessions=max_sessions)
         self.max_sessions = max_sessions
         self.ttl = ttl
         # Least recently used first.

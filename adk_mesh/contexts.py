@@ -150,7 +150,13 @@ class SessionHistory(abc.ABC):
 MAX_LOAD_EVENTS = 1000
 
 
-def _page(events: Sequence[Event], before_event_id: str | None, max_events: int) -> list[Event]:
+def page_of(events: Sequence[Event], before_event_id: str | None, max_events: int) -> list[Event]:
+    """The ``max_events`` newest non-partial ``events`` before ``before_event_id`` (``None``:
+    the newest), oldest first.
+
+    Raises:
+        InvalidArgumentError: ``before_event_id`` is not among ``events``.
+    """
     visible = [event for event in events if not event.partial]
     end = len(visible)
     if before_event_id is not None:
@@ -414,7 +420,7 @@ class ReadonlyContext:
             return await invocation.history.page(
                 invocation.session.events, before_event_id=before_event_id, max_events=max_events
             )
-        return _page(invocation.session.events, before_event_id, max_events)
+        return page_of(invocation.session.events, before_event_id, max_events)
 
 
 class CallbackContext(ReadonlyContext):

@@ -19,7 +19,7 @@ from typing import Any
 
 from adk_mesh import codec
 from adk_mesh.artifacts.base import ArtifactService
-from adk_mesh.contexts import SessionHistory
+from adk_mesh.contexts import SessionHistory, page_of
 from adk_mesh.errors import (
     AdkError,
     AdkIOError,
@@ -191,16 +191,15 @@ class CallerHistory(SessionHistory):
     async def page(
         self, events: Sequence[Event], *, before_event_id: str | None, max_events: int
     ) -> list[Event]:
-        visible = [event for event in events if not event.partial]
-        if before_event_id is None:
-            end = len(visible)
-        else:
-            end = next((i for i, e in enumerate(visible) if e.id == before_event_id), -1)
-            if end < 0:  # older than the window: the caller's to answer
-                return await self._load(before_event_id=before_event_id, max_events=max_events)
-        chosen = visible[max(0, end - max_events) : end]
+        try:
+            chosen = page_of(events, before_event_id, max_events)
+        except InvalidArgumentError:  # older than the window: the caller's to answer
+            assert before_event_id is not None
+            return await self._load(before_event_id=before_event_id, max_events=max_events)
         older_wanted = max_events - len(chosen)
-        if older_wanted and end - len(chosen) == 0 and self._omitted != 0:
+        window_start = next((e for e in events if not e.partial), None)
+        reached_start = not chosen or chosen[0] is window_start
+        if older_wanted and reached_start and self._omitted != 0:
             older = await self._load(
                 before_event_id=chosen[0].id if chosen else self._first_event_id,
                 max_events=older_wanted,

@@ -57,6 +57,7 @@ from adk_mesh.types import (
     FunctionResponse,
     LlmResponse,
     Part,
+    ToolConfirmation,
     ToolDeclaration,
     ToolProgress,
     UsageMetadata,
@@ -110,6 +111,8 @@ __all__ = [
     "struct_to_dict",
     "timestamp_from_datetime",
     "timestamp_to_datetime",
+    "tool_confirmation_from_proto",
+    "tool_confirmation_to_proto",
     "tool_progress_from_proto",
     "tool_progress_to_proto",
     "tool_progress_update_from_proto",
@@ -689,6 +692,40 @@ def _fill_actions(message: event_pb2.EventActions, actions: EventActions) -> Non
         message.transfer_to_agent = actions.transfer_to_agent
     if actions.escalate:
         message.escalate = True
+    if actions.requested_tool_confirmations:
+        for call_id, confirmation in actions.requested_tool_confirmations.items():
+            _fill_tool_confirmation(message.requested_tool_confirmations[call_id], confirmation)
+
+
+def _fill_tool_confirmation(
+    message: event_pb2.ToolConfirmation, confirmation: ToolConfirmation
+) -> None:
+    message.hint = confirmation.hint
+    message.confirmed = confirmation.confirmed
+    if confirmation.payload is not None:
+        try:
+            _fill_value(message.payload, confirmation.payload, 0)
+        except _TooDeepForStruct:
+            message.ClearField("payload")
+            message.payload_json = json_to_text(confirmation.payload)
+
+
+def tool_confirmation_to_proto(confirmation: ToolConfirmation) -> event_pb2.ToolConfirmation:
+    message = event_pb2.ToolConfirmation()
+    _fill_tool_confirmation(message, confirmation)
+    return message
+
+
+def _tool_confirmation_fields(message: event_pb2.ToolConfirmation) -> dict[str, Any]:
+    if message.payload_json:
+        payload = json_from_text(message.payload_json, "ToolConfirmation.payload_json")
+    else:
+        payload = json_from_value(message.payload) if message.HasField("payload") else None
+    return {"hint": message.hint, "confirmed": message.confirmed, "payload": payload}
+
+
+def tool_confirmation_from_proto(message: event_pb2.ToolConfirmation) -> ToolConfirmation:
+    return ToolConfirmation.model_validate(_tool_confirmation_fields(message))
 
 
 def actions_to_proto(actions: EventActions) -> event_pb2.EventActions:
@@ -711,6 +748,11 @@ def _actions_fields(message: event_pb2.EventActions) -> dict[str, Any]:
         fields["transfer_to_agent"] = message.transfer_to_agent
     if message.escalate:
         fields["escalate"] = True
+    if message.requested_tool_confirmations:
+        confirmations = message.requested_tool_confirmations
+        fields["requested_tool_confirmations"] = {
+            call_id: _tool_confirmation_fields(confirmations[call_id]) for call_id in confirmations
+        }
     return fields
 
 

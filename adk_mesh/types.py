@@ -27,6 +27,7 @@ __all__ = [
     "FunctionResponse",
     "LlmResponse",
     "Part",
+    "ToolConfirmation",
     "ToolDeclaration",
     "ToolProgress",
     "UsageMetadata",
@@ -244,11 +245,33 @@ class LlmResponse(_Data):
     model_version: str | None = None
 
 
+class ToolConfirmation(_Data):
+    """A person's say on one tool call (human in the loop), in google-adk's shape.
+
+    A tool asks for it (:meth:`~adk_mesh.contexts.ToolContext.request_confirmation`, or
+    ``require_confirmation`` on a :class:`~adk_mesh.tools.FunctionTool`); the run then pauses
+    with an ``adk_request_confirmation`` call carrying ``{hint, confirmed: false, payload}``,
+    and the client answers it with ``confirmed`` and, if it likes, a ``payload`` of its own,
+    which the tool reads as ``tool_context.tool_confirmation`` when it runs again.
+
+    Attributes:
+        hint: why the tool asks, for the person who answers.
+        confirmed: whether the call may go ahead.
+        payload: any JSON value the asker offers or the answerer returns.
+    """
+
+    hint: str = ""
+    confirmed: bool = False
+    payload: Any = None
+
+
 class EventActions(_Data):
     """Side effects of an event, applied by the session service when the event is appended.
 
     ``state_delta`` keys are scoped by prefix (``app:``, ``user:``, ``temp:``, or none for the
     session); ``artifact_delta`` maps an artifact name to the version the event created.
+    ``requested_tool_confirmations``: the tool calls (by function call id) that asked a person
+    to confirm them; set on the event that asks (see :class:`ToolConfirmation`).
     """
 
     state_delta: dict[str, Any] = Field(default_factory=dict)
@@ -256,6 +279,7 @@ class EventActions(_Data):
     skip_summarization: bool = False
     transfer_to_agent: str | None = None
     escalate: bool = False
+    requested_tool_confirmations: dict[str, ToolConfirmation] = Field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (
@@ -264,6 +288,7 @@ class EventActions(_Data):
             or self.skip_summarization
             or self.transfer_to_agent
             or self.escalate
+            or self.requested_tool_confirmations
         )
 
     def merge(self, other: EventActions) -> EventActions:
@@ -274,6 +299,10 @@ class EventActions(_Data):
             skip_summarization=self.skip_summarization or other.skip_summarization,
             transfer_to_agent=other.transfer_to_agent or self.transfer_to_agent,
             escalate=self.escalate or other.escalate,
+            requested_tool_confirmations={
+                **self.requested_tool_confirmations,
+                **other.requested_tool_confirmations,
+            },
         )
 
 

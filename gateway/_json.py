@@ -40,6 +40,7 @@ from adk_mesh.types import (
     FunctionResponse,
     LlmResponse,
     Part,
+    ToolConfirmation,
     ToolProgress,
     UsageMetadata,
 )
@@ -143,7 +144,17 @@ def _actions_to_json(actions: EventActions) -> dict[str, Any]:
     if actions.escalate:
         out["escalate"] = True
     out["requestedAuthConfigs"] = {}
-    out["requestedToolConfirmations"] = {}
+    out["requestedToolConfirmations"] = {
+        call_id: _confirmation_to_json(confirmation)
+        for call_id, confirmation in actions.requested_tool_confirmations.items()
+    }
+    return out
+
+
+def _confirmation_to_json(confirmation: ToolConfirmation) -> dict[str, Any]:
+    out: dict[str, Any] = {"hint": confirmation.hint, "confirmed": confirmation.confirmed}
+    if confirmation.payload is not None:
+        out["payload"] = confirmation.payload
     return out
 
 

@@ -110,7 +110,7 @@ class UsageMetadata(_message.Message):
     def __init__(self, prompt_token_count: _Optional[int] = ..., candidates_token_count: _Optional[int] = ..., total_token_count: _Optional[int] = ..., cached_content_token_count: _Optional[int] = ..., thoughts_token_count: _Optional[int] = ...) -> None: ...
 
 class EventActions(_message.Message):
-    __slots__ = ("state_delta", "artifact_delta", "skip_summarization", "transfer_to_agent", "escalate", "state_delta_json")
+    __slots__ = ("state_delta", "artifact_delta", "skip_summarization", "transfer_to_agent", "escalate", "state_delta_json", "requested_tool_confirmations")
     class StateDeltaEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -132,16 +132,37 @@ class EventActions(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class RequestedToolConfirmationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ToolConfirmation
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ToolConfirmation, _Mapping]] = ...) -> None: ...
     STATE_DELTA_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_DELTA_FIELD_NUMBER: _ClassVar[int]
     SKIP_SUMMARIZATION_FIELD_NUMBER: _ClassVar[int]
     TRANSFER_TO_AGENT_FIELD_NUMBER: _ClassVar[int]
     ESCALATE_FIELD_NUMBER: _ClassVar[int]
     STATE_DELTA_JSON_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_TOOL_CONFIRMATIONS_FIELD_NUMBER: _ClassVar[int]
     state_delta: _containers.MessageMap[str, _struct_pb2.Value]
     artifact_delta: _containers.ScalarMap[str, int]
     skip_summarization: bool
     transfer_to_agent: str
     escalate: bool
     state_delta_json: _containers.ScalarMap[str, str]
-    def __init__(self, state_delta: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., artifact_delta: _Optional[_Mapping[str, int]] = ..., skip_summarization: _Optional[bool] = ..., transfer_to_agent: _Optional[str] = ..., escalate: _Optional[bool] = ..., state_delta_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    requested_tool_confirmations: _containers.MessageMap[str, ToolConfirmation]
+    def __init__(self, state_delta: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., artifact_delta: _Optional[_Mapping[str, int]] = ..., skip_summarization: _Optional[bool] = ..., transfer_to_agent: _Optional[str] = ..., escalate: _Optional[bool] = ..., state_delta_json: _Optional[_Mapping[str, str]] = ..., requested_tool_confirmations: _Optional[_Mapping[str, ToolConfirmation]] = ...) -> None: ...
+
+class ToolConfirmation(_message.Message):
+    __slots__ = ("hint", "confirmed", "payload", "payload_json")
+    HINT_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    hint: str
+    confirmed: bool
+    payload: _struct_pb2.Value
+    payload_json: str
+    def __init__(self, hint: _Optional[str] = ..., confirmed: _Optional[bool] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., payload_json: _Optional[str] = ...) -> None: ...

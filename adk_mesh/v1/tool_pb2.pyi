@@ -205,7 +205,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ..., listing_version: _Optional[str] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("context", "tool_name", "function_call_id", "args", "state", "args_json", "state_json", "user_content")
+    __slots__ = ("context", "tool_name", "function_call_id", "args", "state", "args_json", "state_json", "user_content", "tool_confirmation")
     class StateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -228,6 +228,7 @@ class CallToolRequest(_message.Message):
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     STATE_JSON_FIELD_NUMBER: _ClassVar[int]
     USER_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
     context: CallerContext
     tool_name: str
     function_call_id: str
@@ -236,7 +237,8 @@ class CallToolRequest(_message.Message):
     args_json: str
     state_json: _containers.ScalarMap[str, str]
     user_content: _content_pb2.Content
-    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., args_json: _Optional[str] = ..., state_json: _Optional[_Mapping[str, str]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ...) -> None: ...
+    tool_confirmation: _event_pb2.ToolConfirmation
+    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., args_json: _Optional[str] = ..., state_json: _Optional[_Mapping[str, str]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., tool_confirmation: _Optional[_Union[_event_pb2.ToolConfirmation, _Mapping]] = ...) -> None: ...
 
 class CallToolResponse(_message.Message):
     __slots__ = ("progress", "result")

@@ -1,0 +1,564 @@
+"""A2aAgent: any A2A agent (protocol 1.0), used as an agent of the tree (``pip install
+'adk-mesh[a2a]'``).
+
+The A2A SDK (``a2a-sdk``) loads when the agent first runs, not when this module is imported:
+an agent tree that holds an ``A2aAgent`` is built without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from adk_mesh.agents._a2a_parts import (
+    METADATA_KEY,
+    a2a_parts_to_content,
+    content_to_a2a_parts,
+    metadata_of,
+    struct_of,
+)
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.contexts import InvocationContext
+from adk_mesh.errors import AdkError, ConfigError, InvalidArgumentError
+from adk_mesh.ids import check_artifact_name
+from adk_mesh.telemetry._propagation import trace_headers
+from adk_mesh.telemetry._providers import get_tracer
+from adk_mesh.types import Content, Event, EventActions, LlmResponse
+
+if TYPE_CHECKING:
+    from a2a.client import Client
+    from a2a.types import a2a_pb2
+
+    from adk_mesh.mesh.security import ClientTLS
+
+__all__ = ["A2aAgent", "context_state_key"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to fetch the agent card, and to send ``CancelTask`` when a run is abandoned.
+CARD_TIMEOUT = 10.0
+CANCEL_TIMEOUT = 5.0
+_STATE_PREFIX = "a2a_agent."
+#: Cancellations of remote tasks still being sent after their run ended.
+_cancellations: set[asyncio.Task[None]] = set()
+
+Binding = Literal["jsonrpc", "grpc"]
+_BINDINGS: dict[str, str] = {"jsonrpc": "JSONRPC", "grpc": "GRPC"}
+
+
+def context_state_key(agent_name: str) -> str:
+    """The session state key under which an :class:`A2aAgent` keeps its remote conversation
+    (``{"context_id": ..., "task_id": ...}``)."""
+    return f"{_STATE_PREFIX}{agent_name}"
+
+
+@dataclass
+class _Remote:
+    """What one run learned of the remote task."""
+
+    context_id: str = ""
+    task_id: str = ""
+    state: str = ""
+    invocation_id: str = ""
+    #: Text streamed so far, per artifact id (for the partial events).
+    streamed: dict[str, str] = field(default_factory=dict)
+    #: Each artifact as it stands, by id (chunks appended).
+    artifacts: dict[str, a2a_pb2.Artifact] = field(default_factory=dict)
+
+
+class A2aAgent(BaseAgent):
+    """Calls an A2A agent (any vendor's: an adk-mesh ``serve --a2a-port``, a plain ``a2a-sdk``
+    server, ...) and streams its answer into this invocation as this agent's events.
+
+    Usable wherever an agent is: a sub-agent a model transfers to (the caller's Runner stores
+    its events, and, as an LLM agent, it keeps the conversation for the user's next turn), or
+    inside ``AgentTool(A2aAgent(...))``, whose answer is the remote agent's.
+
+    **One message per run.** The run sends the user's message of this turn (``user_content``:
+    the user's words, or the AgentTool's request) as an A2A message, streamed
+    (``SendStreamingMessage``) when the card says the agent streams. Its metadata carries the
+    invocation id (``{"adk_mesh": {"invocation_id": ...}}``: an adk-mesh server runs the turn
+    under it); the call carries ``traceparent`` (never baggage: the invocation's user and
+    session ids stay in the mesh), so the remote spans join this trace under an
+    ``lf.a2a.v1.A2AService/SendStreamingMessage`` CLIENT span.
+
+    **The conversation goes on.** The remote ``contextId`` is kept in this session's state
+    under :func:`context_state_key` (``a2a_agent.<name>``: session-scoped, persisted with the
+    session; an AgentTool child sees it only if its ``state_keys`` and ``output_state_keys``
+    name it), so the next turn continues the same remote context. A task left
+    ``input-required`` is continued by the next message too (its id is kept with the context).
+
+    **What comes back**, as events authored by this agent:
+
+    * streamed artifact text → partial events (shown, never stored);
+    * a ``working`` status message → an event with its content (text; data parts as their JSON
+      text; function calls and responses the remote marks as such, as parts of those kinds);
+    * each artifact, once whole → an event whose content is its text and data; its files
+      (raw bytes) go to this invocation's artifact store under the artifact's name (the event's
+      ``artifact_delta`` says which version), or, without a store, into the content as inline
+      data; a direct ``Message`` reply → an event with its content;
+    * ``input-required`` → an event with the remote's question, and the next turn answers it;
+    * ``failed``, ``rejected``, ``canceled``, and every error of the call (the card or the agent
+      unreachable, an error response, the deadline) → one event with ``error_code``
+      (``A2A_FAILED``, ``A2A_REJECTED``, ``A2A_CANCELED``, ``A2A_ERROR``, ``A2A_UNAVAILABLE``,
+      ``DEADLINE_EXCEEDED``) and a message naming this agent: the invocation goes on, as after
+      a model's error; nothing is raised.
+
+    **Cancel and deadline.** Closing the run (the invocation ends, is cancelled, or a parent
+    stops reading) sends ``CancelTask`` for a task still going on. The call is bounded by the
+    invocation's deadline (or ``timeout`` when shorter).
+
+    Args:
+        name: this agent's name in the tree (and the author of its events).
+        url: the A2A agent's base URL (its card is at ``<url>/.well-known/agent-card.json``).
+        description: what it does, for a model choosing where to transfer (default: the card's).
+        binding: ``"jsonrpc"`` or ``"grpc"``; default: the card's first interface of the two.
+        timeout: seconds a run may take (the invocation's deadline bounds it too).
+        headers: sent with every call: credentials (``{"authorization": "Bearer ..."}``,
+            ``{"x-api-key": ...}``).
+        tls: for the gRPC binding, the CA (and client certificate) to use; plaintext without
+            it (loopback). For HTTPS, ``tls.ca_file`` is the CA to trust instead of the
+            system's.
+        keeps_conversation: whether, when it answered last, it answers the user's next turn.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        description: str = "",
+        binding: Binding | None = None,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        tls: ClientTLS | None = None,
+        keeps_conversation: bool = True,
+    ) -> None:
+        super().__init__(name=name, description=description)
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"A2aAgent {name!r}: url {url!r} must be an http:// or https:// URL")
+        if binding is not None and binding not in _BINDINGS:
+            raise ConfigError(
+                f"A2aAgent {name!r}: binding {binding!r} is not one of {', '.join(_BINDINGS)}"
+            )
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(f"A2aAgent {name!r}: timeout must be positive seconds")
+        self.url = url.rstrip("/")
+        self.binding = binding
+        self.timeout = timeout
+        self.headers = {key.lower(): value for key, value in (headers or {}).items()}
+        self.tls = tls
+        self._keeps_conversation = keeps_conversation
+        self._card: a2a_pb2.AgentCard | None = None
+        self._client: Client | None = None
+
+    @property
+    def keeps_conversation(self) -> bool:
+        return self._keeps_conversation
+
+    # --- the client ----------------------------------------------------------------------------
+
+    def _verify(self) -> Any:
+        if self.tls is not None and self.tls.ca_file is not None:
+            import ssl
+
+            return ssl.create_default_context(cafile=str(self.tls.ca_file))
+        return True
+
+    async def _connect(self) -> Client:
+        """The client, made on first use from the card (kept: one per agent)."""
+        if self._client is not None:
+            return self._client
+        import httpx
+        from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+
+        async with httpx.AsyncClient(
+            verify=self._verify(), timeout=CARD_TIMEOUT, headers=self.headers
+        ) as http:
+            card = await A2ACardResolver(http, self.url).get_agent_card()
+        offered = [interface.protocol_binding for interface in card.supported_interfaces]
+        if self.binding is not None:
+            wanted = _BINDINGS[self.binding]
+            if wanted not in offered:
+                raise _Unavailable(
+                    f"its card offers {', '.join(offered) or 'no interface'}, not {wanted}"
+                )
+            bindings = [wanted]
+        else:
+            bindings = [binding for binding in offered if binding in _BINDINGS.values()][:1]
+            if not bindings:
+                raise _Unavailable(f"its card offers no JSON-RPC or gRPC interface ({offered})")
+        config = ClientConfig(
+            streaming=True,
+            supported_protocol_bindings=bindings,
+            httpx_client=httpx.AsyncClient(verify=self._verify(), timeout=None),
+            grpc_channel_factory=self._channel,
+        )
+        self._card = card
+        self._client = ClientFactory(config).create(card)
+        if not self.description:
+            self.description = card.description
+        return self._client
+
+    def _channel(self, url: str) -> Any:
+        import grpc.aio
+
+        target = url.split("://", 1)[-1].rstrip("/")
+        options = [
+            ("grpc.max_send_message_length", 32 * 1024 * 1024),
+            ("grpc.max_receive_message_length", 32 * 1024 * 1024),
+        ]
+        if self.tls is None and not url.startswith(("https://", "grpcs://")):
+            return grpc.aio.insecure_channel(target, options=options)
+        import grpc
+
+        credentials = (
+            self.tls.credentials() if self.tls is not None else grpc.ssl_channel_credentials()
+        )
+        return grpc.aio.secure_channel(target, credentials, options=options)
+
+    async def close(self) -> None:
+        """Close the client (its HTTP connections or gRPC channel). Idempotent."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    # --- a run ---------------------------------------------------------------------------------
+
+    async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        remaining = ctx.time_remaining()
+        if self.timeout is not None:
+            remaining = self.timeout if remaining is None else min(remaining, self.timeout)
+        remote = _Remote()
+        kept = ctx.session.state.get(context_state_key(self.name))
+        if isinstance(kept, dict):
+            remote.context_id = str(kept.get("context_id") or "")
+            remote.task_id = str(kept.get("task_id") or "")
+        kept_ids = (remote.context_id, remote.task_id)
+        events = self._exchange(ctx, remote)
+        # Each stored event goes out once the next one came: the last carries the state.
+        pending: Event | None = None
+        failure: Event | None = None
+        try:
+            async with asyncio.timeout(max(remaining, 0) if remaining is not None else None):
+                async for event in events:
+                    if event.partial:
+                        yield event
+                        continue
+                    if pending is not None:
+                        yield pending
+                    pending = event
+        except TimeoutError:
+            failure = self._error(ctx, "DEADLINE_EXCEEDED", "the deadline passed")
+        except _Unavailable as error:
+            failure = self._error(ctx, "A2A_UNAVAILABLE", f"cannot be reached: {error}")
+        except AdkError as error:
+            failure = self._error(ctx, "A2A_ERROR", error.message)
+        except Exception as error:
+            failure = self._error(ctx, _code_of(error), _message_of(error))
+        finally:
+            await events.aclose()
+            # The run ends (closed, cancelled, failed) with the remote task going on.
+            self._cancel_remote(remote)
+        if failure is not None:
+            if pending is not None:
+                yield pending
+            pending = failure
+        if pending is None:
+            if (remote.context_id, remote.task_id) == kept_ids:
+                return
+            pending = ctx.new_event()
+        yield self._with_conversation(pending, remote)
+
+    def _error(self, ctx: InvocationContext, code: str, message: str) -> Event:
+        logger.warning("A2A agent %r: %s: %s", self.name, code, message)
+        return Event(
+            author=self.name,
+            invocation_id=ctx.invocation_id,
+            branch=ctx.branch,
+            llm_response=LlmResponse(
+                error_code=code, error_message=f"A2A agent {self.name!r}: {message}"
+            ),
+        )
+
+    def _with_conversation(self, event: Event, remote: _Remote) -> Event:
+        """``event`` carrying the remote context (and a task waiting for input) in the state."""
+        task_id = remote.task_id if remote.state == "TASK_STATE_INPUT_REQUIRED" else ""
+        if not remote.context_id:
+            return event
+        delta = dict(event.actions.state_delta)
+        delta[context_state_key(self.name)] = {"context_id": remote.context_id, "task_id": task_id}
+        actions = event.actions.model_copy(update={"state_delta": delta})
+        return event.model_copy(update={"actions": actions})
+
+    def _cancel_remote(self, remote: _Remote) -> None:
+        """Send ``CancelTask`` for a remote task the run leaves behind (in the background: the
+        run is being closed)."""
+        client, task_id = self._client, remote.task_id
+        if client is None or not task_id or remote.state in _FINISHED:
+            return
+        remote.state = "TASK_STATE_CANCELED"
+
+        async def cancel() -> None:
+            from a2a.client import ClientCallContext
+            from a2a.types import a2a_pb2
+
+            try:
+                async with asyncio.timeout(CANCEL_TIMEOUT):
+                    await client.cancel_task(
+                        a2a_pb2.CancelTaskRequest(id=task_id),
+                        context=ClientCallContext(service_parameters=dict(self.headers)),
+                    )
+            except Exception as error:  # the run is over: a failed cancel is only logged
+                logger.info(
+                    "A2A agent %r: cancelling task %s failed: %s", self.name, task_id, error
+                )
+
+        task = asyncio.ensure_future(cancel())
+        _cancellations.add(task)
+        task.add_done_callback(_cancellations.discard)
+
+    async def _exchange(
+        self, ctx: InvocationContext, remote: _Remote
+    ) -> AsyncGenerator[Event, None]:
+        """Send the turn's message and yield the events its answer makes."""
+        from a2a.client import ClientCallContext
+        from a2a.types import a2a_pb2
+
+        try:
+            client = await self._connect()
+        except _Unavailable:
+            raise
+        except Exception as error:
+            raise _Unavailable(_message_of(error)) from error
+        content = ctx.user_content or Content(role="user", parts=[])
+        parts = content_to_a2a_parts(content)
+        if not parts:
+            raise InvalidArgumentError("there is no user message to send")
+        message = a2a_pb2.Message(
+            message_id=f"{ctx.invocation_id}-{self.name}-{time.monotonic_ns()}",
+            role=a2a_pb2.Role.ROLE_USER,
+            parts=parts,
+            context_id=remote.context_id,
+            task_id=remote.task_id,
+            metadata=struct_of({METADATA_KEY: {"invocation_id": ctx.invocation_id}}),
+        )
+        tracer = get_tracer()
+        span = None
+        if tracer is not None:
+            span = tracer.start_span(
+                "lf.a2a.v1.A2AService/SendStreamingMessage",
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "rpc.system": "a2a",
+                    "rpc.service": "lf.a2a.v1.A2AService",
+                    "rpc.method": "SendStreamingMessage",
+                    "url.full": self.url,
+                    "gen_ai.agent.name": self.name,
+                },
+            )
+        parameters = dict(self.headers)
+        if span is not None:
+            parameters.update(trace_headers(trace.set_span_in_context(span)))
+        remaining = ctx.time_remaining()
+        call = ClientCallContext(service_parameters=parameters, timeout=remaining)
+        stream: AsyncIterator[a2a_pb2.StreamResponse] = client.send_message(
+            a2a_pb2.SendMessageRequest(message=message), context=call
+        )
+        try:
+            async for response in stream:
+                for event in await self._events_of(response, remote, ctx):
+                    yield event
+            for event in await self._artifacts_left(remote, ctx):
+                yield event
+        except BaseException as error:
+            if span is not None and not isinstance(error, asyncio.CancelledError | GeneratorExit):
+                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            raise
+        finally:
+            closing = getattr(stream, "aclose", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing()
+            if span is not None:
+                span.end()
+
+    def _event(
+        self, ctx: InvocationContext, content: Content | None, *, partial: bool = False, **kw: Any
+    ) -> Event:
+        return Event(
+            author=self.name,
+            invocation_id=ctx.invocation_id,
+            branch=ctx.branch,
+            llm_response=LlmResponse(content=content, partial=partial, **kw),
+        )
+
+    def _content(self, parts: Any) -> Content | None:
+        converted = a2a_parts_to_content(parts, "model")
+        return converted if converted.parts else None
+
+    async def _events_of(
+        self, response: a2a_pb2.StreamResponse, remote: _Remote, ctx: InvocationContext
+    ) -> list[Event]:
+        kind = response.WhichOneof("payload")
+        if kind == "message":
+            remote.state = "TASK_STATE_COMPLETED"  # a direct reply ends the exchange
+            remote.context_id = response.message.context_id or remote.context_id
+            return [self._event(ctx, self._content(response.message.parts))]
+        if kind == "task":
+            task = response.task
+            remote.task_id, remote.context_id = task.id, task.context_id or remote.context_id
+            self._note_ids(task.metadata, remote)
+            for artifact in task.artifacts:
+                remote.artifacts[artifact.artifact_id] = artifact
+            return await self._status_events(task.status, remote, ctx)
+        if kind == "status_update":
+            update = response.status_update
+            remote.task_id = update.task_id or remote.task_id
+            remote.context_id = update.context_id or remote.context_id
+            self._note_ids(update.metadata, remote)
+            return await self._status_events(update.status, remote, ctx)
+        if kind == "artifact_update":
+            return self._artifact_chunk(response.artifact_update, remote, ctx)
+        return []
+
+    def _note_ids(self, metadata: Any, remote: _Remote) -> None:
+        invocation = metadata_of(metadata).get("invocation_id")
+        if isinstance(invocation, str):
+            remote.invocation_id = invocation
+
+    async def _status_events(
+        self, status: a2a_pb2.TaskStatus, remote: _Remote, ctx: InvocationContext
+    ) -> list[Event]:
+        from a2a.types import a2a_pb2
+
+        state = a2a_pb2.TaskState.Name(status.state)
+        remote.state = state
+        content = self._content(status.message.parts) if status.HasField("message") else None
+        if state in _FAILURES:
+            code, what = _FAILURES[state]
+            text = content.text if content is not None else ""
+            return [
+                *await self._artifacts_left(remote, ctx),
+                self._error(ctx, code, f"{what}{': ' + text if text else ''}"),
+            ]
+        events = []
+        if state in ("TASK_STATE_COMPLETED", "TASK_STATE_INPUT_REQUIRED"):
+            events.extend(await self._artifacts_left(remote, ctx))
+        if content is not None:
+            events.append(self._event(ctx, content))
+        return events
+
+    def _artifact_chunk(
+        self, update: a2a_pb2.TaskArtifactUpdateEvent, remote: _Remote, ctx: InvocationContext
+    ) -> list[Event]:
+        from a2a.types import a2a_pb2
+
+        artifact = update.artifact
+        kept = remote.artifacts.get(artifact.artifact_id)
+        if update.append and kept is not None:
+            kept.parts.extend(artifact.parts)
+        else:
+            kept = a2a_pb2.Artifact()
+            kept.CopyFrom(artifact)
+            remote.artifacts[artifact.artifact_id] = kept
+            remote.streamed.pop(artifact.artifact_id, None)
+        events: list[Event] = []
+        if not update.last_chunk:
+            # Streamed text shows as it comes; the whole artifact is the stored event.
+            text = "".join(part.text for part in artifact.parts if part.HasField("text"))
+            shown = remote.streamed.get(artifact.artifact_id, "")
+            whole = "".join(part.text for part in kept.parts if part.HasField("text"))
+            new = whole[len(shown) :] if whole.startswith(shown) else text
+            if new:
+                remote.streamed[artifact.artifact_id] = whole
+                events.append(self._event(ctx, Content.from_text("model", new), partial=True))
+        return events
+
+    async def _artifacts_left(self, remote: _Remote, ctx: InvocationContext) -> list[Event]:
+        """One event per artifact received whole (then forgotten), in the order they came."""
+        events: list[Event] = []
+        for artifact_id in list(remote.artifacts):
+            artifact = remote.artifacts.pop(artifact_id)
+            remote.streamed.pop(artifact_id, None)
+            event = await self._artifact_event(artifact, ctx)
+            if event is not None:
+                events.append(event)
+        return events
+
+    async def _artifact_event(
+        self, artifact: a2a_pb2.Artifact, ctx: InvocationContext
+    ) -> Event | None:
+        """The event of one whole artifact: its text and data as content; its files saved in
+        this invocation's artifact store (or, without one, in the content)."""
+        content = self._content(artifact.parts)
+        if content is None:
+            return None
+        store = ctx.artifact_service
+        readable = [part for part in content.parts if part.inline_data is None or store is None]
+        files = [part for part in content.parts if part.inline_data is not None]
+        event = self._event(ctx, Content(role="model", parts=readable) if readable else None)
+        if store is None or not files:
+            return event
+        name = artifact.name or artifact.artifact_id
+        saved: dict[str, int] = {}
+        for index, part in enumerate(files):
+            filename = name if len(files) == 1 else f"{name}-{index}"
+            try:
+                check_artifact_name(filename)
+            except InvalidArgumentError:
+                filename = f"a2a-artifact-{len(saved)}"
+            saved[filename] = await store.save_artifact(
+                app_name=ctx.app_name,
+                user_id=ctx.user_id,
+                session_id=ctx.session_id,
+                filename=filename,
+                artifact=part,
+            )
+        event.actions = EventActions(artifact_delta=saved)
+        return event
+
+
+_FINISHED = frozenset(
+    {
+        "TASK_STATE_COMPLETED",
+        "TASK_STATE_FAILED",
+        "TASK_STATE_CANCELED",
+        "TASK_STATE_REJECTED",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_AUTH_REQUIRED",
+    }
+)
+_FAILURES = {
+    "TASK_STATE_FAILED": ("A2A_FAILED", "the remote task failed"),
+    "TASK_STATE_REJECTED": ("A2A_REJECTED", "the remote agent rejected the task"),
+    "TASK_STATE_CANCELED": ("A2A_CANCELED", "the remote task was canceled"),
+    "TASK_STATE_AUTH_REQUIRED": ("A2A_AUTH_REQUIRED", "the remote agent asks for authentication"),
+}
+
+
+class _Unavailable(Exception):
+    """The remote agent cannot be used: its card unreachable or unfit."""
+
+
+def _code_of(error: BaseException) -> str:
+    name = type(error).__name__
+    if "Timeout" in name:
+        return "DEADLINE_EXCEEDED"
+    if name in ("A2AClientError", "ConnectError", "ConnectTimeout", "AgentCardResolutionError"):
+        return "A2A_UNAVAILABLE"
+    return "A2A_ERROR"
+
+
+def _message_of(error: BaseException) -> str:
+    message = getattr(error, "message", None)
+    text = message if isinstance(message, str) and message else str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

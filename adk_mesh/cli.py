@@ -253,13 +253,15 @@ def _serve(args: argparse.Namespace) -> int:
         server: MeshServer
         if args.kind == "agent":
             agent = load_agent(args.reference)
-            server = AgentServer(
+            a2a_server, a2a_options = _a2a_options(args)
+            server = (a2a_server or AgentServer)(
                 agent,
                 app_name=args.app,
                 session_service=args.store or DEFAULT_STORE,  # "" in the environment: unset
                 artifact_service=args.artifacts or None,
                 memory_service=args.memory or None,
                 limits=limits,
+                **a2a_options,
             )
         else:
             server = ToolServer(load_tools(args.reference), limits=limits)
@@ -292,6 +294,29 @@ def _serve(args: argparse.Namespace) -> int:
         # After the drain: the spans of the last calls are exported before the process exits.
         telemetry.shutdown()
     return 0
+
+
+def _a2a_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The server class of ``serve agent`` (``None``: AgentServer) and its A2A arguments: with
+    ``--a2a-port``, an :class:`~adk_mesh.mesh.a2a_server.A2aAgentServer` that prints its A2A
+    line before the ready line.
+
+    Raises:
+        ConfigError: ``--a2a-port`` without the a2a extra installed, or ``--a2a-url`` alone.
+    """
+    if args.a2a_port is None:
+        if args.a2a_url:
+            raise ConfigError("--a2a-url goes with --a2a-port")
+        return None, {}
+    try:
+        from adk_mesh.mesh.a2a_server import A2aAgentServer
+    except ImportError as error:
+        raise ConfigError(f"--a2a-port needs {error.name}: pip install 'adk-mesh[a2a]'") from None
+    return A2aAgentServer, {
+        "a2a_address": f"{args.host}:{args.a2a_port}",
+        "public_url": args.a2a_url or None,
+        "announce": lambda line: print(line, flush=True),
+    }
 
 
 async def _stream_run(args: argparse.Namespace, out: TextIO) -> None:
@@ -534,6 +559,20 @@ def build_parser() -> argparse.ArgumentParser:
             "names its invocation, trace and span",
         )
     agent.add_argument("--app", help="app name of root runs (default: the agent's name)")
+    agent.add_argument(
+        "--a2a-port",
+        type=_port,
+        metavar="PORT",
+        help="also serve the agent as an A2A agent: its card and JSON-RPC on this port of "
+        "--host (0: any free port), the A2A gRPC binding on --port; TLS and authentication as "
+        "the gRPC port's (needs the a2a extra)",
+    )
+    agent.add_argument(
+        "--a2a-url",
+        metavar="URL",
+        help="the base URL A2A clients reach --a2a-port at, for the agent card (default: "
+        "http(s)://HOST:PORT/)",
+    )
     agent.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV["sessions"]),

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         ParallelAgent,
         SequentialAgent,
     )
+    from adk_mesh.agents.a2a import A2aAgent
     from adk_mesh.artifacts import (
         ArtifactService,
         FileArtifactService,
@@ -119,6 +120,7 @@ if TYPE_CHECKING:
 
 # Each public name, by the module that defines it.
 _EXPORTS: dict[str, str] = {
+    "A2aAgent": "adk_mesh.agents.a2a",
     "BaseAgent": "adk_mesh.agents",
     "LlmAgent": "adk_mesh.agents",
     "LoopAgent": "adk_mesh.agents",
@@ -203,6 +205,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "A2aAgent",
     "AdkError",
     "AdkIOError",
     "AdkJSONError",

@@ -28,6 +28,8 @@ EXPECTED = {
     "SessionNotFoundError", "StateConflictError", "SessionConflictError", "ToolNotFoundError",
     "UnauthenticatedError", "PermissionDeniedError", "LlmCallLimitError", "ModelAuthError",
     "ModelRateLimitError", "ModelRequestError",
+    # Interoperation (issue 17): any A2A agent as an agent of the tree.
+    "A2aAgent",
 }  # fmt: skip
 
 

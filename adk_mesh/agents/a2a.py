@@ -18,13 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from adk_mesh.agents._a2a_parts import (
-    METADATA_KEY,
-    a2a_parts_to_content,
-    content_to_a2a_parts,
-    metadata_of,
-    struct_of,
-)
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import AdkError, ConfigError, InvalidArgumentError
@@ -333,6 +326,8 @@ class A2aAgent(BaseAgent):
         from a2a.client import ClientCallContext
         from a2a.types import a2a_pb2
 
+        from adk_mesh.agents._a2a_parts import METADATA_KEY, content_to_a2a_parts, struct_of
+
         try:
             client = await self._connect()
         except _Unavailable:
@@ -402,6 +397,8 @@ class A2aAgent(BaseAgent):
         )
 
     def _content(self, parts: Any) -> Content | None:
+        from adk_mesh.agents._a2a_parts import a2a_parts_to_content
+
         converted = a2a_parts_to_content(parts, "model")
         return converted if converted.parts else None
 
@@ -431,6 +428,8 @@ class A2aAgent(BaseAgent):
         return []
 
     def _note_ids(self, metadata: Any, remote: _Remote) -> None:
+        from adk_mesh.agents._a2a_parts import metadata_of
+
         invocation = metadata_of(metadata).get("invocation_id")
         if isinstance(invocation, str):
             remote.invocation_id = invocation

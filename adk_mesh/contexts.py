@@ -29,12 +29,13 @@ from pydantic import BaseModel, ConfigDict
 
 from adk_mesh.errors import ArtifactError, InvalidArgumentError, LlmCallLimitError
 from adk_mesh.state import State
-from adk_mesh.types import Content, Event, EventActions, Part
+from adk_mesh.types import Content, Event, EventActions, Part, ToolConfirmation
 
 if TYPE_CHECKING:
     from adk_mesh.agents.base import BaseAgent
     from adk_mesh.artifacts.base import ArtifactService
     from adk_mesh.memory.base import MemoryEntry, MemoryService
+    from adk_mesh.plugins._manager import PluginManager
     from adk_mesh.sessions.base import Session, SessionService
 
 __all__ = [
@@ -201,6 +202,10 @@ class InvocationContext:
     caller's agents the agent delegated to may transfer back to. ``history``: where the rest
     of the session's history is, when ``session`` holds only a window of it (``None``: it is
     whole).
+
+    ``plugins``: the plugins of the Runner (or the mesh server) running this invocation in this
+    process (:mod:`adk_mesh.plugins`), reached by every agent, model and tool call of it here;
+    ``None``: none.
     """
 
     __slots__ = (
@@ -218,6 +223,7 @@ class InvocationContext:
         "invocation_id",
         "max_delegation_depth",
         "memory_service",
+        "plugins",
         "run_config",
         "session",
         "session_service",
@@ -246,6 +252,7 @@ class InvocationContext:
         delegation_scope: DelegationScope | None = None,
         caller_tree: CallerTree | None = None,
         history: SessionHistory | None = None,
+        plugins: PluginManager | None = None,
         _shared: _InvocationShared | None = None,
     ) -> None:
         self.invocation_id = invocation_id
@@ -266,6 +273,7 @@ class InvocationContext:
         self.delegation_scope = delegation_scope or DelegationScope()
         self.caller_tree = caller_tree
         self.history = history
+        self.plugins = plugins
         self._shared = _shared or _InvocationShared()
         if llm_calls_of is not None:
             self._shared.llm_calls = llm_calls_of._shared.llm_calls
@@ -490,9 +498,12 @@ class ToolContext(CallbackContext):
     ``actions`` is read and replaced as a whole (``ctx.actions = ...``) or changed in place
     (``ctx.actions.escalate = True``); whatever it holds when the tool returns travels on the
     function-response event.
+
+    ``tool_confirmation``: the person's answer when this call asked for confirmation (see
+    :meth:`request_confirmation`) and runs again now that it was answered; ``None`` otherwise.
     """
 
-    __slots__ = ("_event_sink", "_progress", "function_call_id")
+    __slots__ = ("_event_sink", "_progress", "function_call_id", "tool_confirmation")
 
     def __init__(
         self,
@@ -502,11 +513,36 @@ class ToolContext(CallbackContext):
         actions: EventActions | None = None,
         event_sink: Callable[[Event], None] | None = None,
         progress: ProgressReporter | None = None,
+        tool_confirmation: ToolConfirmation | None = None,
     ) -> None:
         super().__init__(invocation, actions=actions)
         self.function_call_id = function_call_id
         self._event_sink = event_sink
         self._progress = progress
+        self.tool_confirmation = tool_confirmation
+
+    def request_confirmation(self, *, hint: str = "", payload: Any = None) -> None:
+        """Ask a person to confirm this call before it takes effect (human in the loop).
+
+        The call is then left unanswered: whatever the tool returns this time is not shown to
+        the model. The run emits an ``adk_request_confirmation`` call carrying this call,
+        ``hint`` and ``payload`` (any JSON value), and the invocation ends. When the client
+        answers it in a later turn, the tool runs again with the same arguments and the answer
+        in :attr:`tool_confirmation` (``confirmed``, and the payload the client sent); it
+        decides what a rejection means (a :class:`~adk_mesh.tools.FunctionTool` with
+        ``require_confirmation`` answers the model with an error it can read).
+
+        Raises:
+            InvalidArgumentError: the context answers no function call.
+        """
+        if not self.function_call_id:
+            raise InvalidArgumentError(
+                "request_confirmation needs the function call being answered; this tool "
+                "context has no function_call_id"
+            )
+        self._actions.requested_tool_confirmations[self.function_call_id] = ToolConfirmation(
+            hint=hint, payload=payload
+        )
 
     def forward_event(self, event: Event) -> None:
         """Show an event in the calling agent's stream while the tool runs (AgentTool with

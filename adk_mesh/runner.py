@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from contextlib import aclosing
 
+from adk_mesh._confirmation import check_confirmation_answers
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts.base import ArtifactService
@@ -20,6 +21,8 @@ from adk_mesh.contexts import (
 from adk_mesh.errors import AdkError, InvalidArgumentError, SessionNotFoundError
 from adk_mesh.ids import shown
 from adk_mesh.memory.base import MemoryService
+from adk_mesh.plugins._manager import PluginManager, plugin_manager
+from adk_mesh.plugins.base import Plugin
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.telemetry._spans import trace_invocation, trace_memory_ingestion
 from adk_mesh.types import Content, Event, FunctionCall, LlmResponse, Part
@@ -169,6 +172,20 @@ class Runner:
     and is bounded by :data:`INTERRUPTION_RECORD_TIMEOUT`. Long-running calls are left open:
     their result comes from the client. What a crash leaves open, the request-time repair
     answers.
+
+    **Plugins** (:class:`~adk_mesh.plugins.Plugin`): every agent, model call and tool call of
+    the turns this Runner runs goes through ``plugins``' hooks (in order, before the agents'
+    own callbacks; the first hook that returns a value wins), and the Runner calls the run
+    hooks: ``on_user_message`` (before the message is stored: a Content replaces it),
+    ``before_run`` (a Content answers instead of the agent: stored as the answering agent's
+    event, and the turn ends), ``on_event`` (each event before it is stored and yielded: an
+    Event replaces it) and ``after_run`` (once the turn finished, not when it failed).
+    :meth:`close` closes them.
+
+    **Tool confirmation.** A message that answers ``adk_request_confirmation`` calls
+    (:mod:`adk_mesh._confirmation`) is checked before anything is stored: each answer must name
+    an open confirmation request of the session and be a ToolConfirmation, else
+    :class:`~adk_mesh.errors.InvalidArgumentError`.
     """
 
     def __init__(
@@ -183,6 +200,7 @@ class Runner:
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         add_turns_to_memory: bool = True,
+        plugins: Sequence[Plugin] | PluginManager | None = None,
     ) -> None:
         self.agent = agent
         self.app_name = app_name
@@ -193,6 +211,13 @@ class Runner:
         self.max_delegation_depth = max_delegation_depth
         self.tool_timeout = tool_timeout
         self.add_turns_to_memory = add_turns_to_memory
+        self.plugins = plugin_manager(plugins)
+
+    async def close(self) -> None:
+        """Close the plugins (:meth:`~adk_mesh.plugins.Plugin.close`); the stores are the
+        caller's."""
+        if self.plugins is not None:
+            await self.plugins.close()
 
     async def run(
         self,
@@ -229,10 +254,10 @@ class Runner:
                 f"session {session_id!r} of user {user_id!r} in app {self.app_name!r} "
                 "does not exist"
             )
-        agent = find_agent_to_run(self.agent, session, new_message)
+        plugins = self.plugins
         ctx = InvocationContext(
             invocation_id=invocation_id or new_invocation_id(),
-            agent=agent,
+            agent=self.agent,
             session=session,
             session_service=self.session_service,
             artifact_service=self.artifact_service,
@@ -241,13 +266,23 @@ class Runner:
             user_content=new_message,
             max_delegation_depth=self.max_delegation_depth,
             tool_timeout=self.tool_timeout,
+            plugins=plugins,
         )
+        if plugins is not None and plugins.has("on_user_message"):
+            replaced = await plugins.run(
+                "on_user_message", invocation_context=ctx, user_message=new_message
+            )
+            if replaced is not None:
+                new_message = ctx.user_content = check_new_message(replaced)
+        check_confirmation_answers(session.events, new_message)
+        agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
         user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)
         await self.session_service.append_event(session, user_event)
         append = self.session_service.append_event
-        events = trace_invocation(
-            ctx, follow_transfers(ctx, agent, root=self.agent, max_transfers=self.max_transfers)
-        )
+        turn = follow_transfers(ctx, agent, root=self.agent, max_transfers=self.max_transfers)
+        if plugins is not None:
+            turn = _with_run_hooks(plugins, ctx, turn)
+        events = trace_invocation(ctx, turn)
         # Calls stored in this turn and not answered yet, by id.
         open_calls: dict[str, tuple[Event, FunctionCall]] = {}
         try:
@@ -270,6 +305,8 @@ class Runner:
             raise
         if self.memory_service is not None and self.add_turns_to_memory:
             await self._add_to_memory(self.memory_service, ctx)
+        if plugins is not None and plugins.has("after_run"):
+            await plugins.run("after_run", invocation_context=ctx)
 
     async def _add_to_memory(self, memory: MemoryService, ctx: InvocationContext) -> None:
         """Add the finished turn's session, as stored, to memory; never raises but for a
@@ -328,6 +365,30 @@ class Runner:
                 failure if isinstance(failure, AdkError) else type(failure).__name__,
             )
         return stored
+
+
+async def _with_run_hooks(
+    plugins: PluginManager, ctx: InvocationContext, events: AsyncGenerator[Event, None]
+) -> AsyncGenerator[Event, None]:
+    """``events`` after the plugins' ``before_run`` (whose Content answers instead) and through
+    their ``on_event`` (whose Event replaces one)."""
+    async with aclosing(events):
+        source = events
+        if plugins.has("before_run"):
+            content = await plugins.run("before_run", invocation_context=ctx)
+            if content is not None:
+                source = _answer(ctx, content)
+        on_event = plugins.has("on_event")
+        async for event in source:
+            if on_event:
+                replaced = await plugins.run("on_event", invocation_context=ctx, event=event)
+                if replaced is not None:
+                    event = replaced
+            yield event
+
+
+async def _answer(ctx: InvocationContext, content: Content) -> AsyncGenerator[Event, None]:
+    yield ctx.new_event(content=content)
 
 
 def _note_calls(open_calls: dict[str, tuple[Event, FunctionCall]], event: Event) -> None:

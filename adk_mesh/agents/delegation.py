@@ -228,6 +228,8 @@ async def run_delegation(
         # The parent's history the child starts with may be a window of it (in a delegated
         # run served here): the rest is where the parent's is.
         history=parent.history if policy.include_parent_history else None,
+        # The child runs in this process: under the same plugins.
+        plugins=parent.plugins,
     )
     await child_service.append_event(
         child_session,

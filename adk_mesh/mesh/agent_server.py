@@ -56,6 +56,8 @@ from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
 from adk_mesh.mesh._view_sessions import ViewSessions
+from adk_mesh.plugins._manager import plugin_manager
+from adk_mesh.plugins.base import Plugin
 from adk_mesh.runner import Runner, check_new_message, find_agent_to_run, new_invocation_id
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
@@ -154,6 +156,11 @@ class AgentServer(MeshServer):
             root turn that finishes is added to it (see :class:`~adk_mesh.runner.Runner`).
         max_transfers: transfers one invocation may follow in this service's tree.
         limits: what this server allows its callers (default: ``ServerLimits()``).
+        plugins: :class:`~adk_mesh.plugins.Plugin` s for the work this service does: its
+            root runs' Runner calls every hook; a delegated run (a caller's AgentTool or
+            transfer) goes through the agent, model and tool hooks of the agents that run
+            here. A caller's plugins do not reach here, nor these a caller's: plugins are
+            code, they do not travel. Closed when the server stops.
 
     The server also serves ``adk_mesh.v1.SessionService`` (the session API: list, read,
     create, update the state of and delete its sessions; list, load, save and delete their
@@ -176,8 +183,10 @@ class AgentServer(MeshServer):
         memory_service: MemoryService | str | None = None,
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
         limits: ServerLimits | None = None,
+        plugins: Sequence[Plugin] | None = None,
     ) -> None:
         super().__init__()
+        self.plugins = plugin_manager(plugins)
         #: The stores this server opened from URLs: its own to close.
         self._owned: list[SessionService | ArtifactService | MemoryService] = []
         if isinstance(session_service, str):
@@ -215,6 +224,8 @@ class AgentServer(MeshServer):
         opened from URLs, once the cancelled calls have recorded how their turns ended
         (bounded by :data:`CLOSE_STORES_AFTER`; a failure to close is logged)."""
         await super().stop(grace)
+        if self.plugins is not None:
+            await self.plugins.close()
         owned, self._owned = self._owned, []
         if not owned:
             return
@@ -331,6 +342,7 @@ class AgentServer(MeshServer):
             max_transfers=self.max_transfers,
             max_delegation_depth=self.limits.max_delegation_depth,
             tool_timeout=self.limits.tool_timeout,
+            plugins=self.plugins,
         )
         # The session just read (or created) goes to the Runner: one read per root run.
         events = runner.run(
@@ -551,6 +563,7 @@ class AgentServer(MeshServer):
             call_path=(*call_path, self.agent.name),
             deadline=deadline,
             tool_timeout=self.limits.tool_timeout,
+            plugins=self.plugins,
             delegation_scope=scope,
             caller_tree=(
                 codec.caller_tree_from_proto(delegated.caller_tree, handed_to.name)

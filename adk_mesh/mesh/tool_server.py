@@ -34,9 +34,11 @@ from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import ServerLimits
 from adk_mesh.mesh._status import ServedCall, add_servicer, error_boundary
+from adk_mesh.plugins._manager import PluginManager, execute_with_plugins, plugin_manager
+from adk_mesh.plugins.base import Plugin
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry import _spans as telemetry
-from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
+from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.types import Content, Event, EventActions
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
@@ -48,14 +50,25 @@ _SERVICE_NAME = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 
 
 class _StaticToolset(Toolset):
-    """A fixed list of tools, the same for every caller."""
+    """A fixed list of tools and toolsets; the toolsets are asked per caller."""
 
-    def __init__(self, name: str, tools: Sequence[BaseTool]) -> None:
+    def __init__(self, name: str, tools: Sequence[BaseTool | Toolset]) -> None:
         super().__init__(name)
         self._tools = list(tools)
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
-        return list(self._tools)
+        found: list[BaseTool] = []
+        for item in self._tools:
+            if isinstance(item, Toolset):
+                found.extend(await item.tools(ctx))
+            else:
+                found.append(item)
+        return found
+
+    async def close(self) -> None:
+        for item in self._tools:
+            if isinstance(item, Toolset):
+                await item.close()
 
 
 class _CallerAgent(BaseAgent):
@@ -176,10 +189,17 @@ def _invocation(
 class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
     """Thin adapter: builds the tool's context, runs it, maps errors through one handler."""
 
-    def __init__(self, toolset: Toolset, name: str, limits: ServerLimits) -> None:
+    def __init__(
+        self,
+        toolset: Toolset,
+        name: str,
+        limits: ServerLimits,
+        plugins: PluginManager | None = None,
+    ) -> None:
         self._toolset = toolset
         self._name = name
         self._limits = limits
+        self._plugins = plugins
         self._versions = _ListingVersions()
 
     async def ListTools(
@@ -265,7 +285,7 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         # The result says which listing this caller has now: a client that keeps listings
         # notices a change at the next model request, without asking before each one.
         version = self._versions.version(tools)
-        async for response in _run_tool(tool, invocation, request, args):
+        async for response in _run_tool(tool, invocation, request, args, self._plugins):
             if response.HasField("result"):
                 response.result.listing_version = version
             yield response
@@ -276,8 +296,10 @@ async def _run_tool(
     invocation: InvocationContext,
     request: tool_pb2.CallToolRequest,
     args: dict[str, Any],
+    plugins: PluginManager | None = None,
 ) -> AsyncIterator[tool_pb2.CallToolResponse]:
-    """Run the tool in a task; stream its progress as it comes, then exactly one result."""
+    """Run the tool in a task (through this server's plugins' tool hooks); stream its progress
+    as it comes, then exactly one result."""
     feed = TaskFeed[tool_pb2.ToolProgress, tuple[dict[str, Any] | None, AdkError | None]]()
 
     async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
@@ -292,13 +314,22 @@ async def _run_tool(
         feed.send_nowait(progress)
 
     call_id = request.function_call_id if request.HasField("function_call_id") else None
-    tool_context = ToolContext(invocation, function_call_id=call_id, progress=report)
+    tool_context = ToolContext(
+        invocation,
+        function_call_id=call_id,
+        progress=report,
+        tool_confirmation=(
+            codec.tool_confirmation_from_proto(request.tool_confirmation)
+            if request.HasField("tool_confirmation")
+            else None
+        ),
+    )
 
     async def traced() -> tuple[dict[str, Any] | None, AdkError | None]:
         # Inside the task, so the span is attached and detached by the same task; the task's
         # context is copied from the handler's step, which has the gRPC server span current.
         with telemetry.trace_tool_call(tool.name, tool, call_id, args, invocation):
-            response, error = await execute_tool(tool, tool_context, args)
+            response, error = await execute_with_plugins(plugins, tool, tool_context, args)
             if error is not None:
                 telemetry.record_tool_error(error)
             else:
@@ -348,9 +379,15 @@ class ToolServer(MeshServer):
     and bytes that do not parse are refused with INVALID_ARGUMENT.
 
     Args:
-        tools: the tools, or a toolset that chooses them per caller.
+        tools: the tools (and toolsets, asked per caller: an ``McpToolset`` fronts an MCP
+            server this way), or one toolset that chooses them per caller. The toolsets are
+            closed when the server stops.
         name: the toolset name reported to callers (default: the toolset's, or ``"tools"``).
         limits: what this server allows its callers (default: ``ServerLimits()``).
+        plugins: :class:`~adk_mesh.plugins.Plugin` s whose tool hooks (``before_tool``,
+            ``after_tool``, ``on_tool_error``) run around every call this server serves; the
+            callers' plugins do not reach here (plugins are code, they do not travel).
+            Closed when the server stops.
 
     Example::
 
@@ -364,21 +401,31 @@ class ToolServer(MeshServer):
 
     def __init__(
         self,
-        tools: Sequence[BaseTool] | Toolset,
+        tools: Sequence[BaseTool | Toolset] | Toolset,
         *,
         name: str | None = None,
         limits: ServerLimits | None = None,
+        plugins: Sequence[Plugin] | None = None,
     ) -> None:
         super().__init__()
+        self.plugins = plugin_manager(plugins)
         self.toolset: Toolset = (
             tools if isinstance(tools, Toolset) else _StaticToolset(name or "tools", tools)
         )
         self.name = name or self.toolset.name
         self.limits = limits or ServerLimits()
 
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop serving (see :meth:`MeshServer.stop`), then close the toolset: its
+        connections, and the MCP servers an ``McpToolset`` started."""
+        await super().stop(grace)
+        await self.toolset.close()
+        if self.plugins is not None:
+            await self.plugins.close()
+
     def _register(self, server: grpc.aio.Server) -> None:
         add_servicer(
             tool_pb2_grpc.add_ToolServiceServicer_to_server,
-            _ToolServicer(self.toolset, self.name, self.limits),
+            _ToolServicer(self.toolset, self.name, self.limits, self.plugins),
             server,
         )

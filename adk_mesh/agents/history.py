@@ -16,6 +16,9 @@ The rules, in order:
 6. A long-running call answered later: when the newest event holds function responses to
    calls made before an intermediate answer, the events between that call and the response
    are dropped, so the call is directly followed by its final response.
+7. Tool confirmation (:mod:`adk_mesh._confirmation`): the ``adk_request_confirmation`` calls
+   and the client's answers to them are left out (the model made none of them); a call that
+   waits for a person's confirmation reads as pending, as a long-running call does.
 
 A request's contents are these, with every function call paired with its response
 (:func:`~adk_mesh.models._pairing.pair_function_calls`): :func:`request_contents`.
@@ -31,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from adk_mesh._confirmation import without_confirmations
 from adk_mesh.models._pairing import pair_function_calls
 from adk_mesh.types import Content, Event, Part
 
@@ -270,7 +274,11 @@ def _answers_earlier_calls(kept: list[Event]) -> bool:
 
 
 def _long_running_ids(events: Sequence[Event]) -> set[str]:
-    return {call_id for event in events for call_id in event.long_running_tool_ids}
+    ids = {call_id for event in events for call_id in event.long_running_tool_ids}
+    for event in events:
+        if event.actions.requested_tool_confirmations:
+            ids.update(event.actions.requested_tool_confirmations)
+    return ids
 
 
 def _kept_events(
@@ -281,6 +289,8 @@ def _kept_events(
     for event in events:
         content = event.llm_response.content
         if content is None or not content.parts or event.llm_response.partial:
+            continue
+        if without_confirmations(content) is None:
             continue
         if invocation_id is not None and event.invocation_id != invocation_id:
             continue
@@ -299,6 +309,8 @@ def _kept_events(
 def _content_for(event: Event, agent_name: str) -> Content:
     content = event.llm_response.content
     assert content is not None
+    content = without_confirmations(content)
+    assert content is not None  # _kept_events left out the events with nothing else
     if event.author == "user" or event.author == agent_name:
         return content
     return _as_context(event.author, content)

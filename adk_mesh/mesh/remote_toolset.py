@@ -205,6 +205,11 @@ class RemoteTool(BaseTool):
         timeout = call_timeout(ctx.invocation_context.deadline, toolset.call_timeout, what)
         if ctx.user_content is not None:
             request.user_content.CopyFrom(codec.content_to_proto(ctx.user_content))
+        if ctx.tool_confirmation is not None:
+            # A call that asked a person to confirm it runs again: the answer goes with it.
+            request.tool_confirmation.CopyFrom(
+                codec.tool_confirmation_to_proto(ctx.tool_confirmation)
+            )
         invocation = ctx.invocation_context
         call = toolset._stub().CallToolInteractive(timeout=timeout)
         outcome: tuple[dict[str, Any] | None, AdkError | None] | None = None
@@ -264,3 +269,5 @@ def _apply_actions(ctx: ToolContext, actions: EventActions) -> None:
         ctx.actions.transfer_to_agent = actions.transfer_to_agent
     if actions.skip_summarization:
         ctx.actions.skip_summarization = True
+    # The tool asked a person to confirm the call: the calling agent asks its client.
+    ctx.actions.requested_tool_confirmations.update(actions.requested_tool_confirmations)

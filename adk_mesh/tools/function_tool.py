@@ -46,7 +46,10 @@ from adk_mesh.contexts import ReadonlyContext, ToolContext
 from adk_mesh.errors import ConfigError, ToolError
 from adk_mesh.tools.base import BaseTool
 
-__all__ = ["FunctionTool"]
+__all__ = ["REJECTED_CALL_ERROR", "FunctionTool"]
+
+#: What the model reads for a call that requires confirmation and a person rejected.
+REJECTED_CALL_ERROR: Final = "This tool call was rejected by the person asked to confirm it."
 
 #: A parameter with this name receives the ToolContext, whatever its annotation.
 _CONTEXT_PARAMETER: Final = "tool_context"
@@ -144,6 +147,15 @@ class FunctionTool(BaseTool):
             the invocation's ``tool_timeout``). An async function is cancelled; a sync one in
             a thread is abandoned (a thread cannot be stopped); a sync one on the event loop
             cannot be interrupted at all, so give blocking functions ``run_sync_in_thread``.
+        require_confirmation: a person confirms each call before the function runs (human
+            in the loop): ``True``, or a predicate (sync or async) over the call's arguments
+            that says which calls need it, called with the function's keyword arguments
+            (converted, as the function receives them) that its own parameters name. A call
+            that needs it runs the function only once a person approved it: the run pauses
+            with an ``adk_request_confirmation`` request (see
+            :meth:`~adk_mesh.contexts.ToolContext.request_confirmation`); approved, the
+            function runs and reads the answer in ``tool_context.tool_confirmation``
+            (its ``payload`` too); rejected, the model reads :data:`REJECTED_CALL_ERROR`.
 
     The parameter schema is generated from the type hints: ``str``, ``int``, ``float``,
     ``bool``, ``None``/``Optional``, ``list``, ``tuple``, ``set``, ``dict[str, T]``,
@@ -175,6 +187,7 @@ class FunctionTool(BaseTool):
         is_long_running: bool = False,
         run_sync_in_thread: bool = False,
         timeout: float | None = None,
+        require_confirmation: bool | Callable[..., Any] = False,
     ) -> None:
         if not callable(func):
             raise ConfigError(f"FunctionTool needs a callable, got {type(func).__name__}")
@@ -214,6 +227,12 @@ class FunctionTool(BaseTool):
             raise ConfigError(f"the timeout of {tool_name} must be positive seconds, not {timeout}")
         self.timeout = timeout
         self._is_async = is_async
+        if not (isinstance(require_confirmation, bool) or callable(require_confirmation)):
+            raise ConfigError(
+                f"require_confirmation of {tool_name} is True, False or a predicate over its "
+                f"arguments, not {type(require_confirmation).__name__}"
+            )
+        self.require_confirmation = require_confirmation
 
         hints, return_hint = _resolve_hints(tool_name, target, signature)
         hidden = _partial_keywords(func)
@@ -275,6 +294,16 @@ class FunctionTool(BaseTool):
         self._parameters_schema = _parameters_schema(schema) if fields else None
         self._response_schema = _response_schema(return_hint)
 
+    async def _needs_confirmation(self, kwargs: dict[str, Any]) -> bool:
+        """Whether this call waits for a person (``require_confirmation``)."""
+        predicate = self.require_confirmation
+        if isinstance(predicate, bool):
+            return predicate
+        result = predicate(**_accepted(predicate, kwargs, self._context_names))
+        if inspect.isawaitable(result):
+            result = await result
+        return bool(result)
+
     @property
     def parameters_schema(self) -> dict[str, Any] | None:
         """JSON Schema of the arguments (a fresh copy); ``None`` when the function takes none."""
@@ -312,6 +341,13 @@ class FunctionTool(BaseTool):
         for name in self._context_names:
             kwargs[name] = ctx
         positional = self._positional_values(ctx, values, given) if self._positional else ()
+        if self.require_confirmation is not False and await self._needs_confirmation(kwargs):
+            confirmation = ctx.tool_confirmation
+            if confirmation is None:
+                ctx.request_confirmation(hint=f"Approve or reject the call to {self.name}.")
+                return {"status": "waiting for confirmation"}
+            if not confirmation.confirmed:
+                return {"error": REJECTED_CALL_ERROR}
 
         func = self.func
         if self._is_async:
@@ -697,3 +733,23 @@ def _short_repr(value: Any) -> str:
     if len(text) > _MAX_INPUT_REPR:
         text = text[: _MAX_INPUT_REPR - 3] + "..."
     return text
+
+
+def _accepted(
+    predicate: Callable[..., Any], kwargs: dict[str, Any], context_names: Sequence[str]
+) -> dict[str, Any]:
+    """The arguments of ``kwargs`` (the tool context left out) that ``predicate`` takes by
+    name: all of them when it has ``**kwargs``."""
+    arguments = {name: value for name, value in kwargs.items() if name not in context_names}
+    try:
+        parameters = inspect.signature(predicate).parameters.values()
+    except (TypeError, ValueError):
+        return arguments
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return arguments
+    names = {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    return {name: value for name, value in arguments.items() if name in names}

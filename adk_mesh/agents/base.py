@@ -15,11 +15,13 @@ from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Content, Event
 
 if TYPE_CHECKING:
+    from adk_mesh.agents._schemas import AgentSchema
     from adk_mesh.agents.delegation import Delegation, DelegationOutcome
     from adk_mesh.tools.base import BaseTool
 
 __all__ = [
     "AgentCallback",
+    "AgentSchemas",
     "BaseAgent",
     "RemoteLocation",
     "call_callbacks",
@@ -73,6 +75,19 @@ class RemoteLocation:
 
     target: str
     agent_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSchemas:
+    """What an agent takes as an AgentTool's child and what it answers, when structured.
+
+    Attributes:
+        input: the schema of the AgentTool call's arguments (``None``: a free-text request).
+        output: the schema of its final answer's JSON (``None``: free text).
+    """
+
+    input: AgentSchema | None = None
+    output: AgentSchema | None = None
 
 
 class BaseAgent(abc.ABC):
@@ -166,6 +181,16 @@ class BaseAgent(abc.ABC):
     def remote_location(self) -> RemoteLocation | None:
         """Where the agent runs when it runs in another service; ``None`` for this process."""
         return None
+
+    def declared_schemas(self) -> AgentSchemas:
+        """This agent's :class:`AgentSchemas` as far as known without I/O (none by default)."""
+        return AgentSchemas()
+
+    async def load_schemas(self) -> AgentSchemas:
+        """This agent's :class:`AgentSchemas`, after what learning them takes: an agent that
+        runs in another service asks that service (once). An AgentTool calls this before it
+        declares the agent and before each call."""
+        return self.declared_schemas()
 
     async def run_delegation(
         self,

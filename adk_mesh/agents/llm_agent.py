@@ -5,13 +5,20 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import re
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from adk_mesh._tasks import TaskFeed, run_all
-from adk_mesh.agents.base import AgentCallback, BaseAgent, _as_list, call_callbacks
+from adk_mesh.agents._instructions import insert_turn_instruction, render_instruction
+from adk_mesh.agents._schemas import AgentSchema, SchemaMismatch, SchemaSource
+from adk_mesh.agents.base import (
+    AgentCallback,
+    AgentSchemas,
+    BaseAgent,
+    _as_list,
+    call_callbacks,
+)
 from adk_mesh.agents.history import RequestHistory, request_contents
 from adk_mesh.contexts import (
     CallbackContext,
@@ -39,10 +46,14 @@ from adk_mesh.types import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "OUTPUT_SCHEMA_MISMATCH",
     "InstructionProvider",
     "LlmAgent",
     "ModelCallback",
+    "ModelErrorCallback",
     "ToolCallback",
+    "ToolErrorCallback",
+    "render_instruction",
 ]
 
 InstructionProvider = Callable[[ReadonlyContext], "str | Awaitable[str]"]
@@ -52,35 +63,25 @@ ModelCallback = Callable[..., "LlmResponse | Awaitable[LlmResponse | None] | Non
 #: before: ``(tool, args, tool_context) -> dict | None`` (a dict skips the tool);
 #: after: ``(tool, args, tool_context, response) -> dict | None`` (replaces the response).
 ToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
+#: ``(callback_context, llm_request, error) -> LlmResponse | None``: a response answers in the
+#: failed model call's place; ``None`` lets the error go on.
+ModelErrorCallback = Callable[
+    [CallbackContext, LlmRequest, Exception],
+    "LlmResponse | Awaitable[LlmResponse | None] | None",
+]
+#: ``(tool, args, tool_context, error) -> dict | None``: a dict is the call's response in the
+#: error's place; ``None`` lets the error go on (to the model as ``{"error": ...}``, or up).
+ToolErrorCallback = Callable[
+    [BaseTool, dict[str, Any], ToolContext, Exception],
+    "dict[str, Any] | Awaitable[dict[str, Any] | None] | None",
+]
+
+#: ``error_code`` of the event whose final answer does not fit the agent's ``output_schema``.
+OUTPUT_SCHEMA_MISMATCH = "OUTPUT_SCHEMA_MISMATCH"
 
 ToolUnion = BaseTool | Toolset | Callable[..., Any]
 
-_PLACEHOLDER = re.compile(r"\{((?:app:|user:|temp:)?[A-Za-z_][A-Za-z0-9_.]*)(\?)?\}")
-
 _TRANSFER_TOOL_NAME = "transfer_to_agent"
-
-
-def render_instruction(template: str, state: ReadonlyContext) -> str:
-    """Fill ``{key}`` placeholders from state; ``{key?}`` is optional (empty when unset).
-
-    Braces that do not hold a state-key name (JSON examples, ``{{``) are left as they are.
-    """
-
-    values = state.state
-
-    def replace(match: re.Match[str]) -> str:
-        key, optional = match.group(1), match.group(2)
-        if key in values:
-            value = values[key]
-            return "" if value is None else str(value)
-        if optional:
-            return ""
-        raise AgentError(
-            f"the instruction of agent {state.agent_name!r} uses state key {{{key}}}, which is "
-            f"not set; set it first or write {{{key}?}} to make it optional"
-        )
-
-    return _PLACEHOLDER.sub(replace, template)
 
 
 class LlmAgent(BaseAgent):
@@ -98,19 +99,60 @@ class LlmAgent(BaseAgent):
     ``before_model_callback`` that changes one replaces it in ``llm_request.contents`` (or
     changes a copy) rather than changing it in place.
 
+    The system instruction is built as google-adk builds it: the root agent's
+    ``global_instruction`` first (it applies to every agent of the tree in this process; an
+    agent of another service follows its own tree's root), then ``static_instruction``
+    unchanged, then ``instruction``. Templates (``{key}`` from state, ``{artifact.NAME}``, see
+    :func:`~adk_mesh.agents._instructions.render_instruction`) are filled in ``instruction``
+    and ``global_instruction`` strings, never in ``static_instruction`` nor in what a callable
+    returns. With a ``static_instruction`` the system instruction stays the same request
+    after request (a provider's prompt cache can keep it), so ``instruction`` goes among the
+    contents instead, as a labelled user content before the user's newest message.
+
+    With ``output_schema`` every request asks the provider for JSON of that schema in its own
+    way (:attr:`GenerateContentConfig.response_schema`), tools still declared: Gemini, OpenAI
+    and Ollama take both, the model calls tools and then answers in the schema; Anthropic is
+    made to call a tool named for the schema to answer (``tool_choice``: that tool, or ``any``
+    tool when there are others). A final answer is checked against the schema: one that fits
+    goes to ``output_key`` as the parsed object (a model's ``model_dump(mode="json")``); one
+    that does not becomes an error event (``error_code`` :data:`OUTPUT_SCHEMA_MISMATCH`,
+    ``error_message`` saying where it does not fit; the answer's text kept; nothing saved).
+
     Args:
         name: unique identifier within the agent tree.
         model: an :class:`~adk_mesh.models.Llm` or a model string such as
             ``"gemini/gemini-2.5-flash"``; ``None`` inherits the nearest LlmAgent ancestor's.
         instruction: the system instruction, or a callable receiving a ReadonlyContext.
+        global_instruction: on the root agent, an instruction (or a callable) for every
+            agent of its tree, before their own.
+        static_instruction: text sent as it is, first in this agent's system instruction.
         description: what this agent does; other agents' models read it to route to it.
         tools: tools, toolsets, or plain functions (wrapped in FunctionTool).
         sub_agents: agents this one may transfer control to.
-        output_key: saves the final answer's text into state under this key.
+        output_key: saves the final answer into state under this key: its text, or with
+            ``output_schema`` the parsed object.
+        output_schema: a pydantic model class or a JSON Schema (dict) of an object: the final
+            answer is JSON of it.
+        input_schema: the same, for the arguments of an AgentTool that calls this agent: its
+            declaration takes them as parameters, and the child receives them (checked) as
+            JSON text.
         generate_content_config: sampling settings sent with every request.
         include_contents: ``"default"`` sends the conversation history; ``"none"`` only the
             current turn.
         disallow_transfer_to_parent / disallow_transfer_to_peers: narrow the transfer targets.
+        on_model_error_callback: ``(callback_context, llm_request, error)`` when the model
+            call fails (a :class:`~adk_mesh.errors.ModelError`, or any exception of the
+            model): an LlmResponse returned answers in its place; ``None`` lets it go on.
+        on_tool_error_callback: ``(tool, args, tool_context, error)`` when a tool fails (its
+            error, a ToolError for a bug or a timeout): a dict returned is the call's response;
+            ``None`` lets the error go on as without the callback.
+
+    Like the other callbacks, each may be a list (the first that returns something wins) of
+    plain or async functions.
+
+    Raises:
+        ConfigError: a bad schema (not an object, not JSON Schema), or ``output_schema`` with
+            a ``response_schema`` in ``generate_content_config`` too.
     """
 
     def __init__(
@@ -119,10 +161,14 @@ class LlmAgent(BaseAgent):
         name: str,
         model: Llm | str | None = None,
         instruction: str | InstructionProvider = "",
+        global_instruction: str | InstructionProvider = "",
+        static_instruction: str = "",
         description: str = "",
         tools: Sequence[ToolUnion] | None = None,
         sub_agents: Sequence[BaseAgent] | None = None,
         output_key: str | None = None,
+        output_schema: SchemaSource | None = None,
+        input_schema: SchemaSource | None = None,
         generate_content_config: GenerateContentConfig | None = None,
         include_contents: Literal["default", "none"] = "default",
         disallow_transfer_to_parent: bool = False,
@@ -133,6 +179,8 @@ class LlmAgent(BaseAgent):
         after_model_callback: ModelCallback | Sequence[ModelCallback] | None = None,
         before_tool_callback: ToolCallback | Sequence[ToolCallback] | None = None,
         after_tool_callback: ToolCallback | Sequence[ToolCallback] | None = None,
+        on_model_error_callback: ModelErrorCallback | Sequence[ModelErrorCallback] | None = None,
+        on_tool_error_callback: ToolErrorCallback | Sequence[ToolErrorCallback] | None = None,
     ) -> None:
         super().__init__(
             name=name,
@@ -145,8 +193,27 @@ class LlmAgent(BaseAgent):
             raise ConfigError("include_contents is 'default' or 'none'")
         self._model = model
         self.instruction = instruction
+        self.global_instruction = global_instruction
+        self.static_instruction = static_instruction
         self.output_key = output_key
+        self.output_schema = (
+            AgentSchema(output_schema, what=f"the output_schema of agent {name!r}")
+            if output_schema is not None
+            else None
+        )
+        self.input_schema = (
+            AgentSchema(input_schema, what=f"the input_schema of agent {name!r}")
+            if input_schema is not None
+            else None
+        )
         self.generate_content_config = generate_content_config or GenerateContentConfig()
+        if self.output_schema is not None and (
+            self.generate_content_config.response_schema is not None
+        ):
+            raise ConfigError(
+                f"agent {name!r} has an output_schema and a response_schema in its "
+                "generate_content_config; give the schema as output_schema only"
+            )
         self.include_contents = include_contents
         self.disallow_transfer_to_parent = disallow_transfer_to_parent
         self.disallow_transfer_to_peers = disallow_transfer_to_peers
@@ -154,6 +221,8 @@ class LlmAgent(BaseAgent):
         self.after_model_callbacks: list[ModelCallback] = _as_list(after_model_callback)
         self.before_tool_callbacks: list[ToolCallback] = _as_list(before_tool_callback)
         self.after_tool_callbacks: list[ToolCallback] = _as_list(after_tool_callback)
+        self.on_model_error_callbacks: list[ModelErrorCallback] = _as_list(on_model_error_callback)
+        self.on_tool_error_callbacks: list[ToolErrorCallback] = _as_list(on_tool_error_callback)
         self.tools: list[BaseTool | Toolset] = [_as_tool(tool) for tool in tools or ()]
         self._request_history = RequestHistory()
         names = [tool.name for tool in self.tools if isinstance(tool, BaseTool)]
@@ -237,14 +306,37 @@ class LlmAgent(BaseAgent):
 
     # --- request ----------------------------------------------------------------------------
 
+    def declared_schemas(self) -> AgentSchemas:
+        return AgentSchemas(input=self.input_schema, output=self.output_schema)
+
     async def canonical_instruction(self, ctx: ReadonlyContext) -> str:
-        instruction = self.instruction
-        if callable(instruction):
-            result = instruction(ctx)
-            if inspect.isawaitable(result):
-                result = await result
-            return str(result)
-        return render_instruction(instruction, ctx) if instruction else ""
+        """``instruction``: a callable's result as it is, a string with its placeholders
+        filled."""
+        return await _instruction_text(self.instruction, ctx)
+
+    async def canonical_global_instruction(self, ctx: ReadonlyContext) -> str:
+        """``global_instruction``, as :meth:`canonical_instruction` makes ``instruction``."""
+        return await _instruction_text(self.global_instruction, ctx)
+
+    async def _system_instruction(self, ctx: ReadonlyContext) -> tuple[str | None, str | None]:
+        """``(system instruction, instruction for the contents)``, in google-adk's order: the
+        root's global instruction, the static instruction, then this agent's instruction —
+        among the contents instead when there is a static one, so the system instruction
+        stays the same from request to request."""
+        pieces: list[str] = []
+        root = self.root_agent
+        if isinstance(root, LlmAgent) and root.global_instruction:
+            pieces.append(await root.canonical_global_instruction(ctx))
+        if self.static_instruction:
+            pieces.append(self.static_instruction)
+        dynamic = await self.canonical_instruction(ctx) if self.instruction else ""
+        in_contents = None
+        if dynamic and self.static_instruction:
+            in_contents = dynamic
+        elif dynamic:
+            pieces.append(dynamic)
+        system = "\n\n".join(piece for piece in pieces if piece)
+        return system or None, in_contents
 
     async def canonical_tools(
         self, ctx: ReadonlyContext, *, skip_unavailable: bool = False
@@ -267,11 +359,16 @@ class LlmAgent(BaseAgent):
         self, ctx: InvocationContext
     ) -> tuple[LlmRequest, dict[str, BaseTool]]:
         readonly = ReadonlyContext(ctx)
+        system_instruction, turn_instruction = await self._system_instruction(readonly)
         request = LlmRequest(
             model=self.model.name,
             config=self.generate_content_config.model_copy(),
-            system_instruction=await self.canonical_instruction(readonly) or None,
+            system_instruction=system_instruction,
         )
+        if self.output_schema is not None:
+            request.config.response_schema = self.output_schema.json_schema
+            request.config.response_schema_name = self.output_schema.name
+            request.config.response_mime_type = "application/json"
         tools = await self.canonical_tools(readonly)
         targets = self.transfer_choices(ctx)
         if targets:
@@ -306,6 +403,8 @@ class LlmAgent(BaseAgent):
                 agent_name=self.name,
                 branch=ctx.branch,
             )
+        if turn_instruction:
+            insert_turn_instruction(request.contents, turn_instruction)
         return request, tools_by_name
 
     # --- the loop ---------------------------------------------------------------------------
@@ -333,16 +432,25 @@ class LlmAgent(BaseAgent):
             chunks = telemetry.trace_model_call(
                 model, request, model.generate_content(request, stream=streaming)
             )
-            async for chunk in chunks:
-                if chunk.partial:
-                    yield Event(
-                        author=self.name,
-                        invocation_id=ctx.invocation_id,
-                        branch=ctx.branch,
-                        llm_response=chunk,
-                    )
-                    continue
-                response = chunk
+            try:
+                async for chunk in chunks:
+                    if chunk.partial:
+                        yield Event(
+                            author=self.name,
+                            invocation_id=ctx.invocation_id,
+                            branch=ctx.branch,
+                            llm_response=chunk,
+                        )
+                        continue
+                    response = chunk
+            except Exception as error:
+                if not self.on_model_error_callbacks:
+                    raise
+                response = await call_callbacks(
+                    self.on_model_error_callbacks, callback_context, request, error
+                )
+                if response is None:
+                    raise
             if response is None:
                 raise AgentError(f"model {self.model.name!r} returned no final response")
         if self.after_model_callbacks:
@@ -367,6 +475,8 @@ class LlmAgent(BaseAgent):
                 and (tool := tools_by_name.get(call.name)) is not None
                 and tool.is_long_running
             ]
+        elif self.output_schema is not None:
+            self._check_output(event)
         elif self.output_key and response.content is not None and not response.partial:
             text = response.content.text
             if text:
@@ -376,6 +486,29 @@ class LlmAgent(BaseAgent):
             return
         async for tool_event in self._run_tools(ctx, calls, tools_by_name):
             yield tool_event
+
+    def _check_output(self, event: Event) -> None:
+        """Check the final answer against ``output_schema``: the parsed object goes to
+        ``output_key``; an answer that does not fit makes ``event`` an error event."""
+        assert self.output_schema is not None
+        response = event.llm_response
+        if response.error_code is not None:
+            return  # already an error (a blocked prompt, ...): nothing to check
+        text = response.content.text if response.content is not None else ""
+        try:
+            if not text.strip():
+                raise SchemaMismatch("the answer holds no text")
+            value = self.output_schema.parse(text)
+        except SchemaMismatch as mismatch:
+            response.error_code = OUTPUT_SCHEMA_MISMATCH
+            response.error_message = (
+                f"the answer of agent {self.name!r} does not fit its output_schema "
+                f"{self.output_schema.name}: {mismatch}"
+            )
+            logger.warning("%s", response.error_message)
+            return
+        if self.output_key:
+            event.actions.state_delta[self.output_key] = value
 
     async def _run_tools(
         self, ctx: InvocationContext, calls: list[FunctionCall], tools: dict[str, BaseTool]
@@ -475,7 +608,7 @@ class LlmAgent(BaseAgent):
                     self.before_tool_callbacks, tool, args, tool_context
                 )
             if response is None:
-                response = await _execute(tool, tool_context, args)
+                response = await self._execute(tool, tool_context, args)
             if self.after_tool_callbacks:
                 replaced = await call_callbacks(
                     self.after_tool_callbacks, tool, args, tool_context, response
@@ -484,19 +617,36 @@ class LlmAgent(BaseAgent):
                     response = replaced
         return response
 
+    async def _execute(
+        self, tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Run a tool; a failure goes to the ``on_tool_error`` callbacks, whose dict answers
+        in its place; unanswered, it becomes an ``{"error": ...}`` response the model can
+        read, unless the error asks to end the invocation (``propagate``)."""
+        response, error = await execute_tool(tool, ctx, args)
+        if error is None:
+            return response
+        telemetry.record_tool_error(error)
+        if self.on_tool_error_callbacks:
+            replaced = await call_callbacks(self.on_tool_error_callbacks, tool, args, ctx, error)
+            if replaced is not None:
+                return dict(replaced)
+        if error.propagate:
+            raise error
+        if isinstance(error, ToolError):
+            return {"error": error.message}
+        return {"error": f"{type(error).__name__}: {error.message}"}
 
-async def _execute(tool: BaseTool, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
-    """Run a tool; a failure becomes an ``{"error": ...}`` response the model can read, unless
-    the error asks to end the invocation (``propagate``)."""
-    response, error = await execute_tool(tool, ctx, args)
-    if error is None:
-        return response
-    telemetry.record_tool_error(error)
-    if error.propagate:
-        raise error
-    if isinstance(error, ToolError):
-        return {"error": error.message}
-    return {"error": f"{type(error).__name__}: {error.message}"}
+
+async def _instruction_text(instruction: str | InstructionProvider, ctx: ReadonlyContext) -> str:
+    """A callable's result as it is (no templating, as google-adk), a string with its
+    placeholders filled."""
+    if callable(instruction):
+        result = instruction(ctx)
+        if inspect.isawaitable(result):
+            result = await result
+        return str(result)
+    return await render_instruction(instruction, ctx) if instruction else ""
 
 
 def _clamped(fraction: float | None) -> float | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections import defaultdict, deque
 from typing import Any
 
 from adk_mesh.errors import ModelError
-from adk_mesh.models.base import BuiltinTool
+from adk_mesh.models.base import BuiltinTool, GenerateContentConfig
 from adk_mesh.types import Content, FunctionCall, FunctionResponse, Part
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "describe_part",
     "is_model_role",
     "json_dumps",
+    "response_schema_name",
     "stable_call_id",
     "unsupported_builtin",
     "unsupported_part",
@@ -77,6 +79,20 @@ def unsupported_builtin(provider: str, tool: BuiltinTool, supported: str) -> Mod
         f"{provider} does not offer the built-in tool {tool.value!r} ({supported})",
         metadata={"provider": provider},
     )
+
+
+#: What a schema's name may hold where OpenAI and Anthropic name it (``json_schema.name``, a
+#: tool name): letters, digits, ``_`` and ``-``, at most 64.
+_NAME_REFUSED = re.compile(r"[^A-Za-z0-9_-]+")
+DEFAULT_RESPONSE_SCHEMA_NAME = "final_response"
+
+
+def response_schema_name(config: GenerateContentConfig) -> str:
+    """The name a provider gives ``config.response_schema``: ``response_schema_name`` made
+    fit for an API name (other characters become ``_``; at most 64), else
+    ``"final_response"``."""
+    name = _NAME_REFUSED.sub("_", config.response_schema_name or "").strip("_")[:64]
+    return name or DEFAULT_RESPONSE_SCHEMA_NAME
 
 
 def stable_call_id(prefix: str, index: int, name: str, args: dict[str, Any]) -> str:

@@ -22,15 +22,24 @@ What each part becomes:
 "web_search"}``. Its ``server_tool_use`` / ``web_search_tool_result`` blocks and the text
 citations are kept in :attr:`LlmResponse.grounding_metadata`, never turned into function calls
 (the provider ran them). The Messages API has no ``seed`` and no JSON mode: ``seed`` is not
-sent, and ``response_mime_type`` / ``response_schema`` become an instruction appended to the
-system prompt.
+sent, and ``response_mime_type="application/json"`` alone becomes an instruction appended to
+the system prompt.
+
+Structured output (``config.response_schema``) is asked for the way the Messages API allows,
+by tool forcing: a tool named for the schema (``config.response_schema_name``, else
+``final_response``) whose ``input_schema`` is the schema, and ``tool_choice`` forcing it. The
+model's call of that tool is its answer: it comes back as a text part holding the call's input
+as JSON, never as a function call. With other tools declared too, ``tool_choice`` is ``any``
+(the model must call a tool: one of its tools, or the schema's tool to answer) and the system
+prompt says so; forcing the schema's tool would leave the model no way to call the others.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import Any, cast
 
 import httpx
 
@@ -40,6 +49,7 @@ from adk_mesh.models._convert import (
     b64encode,
     is_model_role,
     json_dumps,
+    response_schema_name,
     unsupported_builtin,
     unsupported_part,
     uri_scheme,
@@ -365,6 +375,16 @@ class AnthropicModel(HttpLlm):
                 tools.append(search)
             else:
                 raise unsupported_builtin(self.provider, builtin, "use BuiltinTool.WEB_SEARCH")
+        if config.response_schema is not None:
+            name = _answer_tool_name(request)
+            body["tool_choice"] = {"type": "any"} if tools else {"type": "tool", "name": name}
+            tools.append(
+                {
+                    "name": name,
+                    "description": _ANSWER_TOOL_DESCRIPTION,
+                    "input_schema": config.response_schema,
+                }
+            )
         if tools:
             body["tools"] = tools
         for key, value in (
@@ -384,9 +404,11 @@ class AnthropicModel(HttpLlm):
         system = request.system_instruction or ""
         config = request.config
         if config.response_schema is not None:
+            if not (request.tools or request.builtin_tools):
+                return system or None  # the forced tool says it all
             instruction = (
-                "Reply with only a JSON value that conforms to this JSON Schema, with no other "
-                f"text: {json_dumps(config.response_schema)}"
+                "Use the tools you need; then give your final answer by calling the "
+                f"{_answer_tool_name(request)} tool, never as text."
             )
         elif config.response_mime_type == "application/json":
             instruction = "Reply with only a valid JSON value, with no other text."
@@ -565,3 +587,65 @@ class AnthropicModel(HttpLlm):
 
     def _new_stream_parser(self) -> StreamParser:
         return _AnthropicStreamParser()
+
+    async def generate_content(
+        self, request: LlmRequest, *, stream: bool = False
+    ) -> AsyncIterator[LlmResponse]:
+        """As every provider; with a response schema, the final response's call of the
+        schema's tool becomes its answer: a text part holding the call's input as JSON."""
+        answer_tool = (
+            _answer_tool_name(request) if request.config.response_schema is not None else None
+        )
+        # HttpLlm's is an async generator: closing this one closes it, and its request.
+        inner = cast(
+            AsyncGenerator[LlmResponse, None], super().generate_content(request, stream=stream)
+        )
+        async with aclosing(inner) as responses:
+            async for response in responses:
+                if answer_tool is not None and not response.partial:
+                    response = _answer_from_tool(response, answer_tool)
+                yield response
+
+
+_ANSWER_TOOL_DESCRIPTION = (
+    "Give your final answer: call this tool with the answer as its input, in its schema."
+)
+
+
+def _answer_tool_name(request: LlmRequest) -> str:
+    """The name of the tool a response schema becomes, unlike any declared tool's."""
+    base = response_schema_name(request.config)
+    taken = {tool.name for tool in request.tools}
+    name, number = base, 1
+    while name in taken:
+        number += 1
+        suffix = f"_{number}"
+        name = base[: 64 - len(suffix)] + suffix
+    return name
+
+
+def _answer_from_tool(response: LlmResponse, answer_tool: str) -> LlmResponse:
+    """``response`` with its call of ``answer_tool`` turned into the answer's text (JSON)."""
+    content = response.content
+    if content is None or not any(
+        part.function_call is not None and part.function_call.name == answer_tool
+        for part in content.parts
+    ):
+        return response
+    parts: list[Part] = []
+    for part in content.parts:
+        call = part.function_call
+        if call is not None and call.name == answer_tool:
+            parts.append(Part(text=json_dumps(call.args)))
+        elif part.text is None or part.thought:
+            parts.append(part)
+        # Text beside the answer is the model thinking aloud: the answer's text is the JSON.
+    calls_left = any(part.function_call is not None for part in parts)
+    return response.model_copy(
+        update={
+            "content": Content(role=content.role, parts=parts),
+            "finish_reason": response.finish_reason
+            if calls_left or response.finish_reason is not FinishReason.TOOL_CALLS
+            else FinishReason.STOP,
+        }
+    )

@@ -11,7 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from adk_mesh.types import Content, LlmResponse, ToolDeclaration
 
-__all__ = ["BuiltinTool", "GenerateContentConfig", "Llm", "LlmRequest"]
+__all__ = ["TURN_INSTRUCTION_MARK", "BuiltinTool", "GenerateContentConfig", "Llm", "LlmRequest"]
+
+#: How an agent's instruction starts when it travels among the contents instead of in the
+#: system instruction (an agent with a ``static_instruction`` keeps that one unchanged, request
+#: after request, for the provider's prompt cache): a user content, labelled so the model does
+#: not take it for the user's words. Models that read the conversation (the offline model) skip
+#: it.
+TURN_INSTRUCTION_MARK = "[Instruction for this turn, from the system, not the user's words]"
 
 
 class BuiltinTool(StrEnum):
@@ -34,7 +41,13 @@ class GenerateContentConfig(BaseModel):
     seed: int | None = None
     #: Ask for JSON output ("application/json"); with ``response_schema``, JSON of that schema.
     response_mime_type: str | None = None
+    #: The JSON Schema (of an object) the answer must follow: each provider asks for it in its
+    #: own way (Gemini's response schema, OpenAI's ``json_schema`` response format, a tool
+    #: Anthropic is made to call, Ollama's ``format``); the answer's text is the JSON.
     response_schema: dict[str, Any] | None = None
+    #: What the schema is called where a provider names it (OpenAI's ``json_schema.name``, the
+    #: Anthropic tool); ``None``: ``"final_response"``.
+    response_schema_name: str | None = None
 
 
 class LlmRequest(BaseModel):

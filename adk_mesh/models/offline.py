@@ -17,18 +17,19 @@ The rules, applied to each request in this order:
      loaded artifacts (``artifacts``) as each name and its content, else its fields as
      ``key: value`` lines.
 
-2. **A user message** — the latest user message (contents starting "For context:", which
-   carry other agents' turns, are skipped). Every candidate gets a score: the number of its
-   keywords found in the message. Candidates are the declared tools (``transfer_to_agent``
-   and ``exit_loop`` excepted) and the agents ``transfer_to_agent`` may name (their
-   descriptions are read from the ``- name: description`` lines of the system instruction).
-   A candidate's keywords are the comma-separated words after ``Keywords:`` in its
-   description; without that line, the words of its name (``check_fares`` -> check, fares).
-   ``load_artifacts`` also answers to load, open, read, show and note. A keyword matches a
-   word of the message that equals it or extends it by up to three letters (fare ->
-   fares); a keyword of several words matches as a phrase. The best score wins, a tool
-   before an agent on a tie, then declaration order. Nothing scores: a help answer listing
-   the keywords.
+2. **A user message** — the latest user message (contents starting "For context:", which carry
+   other agents' turns, and an agent's instruction carried among the contents
+   (:data:`~adk_mesh.models.base.TURN_INSTRUCTION_MARK`) are skipped, here and in rule 1).
+   Every candidate gets a score: the number of its keywords found in the message. Candidates
+   are the declared tools (``transfer_to_agent`` and ``exit_loop`` excepted) and the agents
+   ``transfer_to_agent`` may name (their descriptions are read from the ``- name: description``
+   lines of the system instruction). A candidate's keywords are the comma-separated words after
+   ``Keywords:`` in its description; without that line, the words of its name (``check_fares``
+   -> check, fares). ``load_artifacts`` also answers to load, open, read, show and note. A
+   keyword matches a word of the message that equals it or extends it by up to three letters
+   (fare -> fares); a keyword of several words matches as a phrase. The best score wins, a tool
+   before an agent on a tie, then declaration order. Nothing scores: a help answer listing the
+   keywords.
 
 3. **A transfer** is a ``transfer_to_agent`` call with the winning agent's name.
 
@@ -47,6 +48,14 @@ The rules, applied to each request in this order:
    An optional parameter without a value is left out. A required one without a value makes
    the model ask for it instead of calling the tool.
 
+5. **Structured output** — with a response schema (an agent's ``output_schema``), every answer
+   the rules above would write as text is written as JSON of that schema instead: each
+   property filled as tool arguments are (rule 4) from the latest user message, and what that
+   leaves unfilled by type: a string gets the text answer (so it still starts with
+   ``[offline model]``), a string with an ``enum`` its first value, a number ``0``, a boolean
+   ``false``, an array ``[]``, an object its own properties filled the same way, a value that
+   can only be null ``null``. Function calls stay function calls.
+
 :func:`model_from_env` picks the model a service uses: ``ADK_MESH_MODEL`` when set
 (``offline`` names this model), else the provider whose key is set (``GOOGLE_API_KEY`` /
 ``GEMINI_API_KEY``, ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``OLLAMA_HOST``, in that
@@ -62,7 +71,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adk_mesh.models.base import Llm, LlmRequest
+from adk_mesh.models.base import TURN_INSTRUCTION_MARK, Llm, LlmRequest
 from adk_mesh.types import Content, FinishReason, FunctionResponse, LlmResponse, Part
 
 __all__ = [
@@ -132,6 +141,20 @@ class OfflineModel(Llm):
 
     def respond(self, request: LlmRequest) -> LlmResponse:
         """The answer to ``request`` (the rules of the module docstring)."""
+        response = self._respond(request)
+        schema = request.config.response_schema
+        if schema is None or response.content is None or response.content.function_calls:
+            return response
+        message = _latest_user_message(request.contents)
+        value = structured_value(schema, response.content.text, message)
+        return LlmResponse(
+            content=Content(role="model", parts=[Part(text=json.dumps(value))]),
+            finish_reason=FinishReason.STOP,
+            turn_complete=True,
+            model_version="offline",
+        )
+
+    def _respond(self, request: LlmRequest) -> LlmResponse:
         declared = {tool.name for tool in request.tools}
         responses = _latest_function_responses(request.contents)
         if responses:
@@ -276,6 +299,41 @@ def fill_arguments(
     return args, missing
 
 
+def structured_value(schema: Mapping[str, Any], text: str, message: str) -> Any:
+    """A value of ``schema`` as the offline rules write it (rule 5 of the module docstring):
+    properties filled from ``message`` as tool arguments are, the rest by type, strings with
+    ``text``."""
+    schema = _concrete(schema)
+    kind = schema.get("type")
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if kind == "object" or "properties" in schema:
+        properties: Mapping[str, Any] = schema.get("properties") or {}
+        value, _ = fill_arguments(schema, message)
+        for name, prop in properties.items():
+            if name not in value:
+                value[name] = structured_value(prop, text, message)
+        return value
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return 0
+    if kind == "boolean":
+        return False
+    if kind == "null" or _nullable(schema):
+        return None
+    return text
+
+
+def _nullable(schema: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(alternative, Mapping) and alternative.get("type") == "null"
+        for alternative in schema.get("anyOf") or ()
+    )
+
+
 def _concrete(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     """The first non-null alternative of an ``anyOf`` (an Optional parameter)."""
     for alternative in schema.get("anyOf") or ():
@@ -322,10 +380,16 @@ def _enum_of(schema: Mapping[str, Any] | None, name: str) -> list[str]:
 # --- reading the conversation ---------------------------------------------------------------
 
 
+def _is_turn_instruction(content: Content) -> bool:
+    first = content.parts[0].text if content.parts else None
+    return first is not None and first.startswith(TURN_INSTRUCTION_MARK)
+
+
 def _latest_function_responses(contents: Sequence[Content]) -> list[FunctionResponse]:
-    if not contents:
-        return []
-    return contents[-1].function_responses
+    for content in reversed(contents):
+        if not _is_turn_instruction(content):
+            return content.function_responses
+    return []
 
 
 def _latest_user_message(contents: Sequence[Content]) -> str:
@@ -333,7 +397,7 @@ def _latest_user_message(contents: Sequence[Content]) -> str:
         if content.role != "user" or content.function_responses:
             continue
         texts = [part.text for part in content.parts if part.text is not None]
-        if texts and texts[0].startswith(_CONTEXT_MARK):
+        if texts and texts[0].startswith((_CONTEXT_MARK, TURN_INSTRUCTION_MARK)):
             continue
         text = " ".join(texts).strip()
         if text:

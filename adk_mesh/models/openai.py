@@ -22,6 +22,13 @@ Completions searches only with its search models (``gpt-4o-search-preview``,
 reported as it comes. The ``url_citation`` annotations are kept in
 :attr:`LlmResponse.grounding_metadata` under ``"annotations"``.
 
+Structured output: ``config.response_schema`` goes out as ``response_format: {type:
+json_schema, json_schema: {name, schema, strict}}``, with ``strict: true`` only when the schema
+is one OpenAI's strict mode takes as it is (every object closed with ``additionalProperties:
+false`` and all its properties required, and only the keywords strict mode knows); otherwise
+the model is asked for the schema without the guarantee, and the caller validates the answer.
+Tools may be declared with it: the model calls them, then answers in the schema.
+
 ``top_k`` is not part of the OpenAI API: it is sent only to OpenAI-compatible servers (a custom
 ``base_url``), which generally accept it. The token limit goes out as
 ``max_completion_tokens`` to OpenAI and ``max_tokens`` elsewhere (``max_tokens_param``
@@ -44,6 +51,7 @@ from adk_mesh.models._convert import (
     data_url,
     is_model_role,
     json_dumps,
+    response_schema_name,
     unsupported_builtin,
     unsupported_part,
     uri_scheme,
@@ -322,7 +330,11 @@ class OpenAIModel(HttpLlm):
         if config.response_schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "response", "schema": config.response_schema},
+                "json_schema": {
+                    "name": response_schema_name(config),
+                    "schema": config.response_schema,
+                    "strict": strict_compatible(config.response_schema),
+                },
             }
         elif config.response_mime_type == "application/json":
             body["response_format"] = {"type": "json_object"}
@@ -506,3 +518,57 @@ class OpenAIModel(HttpLlm):
 
     def _new_stream_parser(self) -> StreamParser:
         return _OpenAIStreamParser()
+
+
+#: The keywords OpenAI's strict structured outputs accept (its "supported schemas").
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "$ref",
+        "$defs",
+        "description",
+        "title",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+    }
+)
+
+
+def strict_compatible(schema: Any) -> bool:
+    """Whether OpenAI's strict mode takes ``schema`` as it is: only the keywords it knows,
+    and every object closed (``additionalProperties: false``) with all its properties
+    required. Strict mode refuses any other schema, so the request would fail."""
+    if not isinstance(schema, dict):
+        return False
+    if not _STRICT_KEYWORDS.issuperset(schema):
+        return False
+    properties = schema.get("properties")
+    if schema.get("type") == "object" or properties is not None:
+        if schema.get("additionalProperties") is not False:
+            return False
+        if not isinstance(properties, dict):
+            properties = {}
+        if set(schema.get("required") or ()) != set(properties):
+            return False
+        if not all(strict_compatible(child) for child in properties.values()):
+            return False
+    children: list[Any] = []
+    if "items" in schema:
+        children.append(schema["items"])
+    children.extend(schema.get("anyOf") or ())
+    children.extend((schema.get("$defs") or {}).values())
+    return all(strict_compatible(child) for child in children)

@@ -26,6 +26,12 @@ policy                      effect                                              
                             the invocation's ``tool_timeout``
 ==========================  ====================================================  ==========
 
+A child with an ``input_schema`` (an LlmAgent's, or for ``AgentTool(RemoteAgent(...))`` the
+one its service's AgentCard gives) is declared with that schema as the tool's parameters; a
+call's arguments are checked against it (a mismatch is a ToolError the model reads) and the
+child receives them as JSON text. A child with an ``output_schema`` answers with JSON of it:
+the tool's response is that object (not ``{"result": text}``), checked again here.
+
 The child's model calls count against the parent invocation's ``max_llm_calls``: one
 invocation, one budget, however deep it delegates.
 
@@ -48,9 +54,11 @@ here is the parent's state), ``propagate_errors``, ``skip_summarization`` and ``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from adk_mesh.agents._schemas import SchemaMismatch
 from adk_mesh.agents.delegation import (
     Delegation,
     DelegationOutcome,
@@ -67,6 +75,7 @@ from adk_mesh.types import Content, Part
 if TYPE_CHECKING:
     from adk_mesh.agents.base import BaseAgent
     from adk_mesh.contexts import ToolContext
+    from adk_mesh.models.base import LlmRequest
 
 __all__ = ["AgentTool", "StateMergePolicy"]
 
@@ -126,6 +135,12 @@ class AgentTool(BaseTool):
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
+        """The child's ``input_schema`` when it has one (for an agent of another service,
+        once :meth:`prepare_llm_request` learnt it), else one free-text ``request``."""
+        schema = self.agent.declared_schemas().input
+        if schema is not None:
+            copy: dict[str, Any] = json.loads(json.dumps(schema.json_schema))
+            return copy  # a provider may adapt its copy
         return {
             "type": "object",
             "properties": {
@@ -136,6 +151,12 @@ class AgentTool(BaseTool):
             },
             "required": ["request"],
         }
+
+    async def prepare_llm_request(self, ctx: ToolContext, request: LlmRequest) -> None:
+        """Declare the child, after learning its schemas (a remote child's service is asked
+        once)."""
+        await self.agent.load_schemas()
+        self.process_llm_request(request)
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -162,9 +183,22 @@ class AgentTool(BaseTool):
             raise failure from error
 
     async def _delegate(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-        request = args.get("request")
-        if not isinstance(request, str) or not request.strip():
-            raise ToolError("call this agent with a non-empty 'request' string")
+        schemas = await self.agent.load_schemas()
+        if schemas.input is not None:
+            # As google-adk: the checked arguments, as JSON text, are the child's request.
+            try:
+                checked = schemas.input.check(args)
+            except SchemaMismatch as mismatch:
+                raise ToolError(
+                    f"the arguments do not fit the input_schema of agent {self.agent.name!r}: "
+                    f"{mismatch}"
+                ) from None
+            request = json.dumps(checked, ensure_ascii=False)
+        else:
+            free_text = args.get("request")
+            if not isinstance(free_text, str) or not free_text.strip():
+                raise ToolError("call this agent with a non-empty 'request' string")
+            request = free_text
         parent = ctx.invocation_context
         depth = parent.delegation_depth + 1
         limit = min(parent.max_delegation_depth, self.max_delegation_depth)
@@ -192,7 +226,16 @@ class AgentTool(BaseTool):
         self._write_back(ctx, policy, snapshot, outcome)
         if self.skip_summarization:
             ctx.actions.skip_summarization = True
-        return {"result": outcome.answer}
+        if schemas.output is None:
+            return {"result": outcome.answer}
+        # A structured answer is the response itself, as the object it is (google-adk's too).
+        try:
+            return schemas.output.parse(outcome.answer)
+        except SchemaMismatch as mismatch:
+            raise ToolError(
+                f"the answer of agent {self.agent.name!r} does not fit its output_schema "
+                f"{schemas.output.name}: {mismatch}"
+            ) from None
 
     def _write_back(
         self,

@@ -236,7 +236,7 @@ async def test_response_format_and_reasoning_deltas() -> None:
 
     assert server.requests[0].json()["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "response", "schema": schema},
+        "json_schema": {"name": "final_response", "schema": schema, "strict": False},
     }
     final = responses[-1]
     assert final.content is not None

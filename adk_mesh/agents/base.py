@@ -236,9 +236,19 @@ class BaseAgent(abc.ABC):
                 yield event
 
     async def _run_with_callbacks(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
-        if self.before_agent_callbacks:
+        # The plugins' hooks first (adk_mesh.plugins): a Content one returns skips the rest.
+        plugins = ctx.plugins
+        before = plugins is not None and plugins.has("before_agent")
+        if self.before_agent_callbacks or before:
             callback_context = CallbackContext(ctx)
-            content = await call_callbacks(self.before_agent_callbacks, callback_context)
+            content = None
+            if before:
+                assert plugins is not None
+                content = await plugins.run(
+                    "before_agent", agent=self, callback_context=callback_context
+                )
+            if content is None and self.before_agent_callbacks:
+                content = await call_callbacks(self.before_agent_callbacks, callback_context)
             if content is not None or callback_context.state.has_delta():
                 yield ctx.new_event(content=content, actions=callback_context.actions)
             if content is not None:
@@ -248,10 +258,18 @@ class BaseAgent(abc.ABC):
         async with aclosing(self._run_impl(ctx)) as events:
             async for event in events:
                 yield event
-        if ctx.ended or not self.after_agent_callbacks:
+        after = plugins is not None and plugins.has("after_agent")
+        if ctx.ended or not (self.after_agent_callbacks or after):
             return
         callback_context = CallbackContext(ctx)
-        content = await call_callbacks(self.after_agent_callbacks, callback_context)
+        content = None
+        if after:
+            assert plugins is not None
+            content = await plugins.run(
+                "after_agent", agent=self, callback_context=callback_context
+            )
+        if content is None and self.after_agent_callbacks:
+            content = await call_callbacks(self.after_agent_callbacks, callback_context)
         if content is not None or callback_context.state.has_delta():
             yield ctx.new_event(content=content, actions=callback_context.actions)
 

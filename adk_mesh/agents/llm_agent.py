@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
+from adk_mesh._confirmation import answered_confirmations, confirmation_request_event
 from adk_mesh._tasks import TaskFeed, run_all
 from adk_mesh.agents._instructions import insert_turn_instruction, render_instruction
 from adk_mesh.agents._schemas import AgentSchema, SchemaMismatch, SchemaSource
@@ -40,6 +41,7 @@ from adk_mesh.types import (
     FunctionCall,
     LlmResponse,
     Part,
+    ToolConfirmation,
     ToolProgress,
 )
 
@@ -410,6 +412,18 @@ class LlmAgent(BaseAgent):
     # --- the loop ---------------------------------------------------------------------------
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        # Calls a person confirmed or rejected in this turn's message run first (human in the
+        # loop, see adk_mesh._confirmation); then the model goes on.
+        answered = answered_confirmations(ctx.session.events, ctx.user_content, self.name)
+        if answered:
+            tools = {tool.name: tool for tool in await self.canonical_tools(ReadonlyContext(ctx))}
+            calls = [call for call, _ in answered]
+            answers = {call.id: answer for call, answer in answered if call.id}
+            last: Event | None = None
+            async for last in self._run_tools(ctx, calls, tools, answers):
+                yield last
+            if last is not None and (ctx.ended or _ends_turn(last)):
+                return
         while True:
             last_event: Event | None = None
             async for event in self._step(ctx):
@@ -422,8 +436,11 @@ class LlmAgent(BaseAgent):
         """One model call, and the tools it asks for."""
         request, tools_by_name = await self._build_request(ctx)
         callback_context = CallbackContext(ctx)
+        plugins = ctx.plugins  # their hooks come before the agent's callbacks
         response: LlmResponse | None = None
-        if self.before_model_callbacks:
+        if plugins is not None:
+            response = await plugins.before_model(callback_context, request)
+        if response is None and self.before_model_callbacks:
             response = await call_callbacks(self.before_model_callbacks, callback_context, request)
         if response is None:
             ctx.count_llm_call()
@@ -444,19 +461,23 @@ class LlmAgent(BaseAgent):
                         continue
                     response = chunk
             except Exception as error:
-                if not self.on_model_error_callbacks:
-                    raise
-                response = await call_callbacks(
-                    self.on_model_error_callbacks, callback_context, request, error
-                )
+                if plugins is not None:
+                    response = await plugins.on_model_error(callback_context, request, error)
+                if response is None and self.on_model_error_callbacks:
+                    response = await call_callbacks(
+                        self.on_model_error_callbacks, callback_context, request, error
+                    )
                 if response is None:
                     raise
             if response is None:
                 raise AgentError(f"model {self.model.name!r} returned no final response")
-        if self.after_model_callbacks:
+        replaced = None
+        if plugins is not None:
+            replaced = await plugins.after_model(callback_context, response)
+        if replaced is None and self.after_model_callbacks:
             replaced = await call_callbacks(self.after_model_callbacks, callback_context, response)
-            if replaced is not None:
-                response = replaced
+        if replaced is not None:
+            response = replaced
 
         response = _with_call_ids(response)
         event = Event(
@@ -511,13 +532,22 @@ class LlmAgent(BaseAgent):
             event.actions.state_delta[self.output_key] = value
 
     async def _run_tools(
-        self, ctx: InvocationContext, calls: list[FunctionCall], tools: dict[str, BaseTool]
+        self,
+        ctx: InvocationContext,
+        calls: list[FunctionCall],
+        tools: dict[str, BaseTool],
+        confirmations: dict[str, ToolConfirmation] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Run the called tools concurrently; yield forwarded events as they come, then one
         event with every function response and the merged actions."""
         async with TaskFeed[Event, list[tuple[Part | None, EventActions]]]() as feed:
             feed.start(
-                run_all([self._call_tool(ctx, call, tools, feed.send_nowait) for call in calls])
+                run_all(
+                    [
+                        self._call_tool(ctx, call, tools, feed.send_nowait, confirmations)
+                        for call in calls
+                    ]
+                )
             )
             async for event in feed:
                 yield event
@@ -526,15 +556,27 @@ class LlmAgent(BaseAgent):
         actions = EventActions()
         for _, tool_actions in results:
             actions = actions.merge(tool_actions) if not tool_actions.is_empty() else actions
-        if not parts and actions.is_empty():
-            return  # long-running tools with no result yet: the client answers later
-        yield Event(
-            author=self.name,
-            invocation_id=ctx.invocation_id,
-            branch=ctx.branch,
-            llm_response=LlmResponse(content=Content(role="tool", parts=parts) if parts else None),
-            actions=actions,
-        )
+        # Calls that asked a person to confirm them stay unanswered; one event asks.
+        asked, actions.requested_tool_confirmations = actions.requested_tool_confirmations, {}
+        if parts or not actions.is_empty():
+            # (Neither: long-running tools with no result yet; the client answers later.)
+            yield Event(
+                author=self.name,
+                invocation_id=ctx.invocation_id,
+                branch=ctx.branch,
+                llm_response=LlmResponse(
+                    content=Content(role="tool", parts=parts) if parts else None
+                ),
+                actions=actions,
+            )
+        if asked:
+            yield confirmation_request_event(
+                author=self.name,
+                invocation_id=ctx.invocation_id,
+                branch=ctx.branch,
+                calls=calls,
+                requested=asked,
+            )
 
     async def _call_tool(
         self,
@@ -542,12 +584,14 @@ class LlmAgent(BaseAgent):
         call: FunctionCall,
         tools: dict[str, BaseTool],
         sink: Callable[[Event], None],
+        confirmations: dict[str, ToolConfirmation] | None = None,
     ) -> tuple[Part | None, EventActions]:
         tool_context = ToolContext(
             ctx,
             function_call_id=call.id,
             event_sink=sink,
             progress=self._progress_reporter(ctx, call, sink),
+            tool_confirmation=confirmations.get(call.id) if confirmations and call.id else None,
         )
         tool = tools.get(call.name)
         args = call.args
@@ -557,6 +601,8 @@ class LlmAgent(BaseAgent):
             target = tool_context.actions.transfer_to_agent
             if target:
                 telemetry.record_control_transfer("pass_control", target)
+        if call.id in tool_context.actions.requested_tool_confirmations:
+            return None, tool_context.actions  # answered once a person confirms or rejects
         if response is None:
             if tool is not None and tool.is_long_running:
                 return None, tool_context.actions
@@ -602,19 +648,25 @@ class LlmAgent(BaseAgent):
                 f"Available tools: {available}."
             }
         else:
+            plugins = tool_context.invocation_context.plugins  # before the agent's callbacks
             response = None
-            if self.before_tool_callbacks:
+            if plugins is not None:
+                response = await plugins.before_tool(tool, args, tool_context)
+            if response is None and self.before_tool_callbacks:
                 response = await call_callbacks(
                     self.before_tool_callbacks, tool, args, tool_context
                 )
             if response is None:
                 response = await self._execute(tool, tool_context, args)
-            if self.after_tool_callbacks:
+            replaced = None
+            if plugins is not None and response is not None:
+                replaced = await plugins.after_tool(tool, args, tool_context, response)
+            if replaced is None and self.after_tool_callbacks:
                 replaced = await call_callbacks(
                     self.after_tool_callbacks, tool, args, tool_context, response
                 )
-                if replaced is not None:
-                    response = replaced
+            if replaced is not None:
+                response = replaced
         return response
 
     async def _execute(
@@ -627,10 +679,14 @@ class LlmAgent(BaseAgent):
         if error is None:
             return response
         telemetry.record_tool_error(error)
-        if self.on_tool_error_callbacks:
+        plugins = ctx.invocation_context.plugins
+        replaced = None
+        if plugins is not None:
+            replaced = await plugins.on_tool_error(tool, args, ctx, error)
+        if replaced is None and self.on_tool_error_callbacks:
             replaced = await call_callbacks(self.on_tool_error_callbacks, tool, args, ctx, error)
-            if replaced is not None:
-                return dict(replaced)
+        if replaced is not None:
+            return dict(replaced)
         if error.propagate:
             raise error
         if isinstance(error, ToolError):

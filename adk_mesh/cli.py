@@ -265,6 +265,8 @@ def _serve(args: argparse.Namespace) -> int:
             )
         else:
             server = ToolServer(load_tools(args.reference), limits=limits)
+        if args.plugin:
+            _use_plugins(server, args.plugin)
         # Before the gRPC server starts and before any RemoteAgent or RemoteToolset opens its
         # (lazy) channel: the tracing interceptors are installed only if tracing is on then.
         # service.name is the agent's or toolset's name unless OTEL_SERVICE_NAME says otherwise.
@@ -317,6 +319,43 @@ def _a2a_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         "public_url": args.a2a_url or None,
         "announce": lambda line: print(line, flush=True),
     }
+
+
+def _use_plugins(server: Any, references: list[str]) -> None:
+    """Give ``server`` (not started yet: it reads them from then on) the plugins
+    ``--plugin MODULE:ATTR`` names, in order: each a Plugin, a Plugin class (made with no
+    arguments), a list of them, or a zero-argument function that returns one of these."""
+    from adk_mesh.mesh import AgentServer, ToolServer
+    from adk_mesh.mesh._loader import load_object
+    from adk_mesh.plugins import Plugin
+    from adk_mesh.plugins._manager import plugin_manager
+
+    def as_plugins(reference: str, value: Any, *, call: bool = True) -> list[Plugin]:
+        if isinstance(value, Plugin):
+            return [value]
+        if isinstance(value, type) and issubclass(value, Plugin):
+            return [value()]
+        if isinstance(value, list | tuple) and all(isinstance(v, Plugin) for v in value):
+            return list(value)
+        if call and callable(value) and not isinstance(value, type):
+            try:
+                built = value()
+            except ConfigError:
+                raise
+            except Exception as error:
+                raise ConfigError(
+                    f"calling {reference}() to build plugins raised {type(error).__name__}: {error}"
+                ) from error
+            return as_plugins(reference, built, call=False)
+        raise ConfigError(
+            f"--plugin {reference} is {type(value).__name__}, not a plugin; name an "
+            "adk_mesh.plugins.Plugin, a Plugin class, a list of them or a function that "
+            "returns one"
+        )
+
+    plugins = [p for reference in references for p in as_plugins(reference, load_object(reference))]
+    assert isinstance(server, AgentServer | ToolServer)
+    server.plugins = plugin_manager(plugins)
 
 
 async def _stream_run(args: argparse.Namespace, out: TextIO) -> None:
@@ -508,6 +547,14 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ServerLimits()
     for sub in (agent, tools):
         add_server_security_arguments(sub)
+        sub.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            metavar="MODULE:ATTR",
+            help="a plugin (adk_mesh.plugins.Plugin, a Plugin class, a list or a factory) for "
+            "the work this service does; repeat for several, run in that order",
+        )
         limits = sub.add_argument_group("limits (a caller may lower them, never raise them)")
         limits.add_argument(
             "--max-llm-calls",

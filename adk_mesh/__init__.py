@@ -76,6 +76,11 @@ if TYPE_CHECKING:
         Llm,
         LlmRequest,
     )
+    from adk_mesh.plugins import (
+        LoggingPlugin,
+        Plugin,
+        ReflectAndRetryToolPlugin,
+    )
     from adk_mesh.runner import (
         Runner,
     )
@@ -114,6 +119,7 @@ if TYPE_CHECKING:
         FunctionResponse,
         LlmResponse,
         Part,
+        ToolConfirmation,
         ToolDeclaration,
         UsageMetadata,
     )
@@ -171,6 +177,9 @@ _EXPORTS: dict[str, str] = {
     "GenerateContentConfig": "adk_mesh.models.base",
     "Llm": "adk_mesh.models.base",
     "LlmRequest": "adk_mesh.models.base",
+    "LoggingPlugin": "adk_mesh.plugins",
+    "Plugin": "adk_mesh.plugins",
+    "ReflectAndRetryToolPlugin": "adk_mesh.plugins",
     "Runner": "adk_mesh.runner",
     "InMemorySessionService": "adk_mesh.sessions",
     "Session": "adk_mesh.sessions",
@@ -200,6 +209,7 @@ _EXPORTS: dict[str, str] = {
     "FunctionResponse": "adk_mesh.types",
     "LlmResponse": "adk_mesh.types",
     "Part": "adk_mesh.types",
+    "ToolConfirmation": "adk_mesh.types",
     "ToolDeclaration": "adk_mesh.types",
     "UsageMetadata": "adk_mesh.types",
 }
@@ -248,6 +258,7 @@ __all__ = [
     "LlmResponse",
     "LoadArtifactsTool",
     "LoadMemoryTool",
+    "LoggingPlugin",
     "LoopAgent",
     "MemoryEntry",
     "MemoryService",
@@ -259,8 +270,10 @@ __all__ = [
     "ParallelAgent",
     "Part",
     "PermissionDeniedError",
+    "Plugin",
     "PreloadMemoryTool",
     "ReadonlyContext",
+    "ReflectAndRetryToolPlugin",
     "RunConfig",
     "Runner",
     "SequentialAgent",
@@ -275,6 +288,7 @@ __all__ = [
     "StateConflictError",
     "StateMergePolicy",
     "StreamingMode",
+    "ToolConfirmation",
     "ToolContext",
     "ToolDeclaration",
     "ToolError",

@@ -30,6 +30,8 @@ EXPECTED = {
     "ModelRateLimitError", "ModelRequestError",
     # Interoperation (issue 17): any A2A agent as an agent of the tree.
     "A2aAgent",
+    # Plugins and tool confirmation (issue 18 items 5-6).
+    "Plugin", "LoggingPlugin", "ReflectAndRetryToolPlugin", "ToolConfirmation",
 }  # fmt: skip
 
 

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from adk_mesh import Content, Event, LlmAgent, RunConfig, Runner, StreamingMode
 from adk_mesh.sessions import InMemorySessionService
@@ -112,3 +113,53 @@ async def test_llm_agent_tool_loop(
     assert sent["response"] == {"city": "Lisbon", "temp_c": 21, "sky": "clear"}
     if not isinstance(server, FakeOllama):  # Ollama has no call ids on the wire
         assert sent["id"] == "call_lis"
+
+
+class Forecast(BaseModel):
+    city: str
+    temp_c: int
+
+
+@pytest.mark.parametrize("server_class", SERVERS, ids=[s.provider for s in SERVERS])
+async def test_llm_agent_output_schema_after_a_tool_call(
+    server_class: type[FakeProviderServer],
+) -> None:
+    """The tool loop under an output_schema: every request asks for the schema, the tool runs,
+    and the structured answer lands in output_key as an object (Anthropic answers by calling
+    the schema's tool)."""
+    answer = {"city": "Lisbon", "temp_c": 21}
+    final = (
+        ScriptedTurn(tool_calls=[ScriptedToolCall("Forecast", answer, id="toolu_answer")])
+        if server_class is FakeAnthropic
+        else ScriptedTurn(text=json.dumps(answer))
+    )
+    turns = [
+        ScriptedTurn(tool_calls=[ScriptedToolCall("get_weather", {"city": "Lisbon"}, id="c1")]),
+        final,
+    ]
+    async with server_class(*turns) as server, server.make_model() as model:
+        agent = LlmAgent(
+            name="weather",
+            model=model,
+            tools=[get_weather],
+            output_schema=Forecast,
+            output_key="forecast",
+        )
+        sessions = InMemorySessionService()
+        runner = Runner(agent=agent, app_name="app", session_service=sessions)
+        session = await sessions.create_session(app_name="app", user_id="u")
+        events = [
+            event
+            async for event in runner.run(
+                user_id="u",
+                session_id=session.id,
+                new_message=Content.from_text("user", "Weather in Lisbon?"),
+            )
+        ]
+        stored = await sessions.get_session(app_name="app", user_id="u", session_id=session.id)
+
+    assert stored is not None and stored.state["forecast"] == answer
+    assert json.loads(events[-1].text) == answer
+    assert events[-1].llm_response.error_code is None
+    for request in server.requests:  # the schema went with every request
+        assert '"temp_c": {"type": "integer"}' in json.dumps(request.json())

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from adk_mesh.errors import ModelError
-from adk_mesh.models import LlmRequest, RetryPolicy
+from adk_mesh.models import GenerateContentConfig, LlmRequest, RetryPolicy
 from adk_mesh.models._http import HttpLlm
 from adk_mesh.testing.fake_providers import (
     ErrorReply,
@@ -559,3 +559,104 @@ async def test_api_key_never_appears_in_errors_reprs_or_logs(
     for text in rendered:
         assert SECRET_KEY not in text
     assert "***" in error.message
+
+
+# --------------------------------------------------------------------------- structured output
+
+REPORT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "sky": {"type": "string", "enum": ["clear", "rain"]},
+    },
+    "required": ["city", "sky"],
+    "additionalProperties": False,
+}
+REPORT = {"city": "Lisbon", "sky": "clear"}
+
+
+def _structured_wire(case: str, body: dict[str, Any], *, with_tools: bool) -> None:
+    """The request asks for REPORT_SCHEMA in the provider's own way."""
+    if case == "gemini":
+        config = body["generationConfig"]
+        assert config["responseJsonSchema"] == REPORT_SCHEMA
+        assert config["responseMimeType"] == "application/json"
+        names = [d["name"] for d in body["tools"][0]["functionDeclarations"]] if with_tools else []
+        assert names == (["get_weather"] if with_tools else [])
+    elif case == "openai":
+        assert body["response_format"] == {
+            "type": "json_schema",
+            "json_schema": {"name": "CityReport", "schema": REPORT_SCHEMA, "strict": True},
+        }
+        assert [t["function"]["name"] for t in body.get("tools", [])] == (
+            ["get_weather"] if with_tools else []
+        )
+    elif case == "anthropic":
+        assert body["tools"][-1] == {
+            "name": "CityReport",
+            "description": (
+                "Give your final answer: call this tool with the answer as its input, in its "
+                "schema."
+            ),
+            "input_schema": REPORT_SCHEMA,
+        }
+        if with_tools:
+            assert [t["name"] for t in body["tools"]] == ["get_weather", "CityReport"]
+            assert body["tool_choice"] == {"type": "any"}
+            assert "calling the CityReport tool" in body["system"]
+        else:
+            assert body["tool_choice"] == {"type": "tool", "name": "CityReport"}
+            assert body["system"] == "Be brief."
+    else:
+        assert body["format"] == REPORT_SCHEMA
+        assert [t["function"]["name"] for t in body.get("tools", [])] == (
+            ["get_weather"] if with_tools else []
+        )
+
+
+def _structured_turn(case: str) -> ScriptedTurn:
+    """How the provider answers in the schema: Anthropic calls the schema's tool."""
+    if case == "anthropic":
+        return ScriptedTurn(tool_calls=[ScriptedToolCall("CityReport", REPORT, id="toolu_1")])
+    return ScriptedTurn(text=json.dumps(REPORT))
+
+
+@pytest.mark.parametrize("with_tools", [False, True], ids=["alone", "with-tools"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_a_response_schema_is_asked_natively_and_the_answer_is_its_json_text(
+    case: Case, server: FakeProviderServer, model: HttpLlm, stream: bool, with_tools: bool
+) -> None:
+    server.enqueue(_structured_turn(case.name))
+    request = hello_request(
+        tools=[WEATHER_TOOL] if with_tools else [],
+        config=GenerateContentConfig(
+            response_schema=REPORT_SCHEMA,
+            response_schema_name="CityReport",
+            response_mime_type="application/json",
+        ),
+    )
+
+    responses = await collect(model, request, stream=stream)
+
+    _structured_wire(case.name, body_of(server), with_tools=with_tools)
+    final = responses[-1]
+    assert final.content is not None
+    assert final.content.function_calls == []
+    assert json.loads(final.content.text) == REPORT
+    assert final.finish_reason is FinishReason.STOP
+
+
+async def test_a_schema_name_that_is_not_an_api_name_is_made_one(
+    case: Case, server: FakeProviderServer, model: HttpLlm
+) -> None:
+    server.enqueue(ScriptedTurn(text="{}"))
+    config = GenerateContentConfig(response_schema={"type": "object"}, response_schema_name="a b")
+
+    await collect(model, hello_request(config=config), stream=False)
+
+    body = body_of(server)
+    if case.name == "openai":
+        assert body["response_format"]["json_schema"]["name"] == "a_b"
+        assert body["response_format"]["json_schema"]["strict"] is False  # not closed
+    elif case.name == "anthropic":
+        assert body["tool_choice"] == {"type": "tool", "name": "a_b"}

@@ -186,7 +186,11 @@ class World:
         return session.id
 
     async def turn(
-        self, root: BaseAgent, message: str = "hi", *, run_config: RunConfig | None = None
+        self,
+        root: BaseAgent,
+        message: str | Content = "hi",
+        *,
+        run_config: RunConfig | None = None,
     ) -> None:
         """One user turn; an error it raises is part of the outcome."""
         if self.where == HOST:
@@ -204,12 +208,35 @@ class World:
             async for event in runner.run(
                 user_id=USER,
                 session_id=self.session_id,
-                new_message=Content.from_text("user", message),
+                new_message=(
+                    Content.from_text("user", message) if isinstance(message, str) else message
+                ),
                 run_config=run_config,
             ):
                 self.events.append(event)
         except AdkError as error:
             self.errors.append(f"{type(error).__name__}: {error.message}")
+
+    async def confirm(self, root: BaseAgent, response: dict[str, Any]) -> None:
+        """A turn that answers the newest ``adk_request_confirmation`` call with ``response``
+        (tool confirmation, human in the loop)."""
+        if self.where == HOST:
+            return
+        request_id = next(
+            call.id
+            for event in reversed(self.events)
+            for call in event.function_calls()
+            if call.name == "adk_request_confirmation"
+        )
+        await self.turn(
+            root,
+            Content(
+                role="user",
+                parts=[
+                    Part.from_function_response("adk_request_confirmation", response, id=request_id)
+                ],
+            ),
+        )
 
     async def save(self, filename: str, text: str) -> None:
         if self.where == HOST:
@@ -1712,6 +1739,105 @@ async def tool_history(world: World) -> None:
     )
     await _past_conversation(world)
     await world.turn(agent, "what came before us?")
+
+
+# --- tool confirmation (human in the loop) ---------------------------------------------------
+
+
+def _pay_tool(world: World) -> Callable[..., dict[str, Any]]:
+    def pay(amount: int, tool_context: ToolContext) -> dict[str, Any]:
+        """Pay an amount, once a person confirms."""
+        answer = tool_context.tool_confirmation
+        if answer is None:
+            tool_context.request_confirmation(hint=f"Pay {amount}?", payload={"memo": ""})
+            world.observed.append({"asked": amount})
+            return {"status": "asked"}
+        world.observed.append({"answered": answer.confirmed, "payload": answer.payload})
+        if not answer.confirmed:
+            return {"error": "rejected"}
+        return {"paid": amount, "memo": answer.payload["memo"]}
+
+    return pay
+
+
+def _expect_confirmed(outcome: Outcome) -> None:
+    asked = [
+        part["function_call"]
+        for event in outcome["events"]
+        for part in (event.get("llm_response", {}).get("content") or {}).get("parts", [])
+        if part.get("function_call", {}).get("name") == "adk_request_confirmation"
+    ]
+    assert len(asked) == 1
+    assert asked[0]["args"]["toolConfirmation"] == {
+        "hint": "Pay 500?",
+        "confirmed": False,
+        "payload": {"memo": ""},
+    }
+    assert asked[0]["args"]["originalFunctionCall"]["name"] == "pay"
+    assert responses(outcome, "pay") == [{"paid": 500, "memo": "rent"}]
+    assert texts(outcome)[-1] == "paid"
+    assert outcome["observed"] == [
+        {"asked": 500},
+        {"answered": True, "payload": {"memo": "rent"}},
+    ]
+    assert outcome["errors"] == []
+
+
+@case(_expect_confirmed, into=TRANSFER_CASES)
+async def a_tool_confirmation_in_the_agent_transferred_to(world: World) -> None:
+    # The request comes from the agent the transfer handed the turn to (here or in another
+    # service); the answer in the next turn goes back to it, and it runs the call.
+    bank = LlmAgent(
+        name="bank",
+        description="Pays.",
+        model=world.scripted("bank", [call("pay", {"amount": 500}), "paid"]),
+        tools=[_pay_tool(world)],
+    )
+    desk = LlmAgent(
+        name="desk",
+        model=world.scripted("desk", [call("transfer_to_agent", {"agent_name": "bank"})]),
+        sub_agents=[await world.child(bank)],
+    )
+    await world.turn(desk, "pay the rent")
+    await world.confirm(desk, {"confirmed": True, "payload": {"memo": "rent"}})
+
+
+@case(_expect_confirmed, into=TOOL_CASES)
+async def a_tool_confirmation_of_a_served_tool(world: World) -> None:
+    agent = LlmAgent(
+        name="agent",
+        model=world.scripted("agent", [call("pay", {"amount": 500}), "paid"]),
+        tools=await world.tools([_pay_tool(world)]),
+    )
+    await world.new_session()
+    await world.turn(agent, "pay the rent")
+    await world.confirm(agent, {"confirmed": True, "payload": {"memo": "rent"}})
+
+
+def _expect_rejected(outcome: Outcome) -> None:
+    assert responses(outcome, "pay") == [{"error": "rejected"}]
+    assert outcome["observed"][-1] == {"answered": False, "payload": None}
+    # The model read the rejection, and nothing of the request nor the answer.
+    last_request = outcome["seen"]["agent"][-1]["contents"]
+    names = [
+        part.get("function_call", part.get("function_response", {})).get("name")
+        for content in last_request
+        for part in content["parts"]
+    ]
+    assert "adk_request_confirmation" not in names
+    assert texts(outcome)[-1] == "not paid"
+
+
+@case(_expect_rejected, into=TOOL_CASES)
+async def a_rejected_tool_confirmation_of_a_served_tool(world: World) -> None:
+    agent = LlmAgent(
+        name="agent",
+        model=world.scripted("agent", [call("pay", {"amount": 500}), "not paid"]),
+        tools=await world.tools([_pay_tool(world)]),
+    )
+    await world.new_session()
+    await world.turn(agent, "pay the rent")
+    await world.confirm(agent, {"confirmed": False})
 
 
 # --- the suite --------------------------------------------------------------------------------

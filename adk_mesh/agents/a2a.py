@@ -63,8 +63,10 @@ class _Remote:
     invocation_id: str = ""
     #: Text streamed so far, per artifact id (for the partial events).
     streamed: dict[str, str] = field(default_factory=dict)
-    #: Each artifact as it stands, by id (chunks appended).
+    #: Each artifact as it stands, by id (chunks appended), until it is turned into an event.
     artifacts: dict[str, a2a_pb2.Artifact] = field(default_factory=dict)
+    #: The artifacts already turned into events (a final Task repeats them).
+    done: set[str] = field(default_factory=set)
 
 
 class A2aAgent(BaseAgent):
@@ -152,6 +154,7 @@ class A2aAgent(BaseAgent):
         self._keeps_conversation = keeps_conversation
         self._card: a2a_pb2.AgentCard | None = None
         self._client: Client | None = None
+        self._http: Any = None
 
     @property
     def keeps_conversation(self) -> bool:
@@ -189,10 +192,12 @@ class A2aAgent(BaseAgent):
             bindings = [binding for binding in offered if binding in _BINDINGS.values()][:1]
             if not bindings:
                 raise _Unavailable(f"its card offers no JSON-RPC or gRPC interface ({offered})")
+        # Ours to close (a client given one does not close it).
+        self._http = httpx.AsyncClient(verify=self._verify(), timeout=None)
         config = ClientConfig(
             streaming=True,
             supported_protocol_bindings=bindings,
-            httpx_client=httpx.AsyncClient(verify=self._verify(), timeout=None),
+            httpx_client=self._http,
             grpc_channel_factory=self._channel,
         )
         self._card = card
@@ -221,8 +226,11 @@ class A2aAgent(BaseAgent):
     async def close(self) -> None:
         """Close the client (its HTTP connections or gRPC channel). Idempotent."""
         client, self._client = self._client, None
+        http, self._http = self._http, None
         if client is not None:
             await client.close()
+        if http is not None:
+            await http.aclose()
 
     # --- a run ---------------------------------------------------------------------------------
 
@@ -415,7 +423,8 @@ class A2aAgent(BaseAgent):
             remote.task_id, remote.context_id = task.id, task.context_id or remote.context_id
             self._note_ids(task.metadata, remote)
             for artifact in task.artifacts:
-                remote.artifacts[artifact.artifact_id] = artifact
+                if artifact.artifact_id not in remote.done:
+                    remote.artifacts[artifact.artifact_id] = artifact
             return await self._status_events(task.status, remote, ctx)
         if kind == "status_update":
             update = response.status_update
@@ -488,6 +497,7 @@ class A2aAgent(BaseAgent):
         for artifact_id in list(remote.artifacts):
             artifact = remote.artifacts.pop(artifact_id)
             remote.streamed.pop(artifact_id, None)
+            remote.done.add(artifact_id)
             event = await self._artifact_event(artifact, ctx)
             if event is not None:
                 events.append(event)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -36,3 +37,26 @@ def test_weather_service_example(start_service: ServiceFactory) -> None:
 
     card = adk_mesh("describe", target)
     assert "weather (LlmAgent)" in card and "get_weather" in card
+
+
+def test_confirm_payment_example() -> None:
+    """The README's tool-confirmation example: the payment waits for the approval, then runs
+    with its memo; the logging plugin logs every hook."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    result = subprocess.run(
+        [sys.executable, "-m", "examples.confirm_payment"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "payments → send_payment({'recipient': 'Bob'})"
+    assert lines[1].startswith("payments → adk_request_confirmation({'originalFunctionCall': ")
+    assert "'toolConfirmation': {'hint': 'Approve or reject the call to send_payment.'" in lines[1]
+    assert lines[2] == "payments ← send_payment: {'sent_to': 'Bob', 'memo': 'rent'}"
+    assert "adk_mesh.plugins.logging: before_tool [invocation=" in result.stderr
+    assert "adk_mesh.plugins.logging: after_run [invocation=" in result.stderr

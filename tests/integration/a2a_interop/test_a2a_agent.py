@@ -160,7 +160,8 @@ async def test_cancelling_the_invocation_cancels_the_remote_task(binding: str) -
 async def test_the_deadline_ends_the_run_with_an_error_event_and_cancels() -> None:
     executor = PlainExecutor()
     async with plain_server(executor) as plain:
-        remote = A2aAgent("plain", plain.url, timeout=0.5)
+        # Long enough for the remote task to be under way (its id known) when it passes.
+        remote = A2aAgent("plain", plain.url, timeout=3.0)
         runner, session_id = await _runner(remote)
         events = await _turn(runner, session_id, "wait")
         assert events[-1].llm_response.error_code == "DEADLINE_EXCEEDED"

@@ -98,22 +98,22 @@ def load_agent(reference: str) -> BaseAgent:
     )
 
 
-def _as_tools(reference: str, value: Any) -> list[BaseTool] | Toolset | None:
+def _as_tools(reference: str, value: Any) -> list[BaseTool | Toolset] | Toolset | None:
     if isinstance(value, Toolset):
         return value
     if isinstance(value, BaseTool):
         return [value]
     if isinstance(value, list | tuple):
-        tools: list[BaseTool] = []
+        tools: list[BaseTool | Toolset] = []
         for index, item in enumerate(value):
-            if isinstance(item, BaseTool):
+            if isinstance(item, BaseTool | Toolset):
                 tools.append(item)
             elif inspect.isfunction(item) or inspect.ismethod(item) or inspect.isbuiltin(item):
                 tools.append(FunctionTool(item))
             else:
                 raise ConfigError(
                     f"item {index} of {reference!r} is {_describe(item)}; every item must be a "
-                    "tool (BaseTool) or a function"
+                    "tool (BaseTool), a Toolset or a function"
                 )
         if not tools:
             raise ConfigError(f"{reference!r} is an empty list: there is nothing to serve")
@@ -121,10 +121,10 @@ def _as_tools(reference: str, value: Any) -> list[BaseTool] | Toolset | None:
     return None
 
 
-def load_tools(reference: str) -> list[BaseTool] | Toolset:
-    """The tools ``reference`` names: a list of tools and plain functions (functions become
-    :class:`FunctionTool`), a single tool, a :class:`Toolset`, or a zero-argument callable
-    that returns one of these. A single function must be put in a list: a bare callable is
+def load_tools(reference: str) -> list[BaseTool | Toolset] | Toolset:
+    """The tools ``reference`` names: a list of tools, toolsets and plain functions (functions
+    become :class:`FunctionTool`), a single tool, a :class:`Toolset`, or a zero-argument
+    callable that returns one of these. A single function must be put in a list: a bare callable is
     taken as a factory."""
     value = load_object(reference)
     tools = _as_tools(reference, value)

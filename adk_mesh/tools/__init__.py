@@ -1,5 +1,5 @@
-"""Tools: the BaseTool and Toolset contracts, FunctionTool, AgentTool, the built-in tools and
-the memory tools (load_memory, preload_memory)."""
+"""Tools: the BaseTool and Toolset contracts, FunctionTool, AgentTool, the built-in tools,
+the memory tools (load_memory, preload_memory) and McpToolset (an MCP server's tools)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from adk_mesh.tools.builtin import (
     TransferToAgentTool,
 )
 from adk_mesh.tools.function_tool import FunctionTool
+from adk_mesh.tools.mcp import McpToolset
 from adk_mesh.tools.memory_tools import (
     LoadMemoryTool,
     PreloadMemoryTool,
@@ -27,6 +28,7 @@ __all__ = [
     "GoogleSearchTool",
     "LoadArtifactsTool",
     "LoadMemoryTool",
+    "McpToolset",
     "PreloadMemoryTool",
     "StateMergePolicy",
     "Toolset",

@@ -32,6 +32,8 @@ EXPECTED = {
     "A2aAgent",
     # Plugins and tool confirmation (issue 18 items 5-6).
     "Plugin", "LoggingPlugin", "ReflectAndRetryToolPlugin", "ToolConfirmation",
+    # Interoperation (issue 17): an MCP server's tools as a Toolset.
+    "McpToolset",
 }  # fmt: skip
 
 

@@ -1,0 +1,651 @@
+"""McpToolset: the tools of a Model Context Protocol server, as a Toolset.
+
+Built on the official ``mcp`` SDK (``pip install 'adk-mesh[mcp]'``), which is imported when a
+toolset first connects, never by ``import adk_mesh``. Two transports::
+
+    McpToolset(command="npx", args=["-y", "@modelcontextprotocol/server-everything"])  # stdio
+    McpToolset(url="https://tools.example.com/mcp", headers={"Authorization": "Bearer ..."})
+
+Use it as any toolset: in an agent (``LlmAgent(tools=[McpToolset(...)])``) or behind a
+:class:`~adk_mesh.mesh.ToolServer`, so that one tool service fronts MCP servers for the
+whole mesh.
+
+**One session, kept open.** The first listing or call connects (the SDK negotiates the
+protocol era: ``server/discover`` of 2026-07-28, else the ``initialize`` handshake) and the
+session stays open for every later call, from any task, until :meth:`McpToolset.close`. It is
+owned by a task of its own, because the SDK's transports are anyio task groups that one task
+must enter and leave. A session is bound to the event loop that opened it: used from another
+loop, the toolset opens a new one there.
+
+**The listing** is kept and asked again only when the server says its tools changed (the
+``notifications/tools/list_changed`` of the handshake era, or a ``subscriptions/listen``
+stream of the 2026-07-28 era, opened when the server offers it) and after a reconnection.
+
+**Calls.** Progress notifications of a call become the tool's progress
+(:meth:`~adk_mesh.contexts.ToolContext.report_progress`: the message, ``fraction`` =
+progress / total when the server gives a total, and ``{"progress", "total"}`` as data). A result
+with ``structuredContent`` returns that object; otherwise its content as text in
+``{"result": ...}`` (images, audio and binary resources are described, not passed on). Every
+failure is a :class:`~adk_mesh.errors.ToolError` whose message the model reads: an ``isError``
+result (its text), a protocol error (the server's message), a server that cannot be reached
+or that died during the call. A call is never retried (it may have had effects); after a
+dead session the next listing or call connects again, starting a stdio server anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import ssl
+import sys
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adk_mesh._version import __version__
+from adk_mesh.errors import AdkIOError, ConfigError, ToolError
+from adk_mesh.tools.base import BaseTool, Toolset
+from adk_mesh.tools.function_tool import _model_friendly
+from adk_mesh.types import ToolDeclaration
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.client.session import IncomingMessage, MessageHandlerFnT
+    from mcp.types import CallToolResult, Tool
+
+    from adk_mesh.contexts import ReadonlyContext, ToolContext
+
+__all__ = ["MCP_TOOLSETS_ENV", "McpTool", "McpToolset", "mcp_toolsets_from_env"]
+
+logger = logging.getLogger("adk_mesh.tools.mcp")
+
+#: Where ``adk-mesh up`` puts the MCP toolsets ``mesh.toml`` declares for a service: a JSON
+#: object of toolset name to its server (see :func:`mcp_toolsets_from_env`).
+MCP_TOOLSETS_ENV = "ADK_MESH_MCP_TOOLSETS"
+
+#: Seconds to start or reach a server and finish the protocol's opening exchange.
+DEFAULT_CONNECT_TIMEOUT = 30.0
+#: Seconds one tools/list page may take.
+DEFAULT_LIST_TIMEOUT = 30.0
+#: Pages of one tools/list walk at most: a server whose cursor never ends cannot hang a listing.
+MAX_LIST_PAGES = 100
+
+_CONFIG_KEYS = frozenset({"command", "args", "env", "cwd", "url", "headers", "tools"})
+
+
+class McpToolset(Toolset):
+    """The tools of one MCP server (see the module docstring for sessions, listings and calls).
+
+    Give either ``command`` (a stdio server: a subprocess this toolset starts and stops) or
+    ``url`` (a streamable-HTTP server).
+
+    Args:
+        command: the program of a stdio server (``"npx"``, ``sys.executable``, ...).
+        args: its arguments.
+        env: environment of the stdio server, over the SDK's safe default (``HOME``, ``PATH``,
+            ``USER``, ... — not this process's whole environment, so secrets are passed on
+            only when named here).
+        cwd: working directory of the stdio server.
+        url: the endpoint of a streamable-HTTP server (``http://127.0.0.1:8000/mcp``).
+        headers: HTTP headers of every request (an ``Authorization`` bearer token, an API key).
+        ca_file: a PEM CA bundle to verify an ``https://`` server with (default: the system's).
+        tool_filter: names of the server's tools to offer (default: all of them).
+        name: this toolset's name (default: ``mcp:<command or url>``).
+        connect_timeout: seconds to start or reach the server and open the session.
+        list_timeout: seconds one ``tools/list`` page may take.
+
+    Raises:
+        ConfigError: neither or both of ``command`` and ``url``; options of the other transport.
+    """
+
+    def __init__(
+        self,
+        *,
+        command: str | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        tool_filter: Collection[str] | None = None,
+        name: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        list_timeout: float = DEFAULT_LIST_TIMEOUT,
+    ) -> None:
+        if (command is None) == (url is None):
+            raise ConfigError("McpToolset needs either command (a stdio server) or url (HTTP)")
+        if command is not None and (headers or ca_file is not None):
+            raise ConfigError("headers and ca_file are for an HTTP server (url), not a command")
+        if url is not None and (args or env or cwd is not None):
+            raise ConfigError("args, env and cwd are for a stdio server (command), not a url")
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"an MCP server url starts with http:// or https://, not {url!r}")
+        if command is not None and not command.strip():
+            raise ConfigError("the command of an MCP server is empty")
+        if isinstance(tool_filter, str):
+            raise ConfigError("tool_filter is a collection of tool names, not one string")
+        super().__init__(name or f"mcp:{command if command is not None else url}")
+        self.command = command
+        self.args = tuple(args)
+        self.env = dict(env or {})
+        self.cwd = None if cwd is None else Path(cwd)
+        self.url = url
+        self.headers = dict(headers or {})
+        self.ca_file = None if ca_file is None else Path(ca_file)
+        self.tool_filter = None if tool_filter is None else frozenset(tool_filter)
+        self.connect_timeout = connect_timeout
+        self.list_timeout = list_timeout
+        self._session: _Session | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self._listing: list[BaseTool] | None = None
+        # Bumped by each list-changed notification: a listing is current while it is the
+        # count the listing started at.
+        self._changes = 0
+        self._listed_at_change = -1
+
+    def __repr__(self) -> str:
+        return f"McpToolset(name={self.name!r})"
+
+    @property
+    def _where(self) -> str:
+        """The server, for this process's log (models and clients read the toolset's name)."""
+        if self.url is not None:
+            return self.url
+        return " ".join([str(self.command), *self.args])
+
+    # --- the listing ------------------------------------------------------------------------
+
+    async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
+        """The server's tools (those of ``tool_filter``); the kept listing while the server
+        announced no change. A server that cannot be reached: the last listing when there is
+        one (its calls then fail as ToolErrors the model reads), else
+        :class:`~adk_mesh.errors.AdkIOError`."""
+        session = self._session
+        kept = self._listing
+        if (
+            kept is not None
+            and self._listed_at_change == self._changes
+            and session is not None
+            and session.usable()
+        ):
+            return kept
+        try:
+            session = await self._open()
+            changes = self._changes
+            declared = await self._list(session)
+        except AdkIOError as error:
+            if kept is not None:
+                logger.warning("MCP server %s: %s; offering its last listing", self._where, error)
+                return kept
+            raise
+        listing: list[BaseTool] = [
+            McpTool(self, tool)
+            for tool in declared
+            if self.tool_filter is None or tool.name in self.tool_filter
+        ]
+        self._listing, self._listed_at_change = listing, changes
+        return listing
+
+    async def _list(self, session: _Session) -> list[Tool]:
+        from mcp import MCPError
+
+        client = session.client
+        found: list[Tool] = []
+        cursor: str | None = None
+        try:
+            for _ in range(MAX_LIST_PAGES):
+                async with asyncio.timeout(self.list_timeout):
+                    page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                found.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except MCPError as error:
+            session.check(error)
+            raise AdkIOError(f"{self.name}: tools/list failed: {error.error.message}") from error
+        except TimeoutError:
+            raise AdkIOError(
+                f"{self.name}: tools/list did not answer within {self.list_timeout:g} s"
+            ) from None
+        except Exception as error:
+            session.check(error)
+            raise AdkIOError(f"{self.name}: tools/list failed: {_reason(error)}") from error
+        return found
+
+    def _listing_changed(self) -> None:
+        self._changes += 1
+
+    # --- the session ------------------------------------------------------------------------
+
+    def _lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._connecting is None or self._lock_loop is not loop:
+            self._connecting, self._lock_loop = asyncio.Lock(), loop
+        return self._connecting
+
+    async def _open(self) -> _Session:
+        """The open session, connecting first when there is none (or it died)."""
+        session = self._session
+        if session is not None and session.usable():
+            return session
+        async with self._lock():
+            session = self._session
+            if session is not None and session.usable():
+                return session
+            if session is not None:
+                await session.close(same_loop_only=True)
+            session = _Session(self)
+            self._session = session
+            try:
+                await session.start(self.connect_timeout)
+            except BaseException:
+                self._session = None
+                raise
+            # Whatever the last session listed may have changed while nobody listened.
+            self._changes += 1
+            return session
+
+    def _client(self, message_handler: MessageHandlerFnT) -> Client:
+        from mcp import Client, StdioServerParameters
+        from mcp.types import Implementation
+
+        target: Any
+        if self.command is not None:
+            target = StdioServerParameters(
+                command=self.command,
+                args=list(self.args),
+                env=self.env or None,
+                cwd=self.cwd,
+            )
+        else:
+            assert self.url is not None
+            target = self._http_transport(self.url)
+        return Client(
+            target,
+            message_handler=message_handler,
+            client_info=Implementation(name="adk-mesh", version=__version__),
+            # The toolset keeps its own listing and asks again on the server's word.
+            cache=None,
+        )
+
+    def _http_transport(self, url: str) -> Any:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        client = create_mcp_http_client(headers=self.headers or None)
+        if self.ca_file is not None:
+            # The SDK's factory sets headers and timeouts; the verification is ours.
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+            client = httpx2.AsyncClient(
+                headers=self.headers or None, timeout=client.timeout, verify=context
+            )
+        return _OwnedHttpTransport(streamable_http_client(url, http_client=client), client)
+
+    async def close(self) -> None:
+        """End the session (a stdio server is stopped). Idempotent; a later listing or call
+        connects again."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close(same_loop_only=True)
+
+
+@dataclass
+class _OwnedHttpTransport:
+    """The streamable-HTTP transport and the HTTP client it was given, closed together."""
+
+    transport: Any
+    http_client: Any
+    _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+
+    async def __aenter__(self) -> Any:
+        await self._stack.enter_async_context(self.http_client)
+        return await self._stack.enter_async_context(self.transport)
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._stack.__aexit__(*exc_info)
+
+
+class _Session:
+    """One open MCP session, held by a task of its own from open to close.
+
+    The SDK's client is a stack of anyio task groups, which the task that entered them must
+    leave: the owner task enters it, reports ready, and waits to be told to close. Requests go
+    through the client from any task of the same loop.
+    """
+
+    def __init__(self, toolset: McpToolset) -> None:
+        self._toolset = toolset
+        self._loop = asyncio.get_running_loop()
+        self._ready: asyncio.Future[None] = self._loop.create_future()
+        self._closing = asyncio.Event()
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+
+    @property
+    def client(self) -> Client:
+        assert self._client is not None
+        return self._client
+
+    def usable(self) -> bool:
+        """Open, in this event loop, and not known to be dead."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - always called from a coroutine
+            return False
+        return (
+            loop is self._loop
+            and self._client is not None
+            and self.failure is None
+            and self._task is not None
+            and not self._task.done()
+        )
+
+    async def start(self, seconds: float) -> None:
+        self._task = self._loop.create_task(self._own(), name=f"mcp session {self._toolset.name}")
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.shield(self._ready)
+        except TimeoutError:
+            await self.close()
+            raise AdkIOError(
+                f"{self._toolset.name}: the MCP server did not open a session within {seconds:g} s"
+            ) from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _own(self) -> None:
+        toolset = self._toolset
+        try:
+            async with toolset._client(self._on_message) as client:
+                self._client = client
+                async with contextlib.AsyncExitStack() as listening:
+                    await self._listen(client, listening)
+                    self._ready.set_result(None)
+                    await self._closing.wait()
+        except BaseException as error:
+            if not self._ready.done():
+                self._ready.set_exception(
+                    AdkIOError(f"{toolset.name}: cannot open the MCP session: {_reason(error)}")
+                )
+                logger.warning(
+                    "cannot open an MCP session with %s: %s", toolset._where, _reason(error)
+                )
+            elif not self._closing.is_set():
+                self.failure = error
+                logger.warning("MCP session with %s ended: %s", toolset._where, _reason(error))
+            if isinstance(error, asyncio.CancelledError):
+                raise
+        finally:
+            self._client = None
+
+    async def _listen(self, client: Client, stack: contextlib.AsyncExitStack) -> None:
+        """Open a ``subscriptions/listen`` stream for tool changes when the server's era has
+        them there (2026-07-28) and it offers them; its events reach :meth:`_on_message`."""
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        tools = client.server_capabilities.tools
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not (
+            tools and tools.list_changed
+        ):
+            return
+        try:
+            await stack.enter_async_context(client.listen(tools_list_changed=True))
+        except Exception as error:
+            logger.info(
+                "MCP server %s offers no tool change stream (%s); its listing is kept",
+                self._toolset._where,
+                _reason(error),
+            )
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, Exception):
+            self.fail(message)
+        elif isinstance(message, ToolListChangedNotification):
+            self._toolset._listing_changed()
+
+    def fail(self, error: BaseException) -> None:
+        """The session is dead: the next listing or call connects again."""
+        if self.failure is None:
+            self.failure = error
+            self._closing.set()
+
+    def check(self, error: Exception) -> None:
+        """After a request failed with ``error`` (an ``MCPError``): a closed connection, or a
+        session whose owner task ended, is dead."""
+        from mcp_types import CONNECTION_CLOSED
+
+        code = getattr(error, "code", None)
+        if code == CONNECTION_CLOSED or (self._task is not None and self._task.done()):
+            self.fail(self.failure or error)
+
+    async def close(self, *, same_loop_only: bool = False) -> None:
+        self._closing.set()
+        task = self._task
+        if task is None or task.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover
+            return
+        if loop is not self._loop:
+            # Its loop is gone or elsewhere; the transport goes with it.
+            if not same_loop_only:  # pragma: no cover
+                task.cancel()
+            return
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await task
+
+
+class McpTool(BaseTool):
+    """One tool of an :class:`McpToolset`, declared as the server declares it (its JSON
+    Schemas made model-friendly: ``$ref`` inlined, ``title`` dropped)."""
+
+    is_remote = True
+
+    def __init__(self, toolset: McpToolset, tool: Tool) -> None:
+        super().__init__(tool.name, tool.description or tool.title or "")
+        self._toolset = toolset
+        schema = _model_friendly(dict(tool.input_schema)) if tool.input_schema else None
+        self._parameters = schema if schema and schema.get("properties") else None
+        self._response = _model_friendly(dict(tool.output_schema)) if tool.output_schema else None
+
+    @property
+    def parameters_schema(self) -> dict[str, Any] | None:
+        return None if self._parameters is None else json.loads(json.dumps(self._parameters))
+
+    @property
+    def response_schema(self) -> dict[str, Any] | None:
+        return None if self._response is None else json.loads(json.dumps(self._response))
+
+    def declaration(self) -> ToolDeclaration:
+        return ToolDeclaration(
+            name=self.name,
+            description=self.description,
+            parameters_schema=self.parameters_schema,
+            response_schema=self.response_schema,
+        )
+
+    async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
+        from mcp import MCPError
+
+        toolset = self._toolset
+        try:
+            session = await toolset._open()
+        except AdkIOError as error:
+            raise ToolError(
+                f"the MCP server of {toolset.name!r} cannot be reached, so {self.name!r} did "
+                f"not run: {error.message}"
+            ) from error
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            fraction = min(1.0, max(0.0, progress / total)) if total else None
+            data: dict[str, Any] = {"progress": progress}
+            if total is not None:
+                data["total"] = total
+            await ctx.report_progress(message or "", data, fraction)
+
+        try:
+            result = await session.client.call_tool(self.name, args, progress_callback=on_progress)
+        except MCPError as error:
+            session.check(error)
+            if session.failure is not None:
+                raise self._lost(error) from error
+            raise ToolError(
+                f"the MCP server refused the call to {self.name!r}: {error.error.message}"
+            ) from error
+        except Exception as error:
+            session.check(error)
+            if session.failure is not None:
+                raise self._lost(error) from error
+            raise ToolError(f"the call to {self.name!r} failed: {_reason(error)}") from error
+        return _response(self.name, result)
+
+    def _lost(self, error: BaseException) -> ToolError:
+        logger.warning(
+            "MCP server %s was lost during a call to %r: %s",
+            self._toolset._where,
+            self.name,
+            _reason(error),
+        )
+        return ToolError(
+            f"the MCP server of {self._toolset.name!r} stopped answering during the call to "
+            f"{self.name!r}; it was not retried (it may have run). The next call connects again."
+        )
+
+
+def _response(name: str, result: CallToolResult) -> dict[str, Any]:
+    """A tool result as the model reads it; an ``isError`` result as a ToolError."""
+    text = _content_text(result.content)
+    if result.is_error:
+        raise ToolError(text or f"the MCP tool {name!r} failed without saying why")
+    if isinstance(result.structured_content, dict):
+        return dict(result.structured_content)
+    return {"result": text}
+
+
+def _content_text(blocks: Sequence[Any]) -> str:
+    """The content blocks of a result as text: text as it is, the rest described."""
+    from mcp.types import (
+        AudioContent,
+        BlobResourceContents,
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextContent,
+        TextResourceContents,
+    )
+
+    pieces: list[str] = []
+    for block in blocks:
+        if isinstance(block, TextContent):
+            pieces.append(block.text)
+        elif isinstance(block, ImageContent | AudioContent):
+            kind = "image" if isinstance(block, ImageContent) else "audio"
+            pieces.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
+        elif isinstance(block, ResourceLink):
+            pieces.append(f"[resource {block.name}: {block.uri}]")
+        elif isinstance(block, EmbeddedResource):
+            resource = block.resource
+            if isinstance(resource, TextResourceContents):
+                pieces.append(resource.text)
+            elif isinstance(resource, BlobResourceContents):
+                pieces.append(f"[resource {resource.uri}, {resource.mime_type or 'binary'}]")
+        else:
+            pieces.append(f"[{getattr(block, 'type', type(block).__name__)} content]")
+    return "\n".join(pieces)
+
+
+def _reason(error: BaseException) -> str:
+    """One line about an error, from inside an exception group when it is one."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+# --- toolsets named by the environment ------------------------------------------------------
+
+
+def mcp_toolsets_from_env(environ: Mapping[str, str] | None = None) -> list[McpToolset]:
+    """The MCP toolsets ``ADK_MESH_MCP_TOOLSETS`` names (what ``adk-mesh up`` sets from a
+    service's ``[services.<name>.mcp.<toolset>]`` tables); none when it is unset.
+
+    The variable holds a JSON object of toolset name to server: ``{"time": {"command":
+    "{python}", "args": ["-m", "mcp_server_time"]}}`` for a stdio server (keys ``command``,
+    ``args``, ``env``, ``cwd``), ``{"url": "...", "headers": {...}}`` for an HTTP one, either
+    with ``tools`` (the names to offer). ``{python}`` in the command or the arguments is this
+    process's Python (``sys.executable``), so a server installed beside adk-mesh runs from the
+    same environment. ``adk-mesh serve tools`` serves these toolsets beside its own tools.
+
+    Raises:
+        ConfigError: the variable is not such a JSON object.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(MCP_TOOLSETS_ENV, "").strip()
+    if not text:
+        return []
+    try:
+        servers = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{MCP_TOOLSETS_ENV} is not JSON: {error}") from None
+    if not isinstance(servers, dict):
+        raise ConfigError(f"{MCP_TOOLSETS_ENV} must be a JSON object of toolset name to server")
+    return [_toolset_from_config(name, server) for name, server in servers.items()]
+
+
+def _toolset_from_config(name: str, server: Any) -> McpToolset:
+    where = f"{MCP_TOOLSETS_ENV} {name!r}"
+    if not isinstance(server, dict):
+        raise ConfigError(f"{where}: expected an object with command or url")
+    unknown = sorted(set(server) - _CONFIG_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {', '.join(unknown)}; "
+            f"known keys: {', '.join(sorted(_CONFIG_KEYS))}"
+        )
+
+    def strings(key: str) -> list[str]:
+        value = server.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"{where}: {key} must be an array of strings")
+        return value
+
+    def table(key: str) -> dict[str, str]:
+        value = server.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(f"{where}: {key} must be an object of strings")
+        return value
+
+    def text(key: str) -> str | None:
+        value = server.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} must be a string")
+        return value
+
+    command = text("command")
+    tools = strings("tools") if "tools" in server else None
+    return McpToolset(
+        command=None if command is None else _with_python(command),
+        args=[_with_python(arg) for arg in strings("args")],
+        env=table("env"),
+        cwd=text("cwd"),
+        url=text("url"),
+        headers=table("headers"),
+        tool_filter=tools,
+        name=name,
+    )
+
+
+def _with_python(value: str) -> str:
+    return value.replace("{python}", sys.executable)

@@ -4,7 +4,7 @@
 
     adk-mesh serve agent MODULE:ATTR --port P [--host H] [--app NAME] [--store URL]
                                      [--artifacts URL] [--memory URL] [--grace SECONDS]
-    adk-mesh serve tools MODULE:ATTR --port P [--host H] [--grace SECONDS]
+    adk-mesh serve tools MODULE:ATTR --port P [--host H] [--grace SECONDS] [--mcp-port P]
     adk-mesh run TARGET "message" [--user U] [--session S] [--app A] [--stream] [--json]
     adk-mesh describe TARGET [--agent NAME] [--json]
     adk-mesh up [ARGS...]
@@ -234,9 +234,9 @@ def _console_logging(level: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from adk_mesh.mesh import AgentServer, ServerLimits, ToolServer
+    from adk_mesh.mesh import AgentServer, ServerLimits
     from adk_mesh.mesh._channel import MeshServer
-    from adk_mesh.mesh._loader import load_agent, load_tools
+    from adk_mesh.mesh._loader import load_agent
     from adk_mesh.mesh.security import server_security_from_arguments
     from adk_mesh.mesh.serve import BindError, describe_server, serve_until_signal
     from adk_mesh.telemetry import configure_telemetry
@@ -264,7 +264,7 @@ def _serve(args: argparse.Namespace) -> int:
                 **a2a_options,
             )
         else:
-            server = ToolServer(load_tools(args.reference), limits=limits)
+            server = _tool_server(args.reference, limits)
         if args.plugin:
             _use_plugins(server, args.plugin)
         # Before the gRPC server starts and before any RemoteAgent or RemoteToolset opens its
@@ -284,6 +284,7 @@ def _serve(args: argparse.Namespace) -> int:
                 mesh_port=args.mesh_port,
                 max_concurrent_calls=args.max_concurrent_calls,
                 max_connection_age=args.max_connection_age or None,
+                mcp_port=getattr(args, "mcp_port", None),
             )
         )
     except (BindError, ConfigError) as error:
@@ -296,6 +297,24 @@ def _serve(args: argparse.Namespace) -> int:
         # After the drain: the spans of the last calls are exported before the process exits.
         telemetry.shutdown()
     return 0
+
+
+def _tool_server(reference: str, limits: Any) -> Any:
+    """The ToolServer of ``serve tools``: the tools ``reference`` names, and beside them the
+    MCP toolsets ``ADK_MESH_MCP_TOOLSETS`` names (``adk-mesh up`` sets it from the service's
+    ``[services.<name>.mcp.<toolset>]`` tables)."""
+    from adk_mesh.mesh import ToolServer
+    from adk_mesh.mesh._loader import load_tools
+    from adk_mesh.tools import Toolset
+    from adk_mesh.tools.mcp import mcp_toolsets_from_env
+
+    tools = load_tools(reference)
+    fronted = mcp_toolsets_from_env()
+    if not fronted:
+        return ToolServer(tools, limits=limits)
+    if isinstance(tools, Toolset):
+        return ToolServer([tools, *fronted], name=tools.name, limits=limits)
+    return ToolServer([*tools, *fronted], limits=limits)
 
 
 def _a2a_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -605,6 +624,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="console log level (default warning); each line written inside an invocation "
             "names its invocation, trace and span",
         )
+    tools.add_argument(
+        "--mcp-port",
+        type=_port,
+        metavar="PORT",
+        help="also serve the tools as a streamable-HTTP MCP server on this port of --host, at "
+        "/mcp (0: any free port); TLS and authentication as the gRPC port's; beyond loopback "
+        "it needs --auth-jwks or --auth-api-keys",
+    )
     agent.add_argument("--app", help="app name of root runs (default: the agent's name)")
     agent.add_argument(
         "--a2a-port",

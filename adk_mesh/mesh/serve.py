@@ -16,8 +16,9 @@ import errno
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
 
-from adk_mesh.errors import AdkIOError
+from adk_mesh.errors import AdkIOError, ConfigError
 from adk_mesh.mesh._channel import (
     DEFAULT_MAX_CONCURRENT_CALLS,
     DEFAULT_MAX_CONNECTION_AGE,
@@ -26,6 +27,9 @@ from adk_mesh.mesh._channel import (
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.security import ServerSecurity, check_transport
 from adk_mesh.mesh.tool_server import ToolServer
+
+if TYPE_CHECKING:
+    from adk_mesh.mesh.mcp_server import McpServer
 
 __all__ = [
     "BindError",
@@ -149,12 +153,18 @@ async def serve_until_signal(
     mesh_port: int | None = None,
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
     max_connection_age: float | None = DEFAULT_MAX_CONNECTION_AGE,
+    mcp_port: int | None = None,
 ) -> None:
     """Serve on ``address`` until SIGTERM or SIGINT, then drain for up to ``grace`` seconds.
 
     With ``mesh_port``, the mesh door listens on that port of the same host (mutual TLS: see
     :mod:`adk_mesh.mesh.security`); its line, ``adk-mesh: mesh door on <host>:<port>``, comes
     just before the ready line.
+
+    With ``mcp_port`` (a :class:`ToolServer` only), its toolset is also served as a
+    streamable-HTTP MCP server on that port of the same host, with the same TLS and
+    authenticators (see :mod:`adk_mesh.mesh.mcp_server`); its line, ``adk-mesh: MCP on
+    <url>``, comes before the ready line. On a signal it stops taking requests first.
 
     Raises:
         PortTakenError: the port is held by another process.
@@ -171,6 +181,9 @@ async def serve_until_signal(
         max_concurrent_calls=max_concurrent_calls,
         max_connection_age=max_connection_age,
     )
+    mcp = None
+    if mcp_port is not None:
+        mcp = await _start_mcp(server, host, mcp_port, security)
     stopping = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
     for number in signals:
@@ -179,11 +192,40 @@ async def serve_until_signal(
         kind, name = describe_server(server)
         if server.mesh_port is not None:
             print(f"adk-mesh: mesh door on {host}:{server.mesh_port} (mutual TLS)", flush=True)
+        if mcp is not None:
+            print(f"adk-mesh: MCP on {mcp.scheme}://{host}:{mcp.port}/mcp", flush=True)
         print(f"adk-mesh: serving {kind} {name} on {host}:{port}", flush=True)
         await stopping.wait()
         print(f"adk-mesh: draining (grace {grace:g}s)", file=sys.stderr, flush=True)
     finally:
         for number in signals:
             loop.remove_signal_handler(number)
+        if mcp is not None:
+            await mcp.stop(grace)
         await server.drain(grace)
     print("adk-mesh: stopped", file=sys.stderr, flush=True)
+
+
+async def _start_mcp(
+    server: MeshServer, host: str, port: int, security: ServerSecurity | None
+) -> McpServer:
+    """The MCP server of a ToolServer's toolset on ``host:port``; the gRPC server is stopped
+    again when it cannot start."""
+    from adk_mesh.mesh.mcp_server import McpServer
+
+    if not isinstance(server, ToolServer):
+        await server.stop()
+        raise ConfigError("--mcp-port serves a toolset: it goes with `adk-mesh serve tools`")
+    mcp = McpServer(
+        server.toolset,
+        name=server.name,
+        limits=server.limits,
+        security=security,
+        plugins=server.plugins,
+    )
+    try:
+        await mcp.start(host, port)
+    except BaseException:
+        await server.stop()
+        raise
+    return mcp

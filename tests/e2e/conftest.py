@@ -45,6 +45,8 @@ class Service:
         )
         self.target = ""
         self.mesh_target = ""
+        #: What the service printed on stdout up to its ready line.
+        self.stdout_seen = ""
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> str:
         """Block until the ready line; return ``127.0.0.1:<port>``."""
@@ -63,6 +65,7 @@ class Service:
             if not chunk:
                 raise AssertionError(f"{self.name} exited before ready: {self.stderr()}")
             buffer += chunk
+        self.stdout_seen = buffer.decode(errors="replace")
         line = buffer.split(READY_PREFIX, 1)[1].split(b"\n", 1)[0].decode()
         self.target = line.rsplit(" on ", 1)[1]
         if MESH_DOOR_PREFIX in buffer:  # printed just before the ready line

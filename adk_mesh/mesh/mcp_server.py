@@ -1,0 +1,384 @@
+"""Serve a Toolset as a streamable-HTTP MCP server (``adk-mesh serve tools ... --mcp-port P``).
+
+Built on the official ``mcp`` SDK's low-level server (``pip install 'adk-mesh[mcp]'``), served
+by uvicorn in the same event loop as the gRPC server, at ``http(s)://host:port/mcp``. Both
+protocol eras are served: a 2025-11-25 client through the ``initialize`` handshake (with an
+``Mcp-Session-Id``), a 2026-07-28 client sessionlessly.
+
+* ``tools/list``: the toolset's tools for this caller, each with its declaration's JSON Schema
+  as ``inputSchema`` (a tool without parameters takes an empty object).
+* ``tools/call``: the tool runs as it would for a remote agent, with a
+  :class:`~adk_mesh.contexts.ToolContext`, the server's tool timeout and its plugins' tool
+  hooks; its progress becomes MCP progress notifications (``progress`` = the fraction and
+  ``total`` = 1 when the tool gives one, else the count of updates so far), its result the
+  ``structuredContent`` and the same JSON as text, its error (a
+  :class:`~adk_mesh.errors.ToolError` or any failure) an ``isError`` result whose text the
+  caller's model reads. An unknown tool is the protocol error ``-32602``, as the MCP
+  specification asks.
+
+**Who calls, in which session.** An MCP call carries no adk-mesh context, so the server
+makes one: the app is the toolset's name; the user is the principal the credentials prove
+(see below), else ``"mcp"``; the session is the MCP session (``Mcp-Session-Id``) when the
+client has one, else a new id for each call; each call is an invocation of its own. The
+state starts empty at each call and what a tool writes to it (or to ``ctx.actions``) is
+dropped: an MCP client has no session of the mesh to write it into. There is no artifact or
+memory store, so a tool that needs one fails with an ``isError`` result.
+
+**Security**, the same as the service's gRPC front door:
+
+* beyond loopback it serves TLS only, with the service's certificate and key (``--tls-cert``,
+  ``--tls-key``), unless ``insecure`` (``--insecure``) says plaintext on a trusted network;
+* with authenticators (``--auth-jwks``, ``--auth-api-keys``), every request needs the same
+  credentials as the gRPC port: ``Authorization: Bearer <token>`` or ``X-API-Key: <key>``;
+  anything else gets HTTP 401;
+* beyond loopback it needs authenticators: on the gRPC port, tools are called only by mesh
+  peers proving themselves with a certificate, and this port must not be an open door next
+  to it. On loopback, without authenticators, it is open to this machine's processes;
+* on loopback, requests must name a loopback ``Host`` (the SDK's DNS-rebinding protection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
+from adk_mesh.errors import AdkIOError, ConfigError, UnauthenticatedError
+from adk_mesh.ids import check_id
+from adk_mesh.mesh._limits import ServerLimits
+from adk_mesh.mesh.auth import Principal, authenticate
+from adk_mesh.mesh.security import ServerSecurity, check_transport, is_loopback
+from adk_mesh.mesh.tool_server import _CallerAgent
+from adk_mesh.plugins._manager import PluginManager, execute_with_plugins
+from adk_mesh.sessions.base import Session
+from adk_mesh.telemetry import _spans as telemetry
+from adk_mesh.tools.base import BaseTool, Toolset
+
+if TYPE_CHECKING:
+    import uvicorn
+    from mcp.server.context import ServerRequestContext
+    from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, Tool
+
+__all__ = ["MCP_PATH", "MCP_USER", "McpServer"]
+
+logger = logging.getLogger("adk_mesh.mesh")
+
+#: Where the MCP endpoint is served.
+MCP_PATH = "/mcp"
+#: The user of a call when the server has no authenticators.
+MCP_USER = "mcp"
+#: The agent name a tool reads from its context when an MCP client calls it.
+MCP_CALLER = "mcp-client"
+_PRINCIPAL = "adk_mesh_principal"
+_STARTUP_TIMEOUT = 30.0
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
+
+
+class McpServer:
+    """A :class:`Toolset` served over MCP's streamable HTTP (see the module docstring).
+
+    Args:
+        toolset: what to serve (a ToolServer's ``toolset``, to serve the same tools).
+        name: the server's name in MCP, and the app name of its calls.
+        limits: the tool timeout of each call (default: ``ServerLimits()``).
+        security: TLS, authenticators and ``insecure``, as the gRPC server has them.
+        plugins: the tool hooks run around each call (a ToolServer's ``plugins``).
+
+    Example::
+
+        mcp = McpServer(tool_server.toolset, name=tool_server.name)
+        port = await mcp.start("127.0.0.1", 0)
+        ...
+        await mcp.stop(grace=5)
+    """
+
+    def __init__(
+        self,
+        toolset: Toolset,
+        *,
+        name: str,
+        limits: ServerLimits | None = None,
+        security: ServerSecurity | None = None,
+        plugins: PluginManager | None = None,
+    ) -> None:
+        self.toolset = toolset
+        self.plugins = plugins
+        self.name = name
+        self.limits = limits or ServerLimits()
+        self.security = security or ServerSecurity()
+        self.port: int | None = None
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.security.tls is None else "https"
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind ``host:port`` (0: any free port), start serving and return the port.
+
+        Raises:
+            ConfigError: plaintext beyond loopback without ``insecure``, or beyond loopback
+                without authenticators; the ``mcp`` extra is not installed.
+            BindError: the address cannot be bound (``PortTakenError``: another process holds
+                the port).
+        """
+        if self._server is not None:
+            raise ConfigError("the MCP server is already started")
+        security = self.security
+        check_transport(f"{host}:{port}", security)
+        if not is_loopback(host) and not security.authenticators:
+            raise ConfigError(
+                f"refusing to serve MCP on {host}, beyond this machine, to anyone: give end-user "
+                "authentication (--auth-jwks or --auth-api-keys); the gRPC port lets only mesh "
+                "peers call these tools"
+            )
+        try:
+            import uvicorn
+        except ModuleNotFoundError as error:  # pragma: no cover - installed with the mcp extra
+            raise ConfigError("serving MCP needs the mcp extra: adk-mesh[mcp]") from error
+        from adk_mesh.mesh.serve import _bind_problem
+
+        problem = _bind_problem(host, port)
+        if problem is not None:
+            raise problem
+        app = self._app(host)
+        listener = _bind(host, port)
+        tls: dict[str, Any] = {}
+        if security.tls is not None:
+            tls = {
+                "ssl_certfile": str(security.tls.cert_file),
+                "ssl_keyfile": str(security.tls.key_file),
+            }
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            server_header=False,
+            **tls,
+        )
+        server = _embedded_uvicorn()(config)
+        task = asyncio.get_running_loop().create_task(server.serve(sockets=[listener]))
+        started = asyncio.ensure_future(server.ready.wait())
+        try:
+            await asyncio.wait(
+                (started, task), timeout=_STARTUP_TIMEOUT, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            started.cancel()
+        if not server.ready.is_set():
+            server.should_exit = True
+            await _finish(task)
+            listener.close()
+            raise AdkIOError(f"the MCP server on {host}:{port} did not start")
+        self._server, self._task = server, task
+        self.port = int(listener.getsockname()[1])
+        if not security.authenticators:
+            logger.info(
+                "MCP on %s:%s: no authenticator; calls run as user %r", host, self.port, MCP_USER
+            )
+        return self.port
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop taking requests; those running get ``grace`` seconds. Idempotent."""
+        server, task = self._server, self._task
+        self._server = self._task = None
+        if server is None or task is None:
+            return
+        server.config.timeout_graceful_shutdown = max(grace, 0.1)
+        server.should_exit = True
+        await _finish(task)
+
+    # --- the MCP side --------------------------------------------------------------------
+
+    def _app(self, host: str) -> _App:
+        from mcp.server.lowlevel import Server
+
+        server: Server[Any] = Server(
+            self.name,
+            version=_version(),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+        if self.security.authenticators:
+            return _Authenticating(app, self.security)
+        return app
+
+    def _invocation(self, ctx: ServerRequestContext[Any, Any]) -> InvocationContext:
+        request = ctx.request
+        principal: Principal | None = None
+        session_id = ""
+        if request is not None:
+            principal = getattr(request.state, _PRINCIPAL, None)
+            session_id = request.headers.get("mcp-session-id", "")
+        try:
+            check_id("the MCP session id", session_id)
+        except Exception:
+            session_id = ""
+        session = Session(
+            id=session_id or f"mcp-{uuid.uuid4().hex}",
+            app_name=self.name,
+            user_id=principal.user_id if principal is not None else MCP_USER,
+            state={},
+        )
+        return InvocationContext(
+            invocation_id=f"e-{uuid.uuid4()}",
+            agent=_CallerAgent(MCP_CALLER),
+            session=session,
+            tool_timeout=self.limits.tool_timeout,
+        )
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: Any
+    ) -> ListToolsResult:
+        from mcp.types import ListToolsResult
+
+        invocation = self._invocation(ctx)
+        tools = await self.toolset.tools(ReadonlyContext(invocation))
+        return ListToolsResult(tools=[_declared(tool) for tool in tools])
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> CallToolResult:
+        from mcp import MCPError
+        from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
+
+        invocation = self._invocation(ctx)
+        tools = await self.toolset.tools(ReadonlyContext(invocation))
+        tool = next((t for t in tools if t.name == params.name), None)
+        if tool is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        args = dict(params.arguments or {})
+        updates = 0
+
+        async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
+            nonlocal updates
+            updates += 1
+            if fraction is not None:
+                await ctx.session.report_progress(fraction, 1.0, message or None)
+            else:
+                await ctx.session.report_progress(float(updates), None, message or None)
+
+        tool_context = ToolContext(invocation, progress=report)
+        with telemetry.trace_tool_call(tool.name, tool, None, args, invocation):
+            response, error = await execute_with_plugins(self.plugins, tool, tool_context, args)
+            if error is not None:
+                telemetry.record_tool_error(error)
+            else:
+                telemetry.record_tool_result(response)
+        if error is not None:
+            return CallToolResult(content=[TextContent(text=error.message)], is_error=True)
+        result = response if response is not None else {}
+        try:
+            text = json.dumps(result, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as unfit:
+            message = f"tool {tool.name!r} returned what cannot be sent back: {unfit}"
+            return CallToolResult(content=[TextContent(text=message)], is_error=True)
+        return CallToolResult(content=[TextContent(text=text)], structured_content=result)
+
+
+def _declared(tool: BaseTool) -> Tool:
+    """The MCP declaration of a tool: its name, description and parameters' JSON Schema."""
+    from mcp.types import Tool
+
+    declaration = tool.declaration()
+    schema = declaration.parameters_schema or {"type": "object", "properties": {}}
+    return Tool(name=declaration.name, description=declaration.description, input_schema=schema)
+
+
+class _Authenticating:
+    """ASGI middleware: a request without credentials the service's authenticators accept
+    gets HTTP 401; the principal of one that has them goes to the handlers in
+    ``request.state``."""
+
+    def __init__(self, app: _App, security: ServerSecurity) -> None:
+        self._app = app
+        self._authenticators = security.authenticators
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        metadata = {
+            key.decode("latin-1").lower(): value.decode("latin-1")
+            for key, value in scope.get("headers", ())
+        }
+        try:
+            principal = await authenticate(self._authenticators, metadata)
+        except UnauthenticatedError as error:
+            body = json.dumps({"error": "unauthorized", "error_description": error.message})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"www-authenticate", b'Bearer realm="adk-mesh"'),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body.encode()})
+            return
+        scope.setdefault("state", {})[_PRINCIPAL] = principal
+        await self._app(scope, receive, send)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    name = host.strip("[]")
+    family = socket.AF_INET6 if ":" in name else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((name, port))
+    except OSError as error:
+        listener.close()
+        raise AdkIOError(f"cannot bind the MCP port {host}:{port}: {error.strerror}") from None
+    listener.listen(128)
+    listener.setblocking(False)
+    return listener
+
+
+async def _finish(task: asyncio.Task[None]) -> None:
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await task
+
+
+def _version() -> str:
+    from adk_mesh._version import __version__
+
+    return __version__
+
+
+def _embedded_uvicorn() -> Any:
+    import uvicorn
+
+    class Embedded(uvicorn.Server):
+        """uvicorn in a loop it does not own: the process's signals stay with the mesh
+        server's drain (``serve_until_signal``), and ``ready`` is set once it listens."""
+
+        def __init__(self, config: uvicorn.Config) -> None:
+            super().__init__(config)
+            self.ready = asyncio.Event()
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                self.ready.set()
+
+    return Embedded

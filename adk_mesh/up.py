@@ -30,6 +30,19 @@ The config lists the services, their ports, the stores and the model::
     # command = ["adk-mesh", "serve", "agent", "my.mod:agent", "--port", "{port}"]
     # command = "adk-mesh serve agent my.mod:agent --port {port}"   # split as a shell would
 
+    [services.tools.mcp.time]                     # an MCP server this service gets as an
+    command = "{python} -m mcp_server_time"       # McpToolset named "time": a stdio server
+    env = { KEY = "value" }                       # (its environment, over the SDK's safe one)
+    cwd = ""                                      # relative to this file; "": the service's
+    tools = ["convert_time"]                      # the tools to offer; absent: all
+    # url = "https://tools.example.com/mcp"       # or a streamable-HTTP server ...
+    # headers = { Authorization = "Bearer ..." }  # ... with these request headers
+
+A service's ``mcp`` tables reach it as ``ADK_MESH_MCP_TOOLSETS`` (JSON; ``{python}`` is the
+service's own Python): ``adk-mesh serve tools`` serves those toolsets beside its own tools, so
+one tool service fronts MCP servers for the whole mesh; a service of your own builds them with
+``adk_mesh.tools.mcp.mcp_toolsets_from_env()``.
+
 An optional ``[gateway]`` table starts the HTTP gateway (``adk-mesh gateway``: google-adk's
 REST and SSE API, and the web UI at ``/ui``) once the services are ready::
 
@@ -68,7 +81,8 @@ before it) and answers the gRPC health check with SERVING. Every service gets
 ``ADK_MESH_TLS_CA``, ``ADK_MESH_TLS_CERT`` and ``ADK_MESH_TLS_KEY`` (its own certificate, for
 its calls to the others) with TLS on, ``ADK_MESH_ARTIFACTS``, ``ADK_MESH_SESSIONS`` (root
 services), ``ADK_MESH_MEMORY`` (root services, when ``memory`` is set: like sessions, memory is
-fed by the turns a root runs), ``ADK_MESH_MODEL`` when a model is configured, and
+fed by the turns a root runs), ``ADK_MESH_MODEL`` when a model is configured,
+``ADK_MESH_MCP_TOOLSETS`` when it has ``mcp`` tables, and
 ``ADK_MESH_TRACE_DIR=<state_dir>/traces`` unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Their
 output is printed line by line, prefixed with the service's name. Ctrl-C or SIGTERM stops them
 all (in reverse order, SIGTERM then, after the grace period, SIGKILL). A port already in use is
@@ -166,6 +180,9 @@ class ServiceSpec:
     root: bool = False
     model: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
+    #: MCP toolsets by name, each a server as ``ADK_MESH_MCP_TOOLSETS`` describes it
+    #: (:func:`adk_mesh.tools.mcp.mcp_toolsets_from_env`).
+    mcp: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def argv(self, host: str, port: int) -> list[str]:
         """The command that starts this service on ``host:port``."""
@@ -287,6 +304,15 @@ def _service_name(name: str) -> str:
     return name
 
 
+def _toolset_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise PydanticCustomError(
+            "toolset_name",
+            "a toolset name is letters, digits, '_' and '-', starting with a letter",
+        )
+    return name
+
+
 def _command(value: object) -> object:
     """``"adk-mesh serve ..."`` split as a shell would; an array is checked as it is."""
     if isinstance(value, str):
@@ -332,6 +358,53 @@ class _Table(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
+class _McpTable(_Table):
+    """``[services.<name>.mcp.<toolset>]``: an MCP server the service gets as a toolset."""
+
+    command: Annotated[list[str] | None, BeforeValidator(_command)] = None
+    env: dict[str, _EnvironmentValue] = {}
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] = {}
+    tools: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _command_or_url(self) -> _McpTable:
+        if (self.command is None) == (not self.url):
+            raise PydanticCustomError(
+                "mcp_command_or_url",
+                "set exactly one of command (a stdio server) or url (streamable HTTP)",
+            )
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise PydanticCustomError(
+                "mcp_url", "url must start with http:// or https://, got {url}", {"url": self.url}
+            )
+        if self.url and (self.env or self.cwd):
+            raise PydanticCustomError(
+                "mcp_stdio_keys", "env and cwd are for a command (stdio), not a url"
+            )
+        if self.command is not None and self.headers:
+            raise PydanticCustomError("mcp_http_keys", "headers are for a url, not a command")
+        return self
+
+    def server(self, root_dir: Path) -> dict[str, Any]:
+        """What ``ADK_MESH_MCP_TOOLSETS`` says of this server."""
+        server: dict[str, Any] = {}
+        if self.command is not None:
+            server["command"], server["args"] = self.command[0], self.command[1:]
+            if self.env:
+                server["env"] = dict(self.env)
+            if self.cwd:
+                server["cwd"] = str((root_dir / self.cwd).resolve())
+        else:
+            server["url"] = self.url
+            if self.headers:
+                server["headers"] = dict(self.headers)
+        if self.tools is not None:
+            server["tools"] = list(self.tools)
+        return server
+
+
 class _ServiceTable(_Table):
     """``[services.<name>]``."""
 
@@ -343,6 +416,7 @@ class _ServiceTable(_Table):
     root: bool = False
     model: str = ""
     env: dict[str, _EnvironmentValue] = {}
+    mcp: dict[Annotated[str, AfterValidator(_toolset_name)], _McpTable] = {}
 
     @model_validator(mode="after")
     def _module_or_command(self) -> _ServiceTable:
@@ -424,7 +498,10 @@ def _where(location: tuple[int | str, ...]) -> str:
     if not parts:
         return ""
     top = str(parts[0])
-    if top == "services" and len(parts) >= 2:
+    if top == "services" and len(parts) >= 4 and parts[2] == "mcp":
+        service, toolset = _toml_key(str(parts[1])), _toml_key(str(parts[3]))
+        table, rest = f"[services.{service}.mcp.{toolset}]", parts[4:]
+    elif top == "services" and len(parts) >= 2:
         table, rest = f"[services.{_toml_key(str(parts[1]))}]", parts[2:]
     elif top in _MeshFile.model_fields:
         table, rest = f"[{top}]", parts[1:]
@@ -446,6 +523,8 @@ def _known_keys(location: tuple[int | str, ...]) -> str:
         model = _GatewayTable
     elif len(location) == 3 and location[0] == "services":
         model = _ServiceTable
+    elif len(location) == 5 and location[0] == "services" and location[2] == "mcp":
+        model = _McpTable
     elif len(location) != 1:
         return ""
     return "; known keys: " + ", ".join(model.model_fields)
@@ -506,6 +585,7 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
             root=table.root,
             model=table.model,
             env=dict(table.env),
+            mcp={toolset: server.server(root_dir) for toolset, server in table.mcp.items()},
         )
         for name, table in parsed.services.items()
     }
@@ -997,6 +1077,10 @@ class Mesh:
         model = spec.model or config.model
         if model:
             env["ADK_MESH_MODEL"] = model
+        if spec.mcp:
+            from adk_mesh.tools.mcp import MCP_TOOLSETS_ENV
+
+            env[MCP_TOOLSETS_ENV] = json.dumps(spec.mcp)
         if not env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             env.setdefault("ADK_MESH_TRACE_DIR", str(config.trace_dir))
         env.update(spec.env)

@@ -42,7 +42,7 @@ TURNS: tuple[tuple[str, str], ...] = (
     ("first", "Check fares from London to Lisbon."),
     ("first", 'Save the itinerary as a note titled "Lisbon in three days".'),
     ("first", "Read back my note lisbon-in-three-days.md"),
-    ("first", "What is the time difference between Lisbon and Tokyo?"),
+    ("first", 'Convert the time in "Europe/Lisbon" at "09:00" to "Asia/Tokyo".'),
     ("first", "Convert 26 km for my morning run."),
     ("first", "Calculate (120 + 80) * 3 for the hotel budget."),
     ("second", "Convert 20 kg of luggage."),

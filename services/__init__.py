@@ -12,8 +12,9 @@ module                what it serves                                            
 ``services.logistics``  agent ``logistics``: time zones, unit conversion, arithmetic    50053
 ``services.writer``     workflow agent ``itinerary_writer``: a LoopAgent, draft then    50054
                         review, until the reviewer calls exit_loop
-``services.tools``      tool service: calculate, convert_units, time_difference,        50055
-                        save_note (artifacts), check_fares (long-running)
+``services.tools``      tool service: calculate, convert_units, save_note (artifacts),  50055
+                        check_fares (long-running), and the MCP time server's
+                        convert_time and get_current_time (an McpToolset, mesh.toml)
 ====================  ==============================================================  =========
 
 Each runs with ``python -m services.<name> --port P`` (0 picks a free port) and equally with

@@ -1,8 +1,10 @@
 """Logistics: time zones, unit conversions and arithmetic, with the tool service's tools.
 
-``logistics`` (an LlmAgent, reached by transfer from the concierge) uses ``time_difference``,
-``convert_units`` and ``calculate``. Conversions without a target unit follow the user's
-preferred system, ``user:units``, which the concierge remembers across sessions.
+``logistics`` (an LlmAgent, reached by transfer from the concierge) uses ``convert_time`` —
+the reference MCP time server's tool (PyPI ``mcp-server-time``), which the tool service fronts
+for the mesh through an ``McpToolset`` (see mesh.toml) — ``convert_units`` and ``calculate``.
+Conversions without a target unit follow the user's preferred system, ``user:units``, which the
+concierge remembers across sessions.
 
 Run it: ``python -m services.logistics --port 50053`` or ``adk-mesh serve agent
 services.logistics:root_agent``.
@@ -28,12 +30,13 @@ def build_agent() -> LlmAgent:
         model=model_from_env(),
         description=DESCRIPTION,
         instruction=(
-            "You handle travel logistics. Use time_difference for clocks and time zones, "
+            "You handle travel logistics. Use convert_time for clocks and time zones (IANA "
+            "names such as Europe/Lisbon and Asia/Tokyo, times as HH:MM), "
             "convert_units for conversions (leave to_unit out unless the user names one: the "
             "user's preferred units apply) and calculate for arithmetic. Answer in one or two "
             "sentences with the tools' results."
         ),
-        tools=[remote_tools("time_difference", "convert_units", "calculate")],
+        tools=[remote_tools("convert_time", "convert_units", "calculate")],
     )
 
 

@@ -3,11 +3,14 @@
 * ``calculate`` — arithmetic on an expression (``(120 + 80) * 3``), safely parsed;
 * ``convert_units`` — distances, weights, temperatures, volumes; with no target unit, the
   user's preferred system (``user:units``, remembered across sessions) decides;
-* ``time_difference`` — the clocks of two cities, through ``zoneinfo``;
 * ``save_note`` — a note saved as a Markdown artifact in the artifact store (read back with
   ``load_artifacts``); with no text it saves the current trip itinerary;
 * ``check_fares`` — a long-running tool that scans (simulated, deterministic) fares and
-  reports its progress as it goes.
+  reports its progress as it goes;
+* and beside them, the MCP toolsets ``ADK_MESH_MCP_TOOLSETS`` names: ``mesh.toml`` gives the
+  service the reference MCP time server (PyPI ``mcp-server-time``, over stdio), so its
+  ``convert_time`` and ``get_current_time`` are served to the whole mesh through an
+  ``McpToolset``.
 
 Run it: ``python -m services.tools --port 50055`` or ``adk-mesh serve tools
 services.tools:tools``. Notes go to ``ADK_MESH_ARTIFACTS`` (default
@@ -23,15 +26,14 @@ import operator
 import os
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, Literal
-from zoneinfo import ZoneInfo
 
 from adk_mesh import ArtifactService, FunctionTool, Part, ToolContext, ToolError
 from adk_mesh.artifacts import artifact_service_from_url
 from adk_mesh.mesh import ToolServer
+from adk_mesh.tools.mcp import mcp_toolsets_from_env
 from services._common import run_service
-from services.catalog import CITIES, CityName, distance_km
+from services.catalog import CityName, distance_km
 
 __all__ = ["build_server", "main", "tools"]
 
@@ -178,32 +180,6 @@ def convert_units(
     }
 
 
-def time_difference(from_city: CityName, to_city: CityName) -> dict[str, Any]:
-    """Compare the clocks of two cities right now (time zones, daylight saving included).
-    Keywords: time, clock, zone, difference, jet lag, o'clock.
-
-    Args:
-        from_city: the city whose clock is the reference.
-        to_city: the other city.
-    """
-    now = datetime.now(UTC)
-    here = now.astimezone(ZoneInfo(CITIES[from_city].timezone))
-    there = now.astimezone(ZoneInfo(CITIES[to_city].timezone))
-    offset_here, offset_there = here.utcoffset(), there.utcoffset()
-    assert offset_here is not None and offset_there is not None
-    hours = (offset_there - offset_here).total_seconds() / 3600
-    if hours == 0:
-        relation = f"{to_city} and {from_city} keep the same time"
-    else:
-        direction = "ahead of" if hours > 0 else "behind"
-        relation = f"{to_city} is {abs(hours):g} hours {direction} {from_city}"
-    summary = (
-        f"{relation}: it is {here:%H:%M} ({here:%a}) in {from_city} and "
-        f"{there:%H:%M} ({there:%a}) in {to_city}."
-    )
-    return {"hours": hours, "summary": summary}
-
-
 def _slug(title: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
     return slug[:60] or "note"
@@ -295,14 +271,15 @@ async def check_fares(
 tools = [
     FunctionTool(calculate),
     FunctionTool(convert_units),
-    FunctionTool(time_difference),
     FunctionTool(save_note),
     FunctionTool(check_fares, is_long_running=True),
 ]
 
 
 def build_server(args: argparse.Namespace | None = None) -> ToolServer:
-    return ToolServer(tools, name="travel_tools")
+    # As `adk-mesh serve tools services.tools:tools` does: the MCP toolsets of the
+    # environment (mesh.toml's [services.tools.mcp.*]) are served beside these tools.
+    return ToolServer([*tools, *mcp_toolsets_from_env()], name="travel_tools")
 
 
 def main(argv: list[str] | None = None) -> int:

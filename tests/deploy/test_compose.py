@@ -234,8 +234,9 @@ def test_a_conversation_through_the_containers_and_its_trace(stack: Stack, tmp_p
         session,
     )
     assert "artifact: lisbon-in-three-days.md v1" in second, second
-    third = _run(stack, ca_file, "What is the time difference between Lisbon and Tokyo?")
-    assert "[logistics]" in third and "time_difference" in third, third
+    # convert_time of the MCP time server the tool service fronts (McpToolset over stdio).
+    third = _run(stack, ca_file, 'Convert the time in "Europe/Lisbon" at "09:00" to "Asia/Tokyo".')
+    assert "[logistics]" in third and "convert_time" in third, third
 
     # Everything the root keeps is in PostgreSQL: the session's events and its turns in memory.
     counted = stack.compose(

@@ -73,7 +73,9 @@ async def test_the_demo_conversation(tmp_path: Path) -> None:
     assert not any("checking" in event.text for event in fares.events if event.partial)
     assert save.artifact_delta() == {"lisbon-in-three-days.md": 1}
     assert "load_artifacts" in read.calls() and "Day 1:" in read.final_text
-    assert clock.transfers() == ["logistics"] and "Tokyo is" in clock.final_text
+    # convert_time of the MCP time server, fronted by the tool service (McpToolset).
+    assert clock.transfers() == ["logistics"] and "convert_time" in clock.calls()
+    assert "Asia/Tokyo" in clock.final_text and "time_difference: +" in clock.final_text
     assert "miles" in run.final_text
     assert "= 600" in budget.final_text
     assert luggage.session_id != prefs.session_id

@@ -79,6 +79,7 @@ __all__ = [
     "caller_context_to_proto",
     "caller_tree_from_proto",
     "caller_tree_to_proto",
+    "card_schemas",
     "content_from_proto",
     "content_to_proto",
     "declaration_from_proto",
@@ -91,6 +92,7 @@ __all__ = [
     "delegation_scope_to_proto",
     "event_from_proto",
     "event_to_proto",
+    "fill_card_schemas",
     "json_from_text",
     "json_from_value",
     "json_to_text",
@@ -859,6 +861,28 @@ def declaration_to_proto(declaration: ToolDeclaration) -> tool_pb2.ToolDeclarati
             message, "response_schema", "response_schema_json", declaration.response_schema
         )
     return message
+
+
+def fill_card_schemas(
+    card: agent_pb2.AgentCard,
+    input_schema: Mapping[str, Any] | None,
+    output_schema: Mapping[str, Any] | None,
+) -> None:
+    """Put an agent's input and output JSON Schemas on its AgentCard (``None``: none)."""
+    if input_schema is not None:
+        _fill_object(card, "input_schema", "input_schema_json", input_schema)
+    if output_schema is not None:
+        _fill_object(card, "output_schema", "output_schema_json", output_schema)
+
+
+def card_schemas(
+    card: agent_pb2.AgentCard,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(input schema, output schema)`` an AgentCard gives (``None``: free text)."""
+    return (
+        _read_object(card, "input_schema", "input_schema_json"),
+        _read_object(card, "output_schema", "output_schema_json"),
+    )
 
 
 def declaration_from_proto(message: tool_pb2.ToolDeclaration) -> ToolDeclaration:

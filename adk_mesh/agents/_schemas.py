@@ -49,7 +49,6 @@ class AgentSchema:
     def __init__(self, source: SchemaSource, *, what: str) -> None:
         self.what = what
         self.model: type[BaseModel] | None = None
-        self._check: _JsonSchemaCheck | None = None
         if isinstance(source, type) and issubclass(source, BaseModel):
             self.model = source
             try:
@@ -66,7 +65,6 @@ class AgentSchema:
         elif isinstance(source, Mapping):
             schema = json.loads(json.dumps(dict(source)))  # a plain JSON copy of ours
             _check_schema(schema, what)
-            self._check = _JsonSchemaCheck(schema)
             self.json_schema = schema
             title = schema.get("title")
             self.name = title if isinstance(title, str) and title else "output"
@@ -80,20 +78,34 @@ class AgentSchema:
                 f"{what} must describe a JSON object (its JSON Schema has type 'object'): "
                 "structured output and tool parameters are objects"
             )
+        self._check = _JsonSchemaCheck(self.json_schema)
 
     def check(self, value: Any) -> dict[str, Any]:
-        """``value`` as a JSON object of this schema (a model's ``model_dump(mode="json")``).
+        """``value`` as a JSON object of this schema: a model's ``model_dump(mode="json")``
+        (pydantic validates, coerces, fills defaults), else :meth:`check_json`'s.
 
         Raises:
             SchemaMismatch: it does not fit.
         """
-        if self.model is not None:
-            try:
-                parsed = self.model.model_validate(value)
-            except pydantic.ValidationError as error:
-                raise SchemaMismatch(_pydantic_errors(error)) from None
-            return parsed.model_dump(mode="json")
-        assert self._check is not None
+        if self.model is None:
+            return self.check_json(value)
+        try:
+            parsed = self.model.model_validate(value)
+        except pydantic.ValidationError as error:
+            raise SchemaMismatch(_pydantic_errors(error)) from None
+        return parsed.model_dump(mode="json")
+
+    def check_json(self, value: Any) -> dict[str, Any]:
+        """``value`` checked against :attr:`json_schema` alone, with the properties it leaves
+        out that declare a ``default`` filled with it. What crosses between agents (an
+        AgentTool's arguments, a child's answer) is checked this way on either side, so a
+        child in another service, known only by its card's JSON Schema, gets the same values
+        and the same messages as in process.
+
+        Raises:
+            SchemaMismatch: it does not fit.
+        """
+        value = _with_defaults(self.json_schema, value)
         errors = self._check.errors(value)
         if errors:
             shown = "; ".join(
@@ -104,9 +116,9 @@ class AgentSchema:
         assert isinstance(value, dict)  # the schema's root is an object
         return value
 
-    def parse(self, text: str) -> dict[str, Any]:
+    def parse(self, text: str, *, as_json: bool = False) -> dict[str, Any]:
         """The JSON object a model answered with in ``text`` (a Markdown code fence around it
-        is tolerated), checked.
+        is tolerated), checked by :meth:`check` (``as_json``: :meth:`check_json`).
 
         Raises:
             SchemaMismatch: not JSON, or JSON that does not fit.
@@ -118,7 +130,24 @@ class AgentSchema:
         except ValueError as error:
             excerpt = raw.strip()[:80]
             raise SchemaMismatch(f"the answer is not JSON ({error}): {excerpt!r}") from None
-        return self.check(value)
+        return self.check_json(value) if as_json else self.check(value)
+
+
+def _with_defaults(schema: Any, value: Any) -> Any:
+    """``value`` with the object properties it lacks that declare a ``default`` given it (a
+    copy; nested objects too)."""
+    if not isinstance(schema, dict) or not isinstance(value, dict):
+        return value
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return value
+    filled = dict(value)
+    for name, prop in properties.items():
+        if name in filled:
+            filled[name] = _with_defaults(prop, filled[name])
+        elif isinstance(prop, dict) and "default" in prop:
+            filled[name] = json.loads(json.dumps(prop["default"]))
+    return filled
 
 
 _JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})

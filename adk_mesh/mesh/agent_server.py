@@ -642,7 +642,7 @@ class AgentServer(MeshServer):
             session=Session(id="", app_name=self.app_name, user_id=""),
         )
         tools = await agent.canonical_tools(ReadonlyContext(ctx), skip_unavailable=True)
-        return agent_pb2.AgentCard(
+        card = agent_pb2.AgentCard(
             name=agent.name,
             description=agent.description,
             sub_agents=[
@@ -654,6 +654,14 @@ class AgentServer(MeshServer):
             agent_type=type(agent).__name__,
             app_name=self.app_name,
         )
+        # What a caller's AgentTool declares for it (the same parameters as in process).
+        schemas = agent.declared_schemas()
+        codec.fill_card_schemas(
+            card,
+            schemas.input.json_schema if schemas.input is not None else None,
+            schemas.output.json_schema if schemas.output is not None else None,
+        )
+        return card
 
 
 DESCRIBE_TIMEOUT = 10.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -10,11 +11,12 @@ import grpc
 import grpc.aio
 
 from adk_mesh import codec
-from adk_mesh.agents.base import BaseAgent, RemoteLocation
+from adk_mesh.agents._schemas import AgentSchema
+from adk_mesh.agents.base import AgentSchemas, BaseAgent, RemoteLocation
 from adk_mesh.agents.delegation import forwarded, scoped_artifacts, scoped_memory
 from adk_mesh.artifacts.base import ArtifactService
 from adk_mesh.contexts import InvocationContext, TransferTarget
-from adk_mesh.errors import AgentError, ConfigError, LlmCallLimitError
+from adk_mesh.errors import AdkError, AgentError, ConfigError, LlmCallLimitError
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import open_channel
@@ -32,6 +34,11 @@ if TYPE_CHECKING:
     from adk_mesh.agents.delegation import Delegation, DelegationOutcome
 
 __all__ = ["RemoteAgent"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a RemoteAgent waits for its service's AgentCard (its schemas).
+DESCRIBE_TIMEOUT = 10.0
 
 
 class RemoteAgent(BaseAgent):
@@ -131,6 +138,7 @@ class RemoteAgent(BaseAgent):
         self._keeps_conversation = keeps_conversation
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
+        self._schemas: AgentSchemas | None = None
 
     @property
     def keeps_conversation(self) -> bool:
@@ -166,6 +174,42 @@ class RemoteAgent(BaseAgent):
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()
+
+    def declared_schemas(self) -> AgentSchemas:
+        """The schemas its service's AgentCard gave, once :meth:`load_schemas` asked."""
+        return self._schemas or AgentSchemas()
+
+    async def load_schemas(self) -> AgentSchemas:
+        """The remote agent's ``input_schema`` / ``output_schema``, from its service's
+        AgentCard (``Describe``), asked once and kept: an ``AgentTool(RemoteAgent(...))``
+        declares the same parameters as for the agent in process. When the card cannot be
+        had (the service is down, refuses the call) the agent is taken as free text for now,
+        with a warning, and asked again next time."""
+        if self._schemas is not None:
+            return self._schemas
+        what = f"remote agent {self.name!r}"
+        try:
+            response = await self._stub().Describe(
+                agent_pb2.DescribeRequest(agent_name=self.agent_name), timeout=DESCRIBE_TIMEOUT
+            )
+            input_schema, output_schema = codec.card_schemas(response.card)
+            schemas = AgentSchemas(
+                input=AgentSchema(input_schema, what=f"the input_schema of {what}")
+                if input_schema is not None
+                else None,
+                output=AgentSchema(output_schema, what=f"the output_schema of {what}")
+                if output_schema is not None
+                else None,
+            )
+        except grpc.RpcError as error:
+            failure = error_from_downstream(error, what, self.target)
+            logger.warning("the schemas of %s are unknown for now: %s", what, failure.message)
+            return AgentSchemas()
+        except AdkError as error:
+            logger.warning("the schemas of %s are unusable: %s", what, error.message)
+            return AgentSchemas()
+        self._schemas = schemas
+        return schemas
 
     def _call_path(self, ctx: InvocationContext) -> tuple[str, ...]:
         if ctx.call_path:

@@ -187,7 +187,7 @@ class AgentTool(BaseTool):
         if schemas.input is not None:
             # As google-adk: the checked arguments, as JSON text, are the child's request.
             try:
-                checked = schemas.input.check(args)
+                checked = schemas.input.check_json(args)
             except SchemaMismatch as mismatch:
                 raise ToolError(
                     f"the arguments do not fit the input_schema of agent {self.agent.name!r}: "
@@ -230,7 +230,7 @@ class AgentTool(BaseTool):
             return {"result": outcome.answer}
         # A structured answer is the response itself, as the object it is (google-adk's too).
         try:
-            return schemas.output.parse(outcome.answer)
+            return schemas.output.parse(outcome.answer, as_json=True)
         except SchemaMismatch as mismatch:
             raise ToolError(
                 f"the answer of agent {self.agent.name!r} does not fit its output_schema "

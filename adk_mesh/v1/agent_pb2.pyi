@@ -204,7 +204,7 @@ class DescribeResponse(_message.Message):
     def __init__(self, card: _Optional[_Union[AgentCard, _Mapping]] = ...) -> None: ...
 
 class AgentCard(_message.Message):
-    __slots__ = ("name", "description", "sub_agents", "tools", "supports_streaming", "agent_type", "app_name")
+    __slots__ = ("name", "description", "sub_agents", "tools", "supports_streaming", "agent_type", "app_name", "input_schema", "output_schema", "input_schema_json", "output_schema_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SUB_AGENTS_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +212,10 @@ class AgentCard(_message.Message):
     SUPPORTS_STREAMING_FIELD_NUMBER: _ClassVar[int]
     AGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     sub_agents: _containers.RepeatedCompositeFieldContainer[AgentSummary]
@@ -219,7 +223,11 @@ class AgentCard(_message.Message):
     supports_streaming: bool
     agent_type: str
     app_name: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sub_agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_tool_pb2.ToolDeclaration, _Mapping]]] = ..., supports_streaming: _Optional[bool] = ..., agent_type: _Optional[str] = ..., app_name: _Optional[str] = ...) -> None: ...
+    input_schema: _struct_pb2.Struct
+    output_schema: _struct_pb2.Struct
+    input_schema_json: str
+    output_schema_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sub_agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_tool_pb2.ToolDeclaration, _Mapping]]] = ..., supports_streaming: _Optional[bool] = ..., agent_type: _Optional[str] = ..., app_name: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
 
 class AgentSummary(_message.Message):
     __slots__ = ("name", "description")

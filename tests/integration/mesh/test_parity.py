@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, Field
 
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
@@ -1838,6 +1839,148 @@ async def a_rejected_tool_confirmation_of_a_served_tool(world: World) -> None:
     await world.new_session()
     await world.turn(agent, "pay the rent")
     await world.confirm(agent, {"confirmed": False})
+
+
+# --- structured agents and instruction templates (issue 18) ----------------------------------
+
+
+class TripRequest(BaseModel):
+    """A trip to plan."""
+
+    destination: str = Field(description="Where to go.")
+    travellers: list[str]
+
+
+TRIP_PLAN: dict[str, Any] = {
+    "title": "TripPlan",
+    "type": "object",
+    "properties": {"destination": {"type": "string"}, "stops": {"type": "array"}},
+    "required": ["destination", "stops"],
+    "additionalProperties": False,
+}
+
+
+def _expect_structured_child(outcome: Outcome) -> None:
+    declared = dict(outcome["seen"]["parent"][0]["tools"])["planner"]
+    assert declared == {
+        "type": "object",
+        "description": "A trip to plan.",
+        "properties": {
+            "destination": {"type": "string", "description": "Where to go."},
+            "travellers": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["destination", "travellers"],
+    }
+    # The checked arguments reached the child as JSON text; a bad call never did.
+    assert [json.loads(text) for text in seen_texts(outcome, "planner")] == [
+        {"destination": "Kyoto", "travellers": ["Ann"]}
+    ]
+    first, second = responses(outcome, "planner")
+    assert "the arguments do not fit the input_schema of agent 'planner'" in first["error"]
+    assert second == {"destination": "Kyoto", "stops": ["Gion"]}  # the answer, as an object
+    assert outcome["state"] == {"plan": {"destination": "Kyoto", "stops": ["Gion"]}}
+
+
+@case(_expect_structured_child)
+async def input_and_output_schema_of_an_agent_tool_child(world: World) -> None:
+    planner = LlmAgent(
+        name="planner",
+        description="Plans trips.",
+        model=world.scripted("planner", ['{"destination": "Kyoto", "stops": ["Gion"]}']),
+        input_schema=TripRequest,
+        output_schema=TRIP_PLAN,
+        output_key="plan",
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted(
+            "parent",
+            [
+                call("planner", {"destination": "Kyoto"}),
+                call("planner", {"destination": "Kyoto", "travellers": ["Ann"]}),
+                "done",
+            ],
+        ),
+        tools=[AgentTool(await world.child(planner))],
+    )
+    await world.turn(parent)
+
+
+def _expect_structured_transfer(outcome: Outcome) -> None:
+    answers = [e for e in outcome["events"] if e["author"] == "planner"]
+    good, bad = answers
+    assert json.loads(good["llm_response"]["content"]["parts"][0]["text"]) == {
+        "destination": "Nara",
+        "stops": [],
+    }
+    assert "error_code" not in good["llm_response"]
+    assert bad["llm_response"]["error_code"] == "OUTPUT_SCHEMA_MISMATCH"
+    assert "stops: is required" in bad["llm_response"]["error_message"]
+    # The first answer's object was saved; the second, not fitting, saved nothing.
+    assert outcome["state"] == {"plan": {"destination": "Nara", "stops": []}}
+
+
+@case(_expect_structured_transfer, into=TRANSFER_CASES)
+async def output_schema_and_output_key_of_a_transfer_target(world: World) -> None:
+    planner = LlmAgent(
+        name="planner",
+        description="Plans trips.",
+        model=world.scripted(
+            "planner", ['{"destination": "Nara", "stops": []}', '{"destination": "Uji"}']
+        ),
+        output_schema=TRIP_PLAN,
+        output_key="plan",
+    )
+    coordinator = LlmAgent(
+        name="coordinator",
+        model=world.scripted("coordinator", [call("transfer_to_agent", {"agent_name": "planner"})]),
+        sub_agents=[await world.child(planner)],
+    )
+    await world.turn(coordinator, "Plan Nara")
+    await world.turn(coordinator, "Now Uji")
+
+
+def _expect_artifact_template(outcome: Outcome) -> None:
+    (request,) = outcome["seen"]["reader"]
+    assert request["system_instruction"] == "The plan: the plan v2. Notes: []."
+    assert responses(outcome, "reader") == [{"result": "read it"}]
+    first, second = responses(outcome, "strict_reader")
+    assert "uses artifact {artifact.missing.txt}, which does not exist" in first["error"]
+    assert second == first
+
+
+@case(_expect_artifact_template)
+async def artifact_templates_of_a_child_whose_artifacts_are_the_callers(world: World) -> None:
+    reader = LlmAgent(
+        name="reader",
+        model=world.scripted("reader", ["read it"]),
+        instruction="The plan: {artifact.plan.txt}. Notes: [{artifact.notes.txt?}].",
+    )
+    strict_reader = LlmAgent(
+        name="strict_reader",
+        model=world.scripted("strict_reader", []),
+        instruction="{artifact.missing.txt}",
+    )
+    parent = LlmAgent(
+        name="parent",
+        model=world.scripted(
+            "parent",
+            [
+                delegate("reader"),
+                delegate("strict_reader"),
+                delegate("strict_reader"),
+                "done",
+            ],
+        ),
+        tools=[
+            AgentTool(await world.child(reader, stores=False)),
+            AgentTool(await world.child(strict_reader, stores=False)),
+        ],
+    )
+    await world.new_session()
+    await world.save("plan.txt", "the plan v1")
+    await world.save("plan.txt", "the plan v2")
+    await world.turn(parent)
 
 
 # --- the suite --------------------------------------------------------------------------------

@@ -38,6 +38,26 @@ The config lists the services, their ports, the stores and the model::
     # url = "https://tools.example.com/mcp"       # or a streamable-HTTP server ...
     # headers = { Authorization = "Bearer ..." }  # ... with these request headers
 
+A2A, both ways: ``a2a_port`` serves a service's agent over A2A too, and ``a2a_agents`` tables
+name the remote A2A agents it may call::
+
+    [services.concierge]
+    a2a_port = 0                                  # adds `--a2a-port 0` to its command line
+                                                  # (adk-mesh serve agent takes it); 0: any
+                                                  # free port; `up` prints the agent card URL
+
+    [services.concierge.a2a_agents.weather]       # a remote A2A agent this service may call,
+    url = "https://weather.example/a2a"           # an A2aAgent named "weather": its base URL
+    description = "Forecasts."                    # for a model choosing; "": the card's
+    binding = "jsonrpc"                           # or "grpc"; absent: the card's first
+    timeout = 60                                  # seconds a call may take; absent: none
+    headers = { x-api-key = "..." }               # sent with every call (credentials)
+
+A service's ``a2a_agents`` tables reach it as ``ADK_MESH_A2A_AGENTS`` (JSON), which
+``adk_mesh.agents.a2a.a2a_agents_from_env()`` turns into ``A2aAgent`` objects for its module to
+place in its tree (``sub_agents=...`` or ``AgentTool(...)``): the agent's code decides where
+they go, the config where they are.
+
 A service's ``mcp`` tables reach it as ``ADK_MESH_MCP_TOOLSETS`` (JSON; ``{python}`` is the
 service's own Python): ``adk-mesh serve tools`` serves those toolsets beside its own tools, so
 one tool service fronts MCP servers for the whole mesh; a service of your own builds them with
@@ -82,7 +102,8 @@ before it) and answers the gRPC health check with SERVING. Every service gets
 its calls to the others) with TLS on, ``ADK_MESH_ARTIFACTS``, ``ADK_MESH_SESSIONS`` (root
 services), ``ADK_MESH_MEMORY`` (root services, when ``memory`` is set: like sessions, memory is
 fed by the turns a root runs), ``ADK_MESH_MODEL`` when a model is configured,
-``ADK_MESH_MCP_TOOLSETS`` when it has ``mcp`` tables, and
+``ADK_MESH_MCP_TOOLSETS`` when it has ``mcp`` tables, ``ADK_MESH_A2A_AGENTS`` when it has
+``a2a_agents`` tables, and
 ``ADK_MESH_TRACE_DIR=<state_dir>/traces`` unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Their
 output is printed line by line, prefixed with the service's name. Ctrl-C or SIGTERM stops them
 all (in reverse order, SIGTERM then, after the grace period, SIGKILL). A port already in use is
@@ -154,6 +175,7 @@ __all__ = [
 DEFAULT_CONFIG = "mesh.toml"
 READY_LINE = re.compile(r"adk-mesh: serving .* on (\S+):(\d+)\s*$")
 MESH_DOOR_LINE = re.compile(r"adk-mesh: mesh door on (\S+):(\d+)\b")
+A2A_CARD_LINE = re.compile(r"adk-mesh: A2A agent card on (\S+)")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _LOG_TAIL = 20
 
@@ -183,6 +205,11 @@ class ServiceSpec:
     #: MCP toolsets by name, each a server as ``ADK_MESH_MCP_TOOLSETS`` describes it
     #: (:func:`adk_mesh.tools.mcp.mcp_toolsets_from_env`).
     mcp: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The A2A port (``--a2a-port``; 0: any free one); ``None``: not served over A2A.
+    a2a_port: int | None = None
+    #: Remote A2A agents by name, each as ``ADK_MESH_A2A_AGENTS`` describes it
+    #: (:func:`adk_mesh.agents.a2a.a2a_agents_from_env`).
+    a2a_agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def argv(self, host: str, port: int) -> list[str]:
         """The command that starts this service on ``host:port``."""
@@ -313,6 +340,17 @@ def _toolset_name(name: str) -> str:
     return name
 
 
+def _agent_name(name: str) -> str:
+    # An A2aAgent's name is an agent name: an identifier (it becomes a transfer target, a
+    # branch segment and a span name), never "user".
+    if not name.isidentifier() or name == "user":
+        raise PydanticCustomError(
+            "agent_name",
+            "an agent name is letters, digits and '_', not starting with a digit (and not 'user')",
+        )
+    return name
+
+
 def _command(value: object) -> object:
     """``"adk-mesh serve ..."`` split as a shell would; an array is checked as it is."""
     if isinstance(value, str):
@@ -405,6 +443,28 @@ class _McpTable(_Table):
         return server
 
 
+class _A2aAgentTable(_Table):
+    """``[services.<name>.a2a_agents.<agent>]``: a remote A2A agent the service may call."""
+
+    url: str
+    description: str = ""
+    binding: Literal["jsonrpc", "grpc"] | None = None
+    timeout: Annotated[float, AfterValidator(_seconds(0, inclusive=False))] | None = None
+    headers: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _http_url(self) -> _A2aAgentTable:
+        if not self.url.startswith(("http://", "https://")):
+            raise PydanticCustomError(
+                "a2a_url", "url must start with http:// or https://, got {url}", {"url": self.url}
+            )
+        return self
+
+    def settings(self) -> dict[str, Any]:
+        """What ``ADK_MESH_A2A_AGENTS`` says of this agent (only the keys set)."""
+        return self.model_dump(exclude_defaults=True)
+
+
 class _ServiceTable(_Table):
     """``[services.<name>]``."""
 
@@ -417,6 +477,8 @@ class _ServiceTable(_Table):
     model: str = ""
     env: dict[str, _EnvironmentValue] = {}
     mcp: dict[Annotated[str, AfterValidator(_toolset_name)], _McpTable] = {}
+    a2a_port: _Port | None = None
+    a2a_agents: dict[Annotated[str, AfterValidator(_agent_name)], _A2aAgentTable] = {}
 
     @model_validator(mode="after")
     def _module_or_command(self) -> _ServiceTable:
@@ -498,9 +560,9 @@ def _where(location: tuple[int | str, ...]) -> str:
     if not parts:
         return ""
     top = str(parts[0])
-    if top == "services" and len(parts) >= 4 and parts[2] == "mcp":
+    if top == "services" and len(parts) >= 4 and parts[2] in ("mcp", "a2a_agents"):
         service, toolset = _toml_key(str(parts[1])), _toml_key(str(parts[3]))
-        table, rest = f"[services.{service}.mcp.{toolset}]", parts[4:]
+        table, rest = f"[services.{service}.{parts[2]}.{toolset}]", parts[4:]
     elif top == "services" and len(parts) >= 2:
         table, rest = f"[services.{_toml_key(str(parts[1]))}]", parts[2:]
     elif top in _MeshFile.model_fields:
@@ -525,6 +587,8 @@ def _known_keys(location: tuple[int | str, ...]) -> str:
         model = _ServiceTable
     elif len(location) == 5 and location[0] == "services" and location[2] == "mcp":
         model = _McpTable
+    elif len(location) == 5 and location[0] == "services" and location[2] == "a2a_agents":
+        model = _A2aAgentTable
     elif len(location) != 1:
         return ""
     return "; known keys: " + ", ".join(model.model_fields)
@@ -586,6 +650,8 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
             model=table.model,
             env=dict(table.env),
             mcp={toolset: server.server(root_dir) for toolset, server in table.mcp.items()},
+            a2a_port=table.a2a_port,
+            a2a_agents={agent: remote.settings() for agent, remote in table.a2a_agents.items()},
         )
         for name, table in parsed.services.items()
     }
@@ -949,6 +1015,7 @@ class _Running:
     ready: asyncio.Future[str]
     reader: asyncio.Task[None] | None = None
     mesh_address: str = ""
+    a2a_card: str = ""
 
 
 class Mesh:
@@ -983,6 +1050,8 @@ class Mesh:
         self.certificates: dict[str, ServiceCertificate] = {}
         #: ``http://host:port`` of the gateway once started (``[gateway]``); else "".
         self.gateway_url = ""
+        #: The agent card URL of each service served over A2A (``a2a_port``), once ready.
+        self.a2a_cards: dict[str, str] = {}
         self._log = log or print_log
         self._env = dict(env or {})
         self._running: list[_Running] = []
@@ -1026,6 +1095,8 @@ class Mesh:
         security flags of ``adk-mesh serve`` (certificate, key, client CA, mesh port and the
         allow-list)."""
         argv = spec.argv(self.config.host, spec.port)
+        if spec.a2a_port is not None:
+            argv += ["--a2a-port", str(spec.a2a_port)]
         certificate = self.certificates.get(spec.name)
         if certificate is None:
             return argv
@@ -1081,6 +1152,10 @@ class Mesh:
             from adk_mesh.tools.mcp import MCP_TOOLSETS_ENV
 
             env[MCP_TOOLSETS_ENV] = json.dumps(spec.mcp)
+        if spec.a2a_agents:
+            from adk_mesh.agents.a2a import A2A_AGENTS_ENV
+
+            env[A2A_AGENTS_ENV] = json.dumps(spec.a2a_agents)
         if not env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             env.setdefault("ADK_MESH_TRACE_DIR", str(config.trace_dir))
         env.update(spec.env)
@@ -1092,8 +1167,8 @@ class Mesh:
         lines = [
             f"{door}port {port} of service {spec.name!r} is already in use on {host}"
             for spec in self.config.services
-            for door, port in (("", spec.port), ("mesh ", spec.mesh_port))
-            if port_in_use(host, port)
+            for door, port in (("", spec.port), ("mesh ", spec.mesh_port), ("A2A ", spec.a2a_port))
+            if port is not None and port_in_use(host, port)
         ]
         gateway = self.config.gateway
         if gateway is not None and port_in_use(host, gateway.port):
@@ -1119,6 +1194,8 @@ class Mesh:
             front, mesh = await self._wait_ready(running)
             self.targets[spec.name] = front
             self.mesh_targets[spec.name] = mesh
+            if running.a2a_card:
+                self.a2a_cards[spec.name] = running.a2a_card
         if config.gateway is not None:
             await self._start_gateway(config.gateway)
 
@@ -1198,6 +1275,9 @@ class Mesh:
             door = MESH_DOOR_LINE.search(line)
             if door and not running.mesh_address:
                 running.mesh_address = _connect_address(f"{door.group(1)}:{door.group(2)}")
+            card = A2A_CARD_LINE.search(line)
+            if card and not running.a2a_card:
+                running.a2a_card = card.group(1)
             found = READY_LINE.search(line)
             if found and not running.ready.done():
                 running.ready.set_result(_connect_address(f"{found.group(1)}:{found.group(2)}"))
@@ -1221,6 +1301,12 @@ class Mesh:
             raise UpError(
                 f"service {spec.name!r} exited with code {code} before it was ready; its last "
                 "output:\n" + "\n".join(running.tail)
+            )
+        if spec.a2a_port is not None and not running.a2a_card:
+            raise UpError(
+                f"service {spec.name!r} is ready but printed no A2A agent card (no `adk-mesh: "
+                "A2A agent card on` line): with a2a_port its command must take --a2a-port, as "
+                "`adk-mesh serve agent` does"
             )
         if spec.name not in self.certificates:
             await _health_check(address, self.config.ready_timeout, spec.name, None)
@@ -1257,6 +1343,7 @@ class Mesh:
         self.targets = {}
         self.mesh_targets = {}
         self.gateway_url = ""
+        self.a2a_cards = {}
         for item in reversed(running):
             if item.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -1378,6 +1465,8 @@ async def _up(config: MeshConfig) -> int:
             front, door = mesh.targets[spec.name], mesh.mesh_targets[spec.name]
             extra = f"  (mesh door {door})" if door != front else ""
             print(f"  {spec.name:<10} {front}{extra}", flush=True)
+            if spec.name in mesh.a2a_cards:
+                print(f"  {'':<10} A2A agent card {mesh.a2a_cards[spec.name]}", flush=True)
         if mesh.gateway_url:
             print(f"  {'gateway':<10} {mesh.gateway_url}  (web UI: {mesh.gateway_url}/ui/)")
         print(_security_summary(config), flush=True)

@@ -3,13 +3,19 @@
 
 The A2A SDK (``a2a-sdk``) loads when the agent first runs, not when this module is imported:
 an agent tree that holds an ``A2aAgent`` is built without it.
+
+``adk-mesh up`` hands a service the remote A2A agents its ``[services.<name>.a2a_agents.<agent>]``
+tables declare as ``ADK_MESH_A2A_AGENTS``; :func:`a2a_agents_from_env` makes them, for the
+service's module to place in its tree (``sub_agents=`` or ``AgentTool``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +38,7 @@ if TYPE_CHECKING:
 
     from adk_mesh.mesh.security import ClientTLS
 
-__all__ = ["A2aAgent", "context_state_key"]
+__all__ = ["A2A_AGENTS_ENV", "A2aAgent", "a2a_agents_from_env", "context_state_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +51,11 @@ _cancellations: set[asyncio.Task[None]] = set()
 
 Binding = Literal["jsonrpc", "grpc"]
 _BINDINGS: dict[str, str] = {"jsonrpc": "JSONRPC", "grpc": "GRPC"}
+
+#: Where ``adk-mesh up`` puts the remote A2A agents ``mesh.toml`` declares for a service: a JSON
+#: object of agent name to its settings (see :func:`a2a_agents_from_env`).
+A2A_AGENTS_ENV = "ADK_MESH_A2A_AGENTS"
+_ENV_KEYS = frozenset({"url", "description", "binding", "timeout", "headers"})
 
 
 def context_state_key(agent_name: str) -> str:
@@ -571,3 +582,65 @@ def _message_of(error: BaseException) -> str:
     message = getattr(error, "message", None)
     text = message if isinstance(message, str) and message else str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def a2a_agents_from_env(environ: Mapping[str, str] | None = None) -> list[A2aAgent]:
+    """The remote A2A agents ``ADK_MESH_A2A_AGENTS`` names (what ``adk-mesh up`` sets from a
+    service's ``[services.<name>.a2a_agents.<agent>]`` tables), in the order given; none when
+    it is unset.
+
+    The variable holds a JSON object of agent name to settings: ``{"weather": {"url":
+    "https://weather.example/a2a", "description": "...", "binding": "grpc", "timeout": 30,
+    "headers": {"x-api-key": "..."}}}`` (only ``url`` is required). Each becomes an
+    :class:`A2aAgent` of that name, for the service's module to place in its tree: a model
+    transfers to it as a sub-agent, or calls it as ``AgentTool(agent)``.
+
+    Raises:
+        ConfigError: the variable is not such a JSON object (the message names the agent and
+            the key).
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(A2A_AGENTS_ENV, "").strip()
+    if not text:
+        return []
+    try:
+        agents = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{A2A_AGENTS_ENV} is not JSON: {error}") from None
+    if not isinstance(agents, dict):
+        raise ConfigError(f"{A2A_AGENTS_ENV} must be a JSON object of agent name to settings")
+    return [_agent_from_config(name, settings) for name, settings in agents.items()]
+
+
+def _agent_from_config(name: str, settings: Any) -> A2aAgent:
+    where = f"{A2A_AGENTS_ENV} {name!r}"
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{where}: expected an object with a url")
+    unknown = sorted(set(settings) - _ENV_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {', '.join(unknown)}; known keys: {', '.join(sorted(_ENV_KEYS))}"
+        )
+    url, description = settings.get("url"), settings.get("description", "")
+    binding, timeout = settings.get("binding"), settings.get("timeout")
+    headers = settings.get("headers", {})
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"{where}: url must be a non-empty string")
+    if not isinstance(description, str):
+        raise ConfigError(f"{where}: description must be a string")
+    if binding is not None and binding not in _BINDINGS:
+        raise ConfigError(f"{where}: binding must be one of {', '.join(_BINDINGS)}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise ConfigError(f"{where}: timeout must be a number of seconds")
+    if not isinstance(headers, dict) or not all(
+        isinstance(value, str) for value in headers.values()
+    ):
+        raise ConfigError(f"{where}: headers must be an object of strings")
+    return A2aAgent(
+        name,
+        url,
+        description=description,
+        binding=binding,
+        timeout=None if timeout is None else float(timeout),
+        headers=headers,
+    )

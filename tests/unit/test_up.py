@@ -126,7 +126,9 @@ A = "[services.a]"
 BOOLEAN = "a boolean (true/false)"
 PORT_RANGE = "expected a port from 0 to 65535 (0 picks a free one)"
 EXPECTED_ENV = "expected a string (or a number)"
-SERVICE_KEYS = "module, command, port, mesh_port, after, root, model, env, mcp"
+SERVICE_KEYS = (
+    "module, command, port, mesh_port, after, root, model, env, mcp, a2a_port, a2a_agents"
+)
 MESH_KEYS = (
     "host, state_dir, sessions, artifacts, memory, model, ready_timeout, grace, env, tls, pki_dir"
 )

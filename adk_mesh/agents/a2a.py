@@ -42,9 +42,12 @@ __all__ = ["A2A_AGENTS_ENV", "A2aAgent", "a2a_agents_from_env", "context_state_k
 
 logger = logging.getLogger(__name__)
 
-#: Seconds to fetch the agent card, and to send ``CancelTask`` when a run is abandoned.
+#: Seconds to fetch the agent card, and to send ``CancelTask`` when a run is abandoned (and,
+#: before that, to wait for the first event that names the remote task).
 CARD_TIMEOUT = 10.0
 CANCEL_TIMEOUT = 5.0
+#: Responses the reader of a call may hold that the run has not taken yet.
+_READ_AHEAD = 64
 _STATE_PREFIX = "a2a_agent."
 #: Cancellations of remote tasks still being sent after their run ended.
 _cancellations: set[asyncio.Task[None]] = set()
@@ -119,8 +122,11 @@ class A2aAgent(BaseAgent):
       a model's error; nothing is raised.
 
     **Cancel and deadline.** Closing the run (the invocation ends, is cancelled, or a parent
-    stops reading) sends ``CancelTask`` for a task still going on. The call is bounded by the
-    invocation's deadline (or ``timeout`` when shorter).
+    stops reading) sends ``CancelTask`` for a task still going on. A2A names a new task only
+    in the server's first event (a client cannot choose its id), so the call's stream is read
+    by a task of its own: a run closed before that event leaves it reading until an event
+    names the task (at most :data:`CANCEL_TIMEOUT` seconds), then the task is cancelled. The
+    call is bounded by the invocation's deadline (or ``timeout`` when shorter).
 
     Args:
         name: this agent's name in the tree (and the author of its events).
@@ -277,9 +283,8 @@ class A2aAgent(BaseAgent):
         except Exception as error:
             failure = self._error(ctx, _code_of(error), _message_of(error))
         finally:
+            # The run ends (closed, cancelled, failed): a remote task going on is cancelled.
             await events.aclose()
-            # The run ends (closed, cancelled, failed) with the remote task going on.
-            self._cancel_remote(remote)
         if failure is not None:
             if pending is not None:
                 yield pending
@@ -310,33 +315,6 @@ class A2aAgent(BaseAgent):
         delta[context_state_key(self.name)] = {"context_id": remote.context_id, "task_id": task_id}
         actions = event.actions.model_copy(update={"state_delta": delta})
         return event.model_copy(update={"actions": actions})
-
-    def _cancel_remote(self, remote: _Remote) -> None:
-        """Send ``CancelTask`` for a remote task the run leaves behind (in the background: the
-        run is being closed)."""
-        client, task_id = self._client, remote.task_id
-        if client is None or not task_id or remote.state in _FINISHED:
-            return
-        remote.state = "TASK_STATE_CANCELED"
-
-        async def cancel() -> None:
-            from a2a.client import ClientCallContext
-            from a2a.types import a2a_pb2
-
-            try:
-                async with asyncio.timeout(CANCEL_TIMEOUT):
-                    await client.cancel_task(
-                        a2a_pb2.CancelTaskRequest(id=task_id),
-                        context=ClientCallContext(service_parameters=dict(self.headers)),
-                    )
-            except Exception as error:  # the run is over: a failed cancel is only logged
-                logger.info(
-                    "A2A agent %r: cancelling task %s failed: %s", self.name, task_id, error
-                )
-
-        task = asyncio.ensure_future(cancel())
-        _cancellations.add(task)
-        task.add_done_callback(_cancellations.discard)
 
     async def _exchange(
         self, ctx: InvocationContext, remote: _Remote
@@ -383,12 +361,16 @@ class A2aAgent(BaseAgent):
         if span is not None:
             parameters.update(trace_headers(trace.set_span_in_context(span)))
         remaining = ctx.time_remaining()
-        call = ClientCallContext(service_parameters=parameters, timeout=remaining)
-        stream: AsyncIterator[a2a_pb2.StreamResponse] = client.send_message(
-            a2a_pb2.SendMessageRequest(message=message), context=call
+        context = ClientCallContext(service_parameters=parameters, timeout=remaining)
+        call = _RemoteCall(
+            self.name,
+            client,
+            client.send_message(a2a_pb2.SendMessageRequest(message=message), context=context),
+            task_id=remote.task_id,
+            headers=self.headers,
         )
         try:
-            async for response in stream:
+            while (response := await call.next()) is not None:
                 for event in await self._events_of(response, remote, ctx):
                     yield event
             for event in await self._artifacts_left(remote, ctx):
@@ -398,10 +380,7 @@ class A2aAgent(BaseAgent):
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
             raise
         finally:
-            closing = getattr(stream, "aclose", None)
-            if closing is not None:
-                with contextlib.suppress(Exception):
-                    await closing()
+            call.close()
             if span is not None:
                 span.end()
 
@@ -563,6 +542,145 @@ _FAILURES = {
     "TASK_STATE_CANCELED": ("A2A_CANCELED", "the remote task was canceled"),
     "TASK_STATE_AUTH_REQUIRED": ("A2A_AUTH_REQUIRED", "the remote agent asks for authentication"),
 }
+
+
+class _End:
+    """The end of a call's stream, in its queue."""
+
+
+_END = _End()
+
+
+class _RemoteCall:
+    """One ``SendStreamingMessage`` call, its stream read by a task of its own.
+
+    The run takes the responses with :meth:`next`. The reader notes the remote task's id and
+    state from every response as it reads it, so that when the run is over (:meth:`close`)
+    a task still going on can be cancelled — even one the run never heard of: a run closed
+    before the first event keeps the reader going (at most :data:`CANCEL_TIMEOUT` seconds)
+    until an event names the task, and then cancels it. The stream is only ever read, and
+    closed, by the reader's task.
+    """
+
+    def __init__(
+        self,
+        agent_name: str,
+        client: Client,
+        stream: AsyncIterator[a2a_pb2.StreamResponse],
+        *,
+        task_id: str,
+        headers: Mapping[str, str],
+    ) -> None:
+        self._agent_name = agent_name
+        self._client = client
+        self._headers = dict(headers)
+        #: The remote task (known from the start when the message continues one) and its
+        #: last state, as the reader saw them.
+        self.task_id = task_id
+        self.state = ""
+        self._queue: asyncio.Queue[a2a_pb2.StreamResponse | BaseException | _End] = asyncio.Queue(
+            _READ_AHEAD
+        )
+        self._closed = False
+        self._reader = asyncio.ensure_future(self._read(stream))
+
+    async def next(self) -> a2a_pb2.StreamResponse | None:
+        """The next response; ``None`` once the stream ended.
+
+        Raises:
+            Exception: what reading the stream raised.
+        """
+        item = await self._queue.get()
+        if isinstance(item, _End):
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def _read(self, stream: AsyncIterator[a2a_pb2.StreamResponse]) -> None:
+        outcome: BaseException | _End = _END
+        try:
+            async for response in stream:
+                self._note(response)
+                if not self._closed:
+                    await self._queue.put(response)
+                elif self.task_id:
+                    break  # closed, and now the task can be named: close() cancels it
+        except Exception as error:
+            outcome = error
+        finally:
+            closing = getattr(stream, "aclose", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing()
+        if not self._closed:
+            await self._queue.put(outcome)
+
+    def _note(self, response: a2a_pb2.StreamResponse) -> None:
+        from a2a.types import a2a_pb2
+
+        kind = response.WhichOneof("payload")
+        task_id = ""
+        if kind == "task":
+            task_id = response.task.id
+            self.state = a2a_pb2.TaskState.Name(response.task.status.state)
+        elif kind == "status_update":
+            task_id = response.status_update.task_id
+            self.state = a2a_pb2.TaskState.Name(response.status_update.status.state)
+        elif kind == "artifact_update":
+            task_id = response.artifact_update.task_id
+        elif kind == "message":
+            self.state = "TASK_STATE_COMPLETED"  # a direct reply: no task goes on
+        if task_id and not self.task_id:
+            self.task_id = task_id
+
+    def close(self) -> None:
+        """The run is over: cancel a remote task still going on (in the background, as the
+        run is being closed), once it is named (see the class docstring)."""
+        if self._closed:
+            return
+        self._closed = True
+        while not self._queue.empty():  # a reader waiting to hand a response over goes on
+            self._queue.get_nowait()
+        if self._reader.done() and (not self.task_id or self.state in _FINISHED):
+            return
+        task = asyncio.ensure_future(self._settle())
+        _cancellations.add(task)
+        task.add_done_callback(_cancellations.discard)
+
+    async def _settle(self) -> None:
+        if not self.task_id and not self._reader.done():
+            # The first event has not come: read on until one names the task.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CANCEL_TIMEOUT):
+                    await asyncio.wait([self._reader])
+        if not self._reader.done():
+            self._reader.cancel()
+            await asyncio.wait([self._reader])  # its stream closed (what it raised is moot)
+        if not self.task_id or self.state in _FINISHED:
+            if not self.task_id:
+                logger.info(
+                    "A2A agent %r: no event named the remote task within %gs; it is not cancelled",
+                    self._agent_name,
+                    CANCEL_TIMEOUT,
+                )
+            return
+        from a2a.client import ClientCallContext
+        from a2a.types import a2a_pb2
+
+        try:
+            async with asyncio.timeout(CANCEL_TIMEOUT):
+                await self._client.cancel_task(
+                    a2a_pb2.CancelTaskRequest(id=self.task_id),
+                    context=ClientCallContext(service_parameters=dict(self._headers)),
+                )
+        except Exception as error:  # the run is over: a failed cancel is only logged
+            logger.info(
+                "A2A agent %r: cancelling task %s failed: %s",
+                self._agent_name,
+                self.task_id,
+                error,
+            )
 
 
 class _Unavailable(Exception):

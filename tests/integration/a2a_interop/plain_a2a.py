@@ -7,6 +7,8 @@ A2A tests.
 * ``file`` — an artifact holding raw bytes (``report.txt``), then completes;
 * ``wait`` — streams a chunk ``waiting``, then works until it is cancelled (``started`` is
   set once it waits);
+* ``hold`` — sends nothing at all (``received`` is set) until ``release`` is set, then does
+  as ``wait``: the first event, which names the task, comes only then;
 * ``fail`` — the task fails with the message ``boom``;
 * ``ask`` — input-required, asking ``which city?``; the next message on the task completes it.
 
@@ -51,6 +53,8 @@ class PlainExecutor(AgentExecutor):
     seen: list[Seen] = field(default_factory=list)
     started: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    received: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         state = context.call_context.state
@@ -70,6 +74,9 @@ class PlainExecutor(AgentExecutor):
             )
         )
         updater = TaskUpdater(event_queue, str(context.task_id), str(context.context_id))
+        if text == "hold":
+            self.received.set()
+            await self.release.wait()
         if context.current_task is None:
             await event_queue.enqueue_event(
                 a2a_pb2.Task(
@@ -104,7 +111,7 @@ class PlainExecutor(AgentExecutor):
                 name="report.txt",
             )
             await updater.complete()
-        elif word == "wait":
+        elif word in ("wait", "hold"):
             await updater.add_artifact([a2a_pb2.Part(text="waiting")], artifact_id="w")
             self.started.set()
             await asyncio.Event().wait()

@@ -157,6 +157,39 @@ async def test_cancelling_the_invocation_cancels_the_remote_task(binding: str) -
         await remote.close()
 
 
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_run_cancelled_before_the_first_event_cancels_the_task_once_named(
+    binding: str,
+) -> None:
+    executor = PlainExecutor()
+    async with plain_server(executor) as plain:
+        remote = A2aAgent("plain", plain.url, binding=binding)  # type: ignore[arg-type]
+        runner, session_id = await _runner(remote)
+        turn = asyncio.ensure_future(_turn(runner, session_id, "hold"))
+        await asyncio.wait_for(executor.received.wait(), 10)
+        # The server has the message but has sent nothing: the task has no id here yet.
+        turn.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await turn
+        assert not executor.cancelled.is_set()
+        executor.release.set()  # the first event, naming the task, comes only now
+        await asyncio.wait_for(executor.cancelled.wait(), 10)
+        await remote.close()
+
+
+async def test_a_deadline_before_the_first_event_cancels_the_task_once_named() -> None:
+    executor = PlainExecutor()
+    async with plain_server(executor) as plain:
+        remote = A2aAgent("plain", plain.url, timeout=0.5)
+        runner, session_id = await _runner(remote)
+        events = await _turn(runner, session_id, "hold")
+        assert events[-1].llm_response.error_code == "DEADLINE_EXCEEDED"
+        assert executor.received.is_set() and not executor.cancelled.is_set()
+        executor.release.set()
+        await asyncio.wait_for(executor.cancelled.wait(), 10)
+        await remote.close()
+
+
 async def test_the_deadline_ends_the_run_with_an_error_event_and_cancels() -> None:
     executor = PlainExecutor()
     async with plain_server(executor) as plain:

@@ -51,9 +51,15 @@ certificate (:class:`~adk_mesh.mesh.ServerSecurity`; not reloaded when the files
 the gRPC ports: restart to rotate) and refuses plaintext beyond loopback unless ``insecure``;
 both bindings authenticate with the server's authenticators (``authorization: Bearer`` or
 ``x-api-key``; UNAUTHENTICATED / HTTP 401 otherwise), and tasks are kept per user. The HTTP
-port takes at most ``max_concurrent_calls`` requests at once (503 beyond) and bodies up to
-:data:`~adk_mesh.mesh._channel.MAX_MESSAGE_BYTES` (413 beyond); at most ``max_concurrent_calls``
-runs go on at once across both bindings (a message beyond is ``rejected``). Tasks are kept in
+port serves at most ``max_concurrent_calls`` JSON-RPC requests at once (a stream counts until
+it ends): one beyond is answered at once, never queued, with a JSON-RPC error
+(:data:`BUSY_ERROR_CODE`, ``"busy: ..."``; what a2a-sdk's client raises as ``JSON-RPC Error
+-32000: busy: ...``) — the gRPC binding's calls count toward the gRPC port's limit
+(RESOURCE_EXHAUSTED beyond). Open connections, idle keep-alive ones included, are bounded at
+:data:`CONNECTIONS_PER_CALL` times that (uvicorn's plain 503 beyond). Bodies go up to
+:data:`~adk_mesh.mesh._channel.MAX_MESSAGE_BYTES` (413 beyond). At most
+``max_concurrent_calls`` runs go on at once across both bindings (a message beyond is
+``rejected``). Tasks are kept in
 memory, per process: ``GetTask`` and ``SubscribeToTask`` reach the tasks of this replica.
 """
 
@@ -129,7 +135,14 @@ from adk_mesh.telemetry._providers import get_tracer
 from adk_mesh.types import Content, Event, FunctionCall, Part
 from adk_mesh.v1 import agent_pb2
 
-__all__ = ["A2A_GRPC_SERVICE", "ANONYMOUS_USER", "RESPONSE_ARTIFACT", "A2aAgentServer"]
+__all__ = [
+    "A2A_GRPC_SERVICE",
+    "ANONYMOUS_USER",
+    "BUSY_ERROR_CODE",
+    "CONNECTIONS_PER_CALL",
+    "RESPONSE_ARTIFACT",
+    "A2aAgentServer",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +153,15 @@ ANONYMOUS_USER = "anonymous"
 RESPONSE_ARTIFACT = "response"
 #: Seconds ``CancelTask`` waits for the cancelled run to record how it ended.
 CANCEL_WAIT = 5.0
+#: Seconds a drain gives the runs it cancelled once its grace is over to send their last
+#: status (``canceled``) before the ports close.
+DRAIN_FLUSH = 1.0
+#: The JSON-RPC error code of a request over the HTTP port's limit: in JSON-RPC's range of
+#: implementation-defined server errors, apart from the codes A2A defines (-32001 and on).
+BUSY_ERROR_CODE = -32000
+#: Open connections of the HTTP port, per request it serves at once (a backstop: idle
+#: keep-alive connections of well-behaved clients stay well below it).
+CONNECTIONS_PER_CALL = 4
 _PROTOCOL_VERSION = "1.0"
 _CALL_STATE = "adk_mesh.a2a_call"
 _SCOPE_CALL = "adk_mesh.a2a_call"
@@ -505,6 +527,12 @@ class _Executor(AgentExecutor):
             return
         await publisher.finish()
 
+    def cancel_all(self) -> None:
+        """Cancel every run going on, as ``CancelTask`` does: each task ends ``canceled``."""
+        for task_id, (run, _) in list(self._runs.items()):
+            self._cancelled.add(task_id)
+            run.cancel()
+
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = str(context.task_id)
         running = self._runs.get(task_id)
@@ -598,12 +626,16 @@ def _jsonrpc_method(body: bytes) -> str:
 
 
 class _HttpDoor:
-    """ASGI middleware of the A2A HTTP port: the body bound, authentication (the card is open)
-    and the request's SERVER span."""
+    """ASGI middleware of the A2A HTTP port: the limit on requests at once, the body bound,
+    authentication (the card is open) and the request's SERVER span."""
 
-    def __init__(self, app: Any, authenticators: tuple[Authenticator, ...]) -> None:
+    def __init__(
+        self, app: Any, authenticators: tuple[Authenticator, ...], max_requests: int
+    ) -> None:
         self._app = app
         self._authenticators = authenticators
+        self._max_requests = max_requests
+        self._in_flight = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -612,6 +644,24 @@ class _HttpDoor:
         if scope["method"] == "GET" and scope["path"] == AGENT_CARD_WELL_KNOWN_PATH:
             await self._app(scope, receive, send)
             return
+        if self._in_flight >= self._max_requests:
+            # Refused before the body is read: the refusals cost no memory either.
+            busy = (
+                f"busy: this A2A port serves {self._max_requests} requests at once; "
+                "send it again later"
+            )
+            error = {"code": BUSY_ERROR_CODE, "message": busy}
+            await _respond(
+                send, 200, {"jsonrpc": "2.0", "id": None, "error": error}, (b"retry-after", b"1")
+            )
+            return
+        self._in_flight += 1
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            self._in_flight -= 1
+
+    async def _serve(self, scope: Any, receive: Any, send: Any) -> None:
         body = await _read_body(scope, receive, send)
         if body is None:
             return
@@ -856,6 +906,7 @@ class A2aAgentServer(AgentServer):
         self._http: Any = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_stopping: asyncio.Future[None] | None = None
+        self._handler_closed = False
 
     def _register(self, server: grpc.aio.Server) -> None:
         super()._register(server)
@@ -937,7 +988,7 @@ class A2aAgentServer(AgentServer):
             *create_agent_card_routes(self.a2a_card),
             *create_jsonrpc_routes(self._handler, "/", context_builder=_HttpContextBuilder()),
         ]
-        app = _HttpDoor(Starlette(routes=routes), security.authenticators)
+        app = _HttpDoor(Starlette(routes=routes), security.authenticators, max_concurrent_calls)
         tls = security.tls
         config = uvicorn.Config(
             app,
@@ -945,7 +996,9 @@ class A2aAgentServer(AgentServer):
             lifespan="off",
             ssl_certfile=str(tls.cert_file) if tls is not None else None,
             ssl_keyfile=str(tls.key_file) if tls is not None else None,
-            limit_concurrency=max_concurrent_calls,
+            # A backstop on connections: uvicorn counts idle keep-alive ones (and the one at
+            # hand), so the requests themselves are limited by the door, with an A2A error.
+            limit_concurrency=max_concurrent_calls * CONNECTIONS_PER_CALL,
             proxy_headers=False,
             server_header=False,
         )
@@ -982,17 +1035,29 @@ class A2aAgentServer(AgentServer):
             server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._handler.aclose()
 
     async def drain(self, grace: float) -> None:
-        """Drain both: the HTTP port stops accepting and lets requests in flight finish within
-        ``grace`` while the gRPC ports drain (see :meth:`MeshServer.drain`)."""
-        await asyncio.gather(self._stop_http(grace), super().drain(grace))
+        """Drain both: the HTTP port stops accepting while the gRPC ports drain (see
+        :meth:`MeshServer.drain`); a run still going on after ``grace`` seconds is cancelled
+        as ``CancelTask`` would, so that its stream ends with the task ``canceled`` (and the
+        Runner records the interruption) rather than with a cut connection: the ports close
+        once those streams ended, at most :data:`DRAIN_FLUSH` seconds later."""
+        cutoff = asyncio.get_running_loop().call_later(grace, self._executor.cancel_all)
+        try:
+            await asyncio.gather(
+                self._stop_http(grace + DRAIN_FLUSH), super().drain(grace + DRAIN_FLUSH)
+            )
+        finally:
+            cutoff.cancel()
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop the HTTP port, then the gRPC ports (see :meth:`AgentServer.stop`)."""
+        """Stop the HTTP port, then the gRPC ports (see :meth:`AgentServer.stop`); then the
+        request handler the two bindings share (its tasks), once neither serves a stream."""
         await self._stop_http(grace)
         await super().stop(grace)
+        if not self._handler_closed:
+            self._handler_closed = True
+            await self._handler.aclose()
 
 
 def _url_host(host: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from a2a.types import a2a_pb2
 from a2a.utils.constants import TransportProtocol
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
+from adk_mesh.cli import main
 from tests.e2e.conftest import START_TIMEOUT, Service, service_env
 from tests.e2e.test_tracing_e2e import SERVER, Receiver, _env
 
@@ -129,3 +131,32 @@ async def test_the_trace_continues_across_the_a2a_hop(tmp_path: Path) -> None:
     finally:
         await asyncio.to_thread(service.stop)
         await collector.stop(None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a2a_url_is_what_the_card_advertises(tmp_path: Path) -> None:
+    port = _free_port()
+    public = "https://agents.example.com/researcher"
+    args = ["agent", APP, "--a2a-port", str(port), "--a2a-url", public]
+    service = Service("a2a-url", args, service_env(tmp_path), tmp_path / "a2a-url.log")
+    try:
+        base = await asyncio.to_thread(_a2a_base, service)
+        assert base == public  # the line printed names the public URL
+        async with httpx.AsyncClient() as http:
+            card = await A2ACardResolver(http, f"http://127.0.0.1:{port}").get_agent_card()
+        interfaces = {i.protocol_binding: i.url for i in card.supported_interfaces}
+        assert interfaces["JSONRPC"] == f"{public}/"
+        assert interfaces["GRPC"].startswith("agents.example.com:")
+    finally:
+        await asyncio.to_thread(service.stop)
+
+
+def test_a2a_url_without_a2a_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["serve", "agent", APP, "--port", "0", "--a2a-url", "https://a.example"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == "error: --a2a-url goes with --a2a-port"

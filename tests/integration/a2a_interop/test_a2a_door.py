@@ -18,14 +18,14 @@ import pytest
 from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
 from a2a.types import a2a_pb2
-from a2a.utils.constants import TransportProtocol
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
 from a2a.utils.errors import A2AError
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
 from adk_mesh import A2aAgent, InMemorySessionService, LlmAgent, Runner
 from adk_mesh.mesh import ServerSecurity
-from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, A2aAgentServer
+from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, CONNECTIONS_PER_CALL, A2aAgentServer
 from adk_mesh.mesh.auth import JwtAuthenticator
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Content
@@ -293,4 +293,30 @@ async def test_the_card_advertises_the_public_url() -> None:
             f"agents.example.com:{grpc_port})"
         ]
     finally:
+        await server.stop(1)
+
+
+async def test_open_connections_are_bounded_as_a_backstop() -> None:
+    server = A2aAgentServer(LlmAgent(name="greeter", model=ScriptedModel([])))
+    await server.start("127.0.0.1:0", max_concurrent_calls=1)
+    idle: list[asyncio.StreamWriter] = []
+    try:
+        assert server.a2a_port is not None
+        # CONNECTIONS_PER_CALL connections per request served at once, idle ones included.
+        for _ in range(CONNECTIONS_PER_CALL - 1):
+            _, writer = await asyncio.open_connection("127.0.0.1", server.a2a_port)
+            idle.append(writer)
+        async with httpx.AsyncClient() as http:
+            url = f"http://127.0.0.1:{server.a2a_port}{AGENT_CARD_WELL_KNOWN_PATH}"
+            assert (await http.get(url)).status_code == 503
+            for writer in idle:
+                writer.close()
+                await writer.wait_closed()
+            idle.clear()
+            while (response := await http.get(url)).status_code == 503:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # until the server noticed the closed connections
+            assert response.status_code == 200
+    finally:
+        for writer in idle:
+            writer.close()
         await server.stop(1)

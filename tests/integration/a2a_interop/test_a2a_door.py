@@ -168,7 +168,11 @@ async def test_a_request_over_the_http_ports_limit_is_refused_at_once() -> None:
             await _send(other, _message("me too", "ctx-2"))
         assert not held.done()
         assert server.a2a_port is not None
-        assert (await _card(server.a2a_port)).name == "slow"  # the card is always served
+        assert (await _card(server.a2a_port)).name == "slow"  # the card is not counted
+        async with httpx.AsyncClient() as http:  # as any JSON-RPC client reads it
+            raw = await http.post(f"http://127.0.0.1:{server.a2a_port}/", json={"id": 7})
+        assert (raw.status_code, raw.headers["retry-after"]) == (200, "1")
+        assert raw.json()["error"]["code"] == -32000
         release.set()
         responses = await held
         assert responses[-1].status_update.status.state == State.TASK_STATE_COMPLETED
@@ -201,6 +205,27 @@ async def test_runs_beyond_the_limit_are_rejected_across_both_bindings() -> None
         assert not await server.session_service.get_session(
             app_name="slow", user_id=ANONYMOUS_USER, session_id="ctx-2"
         )
+        release.set()
+        await held
+        await holder.close()
+        await other.close()
+    finally:
+        await server.stop(1)
+
+
+async def test_a_grpc_call_over_the_grpc_ports_limit_is_refused() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+    server = A2aAgentServer(_held_agent(started, release))
+    await server.start("127.0.0.1:0", max_concurrent_calls=1)
+    try:
+        holder = await _client(server, TransportProtocol.GRPC)
+        held = asyncio.ensure_future(_send(holder, _message("go", "ctx-1")))
+        await asyncio.wait_for(started.wait(), 10)
+        other = await _client(server, TransportProtocol.GRPC)
+        # The gRPC server's own limit, as for a Run: refused, not queued.
+        with pytest.raises(A2AClientError, match="RESOURCE_EXHAUSTED"):
+            await _send(other, _message("me too", "ctx-2"))
+        assert not held.done()
         release.set()
         await held
         await holder.close()

@@ -41,12 +41,15 @@ The config lists the services, their ports, the stores and the model::
 A2A, both ways: ``a2a_port`` serves a service's agent over A2A too, and ``a2a_agents`` tables
 name the remote A2A agents it may call::
 
-    [services.concierge]
+    [services.desk]
+    command = "adk-mesh serve agent my.mod:agent --host {host} --port {port}"
+    port = 50060
     a2a_port = 0                                  # adds `--a2a-port 0` to its command line
-                                                  # (adk-mesh serve agent takes it); 0: any
-                                                  # free port; `up` prints the agent card URL
+                                                  # (adk-mesh serve agent takes it; a module
+                                                  # must accept it); 0: any free port; `up`
+                                                  # prints the agent card URL
 
-    [services.concierge.a2a_agents.weather]       # a remote A2A agent this service may call,
+    [services.desk.a2a_agents.weather]            # a remote A2A agent this service may call,
     url = "https://weather.example/a2a"           # an A2aAgent named "weather": its base URL
     description = "Forecasts."                    # for a model choosing; "": the card's
     binding = "jsonrpc"                           # or "grpc"; absent: the card's first

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -67,10 +68,14 @@ from adk_mesh.v1 import agent_pb2, content_pb2, event_pb2, tool_pb2
 __all__ = [
     "ABRIDGED_PART_BYTES",
     "ABRIDGED_TEXT_CHARS",
+    "DECODED_EVENTS",
     "DEFAULT_HISTORY_MAX_BYTES",
     "DEFAULT_HISTORY_MAX_EVENTS",
+    "ENCODED_EVENTS",
     "MAX_JSON_DEPTH",
     "STRUCT_MAX_DEPTH",
+    "DecodedEvents",
+    "EncodedEvents",
     "abridged_event",
     "actions_from_proto",
     "actions_to_proto",
@@ -929,6 +934,10 @@ def caller_context_to_proto(ctx: ReadonlyContext) -> tool_pb2.CallerContext:
 #: limit, leaving room for the state and the rest of the request).
 DEFAULT_HISTORY_MAX_EVENTS = 1000
 DEFAULT_HISTORY_MAX_BYTES = 8 * 1024 * 1024
+#: A window that ``max_events`` cuts starts at a multiple of ``max_events // WINDOW_STEPS``:
+#: it holds between three quarters of ``max_events`` and all of them, and its start moves
+#: once every quarter of the window.
+WINDOW_STEPS = 4
 
 
 def session_view_to_proto(
@@ -936,71 +945,97 @@ def session_view_to_proto(
     *,
     max_events: int = DEFAULT_HISTORY_MAX_EVENTS,
     max_bytes: int = DEFAULT_HISTORY_MAX_BYTES,
+    into: agent_pb2.SessionView | None = None,
 ) -> agent_pb2.SessionView:
     """What a delegated run may see of ``session``: its state and a window of its history.
 
     The window is the newest non-partial events, oldest first: at most ``max_events`` of them
-    and ``max_bytes`` of encoded events. Walking back from the newest event, a large event
-    (over an eighth of ``max_bytes``) that does not fit what is left of the window is sent
-    abridged (:func:`abridged_event`: each part over :data:`ABRIDGED_PART_BYTES` replaced by a
-    placeholder), so one huge tool result does not push the rest of the conversation out; the
-    window ends at the first other event that does not fit (or large one that does not fit
-    even abridged). An event that cannot be carried as it is (a value the wire refuses) is sent
-    abridged too, never failing the view. ``omitted_events`` counts the older events left out,
-    ``abridged_event_ids`` names the abridged ones. Only the window is encoded, so the cost does
-    not grow with the history.
+    and ``max_bytes`` of encoded events; when ``max_events`` leaves events out, it starts at a
+    multiple of a quarter of ``max_events`` (:data:`WINDOW_STEPS`) in the session's history, so
+    that it moves in steps as the conversation grows. Walking back from the newest event, a
+    large event (over an eighth of ``max_bytes``) that does not fit what is left of the window
+    is sent abridged (:func:`abridged_event`: each part over :data:`ABRIDGED_PART_BYTES`
+    replaced by a placeholder), so one huge tool result does not push the rest of the
+    conversation out; the window ends at the first other event that does not fit (or large one
+    that does not fit even abridged). An event that cannot be carried as it is (a value the wire
+    refuses) is sent abridged too, never failing the view. ``omitted_events`` counts the older
+    events left out, ``abridged_event_ids`` names the abridged ones. Only the window is encoded,
+    so the cost does not grow with the history; and the events sent before are not encoded again
+    (:class:`EncodedEvents`). ``into``: the (empty) message to fill, in place — a request's
+    field, which a finished view would be copied into.
     """
-    message = agent_pb2.SessionView(
-        app_name=session.app_name,
-        user_id=session.user_id,
-        session_id=session.id,
-    )
+    message = agent_pb2.SessionView() if into is None else into
+    message.app_name = session.app_name
+    message.user_id = session.user_id
+    message.session_id = session.id
     _fill_value_map(message.state, message.state_json, session.state)
-    window: list[event_pb2.Event] = []
-    abridged_ids: list[str] = []
+    window: list[tuple[int, event_pb2.Event]] = []
+    abridged_ids: dict[int, str] = {}
     room = max_bytes
     events = session.events
     index = len(events)
+    counted_out = False
     while index > 0:
         event = events[index - 1]
         if event.partial:
             index -= 1
             continue
         if len(window) >= max_events:
+            counted_out = True
             break
-        encoded, abridged = _event_within(event, room, large=max_bytes // 8)
+        encoded, size, abridged = _event_within(event, room, large=max_bytes // 8)
         if encoded is None:
             break
         index -= 1
-        window.append(encoded)
-        room -= encoded.ByteSize()
+        window.append((index, encoded))
+        room -= size
         if abridged:
-            abridged_ids.append(event.id)
+            abridged_ids[index] = event.id
+    if counted_out:
+        # The window's start moves in steps, not event by event: a conversation past its
+        # window sends the same oldest events for many turns, so what the other side built
+        # from them (its request history, a provider's prompt cache) stays valid. (A window
+        # cut by bytes is not stepped: a step of events could be most of it.)
+        step = max(1, max_events // WINDOW_STEPS)
+        index = -(-index // step) * step
+        while window and window[-1][0] < index:
+            window.pop()
     window.reverse()
-    message.events.extend(window)
+    message.events.extend([encoded for _, encoded in window])
     message.omitted_events = sum(1 for event in events[:index] if not event.partial)
-    message.abridged_event_ids.extend(reversed(abridged_ids))
+    message.abridged_event_ids.extend(
+        abridged_ids[position] for position, _ in window if position in abridged_ids
+    )
     return message
 
 
-def _event_within(event: Event, room: int, *, large: int) -> tuple[event_pb2.Event | None, bool]:
+def _event_within(
+    event: Event, room: int, *, large: int
+) -> tuple[event_pb2.Event | None, int, bool]:
     """``event`` encoded in at most ``room`` bytes, whole, or abridged when it is over
-    ``large`` bytes or cannot be carried as it is (and whether abridged); None when it does
-    not fit."""
-    try:
-        encoded = event_to_proto(event)
-    except AdkJSONError:
-        encoded = None
+    ``large`` bytes or cannot be carried as it is (its size, and whether abridged); None when
+    it does not fit."""
+    held = ENCODED_EVENTS.get(event)
+    if held is not None:
+        encoded, size = held
+    else:
+        try:
+            encoded = event_to_proto(event)
+        except AdkJSONError:
+            encoded = None
+        if encoded is not None:
+            size = encoded.ByteSize()
+            ENCODED_EVENTS.put(event, encoded, size)
     if encoded is not None:
-        size = encoded.ByteSize()
         if size <= room:
-            return encoded, False
+            return encoded, size, False
         if size <= large:
-            return None, False
+            return None, 0, False
     encoded = event_to_proto(abridged_event(event))
-    if encoded.ByteSize() <= room:
-        return encoded, True
-    return None, False
+    size = encoded.ByteSize()
+    if size <= room:
+        return encoded, size, True
+    return None, 0, False
 
 
 def session_view_from_proto(
@@ -1012,16 +1047,105 @@ def session_view_from_proto(
 ) -> Session:
     """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session` (its window of
     the history: the events the caller sent); ``app_name``, ``user_id`` and ``session_id``
-    replace the view's ids when given."""
+    replace the view's ids when given.
+
+    Events decoded before from the same bytes are not decoded again (:class:`DecodedEvents`):
+    the objects are shared, immutable as a store's shared events are.
+    """
     return Session.model_validate(
         {
             "id": message.session_id if session_id is None else session_id,
             "app_name": message.app_name if app_name is None else app_name,
             "user_id": message.user_id if user_id is None else user_id,
             "state": _read_value_map(message.state, message.state_json, "SessionView.state_json"),
-            "events": [_event_fields(event) for event in message.events],
+            "events": [DECODED_EVENTS.decode(event) for event in message.events],
         }
     )
+
+
+class EncodedEvents:
+    """The encodings of the events this process sent in session views, so that a session's
+    history is not encoded again for every delegated run (the caller's half of a hop's cost
+    not growing with the history).
+
+    Keyed by event id and held with the event object: an entry serves only the very object it
+    was made from (a stored event is immutable; a new object with the same id is encoded
+    afresh). Bounded: the least recently used go past ``max_bytes`` of encodings.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[str, tuple[Event, event_pb2.Event, int]] = OrderedDict()
+
+    def get(self, event: Event) -> tuple[event_pb2.Event, int] | None:
+        """The encoding of ``event`` and its size, if this very object was encoded before."""
+        entry = self._entries.get(event.id)
+        if entry is None or entry[0] is not event:
+            return None
+        self._entries.move_to_end(event.id)
+        return entry[1], entry[2]
+
+    def put(self, event: Event, encoded: event_pb2.Event, size: int) -> None:
+        if size > self.max_bytes:
+            return
+        previous = self._entries.pop(event.id, None)
+        if previous is not None:
+            self._bytes -= previous[2]
+        self._entries[event.id] = (event, encoded, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (_, _, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+
+class DecodedEvents:
+    """Events decoded from session views, by their encoding, so that a service running
+    delegated runs of a session does not decode its history again on every hop (the callee's
+    half). The key is the event's protobuf encoding, so an entry is only ever the decoding of
+    exactly those bytes, whoever sent them (no caller can make another's event decode to
+    something else). Protobuf serializes a small event in under a microsecond; decoding it
+    into an :class:`~adk_mesh.types.Event` costs tens.
+
+    The objects are shared by every run that receives the same event, so they are never
+    changed (as a store's shared events). Bounded: the least recently used go past
+    ``max_bytes`` of encodings.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[bytes, Event] = OrderedDict()
+
+    def decode(self, message: event_pb2.Event) -> Event:
+        key = message.SerializeToString()
+        event = self._entries.get(key)
+        if event is not None:
+            self._entries.move_to_end(key)
+            return event
+        event = Event.model_validate(_event_fields(message))
+        size = len(key)
+        if size <= self.max_bytes:
+            self._entries[key] = event
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                dropped, _ = self._entries.popitem(last=False)
+                self._bytes -= len(dropped)
+        return event
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+
+#: The encodings and decodings a process keeps (16 MiB of encoded events each: the default
+#: window, 1,000 events, of ~16 sessions of short messages).
+ENCODED_EVENTS = EncodedEvents(16 * 1024 * 1024)
+DECODED_EVENTS = DecodedEvents(16 * 1024 * 1024)
 
 
 # --- abridged events -----------------------------------------------------------------------

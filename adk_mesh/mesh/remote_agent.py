@@ -96,12 +96,16 @@ class RemoteAgent(BaseAgent):
         agent_name: which agent of the remote tree runs (default: the served root).
         timeout: deadline in seconds of one remote run (default: none).
         history_max_events: the history window: at most this many of the newest events of
-            the session go with the call (default: 1000; 0: none).
+            the session go with the call (default: 1000; 0: none). Past it, the window's start
+            moves a quarter of it at a time, so the other side's request history (and a
+            provider's prompt cache) holds for many turns.
         history_max_bytes: and at most this many bytes of them, encoded (default: 8 MiB). An
             event larger than what is left is sent abridged; the window ends at the first
             that does not fit even so. The view tells the remote side how many older events
             it left out (``SessionView.omitted_events``), so no history length or event size
-            makes a call fail (:func:`~adk_mesh.codec.session_view_to_proto`).
+            makes a call fail (:func:`~adk_mesh.codec.session_view_to_proto`). Events sent
+            before are not encoded again, nor decoded again by the other side
+            (:class:`~adk_mesh.codec.EncodedEvents`, :class:`~adk_mesh.codec.DecodedEvents`).
         tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
             ``_KEY`` from the environment; plaintext when they are unset).
         keeps_conversation: whether, when it answered last, it answers the user's next turn
@@ -146,11 +150,14 @@ class RemoteAgent(BaseAgent):
         it can hand the conversation back (see the ``keeps_conversation`` argument)."""
         return self._keeps_conversation
 
-    def _session_view(self, session: Session) -> agent_pb2.SessionView:
-        """What the remote side sees of ``session``: its state and this agent's window of
-        its history."""
-        return codec.session_view_to_proto(
-            session, max_events=self.history_max_events, max_bytes=self.history_max_bytes
+    def _session_view(self, session: Session, into: agent_pb2.SessionView) -> None:
+        """Fill ``into`` with what the remote side sees of ``session``: its state and this
+        agent's window of its history."""
+        codec.session_view_to_proto(
+            session,
+            max_events=self.history_max_events,
+            max_bytes=self.history_max_bytes,
+            into=into,
         )
 
     @property
@@ -244,34 +251,46 @@ class RemoteAgent(BaseAgent):
             [TransferTarget(p.name, p.description) for p in parent.sub_agents if p is not self],
         )
 
-    def _request(self, ctx: InvocationContext) -> agent_pb2.RunRequest:
-        view = self._session_view(ctx.session)
-        delegated = agent_pb2.DelegatedRun(
-            invocation_id=ctx.invocation_id,
-            branch=ctx.branch,
-            delegation_depth=ctx.delegation_depth,
-            max_delegation_depth=ctx.max_delegation_depth,
-            session=view,
-            call_path=self._call_path(ctx),
-            llm_calls_made=ctx.llm_calls,
-            scope=codec.delegation_scope_to_proto(ctx.delegation_scope),
-            no_caller_stores=_nothing_to_ask(ctx.artifact_service, ctx.memory_service, view),
-        )
+    def _new_request(
+        self,
+        ctx: InvocationContext,
+        session: Session,
+        artifacts: ArtifactService | None,
+        memory: MemoryService | None,
+    ) -> agent_pb2.RunDelegatedRequest:
+        """The request of a remote run of ``ctx``'s invocation seeing ``session``, in the
+        message ``RunDelegated`` sends (``.run`` alone goes as a plain ``Run``). Built in place:
+        a view of a long history is never copied from message to message."""
+        message = agent_pb2.RunDelegatedRequest()
+        request = message.run
+        request.agent_name = self.agent_name
+        request.accept_event_batches = True
+        request.run_config.CopyFrom(self._run_config(ctx))
+        delegated = request.delegated
+        delegated.invocation_id = ctx.invocation_id
+        delegated.call_path.extend(self._call_path(ctx))
+        delegated.llm_calls_made = ctx.llm_calls
+        delegated.scope.CopyFrom(codec.delegation_scope_to_proto(ctx.delegation_scope))
+        self._session_view(session, into=delegated.session)
+        delegated.no_caller_stores = _nothing_to_ask(artifacts, memory, delegated.session)
+        return message
+
+    def _request(self, ctx: InvocationContext) -> agent_pb2.RunDelegatedRequest:
+        message = self._new_request(ctx, ctx.session, ctx.artifact_service, ctx.memory_service)
+        delegated = message.run.delegated
+        delegated.branch = ctx.branch
+        delegated.delegation_depth = ctx.delegation_depth
+        delegated.max_delegation_depth = ctx.max_delegation_depth
         if ctx.user_content is not None:
             delegated.user_content.CopyFrom(codec.content_to_proto(ctx.user_content))
         caller_tree = self._caller_tree()
         if caller_tree is not None:
             delegated.caller_tree.CopyFrom(caller_tree)
-        return agent_pb2.RunRequest(
-            delegated=delegated,
-            run_config=self._run_config(ctx),
-            agent_name=self.agent_name,
-            accept_event_batches=True,
-        )
+        return message
 
     def _call(
         self,
-        request: agent_pb2.RunRequest,
+        message: agent_pb2.RunDelegatedRequest,
         timeout: float | None,
         ctx: InvocationContext,
         *,
@@ -283,12 +302,12 @@ class RemoteAgent(BaseAgent):
         side goes as a plain ``Run``; otherwise over ``RunDelegated``, on which the remote run
         reaches ``artifacts``, ``memory`` and the part of ``history`` its view left out."""
         stub = self._stub()
-        if request.delegated.no_caller_stores:
-            call = stub.Run(request, timeout=timeout)
+        if message.run.delegated.no_caller_stores:
+            call = stub.Run(message.run, timeout=timeout)
             return call, call
         call = stub.RunDelegated(timeout=timeout)
         answering = _answering(
-            call, request, ctx, artifacts=artifacts, memory=memory, history=history
+            call, message, ctx, artifacts=artifacts, memory=memory, history=history
         )
         return call, answering
 
@@ -372,31 +391,18 @@ class RemoteAgent(BaseAgent):
         scope = policy.narrowed(parent.delegation_scope)
         artifacts = scoped_artifacts(parent.artifact_service, scope)
         memory = scoped_memory(parent.memory_service, scope)
-        session_view = self._session_view(view)
-        delegated = agent_pb2.DelegatedRun(
-            invocation_id=parent.invocation_id,
-            branch=delegation.branch,
-            delegation_depth=delegation.depth,
-            max_delegation_depth=delegation.max_depth,
-            session=session_view,
-            no_caller_stores=_nothing_to_ask(artifacts, memory, session_view),
-            user_content=codec.content_to_proto(delegation.request),
-            call_path=self._call_path(parent),
-            llm_calls_made=parent.llm_calls,
-            scope=codec.delegation_scope_to_proto(parent.delegation_scope),
-            agent_tool=codec.delegation_policy_to_proto(
-                policy, max_transfers=delegation.max_transfers
-            ),
-        )
-        request = agent_pb2.RunRequest(
-            delegated=delegated,
-            run_config=self._run_config(parent),
-            agent_name=self.agent_name,
-            accept_event_batches=True,
+        message = self._new_request(parent, view, artifacts, memory)
+        delegated = message.run.delegated
+        delegated.branch = delegation.branch
+        delegated.delegation_depth = delegation.depth
+        delegated.max_delegation_depth = delegation.max_depth
+        delegated.user_content.CopyFrom(codec.content_to_proto(delegation.request))
+        delegated.agent_tool.CopyFrom(
+            codec.delegation_policy_to_proto(policy, max_transfers=delegation.max_transfers)
         )
         timeout = call_timeout(parent.deadline, self.timeout, f"remote agent {self.name!r}")
         call, responses = self._call(
-            request, timeout, parent, artifacts=artifacts, memory=memory, history=view.events
+            message, timeout, parent, artifacts=artifacts, memory=memory, history=view.events
         )
         try:
             async for response in responses:
@@ -435,17 +441,17 @@ def _nothing_to_ask(
 
 async def _answering(
     call: Any,
-    request: agent_pb2.RunRequest,
+    opening: agent_pb2.RunDelegatedRequest,
     ctx: InvocationContext,
     *,
     artifacts: ArtifactService | None,
     memory: MemoryService | None,
     history: Sequence[Event],
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
-    """Send ``request`` on a ``RunDelegated`` call and yield its RunResponses; answer each
+    """Send ``opening`` on a ``RunDelegated`` call and yield its RunResponses; answer each
     context request from ``artifacts``, ``memory`` and ``history`` (the events the remote run
     may see), for ``ctx``'s session only."""
-    await call.write(agent_pb2.RunDelegatedRequest(run=request))
+    await call.write(opening)
     async for message in call:
         if message.WhichOneof("message") == "context_request":
             answer = await answer_context_request(

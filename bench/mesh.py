@@ -81,7 +81,7 @@ from adk_mesh.mesh.pki import DevCertificateAuthority, spiffe_id
 from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.runner import Runner
-from adk_mesh.sessions.base import Session
+from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import FunctionModel, call, text
 from adk_mesh.tools import FunctionTool
@@ -866,12 +866,101 @@ async def tls_part(args: argparse.Namespace) -> None:
 
 RESULTS: dict[str, bool] = {}
 
+# --- (f) history -----------------------------------------------------------------------------
+
+#: Prior events of the (f) configurations: a first turn, a turn at which the delegated
+#: window's start steps forward (1,000 prior events and the new message: one over the default
+#: window of 1,000), and a turn between two steps.
+HISTORIES = (("1", 1), ("1000 (window steps)", 1000), ("1100 (between steps)", 1100))
+
+
+async def history_sessions(store: SessionService, history: int, count: int) -> list[str]:
+    """``count`` sessions of ``history`` events each (user and model text, alternating),
+    minus the four events of the warm-up turn each gets before its timed one."""
+    ids = []
+    for _ in range(count):
+        session = await store.create_session(app_name="bench", user_id="u")
+        for index in range(max(history - 4, 0) if history > 4 else history):
+            role, author = ("user", "user") if index % 2 == 0 else ("model", "weather")
+            event = Event.new(author=author, content=Content.from_text(role, f"message {index}"))
+            await store.append_event(session, event)
+        ids.append(session.id)
+    return ids
+
+
+async def history_part(args: argparse.Namespace) -> None:
+    from adk_mesh.sessions import SqliteSessionService
+
+    servers = ServerProcess(agent_servers, (tool_agent, ()))
+    count = args.rounds + 1
+    print(
+        "\n(f) history across one hop: one turn of Runner(RemoteAgent -> AgentServer in a child "
+        "process, the weather agent: tool call, answer) on a SQLite session with 1 / 1,000 / "
+        "1,100 prior events, each right after a turn on the same session (the steady state), "
+        f"interleaved; {args.rounds} rounds, one session per configuration and round"
+    )
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            store = SqliteSessionService(
+                f"{directory}/bench.db", history_cache_bytes=64 * 1024 * 1024
+            )
+            agent = RemoteAgent("weather", servers.targets[0])
+            runner = Runner(agent=agent, app_name="bench", session_service=store)
+            per_round = 1
+            sessions = {
+                label: await history_sessions(store, history, count * per_round)
+                for label, history in HISTORIES
+            }
+
+            async def one(session_id: str) -> float:
+                async for _ in runner.run(user_id="u", session_id=session_id, new_message=MESSAGE):
+                    pass
+                start = time.perf_counter_ns()
+                async for _ in runner.run(user_id="u", session_id=session_id, new_message=MESSAGE):
+                    pass
+                return (time.perf_counter_ns() - start) / 1e3
+
+            def block(label: str) -> Callable[[], Awaitable[list[float]]]:
+                async def run() -> list[float]:
+                    return [await one(sessions[label].pop()) for _ in range(per_round)]
+
+                return run
+
+            sides = [block(label) for label, _ in HISTORIES]
+            for side in sides:  # warm-up
+                await side()
+            results = await interleaved(sides, args.rounds)
+            await agent.close()
+            await store.close()
+    finally:
+        servers.stop()
+    turns = [Rounds([p50(samples[side]) for samples in results]) for side in range(3)]
+    for (label, _), rounds in zip(HISTORIES, turns, strict=True):
+        print(
+            f"  {label:<21} prior events: turn p50 {rounds.median / 1e3:6.2f} ms "
+            f"({rounds.spread('{:.0f}')} us)"
+        )
+    met = True
+    for side in (1, 2):
+        ratios = Rounds(
+            [samples[side][0] and p50(samples[side]) / p50(samples[0]) for samples in results]
+        )
+        ok = ratios.median <= 1.5
+        met = met and ok
+        print(
+            f"  {HISTORIES[side][0]:<21} / 1: {ratios.median:.2f}x (rounds {ratios.spread()}); "
+            f"target <= 1.5x: {verdict(ok)}"
+        )
+    RESULTS["1 across a hop"] = met
+
+
 PARTS: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
     "hop": hop_part,
     "tool": tool_part,
     "stream": stream_part,
     "parallel": parallel_part,
     "tls": tls_part,
+    "history": history_part,
 }
 
 

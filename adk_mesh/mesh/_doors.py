@@ -3,7 +3,9 @@
 * **Front door** — ``Describe``, root runs and the session API (``SessionService``). With
   authenticators, the caller must prove who they are (UNAUTHENTICATED otherwise); a root run or
   a session-API request may name no user or the principal, never another (PERMISSION_DENIED),
-  and its user becomes the principal's id before the servicer runs.
+  and its user becomes the principal's id before the servicer runs. ``Describe`` (the agent's
+  card, no user's data) also lets a mesh peer in without end-user credentials: a RemoteAgent
+  reads its card to declare an AgentTool's parameters.
 * **Mesh door** — delegated runs (``Run`` in delegated mode, ``RunDelegated``), ``ListTools``,
   ``CallTool`` and ``CallToolInteractive``. Only a peer gets in: with TLS,
   a client certificate (verified by the mesh door's port) naming an identity of the allow-list;
@@ -31,6 +33,7 @@ from adk_mesh.mesh.security import ServerSecurity, peer_identities
 __all__ = ["DoorKeeper"]
 
 _RUN = "/adk_mesh.v1.AgentService/Run"
+_DESCRIBE = "/adk_mesh.v1.AgentService/Describe"
 #: Every request of the session API names its user in ``user_id`` (ListApps names none).
 _SESSION_API = "/adk_mesh.v1.SessionService/"
 _MESH_METHODS = frozenset(
@@ -97,10 +100,17 @@ class _Checks:
         elif method.startswith(_SESSION_API) and "user_id" in request.DESCRIPTOR.fields_by_name:
             _bind_user(request, principal.user_id, "this request")
 
+    def is_peer(self, method: str, context: grpc.aio.ServicerContext) -> bool:
+        try:
+            self.peer(method, context)
+        except PermissionDeniedError:
+            return False
+        return True
+
     async def check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
         if _is_mesh_call(method, request):
             self.peer(method, context)
-        else:
+        elif not (method == _DESCRIBE and self.is_peer(method, context)):
             await self.front(method, request, context)
 
 

@@ -310,6 +310,7 @@ class Guarded:
     front: str
     store: SqliteSessionService
     key: str  # grace's API key
+    mesh: str = ""
 
 
 @pytest.fixture
@@ -322,7 +323,7 @@ async def guarded(pki: Pki, tmp_path: Path) -> AsyncIterator[Guarded]:
     security = pki.server_security(authenticators=(ApiKeyAuthenticator(tmp_path / "keys"),))
     port = await server.start("127.0.0.1:0", security=security, mesh_address="127.0.0.1:0")
     try:
-        yield Guarded(f"127.0.0.1:{port}", store, key)
+        yield Guarded(f"127.0.0.1:{port}", store, key, f"127.0.0.1:{server.mesh_port}")
     finally:
         await server.stop(None)
 
@@ -382,6 +383,21 @@ async def test_describe_needs_credentials_too(guarded: Guarded, pki: Pki) -> Non
         )
     assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
     assert card.card.name == "researcher"
+
+
+async def test_a_mesh_peer_reads_the_card_without_end_user_credentials(
+    guarded: Guarded, pki: Pki
+) -> None:
+    # A RemoteAgent reads the card to declare an AgentTool's parameters (its schemas): the
+    # card is no user's data, and a peer of the allow-list is trusted with more than it.
+    async with open_channel(guarded.mesh, tls=pki.client(pki.peer)) as channel:
+        card = await agent_pb2_grpc.AgentServiceStub(channel).Describe(agent_pb2.DescribeRequest())
+    assert card.card.name == "researcher"
+    # A certificate of the same CA outside the allow-list is an end user like any other.
+    async with open_channel(guarded.mesh, tls=pki.client(pki.stranger)) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await agent_pb2_grpc.AgentServiceStub(channel).Describe(agent_pb2.DescribeRequest())
+    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
 
 
 async def test_calls_past_the_concurrency_limit_are_resource_exhausted() -> None:

@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 __all__ = [
     "Blob",
+    "Citation",
+    "CodeExecution",
+    "CodeExecutionOutcome",
     "Content",
     "Event",
     "EventActions",
@@ -25,6 +28,8 @@ __all__ = [
     "FinishReason",
     "FunctionCall",
     "FunctionResponse",
+    "GroundingMetadata",
+    "GroundingSource",
     "LlmResponse",
     "Part",
     "ToolConfirmation",
@@ -230,6 +235,314 @@ class UsageMetadata(_Data):
     thoughts_token_count: int | None = None
 
 
+class GroundingSource(_Data):
+    """A document an answer rests on: a page the provider found by searching, or fetched.
+
+    Attributes:
+        uri: where it is (Gemini's grounding links may be redirect URLs of its own).
+        title: its title (for a web page, often the site's domain), when the provider gives one.
+    """
+
+    uri: str
+    title: str | None = None
+
+
+class Citation(_Data):
+    """A span of the answer backed by sources.
+
+    Offsets are Python string indices (Unicode code points) into the answer's text, the
+    response's ``content.text`` (its non-thought text parts joined): ``text ==
+    content.text[start_index:end_index]``. Each provider's own unit (Gemini's UTF-8 bytes per
+    part, Anthropic's cited text blocks, OpenAI's character offsets) is turned into these, so
+    a client marks the span without knowing which provider answered.
+
+    Attributes:
+        start_index: where the span starts (inclusive); ``None`` when the provider does not
+            place the citation in the text.
+        end_index: where it ends (exclusive).
+        text: the span of the answer.
+        source_indices: the sources backing it, as positions in
+            :attr:`GroundingMetadata.sources`.
+        cited_text: the passage of the source that backs it, when the provider quotes it
+            (Anthropic does).
+    """
+
+    start_index: int | None = Field(default=None, ge=0)
+    end_index: int | None = Field(default=None, ge=0)
+    text: str | None = None
+    source_indices: list[int] = Field(default_factory=list)
+    cited_text: str | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if (
+            self.start_index is not None
+            and self.end_index is not None
+            and self.end_index < self.start_index
+        ):
+            raise ValueError(
+                f"a citation ends ({self.end_index}) before it starts ({self.start_index})"
+            )
+        return self
+
+
+class CodeExecutionOutcome(StrEnum):
+    """How code the provider ran ended."""
+
+    OK = "OK"
+    FAILED = "FAILED"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+
+
+class CodeExecution(_Data):
+    """Code the provider wrote and ran in its own sandbox (a code execution tool), and what it
+    printed. The model reads the result itself; this is for people to see how the answer was
+    reached.
+
+    Attributes:
+        code: the program.
+        language: its language, lower case (``"python"``), when the provider says.
+        outcome: how it ended; ``None`` when the provider does not say (or it never ran).
+        output: what it printed (standard output, then standard error).
+    """
+
+    code: str = ""
+    language: str | None = None
+    outcome: CodeExecutionOutcome | None = None
+    output: str = ""
+
+
+class GroundingMetadata(_Data):
+    """Where an answer comes from, when a provider-native tool grounded it (web search, URL
+    fetch, code execution), in one shape whichever provider answered.
+
+    Each provider's own form is mapped into it: Gemini's ``groundingMetadata``
+    (``groundingChunks``, ``groundingSupports``, ``webSearchQueries``, ``searchEntryPoint``),
+    its ``urlContextMetadata`` and code execution parts; Anthropic's ``server_tool_use`` /
+    ``*_tool_result`` blocks and the citations on its text blocks; OpenAI's ``url_citation``
+    annotations and web search calls.
+
+    Attributes:
+        sources: the documents the answer rests on, each once (by URI).
+        queries: the search queries the provider ran.
+        citations: spans of the answer and the sources backing each.
+        code_executions: code the provider ran, in order.
+        search_suggestions_html: Gemini's rendered Google Search suggestions (its
+            ``searchEntryPoint.renderedContent``), which Google's terms ask an application
+            to show with a grounded answer.
+    """
+
+    sources: list[GroundingSource] = Field(default_factory=list)
+    queries: list[str] = Field(default_factory=list)
+    citations: list[Citation] = Field(default_factory=list)
+    code_executions: list[CodeExecution] = Field(default_factory=list)
+    search_suggestions_html: str | None = None
+
+    @model_validator(mode="after")
+    def _citations_name_sources(self) -> Self:
+        count = len(self.sources)
+        for position, citation in enumerate(self.citations):
+            for index in citation.source_indices:
+                if not 0 <= index < count:
+                    raise ValueError(
+                        f"citation {position} names source {index}, and there are {count} sources"
+                    )
+        return self
+
+    def is_empty(self) -> bool:
+        """True when it holds nothing at all."""
+        return not (
+            self.sources
+            or self.queries
+            or self.citations
+            or self.code_executions
+            or self.search_suggestions_html
+        )
+
+    @classmethod
+    def from_genai(cls, data: Any, content: Content | None = None) -> GroundingMetadata | None:
+        """Read grounding in genai's shape (Gemini's ``groundingMetadata``, as google-adk's
+        events carry it): ``groundingChunks`` (``web`` or ``retrievedContext``),
+        ``groundingSupports``, ``webSearchQueries``, ``searchEntryPoint``; camelCase or
+        snake_case keys. ``None`` when it holds nothing this shape has.
+
+        Gemini places a support by UTF-8 byte offsets within one part (``partIndex``) of
+        ``content``; they become code point offsets into ``content.text``. Without the
+        content (or when a support does not fall on its text) the support keeps only its
+        text. Entries of the wrong type are skipped: this reads what a provider or a client
+        sent, so it never raises.
+        """
+        if not isinstance(data, dict):
+            return None
+        sources: list[GroundingSource] = []
+        for chunk in _member_list(data, "groundingChunks", "grounding_chunks"):
+            if not isinstance(chunk, dict):
+                continue
+            found = (
+                _member(chunk, "web", "web")
+                or _member(chunk, "retrievedContext", "retrieved_context")
+                or {}
+            )
+            uri = found.get("uri") if isinstance(found, dict) else None
+            title = found.get("title") if isinstance(found, dict) else None
+            # Keep the position even for a chunk without a URI: supports count chunks.
+            sources.append(
+                GroundingSource(
+                    uri=uri if isinstance(uri, str) else "",
+                    title=title if isinstance(title, str) else None,
+                )
+            )
+        spans = _TextSpans(content)
+        citations: list[Citation] = []
+        for support in _member_list(data, "groundingSupports", "grounding_supports"):
+            if not isinstance(support, dict):
+                continue
+            indices = [
+                index
+                for index in _member_list(
+                    support, "groundingChunkIndices", "grounding_chunk_indices"
+                )
+                if isinstance(index, int) and 0 <= index < len(sources)
+            ]
+            segment = support.get("segment")
+            segment = segment if isinstance(segment, dict) else {}
+            text = segment.get("text")
+            start, end = spans.from_utf8(
+                _member(segment, "partIndex", "part_index"),
+                _member(segment, "startIndex", "start_index"),
+                _member(segment, "endIndex", "end_index"),
+            )
+            citations.append(
+                Citation(
+                    start_index=start,
+                    end_index=end,
+                    text=text if isinstance(text, str) else spans.text(start, end),
+                    source_indices=indices,
+                )
+            )
+        queries = [
+            query
+            for query in _member_list(data, "webSearchQueries", "web_search_queries")
+            if isinstance(query, str)
+        ]
+        entry = _member(data, "searchEntryPoint", "search_entry_point")
+        rendered = (
+            _member(entry, "renderedContent", "rendered_content")
+            if isinstance(entry, dict)
+            else None
+        )
+        grounding = cls(
+            sources=sources,
+            queries=queries,
+            citations=citations,
+            search_suggestions_html=rendered if isinstance(rendered, str) else None,
+        )
+        return None if grounding.is_empty() else grounding
+
+    def to_genai(self, content: Content | None = None) -> dict[str, Any]:
+        """This grounding in genai's shape (camelCase, as Gemini and google-adk's events
+        write it), for clients that read google-adk's JSON: sources as ``groundingChunks``
+        (``web``), citations as ``groundingSupports`` (their offsets UTF-8 bytes within the
+        part of ``content`` they fall in, as Gemini's are), queries as ``webSearchQueries``,
+        the suggestions as ``searchEntryPoint.renderedContent``. genai has no place for code
+        executions or quoted passages: they are left out (the event's own fields keep them).
+        """
+        out: dict[str, Any] = {}
+        if self.sources:
+            chunks: list[dict[str, Any]] = []
+            for source in self.sources:
+                web: dict[str, Any] = {"uri": source.uri}
+                if source.title is not None:
+                    web["title"] = source.title
+                chunks.append({"web": web})
+            out["groundingChunks"] = chunks
+        spans = _TextSpans(content)
+        supports: list[dict[str, Any]] = []
+        for citation in self.citations:
+            segment: dict[str, Any] = {}
+            placed = spans.to_utf8(citation.start_index, citation.end_index)
+            if placed is not None:
+                part_index, start, end = placed
+                if part_index:
+                    segment["partIndex"] = part_index
+                segment["startIndex"] = start
+                segment["endIndex"] = end
+            if citation.text is not None:
+                segment["text"] = citation.text
+            support: dict[str, Any] = {"segment": segment}
+            if citation.source_indices:
+                support["groundingChunkIndices"] = list(citation.source_indices)
+            supports.append(support)
+        if supports:
+            out["groundingSupports"] = supports
+        if self.queries:
+            out["webSearchQueries"] = list(self.queries)
+        if self.search_suggestions_html is not None:
+            out["searchEntryPoint"] = {"renderedContent": self.search_suggestions_html}
+        return out
+
+
+def _member(data: dict[str, Any], camel: str, snake: str) -> Any:
+    return data[camel] if camel in data else data.get(snake)
+
+
+def _member_list(data: dict[str, Any], camel: str, snake: str) -> list[Any]:
+    value = _member(data, camel, snake)
+    return value if isinstance(value, list) else []
+
+
+class _TextSpans:
+    """Offsets in a content's answer text (``Content.text``) and in its parts' UTF-8 bytes."""
+
+    def __init__(self, content: Content | None) -> None:
+        # (part index, code point offset of the part in the joined text, the part's text)
+        self._parts: list[tuple[int, int, str]] = []
+        offset = 0
+        for index, part in enumerate(content.parts if content is not None else []):
+            if part.text is not None and not part.thought:
+                self._parts.append((index, offset, part.text))
+                offset += len(part.text)
+        self._joined = "".join(text for _, _, text in self._parts)
+
+    def text(self, start: int | None, end: int | None) -> str | None:
+        if start is None or end is None:
+            return None
+        return self._joined[start:end]
+
+    def from_utf8(self, part_index: Any, start: Any, end: Any) -> tuple[int | None, int | None]:
+        """Byte offsets within part ``part_index`` (default 0) as code point offsets into the
+        joined text; ``(None, None)`` when they do not fall on it."""
+        if not isinstance(end, int) or isinstance(end, bool):
+            return None, None
+        start = start if isinstance(start, int) and not isinstance(start, bool) else 0
+        index = part_index if isinstance(part_index, int) else 0
+        for part, offset, text in self._parts:
+            if part != index:
+                continue
+            data = text.encode()
+            if not 0 <= start <= end <= len(data):
+                return None, None
+            first = len(data[:start].decode(errors="ignore"))
+            last = len(data[:end].decode(errors="ignore"))
+            return offset + first, offset + last
+        return None, None
+
+    def to_utf8(self, start: int | None, end: int | None) -> tuple[int, int, int] | None:
+        """Code point offsets into the joined text as (part index, byte start, byte end)
+        within the part the span starts in; ``None`` when they do not fall on the text."""
+        if start is None or end is None or end > len(self._joined):
+            return None
+        for part, offset, text in self._parts:
+            if offset <= start <= offset + len(text) and (start < offset + len(text) or not text):
+                last = min(end, offset + len(text)) - offset
+                return (
+                    part,
+                    len(text[: start - offset].encode()),
+                    len(text[:last].encode()),
+                )
+        return None
+
+
 class LlmResponse(_Data):
     """What a model produced: content plus metadata. ``partial`` marks a streaming chunk."""
 
@@ -243,6 +556,21 @@ class LlmResponse(_Data):
     error_message: str | None = None
     grounding_metadata: dict[str, Any] | None = None
     model_version: str | None = None
+        grounding = data.get("grounding_metadata")
+        if isinstance(grounding, dict) and not grounding.keys() & _GROUNDING_FIELDS:
+            content = data.get("content")
+            if isinstance(content, dict):
+                content = Content.model_validate(content)
+            data = {
+                **data,
+                "grounding_metadata": GroundingMetadata.from_genai(
+                    grounding, content if isinstance(content, Content) else None
+                ),
+            }
+        return data
+
+
+_GROUNDING_FIELDS = frozenset(GroundingMetadata.model_fields)
 
 
 class ToolConfirmation(_Data):

@@ -556,21 +556,6 @@ class LlmResponse(_Data):
     error_message: str | None = None
     grounding_metadata: dict[str, Any] | None = None
     model_version: str | None = None
-        grounding = data.get("grounding_metadata")
-        if isinstance(grounding, dict) and not grounding.keys() & _GROUNDING_FIELDS:
-            content = data.get("content")
-            if isinstance(content, dict):
-                content = Content.model_validate(content)
-            data = {
-                **data,
-                "grounding_metadata": GroundingMetadata.from_genai(
-                    grounding, content if isinstance(content, Content) else None
-                ),
-            }
-        return data
-
-
-_GROUNDING_FIELDS = frozenset(GroundingMetadata.model_fields)
 
 
 class ToolConfirmation(_Data):

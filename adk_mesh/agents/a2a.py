@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from adk_mesh._env_tables import tables_from_env
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import AdkError, ConfigError, InvalidArgumentError
@@ -717,28 +716,18 @@ def a2a_agents_from_env(environ: Mapping[str, str] | None = None) -> list[A2aAge
         ConfigError: the variable is not such a JSON object (the message names the agent and
             the key).
     """
-    env = os.environ if environ is None else environ
-    text = env.get(A2A_AGENTS_ENV, "").strip()
-    if not text:
-        return []
-    try:
-        agents = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{A2A_AGENTS_ENV} is not JSON: {error}") from None
-    if not isinstance(agents, dict):
-        raise ConfigError(f"{A2A_AGENTS_ENV} must be a JSON object of agent name to settings")
-    return [_agent_from_config(name, settings) for name, settings in agents.items()]
+    tables = tables_from_env(
+        A2A_AGENTS_ENV,
+        known_keys=_ENV_KEYS,
+        entry="agent",
+        expected="an object with a url",
+        environ=environ,
+    )
+    return [_agent_from_config(name, settings) for name, settings in tables.items()]
 
 
-def _agent_from_config(name: str, settings: Any) -> A2aAgent:
+def _agent_from_config(name: str, settings: dict[str, Any]) -> A2aAgent:
     where = f"{A2A_AGENTS_ENV} {name!r}"
-    if not isinstance(settings, dict):
-        raise ConfigError(f"{where}: expected an object with a url")
-    unknown = sorted(set(settings) - _ENV_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {', '.join(unknown)}; known keys: {', '.join(sorted(_ENV_KEYS))}"
-        )
     url, description = settings.get("url"), settings.get("description", "")
     binding, timeout = settings.get("binding"), settings.get("timeout")
     headers = settings.get("headers", {})

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adk_mesh._env_tables import tables_from_env
 from adk_mesh._version import __version__
 from adk_mesh.errors import AdkIOError, ConfigError, ToolError
 from adk_mesh.tools.base import BaseTool, Toolset
@@ -591,29 +592,18 @@ def mcp_toolsets_from_env(environ: Mapping[str, str] | None = None) -> list[McpT
     Raises:
         ConfigError: the variable is not such a JSON object.
     """
-    env = os.environ if environ is None else environ
-    text = env.get(MCP_TOOLSETS_ENV, "").strip()
-    if not text:
-        return []
-    try:
-        servers = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{MCP_TOOLSETS_ENV} is not JSON: {error}") from None
-    if not isinstance(servers, dict):
-        raise ConfigError(f"{MCP_TOOLSETS_ENV} must be a JSON object of toolset name to server")
-    return [_toolset_from_config(name, server) for name, server in servers.items()]
+    tables = tables_from_env(
+        MCP_TOOLSETS_ENV,
+        known_keys=_CONFIG_KEYS,
+        entry="toolset",
+        expected="an object with command or url",
+        environ=environ,
+    )
+    return [_toolset_from_config(name, server) for name, server in tables.items()]
 
 
-def _toolset_from_config(name: str, server: Any) -> McpToolset:
+def _toolset_from_config(name: str, server: dict[str, Any]) -> McpToolset:
     where = f"{MCP_TOOLSETS_ENV} {name!r}"
-    if not isinstance(server, dict):
-        raise ConfigError(f"{where}: expected an object with command or url")
-    unknown = sorted(set(server) - _CONFIG_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {', '.join(unknown)}; "
-            f"known keys: {', '.join(sorted(_CONFIG_KEYS))}"
-        )
 
     def strings(key: str) -> list[str]:
         value = server.get(key, [])

@@ -4,7 +4,8 @@ Each adds capabilities to the one before::
 
     ReadonlyContext       ids, the user's message, read-only state
     └── CallbackContext   + writable state (recorded as a delta), artifacts
-        └── ToolContext   + the function call id, the event actions, memory search
+        └── ToolContext   + the function call id, the event actions, memory search,
+                            credentials by name
 
 :class:`InvocationContext` is the full context of one agent run: the agent, the session, the
 services and the run configuration. It is shared, through copies, by every agent of one
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from adk_mesh.credentials import Credential, CredentialService, KnownSecrets
 from adk_mesh.errors import ArtifactError, InvalidArgumentError, LlmCallLimitError
 from adk_mesh.state import State
 from adk_mesh.types import Content, Event, EventActions, Part, ToolConfirmation
@@ -147,6 +150,56 @@ class SessionHistory(abc.ABC):
         oldest first and whole, given ``events``: what the session holds."""
 
 
+#: Request metadata bounds: entries, key and value lengths.
+MAX_METADATA_ENTRIES = 64
+MAX_METADATA_KEY_CHARS = 128
+MAX_METADATA_VALUE_CHARS = 4096
+_METADATA_KEY = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+
+def check_metadata_key(key: str) -> str:
+    """``key`` when it is a request metadata key: 1 to 128 lower-case letters, digits, ``.``,
+    ``_`` and ``-`` (what a gRPC or HTTP header name can carry).
+
+    Raises:
+        InvalidArgumentError: it is not.
+    """
+    if (
+        not isinstance(key, str)
+        or len(key) > MAX_METADATA_KEY_CHARS
+        or _METADATA_KEY.fullmatch(key) is None
+    ):
+        shown = repr(key)[:80] if isinstance(key, str) else type(key).__name__
+        raise InvalidArgumentError(
+            f"{shown} is not a request metadata key: use 1 to {MAX_METADATA_KEY_CHARS} "
+            "lower-case letters, digits, '.', '_' and '-'"
+        )
+    return key
+
+
+def check_request_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
+    """``metadata`` as a dict, when its keys pass :func:`check_metadata_key` and it holds at
+    most 64 entries of text up to 4096 characters each.
+
+    Raises:
+        InvalidArgumentError: it does not.
+    """
+    if len(metadata) > MAX_METADATA_ENTRIES:
+        raise InvalidArgumentError(
+            f"request metadata holds more than {MAX_METADATA_ENTRIES} entries"
+        )
+    checked: dict[str, str] = {}
+    for key, value in metadata.items():
+        check_metadata_key(key)
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS:
+            raise InvalidArgumentError(
+                f"request metadata {key!r} must be text of at most {MAX_METADATA_VALUE_CHARS} "
+                "characters"
+            )
+        checked[key] = value
+    return checked
+
+
 #: The most events one :meth:`ReadonlyContext.load_events` call returns.
 MAX_LOAD_EVENTS = 1000
 
@@ -180,6 +233,8 @@ class _InvocationShared:
 
     llm_calls: _LlmCallCount = dataclasses.field(default_factory=_LlmCallCount)
     ended: bool = False
+    #: The credential values handed out in this invocation in this process (never stored).
+    secrets: KnownSecrets = dataclasses.field(default_factory=KnownSecrets)
 
 
 class InvocationContext:
@@ -206,6 +261,13 @@ class InvocationContext:
     ``plugins``: the plugins of the Runner (or the mesh server) running this invocation in this
     process (:mod:`adk_mesh.plugins`), reached by every agent, model and tool call of it here;
     ``None``: none.
+
+    ``credential_service``: where this process's tools get credentials
+    (:meth:`ToolContext.get_credential`). ``forwarded_credentials``: the credentials a caller
+    forwarded with the run (an AgentTool policy's ``forward_credentials``), consulted for the
+    names ``credential_service`` does not have. ``request_metadata``: the request's metadata
+    (key to text) as the client sent it, or as far as a caller forwarded it. Neither is
+    stored, traced or logged.
     """
 
     __slots__ = (
@@ -216,14 +278,17 @@ class InvocationContext:
         "branch",
         "call_path",
         "caller_tree",
+        "credential_service",
         "deadline",
         "delegation_depth",
         "delegation_scope",
+        "forwarded_credentials",
         "history",
         "invocation_id",
         "max_delegation_depth",
         "memory_service",
         "plugins",
+        "request_metadata",
         "run_config",
         "session",
         "session_service",
@@ -253,6 +318,9 @@ class InvocationContext:
         caller_tree: CallerTree | None = None,
         history: SessionHistory | None = None,
         plugins: PluginManager | None = None,
+        credential_service: CredentialService | None = None,
+        forwarded_credentials: Mapping[str, Credential] | None = None,
+        request_metadata: Mapping[str, str] | None = None,
         _shared: _InvocationShared | None = None,
     ) -> None:
         self.invocation_id = invocation_id
@@ -274,9 +342,20 @@ class InvocationContext:
         self.caller_tree = caller_tree
         self.history = history
         self.plugins = plugins
+        self.credential_service = credential_service
+        self.forwarded_credentials: Mapping[str, Credential] = MappingProxyType(
+            dict(forwarded_credentials or {})
+        )
+        self.request_metadata: Mapping[str, str] = MappingProxyType(
+            check_request_metadata(request_metadata or {})
+        )
         self._shared = _shared or _InvocationShared()
         if llm_calls_of is not None:
             self._shared.llm_calls = llm_calls_of._shared.llm_calls
+            # One invocation: what its delegations hand out is redacted wherever it shows.
+            self._shared.secrets = llm_calls_of._shared.secrets
+        for credential in self.forwarded_credentials.values():
+            self._shared.secrets.add(credential)
 
     def for_agent(self, agent: BaseAgent, *, branch: str | None = None) -> InvocationContext:
         """A copy for running ``agent`` (optionally on another branch); counters are shared."""
@@ -330,6 +409,34 @@ class InvocationContext:
     def llm_calls(self) -> int:
         """Model calls made so far in this invocation."""
         return self._shared.llm_calls.calls
+
+    @property
+    def known_secrets(self) -> KnownSecrets:
+        """The credentials handed out in this invocation (in this process), to redact."""
+        return self._shared.secrets
+
+    async def get_credential(self, name: str) -> Credential | None:
+        """The credential called ``name``: from :attr:`credential_service`, else from
+        :attr:`forwarded_credentials` (the service's own wins: a caller cannot replace a
+        credential the service was configured with); ``None`` when neither has it. What it
+        hands out is remembered for redaction (:attr:`known_secrets`).
+
+        Raises:
+            InvalidArgumentError: ``name`` is not a credential name.
+        """
+        from adk_mesh.credentials import check_credential_name
+
+        check_credential_name(name)
+        found: Credential | None = None
+        if self.credential_service is not None:
+            found = await self.credential_service.get(
+                name, app_name=self.app_name, user_id=self.user_id
+            )
+        if found is None:
+            found = self.forwarded_credentials.get(name)
+        if found is not None:
+            self._shared.secrets.add(found)
+        return found
 
     @property
     def llm_calls_left(self) -> int | None:
@@ -396,6 +503,13 @@ class ReadonlyContext:
     @property
     def user_content(self) -> Content | None:
         return self._invocation.user_content
+
+    @property
+    def request_metadata(self) -> Mapping[str, str]:
+        """The metadata (key to text) the client sent with this turn's request, or what a
+        caller forwarded of it (an AgentTool policy's ``forward_request_metadata``);
+        read-only, never stored, traced or logged."""
+        return self._invocation.request_metadata
 
     @property
     def state(self) -> Mapping[str, Any]:
@@ -572,6 +686,23 @@ class ToolContext(CallbackContext):
             app_name=self.app_name, user_id=self.user_id, query=query
         )
 
+    async def get_credential(self, name: str) -> Credential | None:
+        """The credential called ``name`` (an API key, a token), or ``None``: from the
+        service's :class:`~adk_mesh.credentials.CredentialService` (the Runner's or server's
+        ``credential_service``), else from those a caller forwarded with this run.
+
+        Use :meth:`~adk_mesh.credentials.Credential.reveal` where the value is needed (a
+        header, a client). Whatever this tool returns, raises, writes to state or reports as
+        progress has the value replaced by ``[redacted]`` before it becomes an event, reaches
+        the model or a span.
+
+        Raises:
+            InvalidArgumentError: ``name`` is not a credential name.
+            ConfigError: the credential exists but its store refuses it (a file other users
+                may read).
+        """
+        return await self._invocation.get_credential(name)
+
     async def report_progress(
         self, message: str, data: dict[str, Any] | None = None, fraction: float | None = None
     ) -> None:
@@ -580,4 +711,8 @@ class ToolContext(CallbackContext):
         ToolProgress message when the tool is served over the mesh. Dropped when nobody
         listens (a context built without a progress reporter)."""
         if self._progress is not None:
+            secrets = self._invocation.known_secrets
+            if secrets:
+                message = secrets.redact_text(message)
+                data = secrets.redact(data)
             await self._progress(message, data, fraction)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import aclosing
 
 from adk_mesh._confirmation import check_confirmation_answers
@@ -18,6 +18,7 @@ from adk_mesh.contexts import (
     InvocationContext,
     RunConfig,
 )
+from adk_mesh.credentials import CredentialService
 from adk_mesh.errors import AdkError, InvalidArgumentError, SessionNotFoundError
 from adk_mesh.ids import shown
 from adk_mesh.memory.base import MemoryService
@@ -145,6 +146,10 @@ class Runner:
     immutable: agents, tools and callbacks read ``ctx.session.events`` (and the contents of
     a model request, which are those events' contents) and never change them in place.
 
+    **Credentials.** Tools get API keys and tokens by name from ``credential_service``
+    (``await tool_context.get_credential(name)``, :mod:`adk_mesh.credentials`); whatever a
+    tool returns, raises or writes to state has their values redacted before it is stored.
+
     ``max_delegation_depth`` bounds nested delegations (AgentTool, across services too);
     ``tool_timeout`` is how long each tool call may run (``None``: no bound). The number of
     model calls is bounded per turn by ``RunConfig.max_llm_calls``.
@@ -201,6 +206,7 @@ class Runner:
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         add_turns_to_memory: bool = True,
         plugins: Sequence[Plugin] | PluginManager | None = None,
+        credential_service: CredentialService | None = None,
     ) -> None:
         self.agent = agent
         self.app_name = app_name
@@ -212,6 +218,7 @@ class Runner:
         self.tool_timeout = tool_timeout
         self.add_turns_to_memory = add_turns_to_memory
         self.plugins = plugin_manager(plugins)
+        self.credential_service = credential_service
 
     async def close(self) -> None:
         """Close the plugins (:meth:`~adk_mesh.plugins.Plugin.close`); the stores are the
@@ -228,12 +235,15 @@ class Runner:
         run_config: RunConfig | None = None,
         invocation_id: str | None = None,
         session: Session | None = None,
+        request_metadata: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Run one user turn and yield its events as they are stored.
 
         ``session``: the session ``session_id`` of ``user_id``, just loaded (whole) or created
         by the caller from ``session_service``; the run then uses it instead of reading it
         again (a server that has just created the session saves the second read).
+        ``request_metadata``: what the client sent with the turn (key to text), for tools and
+        callbacks to read (``ctx.request_metadata``); never stored, traced or logged.
         """
         new_message = check_new_message(new_message)
         if session is not None and (
@@ -267,6 +277,8 @@ class Runner:
             max_delegation_depth=self.max_delegation_depth,
             tool_timeout=self.tool_timeout,
             plugins=plugins,
+            credential_service=self.credential_service,
+            request_metadata=request_metadata,
         )
         if plugins is not None and plugins.has("on_user_message"):
             replaced = await plugins.run(

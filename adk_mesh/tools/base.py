@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from adk_mesh.errors import AdkError, ToolError
@@ -141,6 +142,27 @@ async def execute_tool(
     a call that outlives the tool's timeout (:attr:`BaseTool.timeout`, else the invocation's
     ``tool_timeout``) as a ToolError saying so. Cancellation passes through. A timeout and a
     tool bug are logged (the bug with its traceback): the model only reads the message."""
+    response, error = await _execute(tool, ctx, args)
+    secrets = ctx.invocation_context.known_secrets
+    if secrets:
+        # The tool was handed credentials: none of their values goes on (see
+        # adk_mesh.credentials), in what it returns, raised or wrote to state.
+        response = secrets.redact(response)
+        if error is not None:
+            error.message = secrets.redact_text(error.message)
+            error.args = (error.message,)
+        delta = ctx.actions.state_delta
+        for key, value in list(delta.items()):
+            redacted = secrets.redact(value)
+            if redacted is not value:
+                delta[key] = redacted
+                ctx.invocation_context.session.state[key] = redacted
+    return response, error
+
+
+async def _execute(
+    tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
+) -> tuple[dict[str, Any] | None, AdkError | None]:
     timeout = tool.timeout if tool.timeout is not None else ctx.invocation_context.tool_timeout
     limit = asyncio.timeout(timeout)
     try:
@@ -160,5 +182,13 @@ async def execute_tool(
                 f"Tool {tool.name!r} did not finish within {timeout:g} s and was stopped",
                 metadata={"timeout_seconds": f"{timeout:g}"},
             )
-        logger.error("tool %r failed [invocation=%s]", tool.name, ctx.invocation_id, exc_info=error)
+        secrets = ctx.invocation_context.known_secrets
+        if secrets:
+            # The traceback, as text with the values handed out replaced.
+            trace = secrets.redact_text("".join(traceback.format_exception(error)).rstrip())
+            logger.error("tool %r failed [invocation=%s]\n%s", tool.name, ctx.invocation_id, trace)
+        else:
+            logger.error(
+                "tool %r failed [invocation=%s]", tool.name, ctx.invocation_id, exc_info=error
+            )
         return None, ToolError(f"Tool {tool.name!r} failed: {type(error).__name__}: {error}")

@@ -1,0 +1,72 @@
+"""What an invocation handed out, and its removal from what leaves a tool.
+
+The runtime remembers (in memory, per invocation, never persisted) the value of every
+credential a tool of the invocation received and every credential a caller forwarded to it;
+:meth:`KnownSecrets.redact` replaces each occurrence of one of them in a tool's response, its
+error message, its state writes and its progress reports — and any :class:`Credential` object
+found there — with ``[redacted]``, before any of it becomes an event, reaches the model or a
+span. A value shorter than :data:`MIN_REDACTED_CHARS` is not searched for in text (it would
+match ordinary words); a Credential object is always replaced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adk_mesh.credentials._credential import REDACTED, Credential
+
+__all__ = ["MIN_REDACTED_CHARS", "KnownSecrets"]
+
+#: Credential values shorter than this are not searched for inside text.
+MIN_REDACTED_CHARS = 8
+
+
+class KnownSecrets:
+    """The credential values one invocation handed out in this process."""
+
+    __slots__ = ("_handed_out", "_values")
+
+    def __init__(self) -> None:
+        self._values: set[str] = set()
+        self._handed_out = False
+
+    def add(self, credential: Credential) -> None:
+        self._handed_out = True
+        value = credential.reveal()
+        if len(value) >= MIN_REDACTED_CHARS:
+            self._values.add(value)
+
+    def __bool__(self) -> bool:
+        """Whether the invocation handed out any credential: only then is there anything to
+        look for in what its tools return."""
+        return self._handed_out
+
+    def redact_text(self, text: str) -> str:
+        # Longest first, so a secret that contains another is removed whole.
+        for value in sorted(self._values, key=len, reverse=True):
+            if value in text:
+                text = text.replace(value, REDACTED)
+        return text
+
+    def redact(self, value: Any) -> Any:
+        """``value`` (JSON-like: dicts, lists, tuples, text) with every Credential and every
+        known value inside text replaced; the same object when nothing had to change."""
+        if isinstance(value, Credential):
+            return REDACTED
+        if isinstance(value, str):
+            return self.redact_text(value) if self._values else value
+        if isinstance(value, dict):
+            changed = False
+            redacted: dict[Any, Any] = {}
+            for key, item in value.items():
+                new_key = self.redact(key) if isinstance(key, str) else key
+                new_item = self.redact(item)
+                changed = changed or new_key is not key or new_item is not item
+                redacted[new_key] = new_item
+            return redacted if changed else value
+        if isinstance(value, list | tuple):
+            items = [self.redact(item) for item in value]
+            if all(new is old for new, old in zip(items, value, strict=True)):
+                return value
+            return items if isinstance(value, list) else tuple(items)
+        return value

@@ -1,0 +1,46 @@
+"""Credentials from environment variables: ``weather_api`` is
+``ADK_MESH_CREDENTIAL_WEATHER_API``."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+from adk_mesh.credentials._credential import Credential
+from adk_mesh.credentials.base import CredentialService, check_credential_name
+
+__all__ = ["DEFAULT_PREFIX", "EnvironmentCredentialService", "environment_variable"]
+
+DEFAULT_PREFIX = "ADK_MESH_CREDENTIAL_"
+
+
+def environment_variable(name: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The variable that holds credential ``name``: the prefix, then the name in upper case
+    with ``-`` and ``.`` as ``_`` (so ``weather-api`` and ``weather_api`` are one variable)."""
+    return prefix + re.sub(r"[^A-Z0-9_]", "_", check_credential_name(name).upper())
+
+
+class EnvironmentCredentialService(CredentialService):
+    """Each credential is one environment variable (see :func:`environment_variable`), read
+    at each :meth:`get`. A variable that is unset or empty holds no credential.
+
+    Args:
+        prefix: what every variable starts with (default ``ADK_MESH_CREDENTIAL_``): only
+            variables meant as credentials are ever read, never the rest of the environment.
+        environ: the variables (default: the process environment).
+    """
+
+    def __init__(
+        self, prefix: str = DEFAULT_PREFIX, *, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.prefix = prefix
+        self._environ = environ
+
+    async def get(self, name: str, *, app_name: str, user_id: str) -> Credential | None:
+        environ = os.environ if self._environ is None else self._environ
+        value = environ.get(environment_variable(name, self.prefix), "")
+        return Credential(name, value) if value else None
+
+    def __repr__(self) -> str:
+        return f"EnvironmentCredentialService(prefix={self.prefix!r})"

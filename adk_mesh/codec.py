@@ -1382,6 +1382,8 @@ def delegation_policy_to_proto(
         forward_memory=policy.forward_memory,
         max_transfers=max_transfers,
         state_merge_policy=_MERGE_TO_PROTO[policy.state_merge_policy],
+        forward_credentials=policy.forward_credentials,
+        forward_request_metadata=policy.forward_request_metadata,
     )
     if policy.state_keys is not None:
         _string_list(message.state_keys, policy.state_keys)
@@ -1416,6 +1418,8 @@ def delegation_policy_from_proto(message: agent_pb2.DelegationPolicy) -> Delegat
         ),
         forward_events=message.forward_events,
         forward_memory=message.forward_memory,
+        forward_credentials=tuple(message.forward_credentials),
+        forward_request_metadata=tuple(message.forward_request_metadata),
     )
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from adk_mesh.artifacts.base import ArtifactService
 from adk_mesh.contexts import DelegationScope, InvocationContext, RunConfig
+from adk_mesh.credentials import Credential
 from adk_mesh.errors import ArtifactError, StateConflictError
 from adk_mesh.types import Content, Event, EventActions, Part
 
@@ -64,6 +65,25 @@ class DelegationPolicy:
     artifact_prefixes: tuple[str, ...] | None = None
     forward_events: bool = False
     forward_memory: bool = False
+    forward_credentials: tuple[str, ...] = ()
+    forward_request_metadata: tuple[str, ...] = ()
+
+    @property
+    def forwards_secrets(self) -> bool:
+        """Whether the child gets credentials or request metadata of the caller: then a child
+        in another service is reached over mutual TLS only."""
+        return bool(self.forward_credentials or self.forward_request_metadata)
+
+    def child_credentials(self, forwarded: Mapping[str, Credential]) -> dict[str, Credential]:
+        """The credentials forwarded to the caller that the child gets too: those named in
+        ``forward_credentials``. (A child in the caller's process reaches the process's own
+        CredentialService as the caller does; one in another service reaches that service's,
+        plus what the caller sends of its own: see :mod:`adk_mesh.tools.agent_tool`.)"""
+        return {name: forwarded[name] for name in self.forward_credentials if name in forwarded}
+
+    def child_request_metadata(self, metadata: Mapping[str, str]) -> dict[str, str]:
+        """The request metadata the child sees: the keys ``forward_request_metadata`` names."""
+        return {key: metadata[key] for key in self.forward_request_metadata if key in metadata}
 
     def child_state(self, parent_state: Mapping[str, Any]) -> dict[str, Any]:
         """The state the child starts with: ``state_keys`` of the parent's, else all of it
@@ -228,8 +248,12 @@ async def run_delegation(
         # The parent's history the child starts with may be a window of it (in a delegated
         # run served here): the rest is where the parent's is.
         history=parent.history if policy.include_parent_history else None,
-        # The child runs in this process: under the same plugins.
+        # The child runs in this process: under the same plugins, with the same credential
+        # store; what a caller forwarded reaches it only as far as the policy says.
         plugins=parent.plugins,
+        credential_service=parent.credential_service,
+        forwarded_credentials=policy.child_credentials(parent.forwarded_credentials),
+        request_metadata=policy.child_request_metadata(parent.request_metadata),
     )
     await child_service.append_event(
         child_session,

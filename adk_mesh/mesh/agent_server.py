@@ -27,8 +27,10 @@ from adk_mesh.contexts import (
     InvocationContext,
     ReadonlyContext,
     RunConfig,
+    check_request_metadata,
     serving_deadline,
 )
+from adk_mesh.credentials import CredentialService
 from adk_mesh.errors import (
     AdkJSONError,
     AgentNotFoundError,
@@ -49,6 +51,7 @@ from adk_mesh.mesh._caller_contexts import (
 )
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
+from adk_mesh.mesh._forwarding import forwarded_secrets, is_mutual_tls
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
 from adk_mesh.mesh._relay import PartialRelay
 from adk_mesh.mesh._session_service import SERVICE_NAME as _SESSION_SERVICE_NAME
@@ -161,6 +164,10 @@ class AgentServer(MeshServer):
             transfer) goes through the agent, model and tool hooks of the agents that run
             here. A caller's plugins do not reach here, nor these a caller's: plugins are
             code, they do not travel. Closed when the server stops.
+        credential_service: where the tools of every run served here get credentials
+            (:mod:`adk_mesh.credentials`; default: none). A delegated run whose caller
+            forwarded credentials (an AgentTool's ``forward_credentials``, over mutual TLS
+            only: PERMISSION_DENIED otherwise) gets them after this service's own.
 
     The server also serves ``adk_mesh.v1.SessionService`` (the session API: list, read,
     create, update the state of and delete its sessions; list, load, save and delete their
@@ -184,9 +191,11 @@ class AgentServer(MeshServer):
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
         limits: ServerLimits | None = None,
         plugins: Sequence[Plugin] | None = None,
+        credential_service: CredentialService | None = None,
     ) -> None:
         super().__init__()
         self.plugins = plugin_manager(plugins)
+        self.credential_service = credential_service
         #: The stores this server opened from URLs: its own to close.
         self._owned: list[SessionService | ArtifactService | MemoryService] = []
         if isinstance(session_service, str):
@@ -280,6 +289,7 @@ class AgentServer(MeshServer):
         if root.session_id:
             self._check_id("RootRun.session_id", root.session_id)
         message = _new_message(root.new_message if root.HasField("new_message") else None)
+        metadata = check_request_metadata(root.request_metadata)
         return self._root_turn(
             agent,
             root.user_id,
@@ -288,6 +298,7 @@ class AgentServer(MeshServer):
             run_config,
             invocation_id=invocation_id,
             batches=request.accept_event_batches,
+            request_metadata=metadata,
         )
 
     async def _root_turn(
@@ -300,6 +311,7 @@ class AgentServer(MeshServer):
         *,
         invocation_id: str,
         batches: bool,
+        request_metadata: dict[str, str] | None = None,
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """One root turn, holding its session from before it is read until the last response:
         wait for the turn in flight on it in this process, claim it against other processes,
@@ -317,7 +329,13 @@ class AgentServer(MeshServer):
                 )
             session = await self._load_session(user_id, session_id)
             responses = self._run_turn(
-                agent, session, message, run_config, invocation_id=invocation_id, batches=batches
+                agent,
+                session,
+                message,
+                run_config,
+                invocation_id=invocation_id,
+                batches=batches,
+                request_metadata=request_metadata,
             )
             async with aclosing(responses):
                 async for response in responses:
@@ -332,6 +350,7 @@ class AgentServer(MeshServer):
         *,
         invocation_id: str,
         batches: bool,
+        request_metadata: dict[str, str] | None = None,
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         runner = Runner(
             agent=agent,
@@ -343,6 +362,7 @@ class AgentServer(MeshServer):
             max_delegation_depth=self.limits.max_delegation_depth,
             tool_timeout=self.limits.tool_timeout,
             plugins=self.plugins,
+            credential_service=self.credential_service,
         )
         # The session just read (or created) goes to the Runner: one read per root run.
         events = runner.run(
@@ -352,6 +372,7 @@ class AgentServer(MeshServer):
             run_config=run_config,
             invocation_id=invocation_id,
             session=session,
+            request_metadata=request_metadata,
         )
         return _responses(events, session_id=session.id, batches=batches, session=session)
 
@@ -452,6 +473,8 @@ class AgentServer(MeshServer):
                 ("state_keys", policy.state_keys.values),
                 ("output_state_keys", policy.output_state_keys.values),
                 ("artifact_prefixes", policy.artifact_prefixes.values),
+                ("forward_credentials", policy.forward_credentials),
+                ("forward_request_metadata", policy.forward_request_metadata),
             ):
                 _check_strings(f"DelegationPolicy.{what}", values)
             if not delegated.HasField("user_content"):
@@ -491,12 +514,17 @@ class AgentServer(MeshServer):
         *,
         deadline: float | None,
         caller: CallerChannel | None = None,
+        mutual_tls: bool = False,
     ) -> tuple[_DelegatedCall, AsyncGenerator[agent_pb2.RunResponse, None]]:
         """Check a delegated run and build its context; return them and the run's responses,
         not started. With ``caller`` (``RunDelegated``), the run's artifacts and memory are the
-        caller's, reached over the call; else this server's own stores."""
+        caller's, reached over the call; else this server's own stores. Forwarded credentials
+        and request metadata are taken only when the call came over ``mutual_tls``."""
         delegated = request.delegated
         self._check_delegated(request)
+        forwarded_credentials, forwarded_metadata = forwarded_secrets(
+            delegated, mutual_tls=mutual_tls
+        )
         made = delegated.llm_calls_made
         # The invocation's limit as the caller counts it: the calls made, plus what is left
         # (which this server's limit may lower).
@@ -564,6 +592,9 @@ class AgentServer(MeshServer):
             deadline=deadline,
             tool_timeout=self.limits.tool_timeout,
             plugins=self.plugins,
+            credential_service=self.credential_service,
+            forwarded_credentials=forwarded_credentials,
+            request_metadata=forwarded_metadata,
             delegation_scope=scope,
             caller_tree=(
                 codec.caller_tree_from_proto(delegated.caller_tree, handed_to.name)
@@ -904,7 +935,9 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                     request, invocation_id=call.invocation_id
                 )
             elif mode == "delegated":
-                delegated, responses = await self._server._delegated_run(request, deadline=deadline)
+                delegated, responses = await self._server._delegated_run(
+                    request, deadline=deadline, mutual_tls=is_mutual_tls(context)
+                )
                 call.invocation_id = delegated.invocation_id
             else:
                 raise InvalidArgumentError(
@@ -934,7 +967,10 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                     "RunDelegated carries delegated runs only; a user turn goes to Run"
                 )
             delegated, responses = await self._server._delegated_run(
-                request, deadline=deadline, caller=interactive.channel
+                request,
+                deadline=deadline,
+                caller=interactive.channel,
+                mutual_tls=is_mutual_tls(context),
             )
             call.invocation_id = delegated.invocation_id
             try:

@@ -21,6 +21,7 @@ from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
+from adk_mesh.mesh._forwarding import forward
 from adk_mesh.mesh._limits import llm_calls_in
 from adk_mesh.mesh._relay import relay_for
 from adk_mesh.mesh._status import error_from_downstream
@@ -399,6 +400,15 @@ class RemoteAgent(BaseAgent):
         delegated.user_content.CopyFrom(codec.content_to_proto(delegation.request))
         delegated.agent_tool.CopyFrom(
             codec.delegation_policy_to_proto(policy, max_transfers=delegation.max_transfers)
+        )
+        # Over mutual TLS only (a ConfigError otherwise, before anything is sent).
+        await forward(
+            delegated,
+            parent,
+            policy,
+            agent_name=self.name,
+            target=self.target,
+            tls=self.tls if self.tls is not None else ClientTLS.from_env(),
         )
         timeout = call_timeout(parent.deadline, self.timeout, f"remote agent {self.name!r}")
         call, responses = self._call(

@@ -14,10 +14,12 @@ from adk_mesh import codec
 from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext, serving_deadline
+from adk_mesh.credentials import CredentialService
 from adk_mesh.errors import (
     AdkError,
     AdkJSONError,
     AgentError,
+    ConfigError,
     InvalidArgumentError,
     ToolError,
     ToolNotFoundError,
@@ -55,15 +57,37 @@ class _StaticToolset(Toolset):
     def __init__(self, name: str, tools: Sequence[BaseTool | Toolset]) -> None:
         super().__init__(name)
         self._tools = list(tools)
+        for item in self._tools:
+            if isinstance(item, BaseTool) and item.is_builtin:
+                raise ConfigError(_NATIVE_REFUSED.format(name=item.name))
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
         found: list[BaseTool] = []
         for item in self._tools:
             if isinstance(item, Toolset):
-                found.extend(await item.tools(ctx))
+                found.extend(_servable(await item.tools(ctx)))
             else:
                 found.append(item)
         return found
+
+
+#: Why a ToolServer does not serve a provider-native tool (web search, code execution, ...).
+_NATIVE_REFUSED = (
+    "{name!r} is a provider-native tool: the model provider runs it as part of the model "
+    "request, so a tool service cannot serve it; give it to the agent whose model runs it"
+)
+
+
+def _servable(tools: list[BaseTool]) -> list[BaseTool]:
+    """``tools`` without the provider-native ones a toolset offered (each logged): they are
+    known only per caller, so they are left out of the listing rather than refused."""
+    kept = []
+    for tool in tools:
+        if tool.is_builtin:
+            logger.warning("tool service: %s", _NATIVE_REFUSED.format(name=tool.name))
+        else:
+            kept.append(tool)
+    return kept
 
     async def close(self) -> None:
         for item in self._tools:
@@ -195,11 +219,13 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         name: str,
         limits: ServerLimits,
         plugins: PluginManager | None = None,
+        credential_service: CredentialService | None = None,
     ) -> None:
         self._toolset = toolset
         self._name = name
         self._limits = limits
         self._plugins = plugins
+        self._credential_service = credential_service
         self._versions = _ListingVersions()
 
     async def ListTools(
@@ -214,7 +240,7 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
                 request.context, deadline=deadline_of(context), limits=self._limits
             )
             telemetry.annotate_current_span(invocation)
-            tools = await self._toolset.tools(ReadonlyContext(invocation))
+            tools = _servable(await self._toolset.tools(ReadonlyContext(invocation)))
             return tool_pb2.ListToolsResponse(
                 tools=[codec.declaration_to_proto(tool.declaration()) for tool in tools],
                 toolset_name=self._name,
@@ -271,10 +297,12 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
             ),
             caller=caller,
         )
+        # This service's own credentials (a caller's never cross a CallTool).
+        invocation.credential_service = self._credential_service
         # The RPC span started before the request was read: a caller that sent no baggage
         # (a client in another language) still finds it by the invocation id.
         telemetry.annotate_current_span(invocation)
-        tools = await self._toolset.tools(ReadonlyContext(invocation))
+        tools = _servable(await self._toolset.tools(ReadonlyContext(invocation)))
         tool = next((t for t in tools if t.name == request.tool_name), None)
         if tool is None:
             available = ", ".join(sorted(t.name for t in tools)) or "none"
@@ -388,6 +416,10 @@ class ToolServer(MeshServer):
             ``after_tool``, ``on_tool_error``) run around every call this server serves; the
             callers' plugins do not reach here (plugins are code, they do not travel).
             Closed when the server stops.
+        credential_service: where the served tools get credentials
+            (``tool_context.get_credential(name)``, :mod:`adk_mesh.credentials`); values they
+            were handed are redacted from their results (default: none). A caller's
+            credentials are never sent with a tool call.
 
     Example::
 
@@ -406,9 +438,11 @@ class ToolServer(MeshServer):
         name: str | None = None,
         limits: ServerLimits | None = None,
         plugins: Sequence[Plugin] | None = None,
+        credential_service: CredentialService | None = None,
     ) -> None:
         super().__init__()
         self.plugins = plugin_manager(plugins)
+        self.credential_service = credential_service
         self.toolset: Toolset = (
             tools if isinstance(tools, Toolset) else _StaticToolset(name or "tools", tools)
         )
@@ -426,6 +460,8 @@ class ToolServer(MeshServer):
     def _register(self, server: grpc.aio.Server) -> None:
         add_servicer(
             tool_pb2_grpc.add_ToolServiceServicer_to_server,
-            _ToolServicer(self.toolset, self.name, self.limits, self.plugins),
+            _ToolServicer(
+                self.toolset, self.name, self.limits, self.plugins, self.credential_service
+            ),
             server,
         )

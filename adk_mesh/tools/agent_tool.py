@@ -4,27 +4,29 @@ The child runs to completion in a session of its own (non-streaming); its answer
 back as the tool's response, and its state and artifact changes come back through the tool
 event's actions, under the delegation policy:
 
-==========================  ====================================================  ==========
-policy                      effect                                                default
-==========================  ====================================================  ==========
-``state_keys``              project only these parent keys into the child         none
-``include_parent_state``    snapshot the whole parent state into the child        off
-``include_parent_history``  snapshot the parent's visible history into the child  off
-``output_state_keys``       write back only these keys of the child's changes     all
-``state_merge_policy``      LAST_WRITER_WINS, or REJECT_CONFLICTS: refuse the     LWW
-                            whole write-back when a key it writes changed in the
-                            parent since the delegation began
-``artifact_prefixes``       artifact names the child may read and write           all
-``forward_events``          show the child's events in the parent's stream        off
-``forward_memory``          let the child search the parent's memory service      off
-``max_delegation_depth``    nested delegations allowed below the root             8
-``propagate_errors``        a child failure ends the parent's invocation instead  off
-                            of becoming an error response the model reads
-``skip_summarization``      the child's answer is final; the parent's model is    off
-                            not called again to summarise it
-``timeout``                 seconds the whole delegation may take; by default     inherited
-                            the invocation's ``tool_timeout``
-==========================  ====================================================  ==========
+============================  ====================================================  ==========
+policy                        effect                                                default
+============================  ====================================================  ==========
+``state_keys``                project only these parent keys into the child         none
+``include_parent_state``      snapshot the whole parent state into the child        off
+``include_parent_history``    snapshot the parent's visible history into the child  off
+``output_state_keys``         write back only these keys of the child's changes     all
+``state_merge_policy``        LAST_WRITER_WINS, or REJECT_CONFLICTS: refuse the     LWW
+                              whole write-back when a key it writes changed in the
+                              parent since the delegation began
+``artifact_prefixes``         artifact names the child may read and write           all
+``forward_events``            show the child's events in the parent's stream        off
+``forward_memory``            let the child search the parent's memory service      off
+``forward_credentials``       names of credentials the child gets from the caller   none
+``forward_request_metadata``  keys of the request's metadata the child sees         none
+``max_delegation_depth``      nested delegations allowed below the root             8
+``propagate_errors``          a child failure ends the parent's invocation instead  off
+                              of becoming an error response the model reads
+``skip_summarization``        the child's answer is final; the parent's model is    off
+                              not called again to summarise it
+``timeout``                   seconds the whole delegation may take; by default     inherited
+                              the invocation's ``tool_timeout``
+============================  ====================================================  ==========
 
 A child with an ``input_schema`` (an LlmAgent's, or for ``AgentTool(RemoteAgent(...))`` the
 one its service's AgentCard gives) is declared with that schema as the tool's parameters; a
@@ -50,6 +52,21 @@ write-back again. What it decides about the parent stays here: ``REJECT_CONFLICT
 here is the parent's state), ``propagate_errors``, ``skip_summarization`` and ``timeout``
 (which cancels the call, and so the remote child). The scope the policy leaves the child
 (artifact prefixes, memory) also travels with every call the child makes to other services.
+
+Credentials and request metadata (:mod:`adk_mesh.credentials`): a child in the caller's
+process reaches the process's own CredentialService, as any of its code could; what leaves
+the caller — to a child in another service, or credentials a caller had forwarded to this
+run — is only what ``forward_credentials`` (credential names, looked up in the caller's
+context) and ``forward_request_metadata`` (metadata keys) name. Names the caller does not have
+are left out. A child in another service gets them only over mutual TLS: a
+``RemoteAgent`` whose channel is plaintext, or TLS without a client certificate, refuses to
+forward (a :class:`~adk_mesh.errors.ConfigError` saying why) and the service refuses
+forwarded credentials on a call that is not mutual TLS. There the forwarded credentials
+complement the service's own: ``get_credential(name)`` asks the service's store first, and
+a forwarded credential answers only for names it does not have (a caller cannot swap a key
+the service was configured with). They travel in a field of their own
+(``DelegatedRun.forwarded_credentials``) that no span and no log line records, and their
+values are redacted from what the child's tools return, as the caller's own.
 """
 
 from __future__ import annotations
@@ -66,8 +83,16 @@ from adk_mesh.agents.delegation import (
     StateMergePolicy,
 )
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS
-from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH
-from adk_mesh.errors import AdkError, AgentError, DelegationError, ToolError
+from adk_mesh.contexts import DEFAULT_MAX_DELEGATION_DEPTH, check_metadata_key
+from adk_mesh.credentials import check_credential_name
+from adk_mesh.errors import (
+    AdkError,
+    AgentError,
+    ConfigError,
+    DelegationError,
+    InvalidArgumentError,
+    ToolError,
+)
 from adk_mesh.telemetry._spans import record_control_transfer
 from adk_mesh.tools.base import BaseTool
 from adk_mesh.types import Content, Part
@@ -96,6 +121,8 @@ class AgentTool(BaseTool):
         artifact_prefixes: Sequence[str] | None = None,
         forward_events: bool = False,
         forward_memory: bool = False,
+        forward_credentials: Sequence[str] = (),
+        forward_request_metadata: Sequence[str] = (),
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         propagate_errors: bool = False,
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
@@ -113,6 +140,23 @@ class AgentTool(BaseTool):
         self.artifact_prefixes = tuple(artifact_prefixes) if artifact_prefixes is not None else None
         self.forward_events = forward_events
         self.forward_memory = forward_memory
+        if isinstance(forward_credentials, str) or isinstance(forward_request_metadata, str):
+            raise ConfigError(
+                f"AgentTool {agent.name!r}: forward_credentials and forward_request_metadata "
+                "take lists of names, not one string"
+            )
+        try:
+            self.forward_credentials = tuple(
+                check_credential_name(name) for name in forward_credentials
+            )
+        except InvalidArgumentError as error:
+            raise ConfigError(f"AgentTool {agent.name!r}: {error.message}") from None
+        try:
+            self.forward_request_metadata = tuple(
+                check_metadata_key(key) for key in forward_request_metadata
+            )
+        except InvalidArgumentError as error:
+            raise ConfigError(f"AgentTool {agent.name!r}: {error.message}") from None
         self.max_delegation_depth = max_delegation_depth
         self.propagate_errors = propagate_errors
         self.max_transfers = max_transfers
@@ -131,6 +175,8 @@ class AgentTool(BaseTool):
             artifact_prefixes=self.artifact_prefixes,
             forward_events=self.forward_events,
             forward_memory=self.forward_memory,
+            forward_credentials=self.forward_credentials,
+            forward_request_metadata=self.forward_request_metadata,
         )
 
     @property

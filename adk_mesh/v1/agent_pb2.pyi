@@ -44,19 +44,35 @@ class RunRequest(_message.Message):
     def __init__(self, root: _Optional[_Union[RootRun, _Mapping]] = ..., delegated: _Optional[_Union[DelegatedRun, _Mapping]] = ..., run_config: _Optional[_Union[RunConfig, _Mapping]] = ..., agent_name: _Optional[str] = ..., accept_event_batches: _Optional[bool] = ...) -> None: ...
 
 class RootRun(_message.Message):
-    __slots__ = ("app_name", "user_id", "session_id", "new_message")
+    __slots__ = ("app_name", "user_id", "session_id", "new_message", "request_metadata")
+    class RequestMetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     APP_NAME_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     NEW_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_METADATA_FIELD_NUMBER: _ClassVar[int]
     app_name: str
     user_id: str
     session_id: str
     new_message: _content_pb2.Content
-    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_message: _Optional[_Union[_content_pb2.Content, _Mapping]] = ...) -> None: ...
+    request_metadata: _containers.ScalarMap[str, str]
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_message: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., request_metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DelegatedRun(_message.Message):
-    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path", "llm_calls_made", "scope", "agent_tool", "caller_tree", "no_caller_stores")
+    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path", "llm_calls_made", "scope", "agent_tool", "caller_tree", "no_caller_stores", "forwarded_credentials", "request_metadata")
+    class RequestMetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     DELEGATION_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +85,8 @@ class DelegatedRun(_message.Message):
     AGENT_TOOL_FIELD_NUMBER: _ClassVar[int]
     CALLER_TREE_FIELD_NUMBER: _ClassVar[int]
     NO_CALLER_STORES_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_METADATA_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     branch: str
     delegation_depth: int
@@ -81,10 +99,20 @@ class DelegatedRun(_message.Message):
     agent_tool: DelegationPolicy
     caller_tree: CallerTree
     no_caller_stores: bool
-    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ..., llm_calls_made: _Optional[int] = ..., scope: _Optional[_Union[DelegationScope, _Mapping]] = ..., agent_tool: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., caller_tree: _Optional[_Union[CallerTree, _Mapping]] = ..., no_caller_stores: _Optional[bool] = ...) -> None: ...
+    forwarded_credentials: _containers.RepeatedCompositeFieldContainer[ForwardedCredential]
+    request_metadata: _containers.ScalarMap[str, str]
+    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ..., llm_calls_made: _Optional[int] = ..., scope: _Optional[_Union[DelegationScope, _Mapping]] = ..., agent_tool: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., caller_tree: _Optional[_Union[CallerTree, _Mapping]] = ..., no_caller_stores: _Optional[bool] = ..., forwarded_credentials: _Optional[_Iterable[_Union[ForwardedCredential, _Mapping]]] = ..., request_metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ForwardedCredential(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class DelegationPolicy(_message.Message):
-    __slots__ = ("state_keys", "include_parent_state", "include_parent_history", "output_state_keys", "artifact_prefixes", "forward_events", "forward_memory", "max_transfers", "state_merge_policy")
+    __slots__ = ("state_keys", "include_parent_state", "include_parent_history", "output_state_keys", "artifact_prefixes", "forward_events", "forward_memory", "max_transfers", "state_merge_policy", "forward_credentials", "forward_request_metadata")
     STATE_KEYS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_PARENT_STATE_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_PARENT_HISTORY_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +122,8 @@ class DelegationPolicy(_message.Message):
     FORWARD_MEMORY_FIELD_NUMBER: _ClassVar[int]
     MAX_TRANSFERS_FIELD_NUMBER: _ClassVar[int]
     STATE_MERGE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_REQUEST_METADATA_FIELD_NUMBER: _ClassVar[int]
     state_keys: StringList
     include_parent_state: bool
     include_parent_history: bool
@@ -103,7 +133,9 @@ class DelegationPolicy(_message.Message):
     forward_memory: bool
     max_transfers: int
     state_merge_policy: StateMergePolicy
-    def __init__(self, state_keys: _Optional[_Union[StringList, _Mapping]] = ..., include_parent_state: _Optional[bool] = ..., include_parent_history: _Optional[bool] = ..., output_state_keys: _Optional[_Union[StringList, _Mapping]] = ..., artifact_prefixes: _Optional[_Union[StringList, _Mapping]] = ..., forward_events: _Optional[bool] = ..., forward_memory: _Optional[bool] = ..., max_transfers: _Optional[int] = ..., state_merge_policy: _Optional[_Union[StateMergePolicy, str]] = ...) -> None: ...
+    forward_credentials: _containers.RepeatedScalarFieldContainer[str]
+    forward_request_metadata: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, state_keys: _Optional[_Union[StringList, _Mapping]] = ..., include_parent_state: _Optional[bool] = ..., include_parent_history: _Optional[bool] = ..., output_state_keys: _Optional[_Union[StringList, _Mapping]] = ..., artifact_prefixes: _Optional[_Union[StringList, _Mapping]] = ..., forward_events: _Optional[bool] = ..., forward_memory: _Optional[bool] = ..., max_transfers: _Optional[int] = ..., state_merge_policy: _Optional[_Union[StateMergePolicy, str]] = ..., forward_credentials: _Optional[_Iterable[str]] = ..., forward_request_metadata: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StringList(_message.Message):
     __slots__ = ("values",)

@@ -34,6 +34,9 @@ EXPECTED = {
     "Plugin", "LoggingPlugin", "ReflectAndRetryToolPlugin", "ToolConfirmation",
     # Interoperation (issue 17): an MCP server's tools as a Toolset.
     "McpToolset",
+    # Credentials (issue 20 item 4): tools get API keys and tokens by name.
+    "Credential", "CredentialService", "EnvironmentCredentialService", "FileCredentialService",
+    "ChainCredentialService", "StaticCredentialService",
 }  # fmt: skip
 
 

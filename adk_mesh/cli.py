@@ -4,7 +4,9 @@
 
     adk-mesh serve agent MODULE:ATTR --port P [--host H] [--app NAME] [--store URL]
                                      [--artifacts URL] [--memory URL] [--grace SECONDS]
+                                     [--credentials env|file:DIR]
     adk-mesh serve tools MODULE:ATTR --port P [--host H] [--grace SECONDS] [--mcp-port P]
+                                     [--credentials env|file:DIR]
     adk-mesh run TARGET "message" [--user U] [--session S] [--app A] [--stream] [--json]
     adk-mesh describe TARGET [--agent NAME] [--json]
     adk-mesh up [ARGS...]
@@ -267,6 +269,13 @@ def _serve(args: argparse.Namespace) -> int:
             server = _tool_server(args.reference, limits)
         if args.plugin:
             _use_plugins(server, args.plugin)
+        if args.credentials:
+            from adk_mesh.credentials import credential_service_from_spec
+
+            # Read by the server from its start on (its tools ask it at each call).
+            server.credential_service = credential_service_from_spec(  # type: ignore[attr-defined]
+                args.credentials
+            )
         # Before the gRPC server starts and before any RemoteAgent or RemoteToolset opens its
         # (lazy) channel: the tracing interceptors are installed only if tracing is on then.
         # service.name is the agent's or toolset's name unless OTEL_SERVICE_NAME says otherwise.
@@ -573,6 +582,13 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="MODULE:ATTR",
             help="a plugin (adk_mesh.plugins.Plugin, a Plugin class, a list or a factory) for "
             "the work this service does; repeat for several, run in that order",
+        )
+        sub.add_argument(
+            "--credentials",
+            metavar="env|env:PREFIX|file:DIR",
+            help="where tools get credentials by name (tool_context.get_credential): env, the "
+            "variables ADK_MESH_CREDENTIAL_<NAME>; file:DIR, one file per name in DIR, readable "
+            "by this user only (a Kubernetes Secret volume with defaultMode: 0400)",
         )
         limits = sub.add_argument_group("limits (a caller may lower them, never raise them)")
         limits.add_argument(

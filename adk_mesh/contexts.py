@@ -575,8 +575,13 @@ class CallbackContext(ReadonlyContext):
         return service
 
     async def save_artifact(self, filename: str, artifact: Part) -> int:
-        """Save a new version of an artifact and record it in ``artifact_delta``."""
+        """Save a new version of an artifact and record it in ``artifact_delta``. The values
+        of the credentials this invocation handed out are replaced by ``[redacted]`` in its
+        text or data first (:mod:`adk_mesh.credentials`)."""
         invocation = self._invocation
+        secrets = invocation.known_secrets
+        if secrets:
+            artifact = _redacted_part(artifact, secrets)
         version = await self._artifacts().save_artifact(
             app_name=invocation.app_name,
             user_id=invocation.user_id,
@@ -604,6 +609,20 @@ class CallbackContext(ReadonlyContext):
             user_id=invocation.user_id,
             session_id=invocation.session_id,
         )
+
+
+def _redacted_part(part: Part, secrets: KnownSecrets) -> Part:
+    """``part`` with the known credential values replaced in its text and inline data."""
+    update: dict[str, Any] = {}
+    if part.text is not None:
+        text = secrets.redact_text(part.text)
+        if text is not part.text:
+            update["text"] = text
+    if part.inline_data is not None:
+        data = secrets.redact_bytes(part.inline_data.data)
+        if data is not part.inline_data.data:
+            update["inline_data"] = part.inline_data.model_copy(update={"data": data})
+    return part.model_copy(update=update) if update else part
 
 
 class ToolContext(CallbackContext):

@@ -3,10 +3,10 @@
 The runtime remembers (in memory, per invocation, never persisted) the value of every
 credential a tool of the invocation received and every credential a caller forwarded to it;
 :meth:`KnownSecrets.redact` replaces each occurrence of one of them in a tool's response, its
-error message, its state writes and its progress reports — and any :class:`Credential` object
-found there — with ``[redacted]``, before any of it becomes an event, reaches the model or a
-span. A value shorter than :data:`MIN_REDACTED_CHARS` is not searched for in text (it would
-match ordinary words); a Credential object is always replaced.
+error message, its state writes, its progress reports and the artifacts it saves — and any
+:class:`Credential` object found there — with ``[redacted]``, before any of it becomes an
+event, reaches the model or a span. A value shorter than :data:`MIN_REDACTED_CHARS` is not
+searched for in text (it would match ordinary words); a Credential object is always replaced.
 """
 
 from __future__ import annotations
@@ -47,6 +47,15 @@ class KnownSecrets:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """``data`` with each known value (as UTF-8) replaced; the same object when none is
+        in it."""
+        for value in sorted(self._values, key=len, reverse=True):
+            encoded = value.encode()
+            if encoded in data:
+                data = data.replace(encoded, REDACTED.encode())
+        return data
 
     def redact(self, value: Any) -> Any:
         """``value`` (JSON-like: dicts, lists, tuples, text) with every Credential and every

@@ -50,12 +50,14 @@ from adk_mesh.errors import (
 )
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import (
+    CodeExecutionOutcome,
     Content,
     Event,
     EventActions,
     FinishReason,
     FunctionCall,
     FunctionResponse,
+    GroundingMetadata,
     LlmResponse,
     Part,
     ToolConfirmation,
@@ -644,11 +646,76 @@ def _fill_llm_response(message: event_pb2.LlmResponse, response: LlmResponse) ->
     if response.error_message is not None:
         message.error_message = response.error_message
     if response.grounding_metadata is not None:
-        _fill_object(
-            message, "grounding_metadata", "grounding_metadata_json", response.grounding_metadata
-        )
+        _fill_grounding(message.grounding, response.grounding_metadata)
     if response.model_version is not None:
         message.model_version = response.model_version
+
+
+_OUTCOME_TO_PROTO = {
+    CodeExecutionOutcome.OK: event_pb2.CODE_EXECUTION_OUTCOME_OK,
+    CodeExecutionOutcome.FAILED: event_pb2.CODE_EXECUTION_OUTCOME_FAILED,
+    CodeExecutionOutcome.DEADLINE_EXCEEDED: event_pb2.CODE_EXECUTION_OUTCOME_DEADLINE_EXCEEDED,
+}
+_OUTCOME_FROM_PROTO = {value: key for key, value in _OUTCOME_TO_PROTO.items()}
+
+
+def _fill_grounding(message: event_pb2.GroundingMetadata, grounding: GroundingMetadata) -> None:
+    message.SetInParent()
+    for source in grounding.sources:
+        wire_source = message.sources.add(uri=source.uri)
+        if source.title is not None:
+            wire_source.title = source.title
+    message.queries.extend(grounding.queries)
+    for citation in grounding.citations:
+        wire_citation = message.citations.add(source_indices=citation.source_indices)
+        if citation.start_index is not None:
+            wire_citation.start_index = citation.start_index
+        if citation.end_index is not None:
+            wire_citation.end_index = citation.end_index
+        if citation.text is not None:
+            wire_citation.text = citation.text
+        if citation.cited_text is not None:
+            wire_citation.cited_text = citation.cited_text
+    for execution in grounding.code_executions:
+        wire_execution = message.code_executions.add(code=execution.code, output=execution.output)
+        if execution.language is not None:
+            wire_execution.language = execution.language
+        if execution.outcome is not None:
+            wire_execution.outcome = _OUTCOME_TO_PROTO[execution.outcome]
+    if grounding.search_suggestions_html is not None:
+        message.search_suggestions_html = grounding.search_suggestions_html
+
+
+def _grounding_fields(message: event_pb2.GroundingMetadata) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "sources": [
+            {"uri": source.uri, "title": source.title if source.HasField("title") else None}
+            for source in message.sources
+        ],
+        "queries": list(message.queries),
+        "citations": [
+            {
+                "start_index": c.start_index if c.HasField("start_index") else None,
+                "end_index": c.end_index if c.HasField("end_index") else None,
+                "text": c.text if c.HasField("text") else None,
+                "source_indices": list(c.source_indices),
+                "cited_text": c.cited_text if c.HasField("cited_text") else None,
+            }
+            for c in message.citations
+        ],
+        "code_executions": [
+            {
+                "code": e.code,
+                "language": e.language if e.HasField("language") else None,
+                "outcome": _OUTCOME_FROM_PROTO.get(e.outcome),
+                "output": e.output,
+            }
+            for e in message.code_executions
+        ],
+    }
+    if message.HasField("search_suggestions_html"):
+        fields["search_suggestions_html"] = message.search_suggestions_html
+    return fields
 
 
 def llm_response_to_proto(response: LlmResponse) -> event_pb2.LlmResponse:
@@ -675,9 +742,13 @@ def _llm_response_fields(message: event_pb2.LlmResponse) -> dict[str, Any]:
         fields["error_code"] = message.error_code
     if message.HasField("error_message"):
         fields["error_message"] = message.error_message
-    grounding = _read_object(message, "grounding_metadata", "grounding_metadata_json")
-    if grounding is not None:
-        fields["grounding_metadata"] = grounding
+    if message.HasField("grounding"):
+        fields["grounding_metadata"] = _grounding_fields(message.grounding)
+    else:
+        # Written by earlier versions: Gemini's dict, which LlmResponse reads into its shape.
+        legacy = _read_object(message, "grounding_metadata", "grounding_metadata_json")
+        if legacy is not None:
+            fields["grounding_metadata"] = legacy
     if message.HasField("model_version"):
         fields["model_version"] = message.model_version
     return fields
@@ -1171,7 +1242,7 @@ def abridged_event(event: Event, *, max_part_bytes: int = ABRIDGED_PART_BYTES) -
         parts = [_abridged_part(part, max_part_bytes) for part in llm_response.content.parts]
         update["content"] = llm_response.content.model_copy(update={"parts": parts})
     if llm_response.grounding_metadata is not None and not _fits(
-        llm_response.grounding_metadata, max_part_bytes
+        llm_response.grounding_metadata.model_dump(mode="json"), max_part_bytes
     ):
         update["grounding_metadata"] = None
     actions = event.actions

@@ -366,8 +366,9 @@ class GroundingMetadata(_Data):
         ``groundingSupports``, ``webSearchQueries``, ``searchEntryPoint``; camelCase or
         snake_case keys. ``None`` when it holds nothing this shape has.
 
-        Gemini places a support by UTF-8 byte offsets within one part (``partIndex``) of
-        ``content``; they become code point offsets into ``content.text``. Without the
+        Gemini places a support by UTF-8 byte offsets, within one part (``partIndex``) of
+        ``content`` when it names one, else within the answer's text; they become code point
+        offsets into ``content.text``. Without the
         content (or when a support does not fall on its text) the support keeps only its
         text. Entries of the wrong type are skipped: this reads what a provider or a client
         sent, so it never raises.
@@ -442,8 +443,8 @@ class GroundingMetadata(_Data):
     def to_genai(self, content: Content | None = None) -> dict[str, Any]:
         """This grounding in genai's shape (camelCase, as Gemini and google-adk's events
         write it), for clients that read google-adk's JSON: sources as ``groundingChunks``
-        (``web``), citations as ``groundingSupports`` (their offsets UTF-8 bytes within the
-        part of ``content`` they fall in, as Gemini's are), queries as ``webSearchQueries``,
+        (``web``), citations as ``groundingSupports`` (their offsets UTF-8 bytes of
+        ``content``'s answer text, as Gemini's are), queries as ``webSearchQueries``,
         the suggestions as ``searchEntryPoint.renderedContent``. genai has no place for code
         executions or quoted passages: they are left out (the event's own fields keep them).
         """
@@ -462,11 +463,7 @@ class GroundingMetadata(_Data):
             segment: dict[str, Any] = {}
             placed = spans.to_utf8(citation.start_index, citation.end_index)
             if placed is not None:
-                part_index, start, end = placed
-                if part_index:
-                    segment["partIndex"] = part_index
-                segment["startIndex"] = start
-                segment["endIndex"] = end
+                segment["startIndex"], segment["endIndex"] = placed
             if citation.text is not None:
                 segment["text"] = citation.text
             support: dict[str, Any] = {"segment": segment}
@@ -510,37 +507,32 @@ class _TextSpans:
         return self._joined[start:end]
 
     def from_utf8(self, part_index: Any, start: Any, end: Any) -> tuple[int | None, int | None]:
-        """Byte offsets within part ``part_index`` (default 0) as code point offsets into the
-        joined text; ``(None, None)`` when they do not fall on it."""
+        """Byte offsets as code point offsets into the joined text: within part
+        ``part_index`` of the content when given, else within the joined text (streamed
+        answers are one text); ``(None, None)`` when they do not fall on it."""
         if not isinstance(end, int) or isinstance(end, bool):
             return None, None
         start = start if isinstance(start, int) and not isinstance(start, bool) else 0
-        index = part_index if isinstance(part_index, int) else 0
-        for part, offset, text in self._parts:
-            if part != index:
-                continue
-            data = text.encode()
-            if not 0 <= start <= end <= len(data):
-                return None, None
-            first = len(data[:start].decode(errors="ignore"))
-            last = len(data[:end].decode(errors="ignore"))
-            return offset + first, offset + last
-        return None, None
+        if isinstance(part_index, int) and not isinstance(part_index, bool):
+            found = [(offset, text) for part, offset, text in self._parts if part == part_index]
+        else:
+            found = [(0, self._joined)]
+        if not found:
+            return None, None
+        offset, text = found[0]
+        data = text.encode()
+        if not 0 <= start <= end <= len(data):
+            return None, None
+        first = len(data[:start].decode(errors="ignore"))
+        last = len(data[:end].decode(errors="ignore"))
+        return offset + first, offset + last
 
-    def to_utf8(self, start: int | None, end: int | None) -> tuple[int, int, int] | None:
-        """Code point offsets into the joined text as (part index, byte start, byte end)
-        within the part the span starts in; ``None`` when they do not fall on the text."""
+    def to_utf8(self, start: int | None, end: int | None) -> tuple[int, int] | None:
+        """Code point offsets as UTF-8 byte offsets into the joined text; ``None`` when they
+        do not fall on it."""
         if start is None or end is None or end > len(self._joined):
             return None
-        for part, offset, text in self._parts:
-            if offset <= start <= offset + len(text) and (start < offset + len(text) or not text):
-                last = min(end, offset + len(text)) - offset
-                return (
-                    part,
-                    len(text[: start - offset].encode()),
-                    len(text[:last].encode()),
-                )
-        return None
+        return len(self._joined[:start].encode()), len(self._joined[:end].encode())
 
 
 class LlmResponse(_Data):
@@ -554,8 +546,31 @@ class LlmResponse(_Data):
     interrupted: bool = False
     error_code: str | None = None
     error_message: str | None = None
-    grounding_metadata: dict[str, Any] | None = None
+    grounding_metadata: GroundingMetadata | None = None
     model_version: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grounding_of_earlier_versions(cls, data: Any) -> Any:
+        # Events stored before grounding had one shape kept Gemini's verbatim (genai's
+        # camelCase dict); they are read into this shape instead of failing to load.
+        if not isinstance(data, dict):
+            return data
+        grounding = data.get("grounding_metadata")
+        if isinstance(grounding, dict) and not grounding.keys() & _GROUNDING_FIELDS:
+            content = data.get("content")
+            if isinstance(content, dict):
+                content = Content.model_validate(content)
+            data = {
+                **data,
+                "grounding_metadata": GroundingMetadata.from_genai(
+                    grounding, content if isinstance(content, Content) else None
+                ),
+            }
+        return data
+
+
+_GROUNDING_FIELDS = frozenset(GroundingMetadata.model_fields)
 
 
 class ToolConfirmation(_Data):

@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 
 from adk_mesh.types import (
     Blob,
+    Citation,
+    CodeExecution,
+    CodeExecutionOutcome,
     Content,
     Event,
     EventActions,
@@ -25,6 +28,8 @@ from adk_mesh.types import (
     FinishReason,
     FunctionCall,
     FunctionResponse,
+    GroundingMetadata,
+    GroundingSource,
     LlmResponse,
     Part,
     ToolDeclaration,
@@ -159,6 +164,54 @@ usage_metadata: st.SearchStrategy[UsageMetadata] = st.builds(
     thoughts_token_count=st.none() | _token_counts,
 )
 
+_indices = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+@st.composite
+def groundings(draw: st.DrawFn) -> GroundingMetadata:
+    """Grounding with every field set or not; citations name only sources that exist."""
+    sources = draw(
+        st.lists(st.builds(GroundingSource, uri=texts, title=_optional_texts), max_size=3)
+    )
+    citations = []
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        start = draw(st.none() | _indices)
+        end = None if start is None else draw(st.integers(min_value=start, max_value=2**31 - 1))
+        indices = (
+            draw(st.lists(st.integers(min_value=0, max_value=len(sources) - 1), max_size=3))
+            if sources
+            else []
+        )
+        citations.append(
+            Citation(
+                start_index=start,
+                end_index=end,
+                text=draw(_optional_texts),
+                source_indices=indices,
+                cited_text=draw(_optional_texts),
+            )
+        )
+    executions = draw(
+        st.lists(
+            st.builds(
+                CodeExecution,
+                code=texts,
+                language=_optional_texts,
+                outcome=st.none() | st.sampled_from(CodeExecutionOutcome),
+                output=texts,
+            ),
+            max_size=2,
+        )
+    )
+    return GroundingMetadata(
+        sources=sources,
+        queries=draw(st.lists(texts, max_size=2)),
+        citations=citations,
+        code_executions=executions,
+        search_suggestions_html=draw(_optional_texts),
+    )
+
+
 llm_responses: st.SearchStrategy[LlmResponse] = st.builds(
     LlmResponse,
     content=st.none() | contents,
@@ -169,7 +222,7 @@ llm_responses: st.SearchStrategy[LlmResponse] = st.builds(
     interrupted=st.booleans(),
     error_code=_optional_texts,
     error_message=_optional_texts,
-    grounding_metadata=st.one_of(st.none(), st.just({}), json_objects),
+    grounding_metadata=st.none() | st.just(GroundingMetadata()) | groundings(),
     model_version=_optional_texts,
 )
 

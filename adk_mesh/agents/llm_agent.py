@@ -231,6 +231,30 @@ class LlmAgent(BaseAgent):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigError(f"agent {name!r} has two tools named {', '.join(duplicates)}")
+        self._check_native_tools()
+
+    def _check_native_tools(self) -> None:
+        """Fail now, not at the first model call, when this agent's model (resolved here if
+        it is a string) cannot run a provider-native tool of this agent or of a sub-agent
+        that inherits the model. A sub-agent's own model is checked by its own constructor."""
+        from adk_mesh.tools.native import NativeTool, check_native_tools
+
+        if self._model is None:
+            return  # inherited: checked when an ancestor with a model takes this agent
+        inheriting = [self]
+        pending = list(self.sub_agents)
+        while pending:
+            agent = pending.pop()
+            if isinstance(agent, LlmAgent):
+                if agent._model is not None:
+                    continue
+                inheriting.append(agent)
+            pending.extend(agent.sub_agents)
+        if not any(isinstance(t, NativeTool) for agent in inheriting for t in agent.tools):
+            return
+        model = self.model
+        for agent in inheriting:
+            check_native_tools(agent.tools, model, agent=agent.name)
 
     # --- model ------------------------------------------------------------------------------
 

@@ -11,9 +11,20 @@ from typing import Any
 
 from adk_mesh.errors import ModelError
 from adk_mesh.models.base import BuiltinTool, GenerateContentConfig
-from adk_mesh.types import Content, FunctionCall, FunctionResponse, Part
+from adk_mesh.types import (
+    Citation,
+    CodeExecution,
+    CodeExecutionOutcome,
+    Content,
+    FunctionCall,
+    FunctionResponse,
+    GroundingMetadata,
+    GroundingSource,
+    Part,
+)
 
 __all__ = [
+    "GroundingCollector",
     "ToolCallIds",
     "b64encode",
     "data_url",
@@ -25,6 +36,7 @@ __all__ = [
     "unsupported_builtin",
     "unsupported_part",
     "uri_scheme",
+    "url_citations",
 ]
 
 
@@ -131,3 +143,107 @@ class ToolCallIds:
         if pending:
             return pending.popleft()
         return self._new()
+
+
+class GroundingCollector:
+    """Builds one :class:`GroundingMetadata` from what a provider reports piece by piece.
+
+    A source is kept once by URI (:meth:`source` returns its position, for citations); a
+    query once; a code execution is opened by :meth:`code` and closed by :meth:`code_result`
+    (Gemini sends them as two parts, Anthropic as two blocks). Empty strings are skipped:
+    this reads what a provider sent, so nothing here raises.
+    """
+
+    def __init__(self) -> None:
+        self._sources: list[GroundingSource] = []
+        self._by_uri: dict[str, int] = {}
+        self._queries: list[str] = []
+        self.citations: list[Citation] = []
+        self.code_executions: list[CodeExecution] = []
+        self.search_suggestions_html: str | None = None
+
+    def source(self, uri: Any, title: Any = None) -> int | None:
+        """The position of the source at ``uri``, added if new (a title fills a missing
+        one); ``None`` when ``uri`` is not a non-empty string."""
+        if not isinstance(uri, str) or not uri:
+            return None
+        title = title if isinstance(title, str) and title else None
+        index = self._by_uri.get(uri)
+        if index is None:
+            index = self._by_uri[uri] = len(self._sources)
+            self._sources.append(GroundingSource(uri=uri, title=title))
+        elif title is not None and self._sources[index].title is None:
+            self._sources[index] = GroundingSource(uri=uri, title=title)
+        return index
+
+    def query(self, query: Any) -> None:
+        if isinstance(query, str) and query and query not in self._queries:
+            self._queries.append(query)
+
+    def cite(
+        self,
+        *,
+        start: int | None,
+        end: int | None,
+        text: str | None,
+        sources: list[int],
+        cited_text: Any = None,
+    ) -> None:
+        self.citations.append(
+            Citation(
+                start_index=start,
+                end_index=end,
+                text=text,
+                source_indices=sources,
+                cited_text=cited_text if isinstance(cited_text, str) and cited_text else None,
+            )
+        )
+
+    def code(self, code: Any, language: Any = None) -> None:
+        self.code_executions.append(
+            CodeExecution(
+                code=code if isinstance(code, str) else "",
+                language=language.lower() if isinstance(language, str) and language else None,
+            )
+        )
+
+    def code_result(self, outcome: CodeExecutionOutcome | None, output: str) -> None:
+        """The result of the last code opened and not yet closed (or of code never seen)."""
+        for position in range(len(self.code_executions) - 1, -1, -1):
+            open_one = self.code_executions[position]
+            if open_one.outcome is None and not open_one.output:
+                self.code_executions[position] = open_one.model_copy(
+                    update={"outcome": outcome, "output": output}
+                )
+                return
+        self.code_executions.append(CodeExecution(outcome=outcome, output=output))
+
+    def build(self) -> GroundingMetadata | None:
+        grounding = GroundingMetadata(
+            sources=self._sources,
+            queries=self._queries,
+            citations=self.citations,
+            code_executions=self.code_executions,
+            search_suggestions_html=self.search_suggestions_html,
+        )
+        return None if grounding.is_empty() else grounding
+
+
+def url_citations(annotations: Any, text: str, collector: GroundingCollector) -> None:
+    """Record OpenAI's ``url_citation`` annotations of ``text``: Chat Completions nests the
+    fields (``{"type": "url_citation", "url_citation": {...}}``), the Responses API does not.
+    Offsets are characters of ``text``; a span outside it keeps its source, not its place."""
+    for annotation in annotations if isinstance(annotations, list) else []:
+        if not isinstance(annotation, dict) or annotation.get("type") != "url_citation":
+            continue
+        fields = annotation.get("url_citation")
+        fields = fields if isinstance(fields, dict) else annotation
+        index = collector.source(fields.get("url"), fields.get("title"))
+        start, end = fields.get("start_index"), fields.get("end_index")
+        placed = isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(text)
+        collector.cite(
+            start=start if placed else None,
+            end=end if placed else None,
+            text=text[start:end] if placed else None,
+            sources=[index] if index is not None else [],
+        )

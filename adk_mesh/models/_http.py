@@ -40,7 +40,14 @@ from adk_mesh.contexts import serving_deadline
 from adk_mesh.errors import AdkError, ConfigError, ModelError, model_error
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.telemetry._propagation import trace_headers
-from adk_mesh.types import Content, FinishReason, LlmResponse, Part, UsageMetadata
+from adk_mesh.types import (
+    Content,
+    FinishReason,
+    GroundingMetadata,
+    LlmResponse,
+    Part,
+    UsageMetadata,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -311,6 +318,8 @@ class WireRequest:
     path: str
     body: dict[str, Any]
     params: dict[str, str] = field(default_factory=dict)
+    #: Headers of this request only (e.g. the ``anthropic-beta`` a server tool needs).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class HttpTransport:
@@ -373,7 +382,8 @@ class HttpTransport:
             await client.aclose()
 
     def _build(self, client: httpx.AsyncClient, wire: WireRequest) -> httpx.Request:
-        headers = {name: header.value() for name, header in self._secret_headers.items()}
+        headers = dict(wire.headers)
+        headers.update({name: header.value() for name, header in self._secret_headers.items()})
         # The model call's span continues at the provider (traceparent only, no baggage).
         headers.update(trace_headers())
         content = json.dumps(wire.body, separators=(",", ":"), ensure_ascii=False).encode()
@@ -773,7 +783,7 @@ class StreamParser(abc.ABC):
         self.parts = PartsBuilder()
         self.usage: UsageMetadata | None = None
         self.finish_reason: FinishReason | None = None
-        self.grounding_metadata: dict[str, Any] | None = None
+        self.grounding_metadata: GroundingMetadata | None = None
         self.model_version: str | None = None
         self.complete = False
 

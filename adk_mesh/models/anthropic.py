@@ -18,12 +18,18 @@ What each part becomes:
 - anything else (audio, video, other URIs, media in assistant turns) raises
   :class:`ModelError` naming the part.
 
-:attr:`BuiltinTool.WEB_SEARCH` adds the server tool ``{"type": "web_search_20250305", "name":
-"web_search"}``. Its ``server_tool_use`` / ``web_search_tool_result`` blocks and the text
-citations are kept in :attr:`LlmResponse.grounding_metadata`, never turned into function calls
-(the provider ran them). The Messages API has no ``seed`` and no JSON mode: ``seed`` is not
-sent, and ``response_mime_type="application/json"`` alone becomes an instruction appended to
-the system prompt.
+Server tools: :attr:`BuiltinTool.WEB_SEARCH` adds ``{"type": "web_search_20250305", "name":
+"web_search"}``, :attr:`BuiltinTool.URL_CONTEXT` ``{"type": "web_fetch_20250910", "name":
+"web_fetch"}`` and :attr:`BuiltinTool.CODE_EXECUTION` ``{"type": "code_execution_20250825",
+"name": "code_execution"}`` (the last two with the ``anthropic-beta`` header they need, added
+to the one given to the constructor). Their ``server_tool_use`` / ``*_tool_result`` blocks and
+the citations on text blocks become :attr:`LlmResponse.grounding_metadata` (queries, sources,
+citations on their text block's span of the answer, code and its output), never function
+calls (the provider ran them), and are not sent back in later turns.
+
+The Messages API has no ``seed`` and no JSON mode: ``seed`` is not sent, and
+``response_mime_type="application/json"`` alone becomes an instruction appended to the system
+prompt.
 
 Structured output (``config.response_schema``) is asked for the way the Messages API allows,
 by tool forcing: a tool named for the schema (``config.response_schema_name``, else
@@ -45,6 +51,7 @@ import httpx
 
 from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
+    GroundingCollector,
     ToolCallIds,
     b64encode,
     is_model_role,
@@ -68,7 +75,16 @@ from adk_mesh.models._http import (
     partial_text,
 )
 from adk_mesh.models.base import BuiltinTool, LlmRequest
-from adk_mesh.types import Content, FinishReason, FunctionCall, LlmResponse, Part, UsageMetadata
+from adk_mesh.types import (
+    CodeExecutionOutcome,
+    Content,
+    FinishReason,
+    FunctionCall,
+    GroundingMetadata,
+    LlmResponse,
+    Part,
+    UsageMetadata,
+)
 
 __all__ = ["AnthropicModel"]
 
@@ -76,6 +92,19 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
+WEB_FETCH_TOOL_TYPE = "web_fetch_20250910"
+CODE_EXECUTION_TOOL_TYPE = "code_execution_20250825"
+
+#: The built-in tools Claude runs: (server tool type, name, the ``anthropic-beta`` it needs).
+_SERVER_TOOLS: dict[BuiltinTool, tuple[str, str, str | None]] = {
+    BuiltinTool.WEB_SEARCH: (WEB_SEARCH_TOOL_TYPE, "web_search", None),
+    BuiltinTool.URL_CONTEXT: (WEB_FETCH_TOOL_TYPE, "web_fetch", "web-fetch-2025-09-10"),
+    BuiltinTool.CODE_EXECUTION: (
+        CODE_EXECUTION_TOOL_TYPE,
+        "code_execution",
+        "code-execution-2025-08-25",
+    ),
+}
 
 _STOP_REASONS: dict[str, FinishReason] = {
     "end_turn": FinishReason.STOP,
@@ -151,47 +180,103 @@ def _signature_text(signature: bytes | None) -> str | None:
 
 
 class _Block:
-    __slots__ = ("data", "pieces", "type")
+    __slots__ = ("citations", "data", "pieces", "type")
 
     def __init__(self, block: dict[str, Any]) -> None:
         self.type: str = str(block.get("type", ""))
         self.data = block
         self.pieces: list[str] = []
+        initial = block.get("citations")
+        self.citations: list[Any] = list(initial) if isinstance(initial, list) else []
+
+
+#: Server tools whose results are code executions, and the language of their input.
+_CODE_TOOLS: dict[str, tuple[str, str]] = {
+    "code_execution": ("code", "python"),
+    "bash_code_execution": ("command", "bash"),
+}
 
 
 class _Grounding:
+    """Anthropic's server tool blocks and the citations on its text blocks, as one
+    :class:`GroundingMetadata`. Text blocks are added in order, so each citation is placed
+    on its block's span of the answer's text."""
+
     def __init__(self) -> None:
-        self.server_tool_uses: list[Any] = []
-        self.tool_results: list[Any] = []
-        self.citations: list[Any] = []
+        self._collector = GroundingCollector()
+        self._tool_names: dict[str, str] = {}
+        self._offset = 0
 
     def add_block(self, block: Mapping[str, Any]) -> bool:
         """Record a server-tool block; False when the block is of another kind."""
         kind = block.get("type", "")
         if kind == "server_tool_use":
-            self.server_tool_uses.append(dict(block))
+            self._tool_use(block)
         elif isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result":
-            self.tool_results.append(dict(block))
+            self._tool_result(kind, block)
         else:
             return False
         return True
 
-    def metadata(self) -> dict[str, Any] | None:
-        metadata: dict[str, Any] = {}
-        if self.server_tool_uses:
-            metadata["server_tool_uses"] = self.server_tool_uses
-            queries = [
-                use.get("input", {}).get("query")
-                for use in self.server_tool_uses
-                if isinstance(use.get("input"), dict) and use["input"].get("query")
-            ]
-            if queries:
-                metadata["web_search_queries"] = queries
-        if self.tool_results:
-            metadata["server_tool_results"] = self.tool_results
-        if self.citations:
-            metadata["citations"] = self.citations
-        return metadata or None
+    def _tool_use(self, block: Mapping[str, Any]) -> None:
+        name = str(block.get("name", ""))
+        if isinstance(block.get("id"), str):
+            self._tool_names[block["id"]] = name
+        tool_input = block.get("input")
+        tool_input = tool_input if isinstance(tool_input, dict) else {}
+        if name == "web_search":
+            self._collector.query(tool_input.get("query"))
+        elif name in _CODE_TOOLS:
+            key, language = _CODE_TOOLS[name]
+            self._collector.code(tool_input.get(key), language)
+
+    def _tool_result(self, kind: str, block: Mapping[str, Any]) -> None:
+        result = block.get("content")
+        if kind == "web_search_tool_result":
+            for found in result if isinstance(result, list) else []:
+                if isinstance(found, dict):
+                    self._collector.source(found.get("url"), found.get("title"))
+        elif kind == "web_fetch_tool_result" and isinstance(result, dict):
+            document = result.get("content")
+            title = document.get("title") if isinstance(document, dict) else None
+            if result.get("type") == "web_fetch_result":
+                self._collector.source(result.get("url"), title)
+        elif kind.removesuffix("_tool_result") in _CODE_TOOLS and isinstance(result, dict):
+            if str(result.get("type", "")).endswith("_error"):
+                error = str(result.get("error_code", "error"))
+                outcome = (
+                    CodeExecutionOutcome.DEADLINE_EXCEEDED
+                    if error == "execution_time_exceeded"
+                    else CodeExecutionOutcome.FAILED
+                )
+                self._collector.code_result(outcome, error)
+                return
+            stdout, stderr = result.get("stdout"), result.get("stderr")
+            output = (stdout if isinstance(stdout, str) else "") + (
+                stderr if isinstance(stderr, str) else ""
+            )
+            code = result.get("return_code")
+            outcome = CodeExecutionOutcome.OK if code == 0 else CodeExecutionOutcome.FAILED
+            self._collector.code_result(outcome, output)
+
+    def add_text(self, text: str, citations: list[Any]) -> None:
+        """A text block of the answer, in order, with the citations it carries."""
+        start = self._offset
+        self._offset += len(text)
+        for citation in citations:
+            if not isinstance(citation, dict):
+                continue
+            index = self._collector.source(citation.get("url"), citation.get("title"))
+            self._collector.cite(
+                start=start,
+                end=self._offset,
+                text=text,
+                sources=[index] if index is not None else [],
+                cited_text=citation.get("cited_text"),
+            )
+
+    def metadata(self) -> GroundingMetadata | None:
+        return self._collector.build()
 
 
 class _AnthropicStreamParser(StreamParser):
@@ -258,7 +343,7 @@ class _AnthropicStreamParser(StreamParser):
         elif kind == "signature_delta":
             block.data["signature"] = block.data.get("signature", "") + delta.get("signature", "")
         elif kind == "citations_delta":
-            self._grounding.citations.append(delta.get("citation"))
+            block.citations.append(delta.get("citation"))
         return []
 
     def final(self) -> LlmResponse:
@@ -266,7 +351,9 @@ class _AnthropicStreamParser(StreamParser):
         for index in sorted(self._blocks):
             block = self._blocks[index]
             if block.type == "text":
-                self.parts.add_text("".join(block.pieces))
+                text = "".join(block.pieces)
+                self.parts.add_text(text)
+                self._grounding.add_text(text, block.citations)
             elif block.type == "thinking":
                 signature = block.data.get("signature")
                 self.parts.add_part(
@@ -342,6 +429,10 @@ class AnthropicModel(HttpLlm):
         self._custom_base_url = resolved_base.rstrip("/") != DEFAULT_BASE_URL
         self.default_max_tokens = default_max_tokens
         self.web_search_max_uses = web_search_max_uses
+        self._beta = next(
+            (value for key, value in (headers or {}).items() if key.lower() == "anthropic-beta"),
+            None,
+        )
 
     def _check_credentials(self) -> None:
         if self._api_key is None and not self._custom_base_url:
@@ -367,14 +458,20 @@ class AnthropicModel(HttpLlm):
             }
             for tool in request.tools
         ]
-        for builtin in request.builtin_tools:
-            if builtin is BuiltinTool.WEB_SEARCH:
-                search: dict[str, Any] = {"type": WEB_SEARCH_TOOL_TYPE, "name": "web_search"}
-                if self.web_search_max_uses is not None:
-                    search["max_uses"] = self.web_search_max_uses
-                tools.append(search)
-            else:
-                raise unsupported_builtin(self.provider, builtin, "use BuiltinTool.WEB_SEARCH")
+        betas: list[str] = []
+        for builtin in dict.fromkeys(request.builtin_tools):
+            server_tool = _SERVER_TOOLS.get(builtin)
+            if server_tool is None:
+                raise unsupported_builtin(
+                    self.provider, builtin, "it runs web_search, url_context and code_execution"
+                )
+            tool_type, name, beta = server_tool
+            declared: dict[str, Any] = {"type": tool_type, "name": name}
+            if builtin is BuiltinTool.WEB_SEARCH and self.web_search_max_uses is not None:
+                declared["max_uses"] = self.web_search_max_uses
+            tools.append(declared)
+            if beta is not None:
+                betas.append(beta)
         if config.response_schema is not None:
             name = _answer_tool_name(request)
             body["tool_choice"] = {"type": "any"} if tools else {"type": "tool", "name": name}
@@ -397,7 +494,16 @@ class AnthropicModel(HttpLlm):
                 body[key] = value
         if stream:
             body["stream"] = True
-        return WireRequest(path="/v1/messages", body=body)
+        headers: dict[str, str] = {}
+        if betas:
+            # The constructor's own anthropic-beta values stay: this header replaces it.
+            configured = [b.strip() for b in (self._beta or "").split(",") if b.strip()]
+            headers["anthropic-beta"] = ",".join(dict.fromkeys([*configured, *betas]))
+        return WireRequest(path="/v1/messages", body=body, headers=headers)
+
+    def supports_builtin_tool(self, tool: BuiltinTool) -> bool:
+        """Claude runs web search, web fetch and code execution as server tools."""
+        return tool in _SERVER_TOOLS
 
     @staticmethod
     def _system(request: LlmRequest) -> str | None:
@@ -554,9 +660,10 @@ class AnthropicModel(HttpLlm):
         for block in data.get("content") or []:
             kind = block.get("type")
             if kind == "text":
-                parts.append(Part(text=block.get("text", "")))
-                if block.get("citations"):
-                    grounding.citations.extend(block["citations"])
+                text = str(block.get("text", ""))
+                parts.append(Part(text=text))
+                citations = block.get("citations")
+                grounding.add_text(text, citations if isinstance(citations, list) else [])
             elif kind == "thinking":
                 signature = block.get("signature")
                 parts.append(

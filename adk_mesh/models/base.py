@@ -22,10 +22,22 @@ TURN_INSTRUCTION_MARK = "[Instruction for this turn, from the system, not the us
 
 
 class BuiltinTool(StrEnum):
-    """Provider-native tools, declared through the Tool API and run by the provider."""
+    """Provider-native tools, declared through the Tool API and run by the provider.
 
+    The public tools that declare them live in :mod:`adk_mesh.tools.native`; each provider
+    sends them in its own way (Gemini's ``google_search`` / ``url_context`` /
+    ``code_execution``, Anthropic's versioned server tools, OpenAI Responses' ``web_search`` /
+    ``code_interpreter``) and reports what they found as :class:`~adk_mesh.types.GroundingMetadata`.
+    """
+
+    #: Gemini's Google Search grounding (``GoogleSearchTool``): Gemini only.
     GOOGLE_SEARCH = "google_search"
+    #: Web search run by the provider (``WebSearchTool``).
     WEB_SEARCH = "web_search"
+    #: Fetching the pages at URLs the conversation names (``UrlContextTool``).
+    URL_CONTEXT = "url_context"
+    #: Running code the model writes in the provider's sandbox (``CodeExecutionTool``).
+    CODE_EXECUTION = "code_execution"
 
 
 class GenerateContentConfig(BaseModel):
@@ -92,3 +104,10 @@ class Llm(abc.ABC):
     def generate_content(
         self, request: LlmRequest, *, stream: bool = False
     ) -> AsyncIterator[LlmResponse]: ...
+
+    def supports_builtin_tool(self, tool: BuiltinTool) -> bool | None:
+        """Whether this model can run the provider-native ``tool``: an agent with a tool its
+        model cannot run fails at construction rather than at its first model call. ``None``
+        (the default) means it cannot tell: the tool is sent, and the model call fails if
+        the provider refuses it."""
+        return None

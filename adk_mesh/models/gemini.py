@@ -23,7 +23,13 @@ from typing import Any, Literal
 import httpx
 
 from adk_mesh.errors import ConfigError, ModelError, model_error
-from adk_mesh.models._convert import b64encode, is_model_role, unsupported_part, uri_scheme
+from adk_mesh.models._convert import (
+    GroundingCollector,
+    b64encode,
+    is_model_role,
+    unsupported_part,
+    uri_scheme,
+)
 from adk_mesh.models._http import (
     HttpLlm,
     RetryPolicy,
@@ -39,10 +45,13 @@ from adk_mesh.models._http import (
 from adk_mesh.models.base import BuiltinTool, LlmRequest
 from adk_mesh.types import (
     Blob,
+    CodeExecutionOutcome,
     Content,
     FileData,
     FinishReason,
     FunctionCall,
+    GroundingMetadata,
+    GroundingSource,
     LlmResponse,
     Part,
     UsageMetadata,
@@ -124,6 +133,73 @@ def _part_from_wire(part: Mapping[str, Any]) -> Part | None:
     return None
 
 
+_OUTCOMES: dict[str, CodeExecutionOutcome] = {
+    "OUTCOME_OK": CodeExecutionOutcome.OK,
+    "OUTCOME_FAILED": CodeExecutionOutcome.FAILED,
+    "OUTCOME_DEADLINE_EXCEEDED": CodeExecutionOutcome.DEADLINE_EXCEEDED,
+}
+
+#: The built-in tools Gemini runs, as its ``tools`` entries.
+_BUILTIN_TOOLS: dict[BuiltinTool, str] = {
+    BuiltinTool.GOOGLE_SEARCH: "google_search",
+    BuiltinTool.WEB_SEARCH: "google_search",
+    BuiltinTool.URL_CONTEXT: "url_context",
+    BuiltinTool.CODE_EXECUTION: "code_execution",
+}
+
+
+def _code_part(part: Mapping[str, Any], collector: GroundingCollector) -> bool:
+    """Record a code execution part (the code, or its result); False for other parts. They
+    are what the code execution tool did, for people to see: the answer is the text."""
+    code = part.get("executableCode")
+    if isinstance(code, dict):
+        collector.code(code.get("code"), code.get("language"))
+        return True
+    result = part.get("codeExecutionResult")
+    if isinstance(result, dict):
+        output = result.get("output")
+        collector.code_result(
+            _OUTCOMES.get(str(result.get("outcome"))), output if isinstance(output, str) else ""
+        )
+        return True
+    return False
+
+
+def _grounding(
+    candidate_grounding: Any,
+    url_context: Any,
+    collector: GroundingCollector,
+    content: Content | None,
+) -> GroundingMetadata | None:
+    """The response's grounding: ``groundingMetadata`` (placed in ``content``'s text), the
+    pages ``url_context`` fetched (``urlContextMetadata``), the code that ran."""
+    grounding = GroundingMetadata.from_genai(candidate_grounding, content) or GroundingMetadata()
+    sources = list(grounding.sources)
+    known = {source.uri for source in sources}
+    fetched = url_context.get("urlMetadata") if isinstance(url_context, dict) else None
+    for entry in fetched if isinstance(fetched, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        url = entry.get("retrievedUrl")
+        status = entry.get("urlRetrievalStatus")
+        if (
+            isinstance(url, str)
+            and url
+            and url not in known
+            and status
+            in (
+                None,
+                "URL_RETRIEVAL_STATUS_SUCCESS",
+            )
+        ):
+            known.add(url)
+            sources.append(GroundingSource(uri=url))
+    merged = grounding.model_copy(
+        update={"sources": sources, "code_executions": collector.code_executions}
+    )
+    return None if merged.is_empty() else merged
+
+
 def _usage(data: Mapping[str, Any]) -> UsageMetadata | None:
     usage = data.get("usageMetadata")
     if not isinstance(usage, dict):
@@ -160,6 +236,9 @@ class _GeminiStreamParser(StreamParser):
         super().__init__()
         self.block_reason: str | None = None
         self._usage_data: dict[str, Any] | None = None
+        self._code = GroundingCollector()
+        self._grounding: Any = None
+        self._url_context: Any = None
 
     def feed(self, event: StreamRecord) -> list[LlmResponse]:
         data = load_json(event.data, "a stream chunk")
@@ -192,11 +271,15 @@ class _GeminiStreamParser(StreamParser):
                         partial_text(text, thought=thought, model_version=self.model_version)
                     )
                 continue
+            if _code_part(wire_part, self._code):
+                continue
             part = _part_from_wire(wire_part)
             if part is not None:
                 self.parts.add_part(part)
         if isinstance(candidate.get("groundingMetadata"), dict):
-            self.grounding_metadata = candidate["groundingMetadata"]
+            self._grounding = candidate["groundingMetadata"]
+        if isinstance(candidate.get("urlContextMetadata"), dict):
+            self._url_context = candidate["urlContextMetadata"]
         finish = _finish_reason(candidate.get("finishReason"))
         if finish is not None:
             self.finish_reason = finish
@@ -206,6 +289,9 @@ class _GeminiStreamParser(StreamParser):
     def final(self) -> LlmResponse:
         if self._usage_data is not None:
             self.usage = _usage(self._usage_data)
+        self.grounding_metadata = _grounding(
+            self._grounding, self._url_context, self._code, self.parts.content()
+        )
         response = super().final()
         if self.block_reason is not None:
             response.error_code = self.block_reason
@@ -373,11 +459,17 @@ class GeminiModel(HttpLlm):
                     declaration[response_key] = tool.response_schema
                 declarations.append(declaration)
             tools.append({"functionDeclarations": declarations})
-        if any(
-            t in (BuiltinTool.GOOGLE_SEARCH, BuiltinTool.WEB_SEARCH) for t in request.builtin_tools
-        ):
-            tools.append({"google_search": {}})
+        declared: list[str] = []
+        for builtin in request.builtin_tools:
+            name = _BUILTIN_TOOLS[builtin]
+            if name not in declared:
+                declared.append(name)
+                tools.append({name: {}})
         return tools
+
+    def supports_builtin_tool(self, tool: BuiltinTool) -> bool:
+        """Gemini runs Google Search, URL context and code execution."""
+        return tool in _BUILTIN_TOOLS
 
     def _generation_config(self, request: LlmRequest) -> dict[str, Any]:
         config = request.config
@@ -422,18 +514,24 @@ class GeminiModel(HttpLlm):
                 model_version=model_version,
             )
         candidate = candidates[0]
+        code = GroundingCollector()
         parts = [
             part
             for wire_part in (candidate.get("content") or {}).get("parts") or []
-            if (part := _part_from_wire(wire_part)) is not None
+            if not _code_part(wire_part, code) and (part := _part_from_wire(wire_part)) is not None
         ]
-        grounding = candidate.get("groundingMetadata")
+        content = Content(role="model", parts=parts) if parts else None
         return LlmResponse(
-            content=Content(role="model", parts=parts) if parts else None,
+            content=content,
             usage_metadata=_usage(data),
             finish_reason=_finish_reason(candidate.get("finishReason")),
             turn_complete=True,
-            grounding_metadata=grounding if isinstance(grounding, dict) else None,
+            grounding_metadata=_grounding(
+                candidate.get("groundingMetadata"),
+                candidate.get("urlContextMetadata"),
+                code,
+                content,
+            ),
             model_version=model_version,
         )
 

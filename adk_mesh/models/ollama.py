@@ -45,7 +45,7 @@ from adk_mesh.models._http import (
     parse_arguments,
     partial_text,
 )
-from adk_mesh.models.base import LlmRequest
+from adk_mesh.models.base import BuiltinTool, LlmRequest
 from adk_mesh.types import Content, FinishReason, FunctionCall, LlmResponse, Part, UsageMetadata
 
 __all__ = ["OllamaModel", "normalize_host"]
@@ -166,6 +166,10 @@ class OllamaModel(HttpLlm):
 
     provider = "ollama"
     framing = "ndjson"
+
+    def supports_builtin_tool(self, tool: BuiltinTool) -> bool:
+        """Ollama runs no server-side tools."""
+        return False
 
     def __init__(
         self,

@@ -19,8 +19,8 @@ What each part becomes:
 Web search: :attr:`BuiltinTool.WEB_SEARCH` adds ``web_search_options: {}`` to the request. Chat
 Completions searches only with its search models (``gpt-4o-search-preview``,
 ``gpt-4o-mini-search-preview``, ...); other models reject the option, and that error is
-reported as it comes. The ``url_citation`` annotations are kept in
-:attr:`LlmResponse.grounding_metadata` under ``"annotations"``.
+reported as it comes. The ``url_citation`` annotations become
+:attr:`LlmResponse.grounding_metadata` (sources, and citations placed in the answer's text).
 
 Structured output: ``config.response_schema`` goes out as ``response_format: {type:
 json_schema, json_schema: {name, schema, strict}}``, with ``strict: true`` only when the schema
@@ -46,6 +46,7 @@ import httpx
 
 from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
+    GroundingCollector,
     ToolCallIds,
     b64encode,
     data_url,
@@ -55,6 +56,7 @@ from adk_mesh.models._convert import (
     unsupported_builtin,
     unsupported_part,
     uri_scheme,
+    url_citations,
 )
 from adk_mesh.models._http import (
     HttpLlm,
@@ -74,6 +76,7 @@ from adk_mesh.types import (
     Content,
     FinishReason,
     FunctionCall,
+    GroundingMetadata,
     LlmResponse,
     Part,
     UsageMetadata,
@@ -231,8 +234,17 @@ class _OpenAIStreamParser(StreamParser):
                 )
             )
         if self._annotations:
-            self.grounding_metadata = {"annotations": self._annotations}
+            content = self.parts.content()
+            self.grounding_metadata = _grounding(
+                self._annotations, content.text if content is not None else ""
+            )
         return super().final()
+
+
+def _grounding(annotations: Any, text: str) -> GroundingMetadata | None:
+    collector = GroundingCollector()
+    url_citations(annotations, text, collector)
+    return collector.build()
 
 
 class OpenAIModel(HttpLlm):
@@ -287,6 +299,11 @@ class OpenAIModel(HttpLlm):
     def _check_credentials(self) -> None:
         if self._api_key is None and self.is_openai:
             raise ConfigError("openai needs an API key: set OPENAI_API_KEY")
+
+    def supports_builtin_tool(self, tool: BuiltinTool) -> bool:
+        """Chat Completions searches the web only with its search models (their names say
+        ``search``); it runs no other built-in tool (the Responses API does)."""
+        return tool is BuiltinTool.WEB_SEARCH and "search" in self.name.lower()
 
     # ------------------------------------------------------------------ request
 
@@ -506,13 +523,15 @@ class OpenAIModel(HttpLlm):
                     )
                 )
             )
-        annotations = message.get("annotations")
+        content = Content(role="model", parts=parts) if parts else None
         return LlmResponse(
-            content=Content(role="model", parts=parts) if parts else None,
+            content=content,
             usage_metadata=_usage(data),
             finish_reason=_finish_reason(choice.get("finish_reason")),
             turn_complete=True,
-            grounding_metadata={"annotations": annotations} if annotations else None,
+            grounding_metadata=_grounding(
+                message.get("annotations"), content.text if content is not None else ""
+            ),
             model_version=data.get("model") if isinstance(data.get("model"), str) else None,
         )
 

@@ -60,8 +60,14 @@ __all__ = [
     "RawReply",
     "RecordedRequest",
     "Reply",
+    "ScriptedCitation",
+    "ScriptedCodeRun",
+    "ScriptedNative",
+    "ScriptedSource",
     "ScriptedToolCall",
     "ScriptedTurn",
+    "ScriptedUrlFetch",
+    "ScriptedWebSearch",
 ]
 
 FinishKind = Literal["stop", "length", "tool_calls", "safety"]
@@ -91,6 +97,53 @@ class ScriptedToolCall:
 
 
 @dataclass
+class ScriptedSource:
+    """A page a provider-native tool found or fetched."""
+
+    url: str
+    title: str = ""
+
+
+@dataclass
+class ScriptedWebSearch:
+    """A web search the provider runs in a :class:`ScriptedTurn`: its query and the pages
+    it found."""
+
+    query: str
+    results: list[ScriptedSource] = field(default_factory=list)
+
+
+@dataclass
+class ScriptedUrlFetch:
+    """A page the provider fetches in a :class:`ScriptedTurn` (URL context, web fetch)."""
+
+    url: str
+    title: str = ""
+
+
+@dataclass
+class ScriptedCodeRun:
+    """Code the provider runs in its sandbox in a :class:`ScriptedTurn`, and its output."""
+
+    code: str
+    output: str = ""
+    failed: bool = False
+
+
+@dataclass
+class ScriptedCitation:
+    """Marks the first occurrence of ``text`` in the turn's text as backed by the page at
+    ``url`` (one of the turn's search results or fetches), quoting ``cited_text``."""
+
+    text: str
+    url: str
+    cited_text: str = ""
+
+
+ScriptedNative = ScriptedWebSearch | ScriptedUrlFetch | ScriptedCodeRun
+
+
+@dataclass
 class ScriptedTurn:
     """One model turn, rendered in the provider's own format.
 
@@ -104,7 +157,13 @@ class ScriptedTurn:
         model: the model name reported (defaults to the requested one).
         thought_signature: Gemini: on the first tool call (else the last part); Anthropic:
             the thinking block's signature.
-        grounding: Gemini ``groundingMetadata``.
+        grounding: Gemini ``groundingMetadata``, verbatim (else built from ``native``).
+        native: what the provider's own tools do in the turn (searches, fetches, code runs),
+            rendered as each provider reports them: Gemini's grounding metadata, URL context
+            metadata and code execution parts; Anthropic's ``server_tool_use`` and
+            ``*_tool_result`` blocks. Sent before the text.
+        citations: spans of the text backed by the pages of ``native``: Gemini's grounding
+            supports (UTF-8 byte offsets), Anthropic's cited text blocks.
         argument_chunks: how many deltas each tool call's JSON arguments are split into
             (OpenAI, Anthropic).
         write_size: split the streamed body into TCP writes of this many bytes (a sequence
@@ -126,6 +185,8 @@ class ScriptedTurn:
     model: str | None = None
     thought_signature: bytes | None = None
     grounding: dict[str, Any] | None = None
+    native: list[ScriptedNative] = field(default_factory=list)
+    citations: list[ScriptedCitation] = field(default_factory=list)
     argument_chunks: int = 3
     write_size: int | Sequence[int] | None = None
     cut_after: int | None = None
@@ -137,6 +198,28 @@ class ScriptedTurn:
     @property
     def text_deltas(self) -> list[str]:
         return [self.text] if isinstance(self.text, str) else list(self.text)
+
+    def pages(self) -> list[ScriptedSource]:
+        """Every page the turn's native tools found or fetched, each once, in order."""
+        pages: dict[str, ScriptedSource] = {}
+        for item in self.native:
+            if isinstance(item, ScriptedWebSearch):
+                for result in item.results:
+                    pages.setdefault(result.url, result)
+            elif isinstance(item, ScriptedUrlFetch):
+                pages.setdefault(item.url, ScriptedSource(item.url, item.title))
+        return list(pages.values())
+
+    def cited_spans(self) -> list[tuple[int, int, ScriptedCitation]]:
+        """Each citation's (start, end) in the turn's whole text, in order of start."""
+        text = "".join(self.text_deltas)
+        spans = []
+        for citation in self.citations:
+            start = text.find(citation.text)
+            if start < 0:
+                raise ValueError(f"cited text {citation.text!r} is not in the turn's text")
+            spans.append((start, start + len(citation.text), citation))
+        return sorted(spans, key=lambda span: span[0])
 
     @property
     def finish_kind(self) -> FinishKind:
@@ -587,8 +670,20 @@ class FakeGemini(FakeProviderServer):
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
         if last:
             candidate["finishReason"] = self._finish(turn)
-            if turn.grounding is not None:
-                candidate["groundingMetadata"] = turn.grounding
+            grounding = turn.grounding if turn.grounding is not None else self._grounding(turn)
+            if grounding is not None:
+                candidate["groundingMetadata"] = grounding
+            fetched = [item for item in turn.native if isinstance(item, ScriptedUrlFetch)]
+            if fetched:
+                candidate["urlContextMetadata"] = {
+                    "urlMetadata": [
+                        {
+                            "retrievedUrl": item.url,
+                            "urlRetrievalStatus": "URL_RETRIEVAL_STATUS_SUCCESS",
+                        }
+                        for item in fetched
+                    ]
+                }
         return {
             "candidates": [candidate],
             "usageMetadata": self._usage(turn, last),
@@ -596,10 +691,53 @@ class FakeGemini(FakeProviderServer):
             "responseId": "fake-response",
         }
 
+    @staticmethod
+    def _grounding(turn: ScriptedTurn) -> dict[str, Any] | None:
+        """Gemini's ``groundingMetadata`` for the turn's searches and citations: the pages as
+        ``groundingChunks``, each citation a ``groundingSupport`` placed by UTF-8 byte
+        offsets in the answer's text, the queries, the search suggestions."""
+        searches = [item for item in turn.native if isinstance(item, ScriptedWebSearch)]
+        if not searches and not turn.citations:
+            return None
+        pages = turn.pages()
+        position = {page.url: index for index, page in enumerate(pages)}
+        text = "".join(turn.text_deltas)
+        grounding: dict[str, Any] = {
+            "groundingChunks": [{"web": {"uri": page.url, "title": page.title}} for page in pages],
+            "groundingSupports": [
+                {
+                    "segment": {
+                        "startIndex": len(text[:start].encode()),
+                        "endIndex": len(text[:end].encode()),
+                        "text": citation.text,
+                    },
+                    "groundingChunkIndices": [position[citation.url]],
+                }
+                for start, end, citation in turn.cited_spans()
+            ],
+        }
+        if searches:
+            grounding["webSearchQueries"] = [search.query for search in searches]
+            grounding["searchEntryPoint"] = {
+                "renderedContent": '<div class="container">Google Search suggestions</div>'
+            }
+        return grounding
+
+    @staticmethod
+    def _code_parts(turn: ScriptedTurn) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = []
+        for item in turn.native:
+            if isinstance(item, ScriptedCodeRun):
+                parts.append({"executableCode": {"language": "PYTHON", "code": item.code}})
+                outcome = "OUTCOME_FAILED" if item.failed else "OUTCOME_OK"
+                parts.append({"codeExecutionResult": {"outcome": outcome, "output": item.output}})
+        return parts
+
     def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
         parts: list[dict[str, Any]] = []
         if turn.thoughts:
             parts.append({"text": "".join(turn.thoughts), "thought": True})
+        parts.extend(self._code_parts(turn))
         if turn.text_deltas:
             parts.append({"text": "".join(turn.text_deltas)})
         parts.extend(self._call_parts(turn))
@@ -610,6 +748,7 @@ class FakeGemini(FakeProviderServer):
         chunks: list[list[dict[str, Any]]] = [
             [{"text": thought, "thought": True}] for thought in turn.thoughts
         ]
+        chunks.extend([part] for part in self._code_parts(turn))
         chunks.extend([{"text": text}] for text in turn.text_deltas)
         if turn.tool_calls:
             chunks.append(self._call_parts(turn))
@@ -874,7 +1013,16 @@ class FakeAnthropic(FakeProviderServer):
                     "signature": self._signature(turn),
                 }
             )
-        if turn.text_deltas:
+        for use, result in self._server_blocks(turn):
+            content.append(use)
+            content.append(result)
+        if turn.citations:
+            for text, citation in self._text_blocks(turn):
+                block: dict[str, Any] = {"type": "text", "text": text}
+                if citation is not None:
+                    block["citations"] = [citation]
+                content.append(block)
+        elif turn.text_deltas:
             content.append({"type": "text", "text": "".join(turn.text_deltas)})
         content.extend(
             {
@@ -935,7 +1083,20 @@ class FakeAnthropic(FakeProviderServer):
                 [{"type": "thinking_delta", "thinking": t} for t in turn.thoughts]
                 + [{"type": "signature_delta", "signature": self._signature(turn)}],
             )
-        if turn.text_deltas:
+        for use, result in self._server_blocks(turn):
+            block(
+                {**use, "input": {}},
+                [{"type": "input_json_delta", "partial_json": json.dumps(use["input"])}],
+            )
+            block(result, [])
+        if turn.citations:
+            for text, citation in self._text_blocks(turn):
+                deltas: list[dict[str, Any]] = []
+                if citation is not None:
+                    deltas.append({"type": "citations_delta", "citation": citation})
+                deltas.append({"type": "text_delta", "text": text})
+                block({"type": "text", "text": ""}, deltas)
+        elif turn.text_deltas:
             block(
                 {"type": "text", "text": ""},
                 [{"type": "text_delta", "text": t} for t in turn.text_deltas],
@@ -962,6 +1123,82 @@ class FakeAnthropic(FakeProviderServer):
         )
         records.append(event("message_stop", {}))
         return records
+
+    @staticmethod
+    def _server_blocks(turn: ScriptedTurn) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Each native tool use of the turn as the Messages API reports it: a
+        ``server_tool_use`` block and its ``*_tool_result`` block."""
+        blocks: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for index, item in enumerate(turn.native):
+            use_id = f"srvtoolu_{index:02d}"
+            use: dict[str, Any] = {"type": "server_tool_use", "id": use_id}
+            result: dict[str, Any] = {"tool_use_id": use_id}
+            if isinstance(item, ScriptedWebSearch):
+                use.update(name="web_search", input={"query": item.query})
+                result["type"] = "web_search_tool_result"
+                result["content"] = [
+                    {
+                        "type": "web_search_result",
+                        "url": page.url,
+                        "title": page.title,
+                        "encrypted_content": "RW5jcnlwdGVkIHBhZ2U=",
+                        "page_age": None,
+                    }
+                    for page in item.results
+                ]
+            elif isinstance(item, ScriptedUrlFetch):
+                use.update(name="web_fetch", input={"url": item.url})
+                result["type"] = "web_fetch_tool_result"
+                result["content"] = {
+                    "type": "web_fetch_result",
+                    "url": item.url,
+                    "content": {
+                        "type": "document",
+                        "source": {"type": "text", "media_type": "text/plain", "data": "page"},
+                        "title": item.title,
+                    },
+                    "retrieved_at": "2025-09-10T12:00:00Z",
+                }
+            else:
+                use.update(name="bash_code_execution", input={"command": item.code})
+                result["type"] = "bash_code_execution_tool_result"
+                result["content"] = {
+                    "type": "bash_code_execution_result",
+                    "stdout": item.output,
+                    "stderr": "",
+                    "return_code": 1 if item.failed else 0,
+                    "content": [],
+                }
+            blocks.append((use, result))
+        return blocks
+
+    @staticmethod
+    def _text_blocks(turn: ScriptedTurn) -> list[tuple[str, dict[str, Any] | None]]:
+        """The turn's text cut into blocks at its citations: a cited span is a block of its
+        own carrying its ``web_search_result_location`` citation."""
+        text = "".join(turn.text_deltas)
+        titles = {page.url: page.title for page in turn.pages()}
+        blocks: list[tuple[str, dict[str, Any] | None]] = []
+        position = 0
+        for start, end, citation in turn.cited_spans():
+            if start > position:
+                blocks.append((text[position:start], None))
+            blocks.append(
+                (
+                    text[start:end],
+                    {
+                        "type": "web_search_result_location",
+                        "url": citation.url,
+                        "title": titles.get(citation.url, ""),
+                        "encrypted_index": "RW5jcnlwdGVkIGluZGV4",
+                        "cited_text": citation.cited_text,
+                    },
+                )
+            )
+            position = max(position, end)
+        if position < len(text):
+            blocks.append((text[position:], None))
+        return blocks
 
     def refusal(self, request: RecordedRequest) -> RawReply | None:
         """The Messages API's 400s for tool blocks out of place: every ``tool_use`` block

@@ -1,5 +1,6 @@
 """Tools: the BaseTool and Toolset contracts, FunctionTool, AgentTool, the built-in tools,
-the memory tools (load_memory, preload_memory) and McpToolset (an MCP server's tools)."""
+the memory tools (load_memory, preload_memory), the provider-native tools (web search, URL
+context, code execution) and McpToolset (an MCP server's tools)."""
 
 from __future__ import annotations
 
@@ -19,20 +20,30 @@ from adk_mesh.tools.memory_tools import (
     load_memory,
     preload_memory,
 )
+from adk_mesh.tools.native import (
+    CodeExecutionTool,
+    NativeTool,
+    UrlContextTool,
+    WebSearchTool,
+)
 
 __all__ = [
     "AgentTool",
     "BaseTool",
+    "CodeExecutionTool",
     "ExitLoopTool",
     "FunctionTool",
     "GoogleSearchTool",
     "LoadArtifactsTool",
     "LoadMemoryTool",
     "McpToolset",
+    "NativeTool",
     "PreloadMemoryTool",
     "StateMergePolicy",
     "Toolset",
     "TransferToAgentTool",
+    "UrlContextTool",
+    "WebSearchTool",
     "load_memory",
     "preload_memory",
 ]

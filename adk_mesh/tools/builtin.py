@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from adk_mesh.errors import AdkError, ToolError
 from adk_mesh.models.base import BuiltinTool
 from adk_mesh.tools.base import BaseTool
+from adk_mesh.tools.native import WebSearchTool
 
 if TYPE_CHECKING:
     from adk_mesh.contexts import ToolContext
-    from adk_mesh.models.base import LlmRequest
 
 __all__ = ["ExitLoopTool", "GoogleSearchTool", "LoadArtifactsTool", "TransferToAgentTool"]
 
@@ -157,22 +158,23 @@ def _is_text(mime_type: str) -> bool:
     return mime_type.startswith(_TEXT_MIME_PREFIXES) or mime_type in _TEXT_MIME_TYPES
 
 
-class GoogleSearchTool(BaseTool):
+class GoogleSearchTool(WebSearchTool):
     """Google Search grounding, run by Gemini itself on the server side.
 
     It is declared to the model as Gemini's built-in ``google_search`` tool (not as a function
     declaration); the results come back inside the model's answer, with the grounding
-    metadata on the response. Executing it locally is an error.
+    metadata on the response. Executing it locally is an error. Gemini only: for search on
+    any provider that has it, use :class:`~adk_mesh.tools.native.WebSearchTool` (on Gemini
+    it sends the same ``google_search`` tool).
     """
 
-    is_builtin = True
+    builtin = BuiltinTool.GOOGLE_SEARCH
+    providers: ClassVar[Mapping[str, str]] = {"gemini": "google_search"}
 
     def __init__(self) -> None:
-        super().__init__("google_search", "Search the web with Google Search (run by Gemini).")
-
-    def process_llm_request(self, request: LlmRequest) -> None:
-        if BuiltinTool.GOOGLE_SEARCH not in request.builtin_tools:
-            request.builtin_tools.append(BuiltinTool.GOOGLE_SEARCH)
+        BaseTool.__init__(
+            self, "google_search", "Search the web with Google Search (run by Gemini)."
+        )
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError("google_search is handled internally by Gemini and cannot run locally")

@@ -27,13 +27,17 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61\x64k_mesh/v1/event.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rinvocation_id\x18\x03 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x04 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12.\n\x0cllm_response\x18\x06 \x01(\x0b\x32\x18.adk_mesh.v1.LlmResponse\x12*\n\x07\x61\x63tions\x18\x07 \x01(\x0b\x32\x19.adk_mesh.v1.EventActions\x12\x1d\n\x15long_running_tool_ids\x18\x08 \x03(\t\x12\x36\n\rtool_progress\x18\t \x01(\x0b\x32\x1f.adk_mesh.v1.ToolProgressUpdate\"\xca\x01\n\x12ToolProgressUpdate\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x15\n\x08\x66raction\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12%\n\x04\x64\x61ta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tdata_json\x18\x06 \x01(\tB\x13\n\x11_function_call_idB\x0b\n\t_fraction\"\xb1\x03\n\x0bLlmResponse\x12%\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x32\n\x0eusage_metadata\x18\x02 \x01(\x0b\x32\x1a.adk_mesh.v1.UsageMetadata\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.adk_mesh.v1.FinishReason\x12\x0f\n\x07partial\x18\x04 \x01(\x08\x12\x15\n\rturn_complete\x18\x05 \x01(\x08\x12\x13\n\x0binterrupted\x18\x06 \x01(\x08\x12\x17\n\nerror_code\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x1a\n\rerror_message\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x33\n\x12grounding_metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x1a\n\rmodel_version\x18\n \x01(\tH\x02\x88\x01\x01\x12\x1f\n\x17grounding_metadata_json\x18\x0b \x01(\tB\r\n\x0b_error_codeB\x10\n\x0e_error_messageB\x10\n\x0e_model_version\"\xea\x01\n\rUsageMetadata\x12\x1a\n\x12prompt_token_count\x18\x01 \x01(\x05\x12\x1e\n\x16\x63\x61ndidates_token_count\x18\x02 \x01(\x05\x12\x19\n\x11total_token_count\x18\x03 \x01(\x05\x12\'\n\x1a\x63\x61\x63hed_content_token_count\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14thoughts_token_count\x18\x05 \x01(\x05H\x01\x88\x01\x01\x42\x1d\n\x1b_cached_content_token_countB\x17\n\x15_thoughts_token_count\"\xbc\x05\n\x0c\x45ventActions\x12>\n\x0bstate_delta\x18\x01 \x03(\x0b\x32).adk_mesh.v1.EventActions.StateDeltaEntry\x12\x44\n\x0e\x61rtifact_delta\x18\x02 \x03(\x0b\x32,.adk_mesh.v1.EventActions.ArtifactDeltaEntry\x12\x1a\n\x12skip_summarization\x18\x03 \x01(\x08\x12\x1e\n\x11transfer_to_agent\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x10\n\x08\x65scalate\x18\x05 \x01(\x08\x12G\n\x10state_delta_json\x18\x06 \x03(\x0b\x32-.adk_mesh.v1.EventActions.StateDeltaJsonEntry\x12_\n\x1crequested_tool_confirmations\x18\x07 \x03(\x0b\x32\x39.adk_mesh.v1.EventActions.RequestedToolConfirmationsEntry\x1aI\n\x0fStateDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x34\n\x12\x41rtifactDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x35\n\x13StateDeltaJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a`\n\x1fRequestedToolConfirmationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12,\n\x05value\x18\x02 \x01(\x0b\x32\x1d.adk_mesh.v1.ToolConfirmation:\x02\x38\x01\x42\x14\n\x12_transfer_to_agent\"r\n\x10ToolConfirmation\x12\x0c\n\x04hint\x18\x01 \x01(\t\x12\x11\n\tconfirmed\x18\x02 \x01(\x08\x12\'\n\x07payload\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x14\n\x0cpayload_json\x18\x04 \x01(\t*\xfd\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1c\n\x18\x46INISH_REASON_MAX_TOKENS\x10\x02\x12\x18\n\x14\x46INISH_REASON_SAFETY\x10\x03\x12\x1c\n\x18\x46INISH_REASON_RECITATION\x10\x04\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x05\x12)\n%FINISH_REASON_MALFORMED_FUNCTION_CALL\x10\x06\x12\x17\n\x13\x46INISH_REASON_OTHER\x10\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61\x64k_mesh/v1/event.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rinvocation_id\x18\x03 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x04 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12.\n\x0cllm_response\x18\x06 \x01(\x0b\x32\x18.adk_mesh.v1.LlmResponse\x12*\n\x07\x61\x63tions\x18\x07 \x01(\x0b\x32\x19.adk_mesh.v1.EventActions\x12\x1d\n\x15long_running_tool_ids\x18\x08 \x03(\t\x12\x36\n\rtool_progress\x18\t \x01(\x0b\x32\x1f.adk_mesh.v1.ToolProgressUpdate\"\xca\x01\n\x12ToolProgressUpdate\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x15\n\x08\x66raction\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12%\n\x04\x64\x61ta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tdata_json\x18\x06 \x01(\tB\x13\n\x11_function_call_idB\x0b\n\t_fraction\"\xec\x03\n\x0bLlmResponse\x12%\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x32\n\x0eusage_metadata\x18\x02 \x01(\x0b\x32\x1a.adk_mesh.v1.UsageMetadata\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.adk_mesh.v1.FinishReason\x12\x0f\n\x07partial\x18\x04 \x01(\x08\x12\x15\n\rturn_complete\x18\x05 \x01(\x08\x12\x13\n\x0binterrupted\x18\x06 \x01(\x08\x12\x17\n\nerror_code\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x1a\n\rerror_message\x18\x08 \x01(\tH\x01\x88\x01\x01\x12\x37\n\x12grounding_metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.StructB\x02\x18\x01\x12\x1a\n\rmodel_version\x18\n \x01(\tH\x02\x88\x01\x01\x12#\n\x17grounding_metadata_json\x18\x0b \x01(\tB\x02\x18\x01\x12\x31\n\tgrounding\x18\x0c \x01(\x0b\x32\x1e.adk_mesh.v1.GroundingMetadataB\r\n\x0b_error_codeB\x10\n\x0e_error_messageB\x10\n\x0e_model_version\"\xf4\x01\n\x11GroundingMetadata\x12-\n\x07sources\x18\x01 \x03(\x0b\x32\x1c.adk_mesh.v1.GroundingSource\x12\x0f\n\x07queries\x18\x02 \x03(\t\x12(\n\tcitations\x18\x03 \x03(\x0b\x32\x15.adk_mesh.v1.Citation\x12\x33\n\x0f\x63ode_executions\x18\x04 \x03(\x0b\x32\x1a.adk_mesh.v1.CodeExecution\x12$\n\x17search_suggestions_html\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x1a\n\x18_search_suggestions_html\"<\n\x0fGroundingSource\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x12\n\x05title\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_title\"\xb6\x01\n\x08\x43itation\x12\x18\n\x0bstart_index\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x16\n\tend_index\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x11\n\x04text\x18\x03 \x01(\tH\x02\x88\x01\x01\x12\x16\n\x0esource_indices\x18\x04 \x03(\x05\x12\x17\n\ncited_text\x18\x05 \x01(\tH\x03\x88\x01\x01\x42\x0e\n\x0c_start_indexB\x0c\n\n_end_indexB\x07\n\x05_textB\r\n\x0b_cited_text\"\x85\x01\n\rCodeExecution\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x15\n\x08language\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x32\n\x07outcome\x18\x03 \x01(\x0e\x32!.adk_mesh.v1.CodeExecutionOutcome\x12\x0e\n\x06output\x18\x04 \x01(\tB\x0b\n\t_language\"\xea\x01\n\rUsageMetadata\x12\x1a\n\x12prompt_token_count\x18\x01 \x01(\x05\x12\x1e\n\x16\x63\x61ndidates_token_count\x18\x02 \x01(\x05\x12\x19\n\x11total_token_count\x18\x03 \x01(\x05\x12\'\n\x1a\x63\x61\x63hed_content_token_count\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14thoughts_token_count\x18\x05 \x01(\x05H\x01\x88\x01\x01\x42\x1d\n\x1b_cached_content_token_countB\x17\n\x15_thoughts_token_count\"\xbc\x05\n\x0c\x45ventActions\x12>\n\x0bstate_delta\x18\x01 \x03(\x0b\x32).adk_mesh.v1.EventActions.StateDeltaEntry\x12\x44\n\x0e\x61rtifact_delta\x18\x02 \x03(\x0b\x32,.adk_mesh.v1.EventActions.ArtifactDeltaEntry\x12\x1a\n\x12skip_summarization\x18\x03 \x01(\x08\x12\x1e\n\x11transfer_to_agent\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x10\n\x08\x65scalate\x18\x05 \x01(\x08\x12G\n\x10state_delta_json\x18\x06 \x03(\x0b\x32-.adk_mesh.v1.EventActions.StateDeltaJsonEntry\x12_\n\x1crequested_tool_confirmations\x18\x07 \x03(\x0b\x32\x39.adk_mesh.v1.EventActions.RequestedToolConfirmationsEntry\x1aI\n\x0fStateDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x34\n\x12\x41rtifactDeltaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x35\n\x13StateDeltaJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a`\n\x1fRequestedToolConfirmationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12,\n\x05value\x18\x02 \x01(\x0b\x32\x1d.adk_mesh.v1.ToolConfirmation:\x02\x38\x01\x42\x14\n\x12_transfer_to_agent\"r\n\x10ToolConfirmation\x12\x0c\n\x04hint\x18\x01 \x01(\t\x12\x11\n\tconfirmed\x18\x02 \x01(\x08\x12\'\n\x07payload\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x14\n\x0cpayload_json\x18\x04 \x01(\t*\xae\x01\n\x14\x43odeExecutionOutcome\x12&\n\"CODE_EXECUTION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43ODE_EXECUTION_OUTCOME_OK\x10\x01\x12!\n\x1d\x43ODE_EXECUTION_OUTCOME_FAILED\x10\x02\x12,\n(CODE_EXECUTION_OUTCOME_DEADLINE_EXCEEDED\x10\x03*\xfd\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1c\n\x18\x46INISH_REASON_MAX_TOKENS\x10\x02\x12\x18\n\x14\x46INISH_REASON_SAFETY\x10\x03\x12\x1c\n\x18\x46INISH_REASON_RECITATION\x10\x04\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x05\x12)\n%FINISH_REASON_MALFORMED_FUNCTION_CALL\x10\x06\x12\x17\n\x13\x46INISH_REASON_OTHER\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'adk_mesh.v1.event_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_LLMRESPONSE'].fields_by_name['grounding_metadata']._loaded_options = None
+  _globals['_LLMRESPONSE'].fields_by_name['grounding_metadata']._serialized_options = b'\030\001'
+  _globals['_LLMRESPONSE'].fields_by_name['grounding_metadata_json']._loaded_options = None
+  _globals['_LLMRESPONSE'].fields_by_name['grounding_metadata_json']._serialized_options = b'\030\001'
   _globals['_EVENTACTIONS_STATEDELTAENTRY']._loaded_options = None
   _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_options = b'8\001'
   _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._loaded_options = None
@@ -42,26 +46,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_options = b'8\001'
   _globals['_EVENTACTIONS_REQUESTEDTOOLCONFIRMATIONSENTRY']._loaded_options = None
   _globals['_EVENTACTIONS_REQUESTEDTOOLCONFIRMATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_FINISHREASON']._serialized_start=2131
-  _globals['_FINISHREASON']._serialized_end=2384
+  _globals['_CODEEXECUTIONOUTCOME']._serialized_start=2820
+  _globals['_CODEEXECUTIONOUTCOME']._serialized_end=2994
+  _globals['_FINISHREASON']._serialized_start=2997
+  _globals['_FINISHREASON']._serialized_end=3250
   _globals['_EVENT']._serialized_start=131
   _globals['_EVENT']._serialized_end=431
   _globals['_TOOLPROGRESSUPDATE']._serialized_start=434
   _globals['_TOOLPROGRESSUPDATE']._serialized_end=636
   _globals['_LLMRESPONSE']._serialized_start=639
-  _globals['_LLMRESPONSE']._serialized_end=1072
-  _globals['_USAGEMETADATA']._serialized_start=1075
-  _globals['_USAGEMETADATA']._serialized_end=1309
-  _globals['_EVENTACTIONS']._serialized_start=1312
-  _globals['_EVENTACTIONS']._serialized_end=2012
-  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_start=1710
-  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_end=1783
-  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_start=1785
-  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_end=1837
-  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_start=1839
-  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_end=1892
-  _globals['_EVENTACTIONS_REQUESTEDTOOLCONFIRMATIONSENTRY']._serialized_start=1894
-  _globals['_EVENTACTIONS_REQUESTEDTOOLCONFIRMATIONSENTRY']._serialized_end=1990
-  _globals['_TOOLCONFIRMATION']._serialized_start=2014
-  _globals['_TOOLCONFIRMATION']._serialized_end=2128
+  _globals['_LLMRESPONSE']._serialized_end=1131
+  _globals['_GROUNDINGMETADATA']._serialized_start=1134
+  _globals['_GROUNDINGMETADATA']._serialized_end=1378
+  _globals['_GROUNDINGSOURCE']._serialized_start=1380
+  _globals['_GROUNDINGSOURCE']._serialized_end=1440
+  _globals['_CITATION']._serialized_start=1443
+  _globals['_CITATION']._serialized_end=1625
+  _globals['_CODEEXECUTION']._serialized_start=1628
+  _globals['_CODEEXECUTION']._serialized_end=1761
+  _globals['_USAGEMETADATA']._serialized_start=1764
+  _globals['_USAGEMETADATA']._serialized_end=1998
+  _globals['_EVENTACTIONS']._serialized_start=2001
+  _globals['_EVENTACTIONS']._serialized_end=2701
+  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_start=2399
+  _globals['_EVENTACTIONS_STATEDELTAENTRY']._serialized_end=2472
+  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_start=2474
+  _globals['_EVENTACTIONS_ARTIFACTDELTAENTRY']._serialized_end=2526
+  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_start=2528
+  _globals['_EVENTACTIONS_STATEDELTAJSONENTRY']._serialized_end=2581
+  _globals['_EVENTACTIONS_REQUESTEDTOOLCONFIRMATIONSENTRY']._serialized_start=2583
+  _globals['_EVENTACTIONS_REQUESTEDTOOLCONFIRMATIONSENTRY']._serialized_end=2679
+  _globals['_TOOLCONFIRMATION']._serialized_start=2703
+  _globals['_TOOLCONFIRMATION']._serialized_end=2817
 # @@protoc_insertion_point(module_scope)

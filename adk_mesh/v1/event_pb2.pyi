@@ -12,6 +12,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CodeExecutionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CODE_EXECUTION_OUTCOME_UNSPECIFIED: _ClassVar[CodeExecutionOutcome]
+    CODE_EXECUTION_OUTCOME_OK: _ClassVar[CodeExecutionOutcome]
+    CODE_EXECUTION_OUTCOME_FAILED: _ClassVar[CodeExecutionOutcome]
+    CODE_EXECUTION_OUTCOME_DEADLINE_EXCEEDED: _ClassVar[CodeExecutionOutcome]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -22,6 +29,10 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_TOOL_CALLS: _ClassVar[FinishReason]
     FINISH_REASON_MALFORMED_FUNCTION_CALL: _ClassVar[FinishReason]
     FINISH_REASON_OTHER: _ClassVar[FinishReason]
+CODE_EXECUTION_OUTCOME_UNSPECIFIED: CodeExecutionOutcome
+CODE_EXECUTION_OUTCOME_OK: CodeExecutionOutcome
+CODE_EXECUTION_OUTCOME_FAILED: CodeExecutionOutcome
+CODE_EXECUTION_OUTCOME_DEADLINE_EXCEEDED: CodeExecutionOutcome
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_MAX_TOKENS: FinishReason
@@ -70,7 +81,7 @@ class ToolProgressUpdate(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., function_call_id: _Optional[str] = ..., message: _Optional[str] = ..., fraction: _Optional[float] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class LlmResponse(_message.Message):
-    __slots__ = ("content", "usage_metadata", "finish_reason", "partial", "turn_complete", "interrupted", "error_code", "error_message", "grounding_metadata", "model_version", "grounding_metadata_json")
+    __slots__ = ("content", "usage_metadata", "finish_reason", "partial", "turn_complete", "interrupted", "error_code", "error_message", "grounding_metadata", "model_version", "grounding_metadata_json", "grounding")
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     USAGE_METADATA_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +93,7 @@ class LlmResponse(_message.Message):
     GROUNDING_METADATA_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     GROUNDING_METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    GROUNDING_FIELD_NUMBER: _ClassVar[int]
     content: _content_pb2.Content
     usage_metadata: UsageMetadata
     finish_reason: FinishReason
@@ -93,7 +105,56 @@ class LlmResponse(_message.Message):
     grounding_metadata: _struct_pb2.Struct
     model_version: str
     grounding_metadata_json: str
-    def __init__(self, content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., usage_metadata: _Optional[_Union[UsageMetadata, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., partial: _Optional[bool] = ..., turn_complete: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., grounding_metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., model_version: _Optional[str] = ..., grounding_metadata_json: _Optional[str] = ...) -> None: ...
+    grounding: GroundingMetadata
+    def __init__(self, content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., usage_metadata: _Optional[_Union[UsageMetadata, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., partial: _Optional[bool] = ..., turn_complete: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., grounding_metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., model_version: _Optional[str] = ..., grounding_metadata_json: _Optional[str] = ..., grounding: _Optional[_Union[GroundingMetadata, _Mapping]] = ...) -> None: ...
+
+class GroundingMetadata(_message.Message):
+    __slots__ = ("sources", "queries", "citations", "code_executions", "search_suggestions_html")
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    CODE_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_SUGGESTIONS_HTML_FIELD_NUMBER: _ClassVar[int]
+    sources: _containers.RepeatedCompositeFieldContainer[GroundingSource]
+    queries: _containers.RepeatedScalarFieldContainer[str]
+    citations: _containers.RepeatedCompositeFieldContainer[Citation]
+    code_executions: _containers.RepeatedCompositeFieldContainer[CodeExecution]
+    search_suggestions_html: str
+    def __init__(self, sources: _Optional[_Iterable[_Union[GroundingSource, _Mapping]]] = ..., queries: _Optional[_Iterable[str]] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ..., code_executions: _Optional[_Iterable[_Union[CodeExecution, _Mapping]]] = ..., search_suggestions_html: _Optional[str] = ...) -> None: ...
+
+class GroundingSource(_message.Message):
+    __slots__ = ("uri", "title")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    title: str
+    def __init__(self, uri: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+
+class Citation(_message.Message):
+    __slots__ = ("start_index", "end_index", "text", "source_indices", "cited_text")
+    START_INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_INDICES_FIELD_NUMBER: _ClassVar[int]
+    CITED_TEXT_FIELD_NUMBER: _ClassVar[int]
+    start_index: int
+    end_index: int
+    text: str
+    source_indices: _containers.RepeatedScalarFieldContainer[int]
+    cited_text: str
+    def __init__(self, start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., text: _Optional[str] = ..., source_indices: _Optional[_Iterable[int]] = ..., cited_text: _Optional[str] = ...) -> None: ...
+
+class CodeExecution(_message.Message):
+    __slots__ = ("code", "language", "outcome", "output")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    language: str
+    outcome: CodeExecutionOutcome
+    output: str
+    def __init__(self, code: _Optional[str] = ..., language: _Optional[str] = ..., outcome: _Optional[_Union[CodeExecutionOutcome, str]] = ..., output: _Optional[str] = ...) -> None: ...
 
 class UsageMetadata(_message.Message):
     __slots__ = ("prompt_token_count", "candidates_token_count", "total_token_count", "cached_content_token_count", "thoughts_token_count")

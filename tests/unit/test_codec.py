@@ -28,6 +28,7 @@ from adk_mesh.types import (
     EventActions,
     FunctionCall,
     FunctionResponse,
+    GroundingMetadata,
     LlmResponse,
     Part,
     ToolDeclaration,
@@ -279,10 +280,12 @@ def test_bytes_with_every_value_survive() -> None:
 
 
 def test_llm_response_distinguishes_none_from_empty() -> None:
-    empty = LlmResponse(content=Content(), error_code="", grounding_metadata={}, model_version="")
+    empty = LlmResponse(
+        content=Content(), error_code="", grounding_metadata=GroundingMetadata(), model_version=""
+    )
     absent = LlmResponse()
     empty_message, absent_message = to_proto(empty), to_proto(absent)
-    for field in ("content", "error_code", "grounding_metadata", "model_version"):
+    for field in ("content", "error_code", "grounding", "model_version"):
         assert empty_message.HasField(field), field
         assert not absent_message.HasField(field), field
     for value in (empty, absent):

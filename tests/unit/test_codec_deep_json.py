@@ -75,7 +75,6 @@ def deep_event(value: dict[str, Any]) -> Event:
                     Part(function_response=FunctionResponse(id="c1", name="dig", response=value)),
                 ],
             ),
-            grounding_metadata=value,
         ),
         actions=EventActions(
             state_delta={"deep": value, "shallow": 1, "list": [value["k"]] if "k" in value else []}

@@ -16,7 +16,15 @@ from adk_mesh.testing.fake_providers import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from adk_mesh.types import Content, FinishReason, LlmResponse, Part
+from adk_mesh.types import (
+    Citation,
+    Content,
+    FinishReason,
+    GroundingMetadata,
+    GroundingSource,
+    LlmResponse,
+    Part,
+)
 
 
 async def run(
@@ -217,10 +225,13 @@ async def test_web_search_server_tool_results_go_to_grounding_not_function_calls
     assert response.content is not None and response.content.function_calls == []
     assert response.content.text == "ADK is a toolkit."
     grounding = response.grounding_metadata
-    assert grounding is not None
-    assert grounding["web_search_queries"] == ["adk"]
-    assert grounding["server_tool_results"][0]["tool_use_id"] == "srvtoolu_1"
-    assert grounding["citations"][0]["url"] == "https://example.org"
+    assert grounding == GroundingMetadata(
+        sources=[GroundingSource(uri="https://example.org", title="ADK")],
+        queries=["adk"],
+        citations=[
+            Citation(start_index=0, end_index=17, text="ADK is a toolkit.", source_indices=[0])
+        ],
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

@@ -10,7 +10,16 @@ import pytest
 from adk_mesh.errors import ModelError
 from adk_mesh.models import BuiltinTool, GeminiModel, GenerateContentConfig, LlmRequest, RetryPolicy
 from adk_mesh.testing.fake_providers import FakeGemini, RawReply, ScriptedToolCall, ScriptedTurn
-from adk_mesh.types import Content, FinishReason, LlmResponse, Part, ToolDeclaration
+from adk_mesh.types import (
+    Citation,
+    Content,
+    FinishReason,
+    GroundingMetadata,
+    GroundingSource,
+    LlmResponse,
+    Part,
+    ToolDeclaration,
+)
 
 GROUNDING = {
     "webSearchQueries": ["capital of France"],
@@ -56,7 +65,11 @@ async def test_google_search_is_declared_and_grounding_metadata_kept(stream: boo
         responses = await run(server, request, stream=stream)
 
     assert server.requests[0].json()["tools"] == [{"google_search": {}}]
-    assert responses[-1].grounding_metadata == GROUNDING
+    assert responses[-1].grounding_metadata == GroundingMetadata(
+        sources=[GroundingSource(uri="https://example.org/paris", title="Paris")],
+        queries=["capital of France"],
+        citations=[Citation(start_index=0, end_index=5, text="Paris", source_indices=[0])],
+    )
     assert responses[-1].content is not None and responses[-1].content.text == "Paris"
 
 

@@ -11,7 +11,15 @@ import pytest
 from adk_mesh.errors import ModelError
 from adk_mesh.models import BuiltinTool, GenerateContentConfig, LlmRequest, OpenAIModel
 from adk_mesh.testing.fake_providers import FakeOpenAI, RawReply, ScriptedTurn
-from adk_mesh.types import Content, FinishReason, LlmResponse, Part
+from adk_mesh.types import (
+    Citation,
+    Content,
+    FinishReason,
+    GroundingMetadata,
+    GroundingSource,
+    LlmResponse,
+    Part,
+)
 
 
 async def run(
@@ -202,7 +210,10 @@ async def test_web_search_options_and_url_citations() -> None:
         )
 
     assert server.requests[0].json()["web_search_options"] == {}
-    assert response.grounding_metadata == {"annotations": annotations}
+    assert response.grounding_metadata == GroundingMetadata(
+        sources=[GroundingSource(uri="https://example.org", title="Ex")],
+        citations=[Citation(start_index=0, end_index=4, text="News", source_indices=[0])],
+    )
 
 
 async def test_google_search_is_refused() -> None:

@@ -57,9 +57,7 @@ def deep_event(depth: int) -> Event:
 def test_an_event_with_deep_json_reads_back_from_its_json(depth: int) -> None:
     event = deep_event(depth).model_copy(
         update={
-            "llm_response": LlmResponse(
-                content=deep_event(depth).content, grounding_metadata=nested(depth)
-            ),
+            "llm_response": LlmResponse(content=deep_event(depth).content),
             "tool_progress": ToolProgress(tool_name="dig", data=nested(depth)),
         }
     )

@@ -4,7 +4,8 @@ Every provider speaks its API's own wire format over ``httpx`` (no vendor SDKs) 
 the :class:`Llm` contract: one response without streaming; partial responses then one final
 aggregate with streaming; :class:`~adk_mesh.errors.ModelError` on failure. Get one by name
 with :func:`resolve_model` (``"gemini/gemini-2.5-flash"``, ``"openai/gpt-4o-mini"``,
-``"anthropic/claude-sonnet-4-5"``, ``"ollama/llama3.2"``) or build it directly.
+``"openai-responses/gpt-5-mini"``, ``"anthropic/claude-sonnet-4-5"``, ``"ollama/llama3.2"``)
+or build it directly.
 
 Each name below is loaded on first use: an agent that never calls a provider (a workflow
 agent, a test double, a service that only relays) does not load ``httpx`` or the providers.
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from adk_mesh.models.gemini import GeminiModel
     from adk_mesh.models.ollama import OllamaModel
     from adk_mesh.models.openai import OpenAIModel
+    from adk_mesh.models.openai_responses import OpenAIResponsesModel
     from adk_mesh.models.registry import register_provider, resolve_model
 
 # Public name -> the module that defines it.
@@ -34,6 +36,7 @@ _EXPORTS = {
     "LlmRequest": "adk_mesh.models.base",
     "OllamaModel": "adk_mesh.models.ollama",
     "OpenAIModel": "adk_mesh.models.openai",
+    "OpenAIResponsesModel": "adk_mesh.models.openai_responses",
     "RetryPolicy": "adk_mesh.models._http",
     "register_provider": "adk_mesh.models.registry",
     "resolve_model": "adk_mesh.models.registry",
@@ -48,6 +51,7 @@ __all__ = [
     "LlmRequest",
     "OllamaModel",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "RetryPolicy",
     "register_provider",
     "resolve_model",

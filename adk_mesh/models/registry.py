@@ -1,10 +1,11 @@
 """Models by name: ``resolve_model("openai/gpt-4o-mini")`` and the provider registry.
 
 A model string is ``<prefix>/<model>``; the prefix picks a factory, which receives the rest.
-The built-in prefixes are ``gemini``, ``openai``, ``anthropic`` and ``ollama``; keys and
-endpoints come from each provider's standard environment variables (``OPENAI_BASE_URL`` points
-``openai/...`` at any OpenAI-compatible server). As in ADK, a bare ``gemini-...`` name is a
-Gemini model. :func:`register_provider` adds (or replaces) a prefix.
+The built-in prefixes are ``gemini``, ``openai`` (Chat Completions), ``openai-responses``
+(OpenAI's Responses API), ``anthropic`` and ``ollama``; keys and endpoints come from each
+provider's standard environment variables (``OPENAI_BASE_URL`` points ``openai/...`` and
+``openai-responses/...`` at any OpenAI-compatible server). As in ADK, a bare ``gemini-...``
+name is a Gemini model. :func:`register_provider` adds (or replaces) a prefix.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from adk_mesh.models.base import Llm
 from adk_mesh.models.gemini import GeminiModel
 from adk_mesh.models.ollama import OllamaModel
 from adk_mesh.models.openai import OpenAIModel
+from adk_mesh.models.openai_responses import OpenAIResponsesModel
 
 __all__ = ["ModelFactory", "known_prefixes", "register_provider", "resolve_model"]
 
@@ -28,6 +30,7 @@ _lock = threading.Lock()
 _factories: dict[str, ModelFactory] = {
     "gemini": GeminiModel,
     "openai": OpenAIModel,
+    "openai-responses": OpenAIResponsesModel,
     "anthropic": AnthropicModel,
     "ollama": OllamaModel,
 }

@@ -13,6 +13,7 @@ from adk_mesh.models import (
     LlmRequest,
     OllamaModel,
     OpenAIModel,
+    OpenAIResponsesModel,
     register_provider,
     registry,
     resolve_model,
@@ -31,6 +32,8 @@ def _isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("gemini/gemini-2.5-flash", GeminiModel, "gemini-2.5-flash"),
         ("openai/gpt-4o-mini", OpenAIModel, "gpt-4o-mini"),
+        ("openai-responses/gpt-5-mini", OpenAIResponsesModel, "gpt-5-mini"),
+        ("OpenAI-Responses/o4-mini", OpenAIResponsesModel, "o4-mini"),
         ("anthropic/claude-sonnet-4-5", AnthropicModel, "claude-sonnet-4-5"),
         ("ollama/llama3.2", OllamaModel, "llama3.2"),
         ("ollama/hf.co/org/model:Q4", OllamaModel, "hf.co/org/model:Q4"),
@@ -51,7 +54,7 @@ def test_unknown_or_incomplete_specs_are_config_errors_listing_prefixes(spec: st
         resolve_model(spec)
 
     if spec != "openai/":
-        for prefix in ("anthropic/", "gemini/", "ollama/", "openai/"):
+        for prefix in ("anthropic/", "gemini/", "ollama/", "openai/", "openai-responses/"):
             assert prefix in caught.value.message
 
 
@@ -92,6 +95,7 @@ def test_public_exports_are_pinned() -> None:
             "LlmRequest",
             "OllamaModel",
             "OpenAIModel",
+            "OpenAIResponsesModel",
             "RetryPolicy",
             "register_provider",
             "resolve_model",

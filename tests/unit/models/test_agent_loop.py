@@ -23,8 +23,15 @@ from adk_mesh.testing.fake_providers import (
     ScriptedToolCall,
     ScriptedTurn,
 )
+from adk_mesh.testing.fake_responses import FakeOpenAIResponses
 
-SERVERS: list[type[FakeProviderServer]] = [FakeGemini, FakeOpenAI, FakeAnthropic, FakeOllama]
+SERVERS: list[type[FakeProviderServer]] = [
+    FakeGemini,
+    FakeOpenAI,
+    FakeOpenAIResponses,
+    FakeAnthropic,
+    FakeOllama,
+]
 
 
 def get_weather(city: str) -> dict[str, Any]:
@@ -40,6 +47,12 @@ def tool_results(server: FakeProviderServer, body: dict[str, Any]) -> list[dict[
             for content in body["contents"]
             for part in content["parts"]
             if "functionResponse" in part
+        ]
+    if isinstance(server, FakeOpenAIResponses):
+        return [
+            {"id": item["call_id"], "response": json.loads(item["output"])}
+            for item in body["input"]
+            if item.get("type") == "function_call_output"
         ]
     if isinstance(server, FakeAnthropic):
         return [

@@ -27,6 +27,7 @@ from adk_mesh.testing.fake_providers import (
     ScriptedToolCall,
     ScriptedTurn,
 )
+from adk_mesh.testing.fake_responses import FakeOpenAIResponses
 from adk_mesh.types import Content, FinishReason, LlmResponse, Part, ToolDeclaration
 
 WEATHER_TOOL = ToolDeclaration(
@@ -72,6 +73,18 @@ def _openai_round_trip(body: dict[str, Any]) -> None:
     assert tool == {"role": "tool", "tool_call_id": "c1", "content": '{"temp":21}'}
 
 
+def _openai_responses_round_trip(body: dict[str, Any]) -> None:
+    assert body["input"][1:] == [
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "get_weather",
+            "arguments": '{"city":"Paris"}',
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": '{"temp":21}'},
+    ]
+
+
 def _anthropic_round_trip(body: dict[str, Any]) -> None:
     assert body["messages"][1] == {
         "role": "assistant",
@@ -100,6 +113,10 @@ def _ollama_round_trip(body: dict[str, Any]) -> None:
 
 def _openai_like_user_text(body: dict[str, Any]) -> str:
     return str(next(m["content"] for m in body["messages"] if m["role"] == "user"))
+
+
+def _responses_user_text(body: dict[str, Any]) -> str:
+    return str(next(item["content"] for item in body["input"] if item.get("role") == "user"))
 
 
 @dataclass(frozen=True)
@@ -139,6 +156,17 @@ CASES = [
         system=lambda b: b["messages"][0]["content"],
         tool_names=lambda b: [t["function"]["name"] for t in b["tools"]],
         round_trip=_openai_round_trip,
+        uncarryable=Part.from_inline_data("video/mp4", b"\x00\x00\x00\x18ftypmp42"),
+    ),
+    Case(
+        name="openai-responses",
+        server=FakeOpenAIResponses,
+        key_env="OPENAI_API_KEY",
+        key_header="authorization",
+        user_text=_responses_user_text,
+        system=lambda b: b["instructions"],
+        tool_names=lambda b: [t["name"] for t in b["tools"] if t["type"] == "function"],
+        round_trip=_openai_responses_round_trip,
         uncarryable=Part.from_inline_data("video/mp4", b"\x00\x00\x00\x18ftypmp42"),
     ),
     Case(
@@ -509,7 +537,7 @@ def case_text(request: RecordedRequest) -> str:
     body = request.json()
     if "contents" in body:
         return "echo:" + str(body["contents"][-1]["parts"][0]["text"])
-    message = body["messages"][-1]
+    message = body["input"][-1] if "input" in body else body["messages"][-1]
     content = message["content"]
     return "echo:" + (content if isinstance(content, str) else content[0]["text"])
 
@@ -591,6 +619,16 @@ def _structured_wire(case: str, body: dict[str, Any], *, with_tools: bool) -> No
         assert [t["function"]["name"] for t in body.get("tools", [])] == (
             ["get_weather"] if with_tools else []
         )
+    elif case == "openai-responses":
+        assert body["text"] == {
+            "format": {
+                "type": "json_schema",
+                "name": "CityReport",
+                "schema": REPORT_SCHEMA,
+                "strict": True,
+            }
+        }
+        assert [t["name"] for t in body.get("tools", [])] == (["get_weather"] if with_tools else [])
     elif case == "anthropic":
         assert body["tools"][-1] == {
             "name": "CityReport",
@@ -658,5 +696,8 @@ async def test_a_schema_name_that_is_not_an_api_name_is_made_one(
     if case.name == "openai":
         assert body["response_format"]["json_schema"]["name"] == "a_b"
         assert body["response_format"]["json_schema"]["strict"] is False  # not closed
+    elif case.name == "openai-responses":
+        assert body["text"]["format"]["name"] == "a_b"
+        assert body["text"]["format"]["strict"] is False  # not closed
     elif case.name == "anthropic":
         assert body["tool_choice"] == {"type": "tool", "name": "a_b"}

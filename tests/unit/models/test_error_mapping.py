@@ -34,9 +34,16 @@ from adk_mesh.testing.fake_providers import (
     FakeProviderServer,
     RawReply,
 )
+from adk_mesh.testing.fake_responses import FakeOpenAIResponses
 from adk_mesh.types import Content
 
-PROVIDERS: list[type[FakeProviderServer]] = [FakeOpenAI, FakeGemini, FakeAnthropic, FakeOllama]
+PROVIDERS: list[type[FakeProviderServer]] = [
+    FakeOpenAI,
+    FakeOpenAIResponses,
+    FakeGemini,
+    FakeAnthropic,
+    FakeOllama,
+]
 
 CASES = [
     (401, ModelAuthError, "FAILED_PRECONDITION"),

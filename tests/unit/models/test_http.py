@@ -40,6 +40,7 @@ from adk_mesh.testing.fake_providers import (
     RawReply,
     ScriptedTurn,
 )
+from adk_mesh.testing.fake_responses import FakeOpenAIResponses
 from adk_mesh.types import Content
 
 # --------------------------------------------------------------------------- line decoding
@@ -218,7 +219,7 @@ async def test_unicode_line_separators_survive_every_provider_stream(
     write_size: int | None,
 ) -> None:
     deltas = ["a\u2028b ", "c\x85d ", f"all{SPLITLINES_ONLY}"]
-    for server_type in (FakeGemini, FakeOpenAI, FakeAnthropic, FakeOllama):
+    for server_type in (FakeGemini, FakeOpenAI, FakeOpenAIResponses, FakeAnthropic, FakeOllama):
         turn = ScriptedTurn(text=deltas, write_size=write_size)
         async with server_type(turn) as server:
             async with server.make_model() as model:

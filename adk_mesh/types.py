@@ -752,6 +752,11 @@ class Event(_Data):
         return self.llm_response.partial
 
     @property
+    def grounding_metadata(self) -> GroundingMetadata | None:
+        """Where the event's answer comes from, when a provider-native tool grounded it."""
+        return self.llm_response.grounding_metadata
+
+    @property
     def text(self) -> str:
         """The event's text parts joined ("" when it has none)."""
         content = self.llm_response.content

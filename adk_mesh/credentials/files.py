@@ -55,10 +55,11 @@ class FileCredentialService(CredentialService):
             if error.errno in (errno.ENOTDIR, errno.ELOOP):
                 return None
             raise ConfigError(f"cannot read {shown}: {error.strerror}") from None
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            os.close(descriptor)
+            raise ConfigError(f"{shown} is not a regular file")
         with os.fdopen(descriptor, "rb") as file:
-            status = os.fstat(file.fileno())
-            if not stat.S_ISREG(status.st_mode):
-                raise ConfigError(f"{shown} is not a regular file")
             mode = stat.S_IMODE(status.st_mode)
             if mode & 0o077:
                 raise ConfigError(

@@ -11,7 +11,15 @@ data, ``customMetadata``:
 
 * a running tool's progress update (an adk-mesh event with ``tool_progress``) is a partial
   event with ``customMetadata.adkMesh.toolProgress`` = ``{toolName, functionCallId, message,
-  fraction, data}`` (absent members omitted).
+  fraction, data}`` (absent members omitted);
+* the code a provider-native tool ran (``GroundingMetadata.code_executions``) is
+  ``customMetadata.adkMesh.codeExecutions`` = ``[{code, output, language, outcome}]``.
+
+Grounding (sources, search queries, citations) is ``groundingMetadata`` in genai's shape, as
+Gemini and google-adk write it whichever provider answered: ``groundingChunks[].web{uri,
+title}``, ``groundingSupports[]{segment{startIndex, endIndex, text}, groundingChunkIndices}``
+(UTF-8 byte offsets of the answer's text), ``webSearchQueries``,
+``searchEntryPoint.renderedContent``.
 
 Mappings with no exact counterpart: finish reason ``TOOL_CALLS`` (google-genai has none; Gemini
 ends a turn that calls tools with ``STOP``) is written ``STOP``; a boolean that is false
@@ -27,10 +35,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from adk_mesh.errors import InvalidArgumentError
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import (
     Blob,
+    CodeExecution,
     Content,
     Event,
     EventActions,
@@ -38,6 +49,7 @@ from adk_mesh.types import (
     FinishReason,
     FunctionCall,
     FunctionResponse,
+    GroundingMetadata,
     LlmResponse,
     Part,
     ToolConfirmation,
@@ -174,6 +186,42 @@ def _finish_reason(reason: FinishReason) -> str:
     return "STOP" if reason is FinishReason.TOOL_CALLS else reason.value
 
 
+def _code_execution_to_json(execution: CodeExecution) -> dict[str, Any]:
+    out: dict[str, Any] = {"code": execution.code, "output": execution.output}
+    if execution.language is not None:
+        out["language"] = execution.language
+    if execution.outcome is not None:
+        out["outcome"] = execution.outcome.value
+    return out
+
+
+def _grounding_from_json(
+    event: Mapping[str, Any], content: Content | None, where: str
+) -> GroundingMetadata | None:
+    """The grounding of an event as :func:`event_to_json` writes it: google-adk's
+    ``groundingMetadata`` and the code executions under ``customMetadata.adkMesh``."""
+    raw = _member(event, "groundingMetadata", "grounding_metadata")
+    grounding = (
+        None
+        if raw is None
+        else GroundingMetadata.from_genai(_object(raw, f"{where}.groundingMetadata"), content)
+    )
+    custom = _object(_member(event, "customMetadata", "custom_metadata"), f"{where}.customMetadata")
+    mesh = _object(custom.get("adkMesh"), f"{where}.customMetadata.adkMesh")
+    executions = mesh.get("codeExecutions")
+    if executions is None:
+        return grounding
+    if not isinstance(executions, list):
+        raise InvalidArgumentError(f"{where}.customMetadata.adkMesh.codeExecutions is not a list")
+    try:
+        parsed = [CodeExecution.model_validate(item) for item in executions]
+    except ValidationError as error:
+        raise InvalidArgumentError(
+            f"{where}.customMetadata.adkMesh.codeExecutions: {error.errors()[0]['msg']}"
+        ) from None
+    return (grounding or GroundingMetadata()).model_copy(update={"code_executions": parsed})
+
+
 def event_to_json(event: Event) -> dict[str, Any]:
     """An event as google-adk's ``Event`` JSON (what its api_server writes)."""
     response = event.llm_response
@@ -182,8 +230,11 @@ def event_to_json(event: Event) -> dict[str, Any]:
         out["modelVersion"] = response.model_version
     if response.content is not None:
         out["content"] = content_to_json(response.content)
-    if response.grounding_metadata is not None:
-        out["groundingMetadata"] = response.grounding_metadata
+    grounding = response.grounding_metadata
+    if grounding is not None:
+        # google-adk's shape (genai's GroundingMetadata) for what it has a place for; the code
+        # a provider ran, which it has none for, under customMetadata (below).
+        out["groundingMetadata"] = grounding.to_genai(response.content)
     if response.partial:
         out["partial"] = True
     if response.turn_complete:
@@ -196,10 +247,15 @@ def event_to_json(event: Event) -> dict[str, Any]:
         out["errorMessage"] = response.error_message
     if response.interrupted:
         out["interrupted"] = True
+    mesh_metadata: dict[str, Any] = {}
     if event.tool_progress is not None:
-        out["customMetadata"] = {
-            "adkMesh": {"toolProgress": _progress_to_json(event.tool_progress)}
-        }
+        mesh_metadata["toolProgress"] = _progress_to_json(event.tool_progress)
+    if grounding is not None and grounding.code_executions:
+        mesh_metadata["codeExecutions"] = [
+            _code_execution_to_json(execution) for execution in grounding.code_executions
+        ]
+    if mesh_metadata:
+        out["customMetadata"] = {"adkMesh": mesh_metadata}
     if response.usage_metadata is not None:
         out["usageMetadata"] = _usage_to_json(response.usage_metadata)
     out["invocationId"] = event.invocation_id
@@ -365,6 +421,7 @@ def event_from_json(body: object, where: str = "event") -> Event:
     members of an Event."""
     event = _object(body, where)
     content = event.get("content")
+    parsed_content = None if content is None else content_from_json(content, f"{where}.content")
     actions = _object(event.get("actions"), f"{where}.actions")
     usage = _object(_member(event, "usageMetadata", "usage_metadata"), f"{where}.usageMetadata")
     timestamp = event.get("timestamp")
@@ -381,7 +438,7 @@ def event_from_json(body: object, where: str = "event") -> Event:
         author=_string(event.get("author"), f"{where}.author", optional=True),
         branch=_string(event.get("branch"), f"{where}.branch", optional=True),
         llm_response=LlmResponse(
-            content=None if content is None else content_from_json(content, f"{where}.content"),
+            content=parsed_content,
             partial=event.get("partial") is True,
             turn_complete=_member(event, "turnComplete", "turn_complete") is True,
             interrupted=event.get("interrupted") is True,
@@ -389,7 +446,7 @@ def event_from_json(body: object, where: str = "event") -> Event:
             error_code=_member(event, "errorCode", "error_code"),
             error_message=_member(event, "errorMessage", "error_message"),
             model_version=_member(event, "modelVersion", "model_version"),
-            grounding_metadata=_member(event, "groundingMetadata", "grounding_metadata"),
+            grounding_metadata=_grounding_from_json(event, parsed_content, where),
             usage_metadata=None
             if not usage
             else UsageMetadata(

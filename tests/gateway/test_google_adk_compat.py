@@ -24,6 +24,7 @@ from adk_mesh.types import Content, Event, FinishReason, ToolProgress, UsageMeta
 from gateway._json import event_to_json
 from tests.e2e.conftest import REPO_ROOT
 from tests.gateway.conftest import run_body
+from tests.gateway.test_json import grounded_event
 
 pytestmark = pytest.mark.e2e
 
@@ -137,6 +138,8 @@ async def test_events_and_sessions_parse_with_google_adks_models(
     tool_calls.llm_response.usage_metadata = UsageMetadata(prompt_token_count=3)
     tool_calls.long_running_tool_ids = ["c2", "c1"]
     events.append(event_to_json(tool_calls))
+    # Grounding, whichever provider answered: genai's GroundingMetadata, read by google-adk.
+    events.append(event_to_json(grounded_event()))
     assert any(e.get("partial") for e in events)
     assert any(e["actions"]["artifactDelta"] for e in events)
 

@@ -59,7 +59,17 @@ from adk_mesh.testing import FunctionModel, ScriptedModel, call
 from adk_mesh.tools.agent_tool import AgentTool, StateMergePolicy
 from adk_mesh.tools.builtin import LoadArtifactsTool
 from adk_mesh.tools.function_tool import FunctionTool
-from adk_mesh.types import Content, Event, LlmResponse, Part
+from adk_mesh.types import (
+    Citation,
+    CodeExecution,
+    CodeExecutionOutcome,
+    Content,
+    Event,
+    GroundingMetadata,
+    GroundingSource,
+    LlmResponse,
+    Part,
+)
 
 APP = "app"
 USER = "u"
@@ -1479,6 +1489,51 @@ def _expect_handed_back(outcome: Outcome) -> None:
         "coordinator",
     ]
     assert texts(outcome)[-1] == "Back at the desk."
+
+
+GROUNDING = GroundingMetadata(
+    sources=[
+        GroundingSource(uri="https://ssb.example/oslo", title="SSB"),
+        GroundingSource(uri="https://kommune.example/orsta"),
+    ],
+    queries=["population of Oslo"],
+    citations=[
+        Citation(start_index=0, end_index=11, text="Ørsta grew.", source_indices=[1, 0]),
+        Citation(start_index=12, end_index=16, source_indices=[0], cited_text="717 710"),
+    ],
+    code_executions=[
+        CodeExecution(code="print(1)", language="python", outcome=CodeExecutionOutcome.OK)
+    ],
+    search_suggestions_html="<div>suggestions</div>",
+)
+
+
+def _expect_grounded(outcome: Outcome) -> None:
+    (answer,) = [e for e in outcome["events"] if e["author"] == "researcher"]
+    assert answer["llm_response"]["grounding_metadata"] == GROUNDING.model_dump(
+        mode="json", exclude_none=True
+    )
+
+
+@case(_expect_grounded, into=TRANSFER_CASES)
+async def the_grounding_of_an_answer_reaches_the_caller_as_it_was(world: World) -> None:
+    grounded = LlmResponse(
+        content=Content.from_text("model", "Ørsta grew. Oslo is bigger."),
+        grounding_metadata=GROUNDING,
+        turn_complete=True,
+    )
+    researcher = LlmAgent(
+        name="researcher",
+        description="Looks things up.",
+        model=world.scripted("researcher", [grounded]),
+    )
+    desk = LlmAgent(
+        name="desk",
+        description="The front desk.",
+        model=world.scripted("desk", [call("transfer_to_agent", {"agent_name": "researcher"})]),
+        sub_agents=[await world.child(researcher)],
+    )
+    await world.turn(desk, "How many people live in Oslo?")
 
 
 @case(_expect_handed_back, into=TRANSFER_CASES)

@@ -26,8 +26,8 @@ class BuiltinTool(StrEnum):
 
     The public tools that declare them live in :mod:`adk_mesh.tools.native`; each provider
     sends them in its own way (Gemini's ``google_search`` / ``url_context`` /
-    ``code_execution``, Anthropic's versioned server tools, OpenAI Responses' ``web_search`` /
-    ``code_interpreter``) and reports what they found as :class:`~adk_mesh.types.GroundingMetadata`.
+    ``code_execution``, Anthropic's versioned server tools, OpenAI Responses' ``web_search``)
+    and reports what they found as :class:`~adk_mesh.types.GroundingMetadata`.
     """
 
     #: Gemini's Google Search grounding (``GoogleSearchTool``): Gemini only.

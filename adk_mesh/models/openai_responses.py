@@ -49,6 +49,19 @@ are within one ``output_text``; they become offsets into ``content.text``). The 
 are not sent back in later requests (the answer's text carries what was found, and the API
 refuses some of their output-only fields as input).
 
+Code execution: :attr:`BuiltinTool.CODE_EXECUTION` declares ``{"type": "code_interpreter",
+"container": {"type": "auto"}}`` (a container the API creates for the request; with
+``code_interpreter_container`` merged in) and asks for what the code printed
+(``include: ["code_interpreter_call.outputs"]``: without it the API leaves ``outputs`` null).
+Each ``code_interpreter_call`` item becomes a :class:`~adk_mesh.types.CodeExecution` of the
+grounding, as Gemini's code parts and Anthropic's code execution blocks do: its Python
+``code``, its ``logs`` outputs joined as ``output``, ``completed`` as OK and ``failed`` as
+FAILED (any other status: no outcome, the run never finished). Image outputs (charts the code
+drew) are not carried: the shape holds text, and the model describes what it drew in its
+answer. Like the search calls, the code interpreter calls are never sent back: they are not
+parts of the model's turn, only its grounding, and under ``store: false`` the API looks an
+item's id up and does not find it.
+
 Structured output: ``config.response_schema`` goes out as ``text.format: {type: json_schema,
 name, schema, strict}``, ``strict: true`` only for a schema OpenAI's strict mode takes as it is
 (as for Chat Completions); ``response_mime_type="application/json"`` alone as ``text.format:
@@ -108,6 +121,8 @@ from adk_mesh.models.base import BuiltinTool, LlmRequest
 from adk_mesh.models.openai import strict_compatible
 from adk_mesh.types import (
     Citation,
+    CodeExecution,
+    CodeExecutionOutcome,
     Content,
     FinishReason,
     FunctionCall,
@@ -161,6 +176,13 @@ _INCOMPLETE_REASONS: dict[str, FinishReason] = {
 }
 
 _TEXT_LIKE = ("application/json", "application/xml")
+
+#: How a ``code_interpreter_call`` that reached one of these statuses ended (the others:
+#: ``in_progress``, ``interpreting``, ``incomplete``, never finished).
+_CODE_OUTCOMES: dict[str, CodeExecutionOutcome] = {
+    "completed": CodeExecutionOutcome.OK,
+    "failed": CodeExecutionOutcome.FAILED,
+}
 
 
 def is_reasoning_model(model: str) -> bool:
@@ -246,6 +268,7 @@ class _Output:
         self._sources: list[GroundingSource] = []
         self._source_at: dict[str, int] = {}
         self._citations: list[Citation] = []
+        self._code_executions: list[CodeExecution] = []
         #: How long the answer's text (its non-thought text, as ``Content.text`` joins it)
         #: is so far: where the next ``output_text``'s offsets start.
         self._text_length = 0
@@ -299,8 +322,10 @@ class _Output:
                 for source in action.get("sources") or []:
                     if isinstance(source, dict):
                         self._source(source.get("url"), source.get("title"))
-        # Other items (file search, code interpreter, MCP, ...) belong to tools we never
-        # declare; items added to the API later are ignored, as its versioning asks.
+        elif kind == "code_interpreter_call":
+            self._code_executions.append(_code_execution(item))
+        # Other items (file search, MCP, ...) belong to tools we never declare; items added
+        # to the API later are ignored, as its versioning asks.
 
     def _add_text(self, text: str) -> None:
         if text:
@@ -343,7 +368,10 @@ class _Output:
 
     def grounding(self) -> GroundingMetadata | None:
         grounding = GroundingMetadata(
-            sources=self._sources, queries=self._queries, citations=self._citations
+            sources=self._sources,
+            queries=self._queries,
+            citations=self._citations,
+            code_executions=self._code_executions,
         )
         return None if grounding.is_empty() else grounding
 
@@ -372,6 +400,27 @@ def _reasoning_text(item: Mapping[str, Any]) -> str:
         if texts:
             return "\n\n".join(texts)
     return ""
+
+
+def _code_execution(item: Mapping[str, Any]) -> CodeExecution:
+    """A ``code_interpreter_call`` item as the grounding's :class:`CodeExecution`: the code
+    interpreter runs Python; its ``logs`` outputs, in order, are what the code printed (image
+    outputs are left out, see the module docs)."""
+    code = item.get("code")
+    outputs = item.get("outputs")
+    logs = [
+        output["logs"]
+        for output in (outputs if isinstance(outputs, list) else [])
+        if isinstance(output, dict)
+        and output.get("type") == "logs"
+        and isinstance(output.get("logs"), str)
+    ]
+    return CodeExecution(
+        code=code if isinstance(code, str) else "",
+        language="python",
+        outcome=_CODE_OUTCOMES.get(str(item.get("status"))),
+        output="".join(logs),
+    )
 
 
 def _queries(action: Mapping[str, Any]) -> list[str]:
@@ -423,6 +472,8 @@ class _ItemBuilder:
             item["arguments"] = "".join(self.pieces)
         elif item.get("type") == "message":
             item["content"] = [{"type": "output_text", "text": "".join(self.pieces)}]
+        elif item.get("type") == "code_interpreter_call":
+            item["code"] = "".join(self.pieces)
         return item
 
 
@@ -460,14 +511,21 @@ class _ResponsesStreamParser(StreamParser):
             if isinstance(delta, str) and delta:
                 return [partial_text(delta, thought=True, model_version=self.model_version)]
             return []
-        if kind == "response.function_call_arguments.delta":
+        if kind in (
+            "response.function_call_arguments.delta",
+            "response.code_interpreter_call_code.delta",
+        ):
             builder = self._builder(data)
             if builder is not None and isinstance(data.get("delta"), str):
                 builder.pieces.append(data["delta"])
-        elif kind == "response.function_call_arguments.done":
+        elif kind in (
+            "response.function_call_arguments.done",
+            "response.code_interpreter_call_code.done",
+        ):
             builder = self._builder(data)
-            if builder is not None and isinstance(data.get("arguments"), str):
-                builder.pieces = [data["arguments"]]
+            whole = data.get("arguments", data.get("code"))
+            if builder is not None and isinstance(whole, str):
+                builder.pieces = [whole]
         elif kind == "response.output_item.added":
             item = data.get("item")
             index = data.get("output_index", len(self._items))
@@ -492,8 +550,9 @@ class _ResponsesStreamParser(StreamParser):
             raise _error(
                 data.get("error") if isinstance(data.get("error"), dict) else data, "error"
             )
-        # Other events (content parts, annotations, web search progress, ...) add nothing
-        # the completed response does not hold; events added to the API later are ignored.
+        # Other events (content parts, annotations, web search and code interpreter
+        # progress, ...) add nothing the completed response does not hold; events added to
+        # the API later are ignored.
         return []
 
     def _note_response(self, response: Any) -> None:
@@ -532,6 +591,9 @@ class OpenAIResponsesModel(HttpLlm):
         web_search_options: fields merged into the ``web_search`` tool when
             :attr:`BuiltinTool.WEB_SEARCH` is declared (``search_context_size``,
             ``user_location``, ``filters``).
+        code_interpreter_container: fields merged into the ``code_interpreter`` tool's
+            ``{"type": "auto"}`` container when :attr:`BuiltinTool.CODE_EXECUTION` is
+            declared (``memory_limit``, ``file_ids``).
         timeout: seconds or an ``httpx.Timeout``.
         retry: the :class:`RetryPolicy`.
         headers: extra headers sent with every request.
@@ -551,6 +613,7 @@ class OpenAIResponsesModel(HttpLlm):
         reasoning_effort: str | None = None,
         reasoning_summary: str | None = None,
         web_search_options: Mapping[str, Any] | None = None,
+        code_interpreter_container: Mapping[str, Any] | None = None,
         timeout: httpx.Timeout | float | None = None,
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
@@ -572,20 +635,26 @@ class OpenAIResponsesModel(HttpLlm):
         )
         if web_search_options is not None and "type" in web_search_options:
             raise ConfigError("web_search_options must not set 'type': it is 'web_search'")
+        if code_interpreter_container is not None and "type" in code_interpreter_container:
+            raise ConfigError(
+                "code_interpreter_container must not set 'type': the container is 'auto' "
+                "(created by the API for each request)"
+            )
         self.is_openai = resolved_base.rstrip("/") == DEFAULT_BASE_URL
         self.encrypted_reasoning = encrypted_reasoning
         self.reasoning_effort = reasoning_effort
         self.reasoning_summary = reasoning_summary
         self.web_search_options = dict(web_search_options or {})
+        self.code_interpreter_container = dict(code_interpreter_container or {})
 
     def _check_credentials(self) -> None:
         if self._api_key is None and self.is_openai:
             raise ConfigError(f"{PROVIDER} needs an API key: set OPENAI_API_KEY")
 
     def supports_builtin_tool(self, tool: BuiltinTool) -> bool:
-        """Whether this provider runs ``tool``: web search only (the other built-in tools
-        are not mapped to the Responses API's yet)."""
-        return tool is BuiltinTool.WEB_SEARCH
+        """Whether this provider runs ``tool``: web search and code execution (the Responses
+        API has no URL fetch tool, and Google Search is Gemini's own)."""
+        return tool in (BuiltinTool.WEB_SEARCH, BuiltinTool.CODE_EXECUTION)
 
     def wants_encrypted_reasoning(self, model: str) -> bool:
         """Whether a request for ``model`` asks for reasoning items' encrypted content."""
@@ -616,8 +685,15 @@ class OpenAIResponsesModel(HttpLlm):
                 if not any(tool["type"] == "web_search" for tool in tools):
                     tools.append({"type": "web_search", **self.web_search_options})
                     include.append("web_search_call.action.sources")
+            elif builtin is BuiltinTool.CODE_EXECUTION:
+                if not any(tool["type"] == "code_interpreter" for tool in tools):
+                    container = {"type": "auto", **self.code_interpreter_container}
+                    tools.append({"type": "code_interpreter", "container": container})
+                    include.append("code_interpreter_call.outputs")
             else:
-                raise unsupported_builtin(self.provider, builtin, "use BuiltinTool.WEB_SEARCH")
+                raise unsupported_builtin(
+                    self.provider, builtin, "it runs WEB_SEARCH and CODE_EXECUTION"
+                )
         if tools:
             body["tools"] = tools
         if self.wants_encrypted_reasoning(model):

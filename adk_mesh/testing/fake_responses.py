@@ -6,7 +6,8 @@ wire format: a response object, or with ``"stream": true`` the SSE ``response.*`
 (``response.created``, ``response.in_progress``, ``response.output_item.added`` / ``.done``,
 ``response.content_part.*``, ``response.output_text.delta`` / ``.done``,
 ``response.output_text.annotation.added``, ``response.reasoning_summary_*``,
-``response.function_call_arguments.delta`` / ``.done``, ``response.web_search_call.*``, then
+``response.function_call_arguments.delta`` / ``.done``, ``response.web_search_call.*``,
+``response.code_interpreter_call.*`` and ``response.code_interpreter_call_code.*``, then
 ``response.completed``, ``response.incomplete`` or ``response.failed``), each with its
 ``sequence_number`` and no ``[DONE]``::
 
@@ -15,8 +16,9 @@ wire format: a response object, or with ``"stream": true`` the SSE ``response.*`
             ...
 
 A plain :class:`ScriptedTurn` renders as well; :class:`ResponsesTurn` adds what only this API
-has: web search calls with their sources and the answer's ``url_citation`` annotations, a
-reasoning item even without summary text, reasoning and cached token counts, a failed response.
+has: web search calls with their sources and the answer's ``url_citation`` annotations, code
+interpreter calls with their logs and images, a reasoning item even without summary text,
+reasoning and cached token counts, a failed response.
 Thoughts become one reasoning item whose summary is their text; its ``encrypted_content`` (when
 the request asked for it) is a token this server can verify when it comes back.
 
@@ -27,6 +29,8 @@ own messages:
 - the path (``/v1/responses``), unknown parameters at the top and inside ``reasoning``,
   ``text.format``, tools and input items (``Unknown parameter: 'input[3].status'.``), missing
   required ones, values outside their enums (roles, item and content types, ``include``);
+- a ``code_interpreter`` tool without its ``container``, or with a container that is neither
+  a container id nor ``{"type": "auto", ...}`` (``memory_limit`` one of its sizes);
 - ``max_output_tokens`` below 16; ``reasoning.encrypted_content`` asked of a model that does
   not reason (``Encrypted content is not supported with this model.``);
 - a strict function tool (``strict`` true or left out: the Responses default) or a strict
@@ -66,7 +70,13 @@ from adk_mesh.testing.fake_providers import (
     _split_text,
 )
 
-__all__ = ["FakeOpenAIResponses", "ResponsesTurn", "ResponsesWebSearch", "encrypt_reasoning"]
+__all__ = [
+    "FakeOpenAIResponses",
+    "ResponsesCodeRun",
+    "ResponsesTurn",
+    "ResponsesWebSearch",
+    "encrypt_reasoning",
+]
 
 
 @dataclass
@@ -79,6 +89,19 @@ class ResponsesWebSearch:
 
 
 @dataclass
+class ResponsesCodeRun:
+    """A ``code_interpreter_call`` the provider ran: its Python code, what it printed
+    (``logs``), the images it drew (each one's ``url``) and its status (``completed``,
+    ``failed``, ``incomplete``, ...). The outputs are sent only when the request includes
+    ``code_interpreter_call.outputs``, as the API does."""
+
+    code: str
+    logs: str = ""
+    images: list[str] = field(default_factory=list)
+    status: str = "completed"
+
+
+@dataclass
 class ResponsesTurn(ScriptedTurn):
     """A :class:`ScriptedTurn` with what only the Responses API has.
 
@@ -86,6 +109,8 @@ class ResponsesTurn(ScriptedTurn):
         web_searches: ``web_search_call`` items, before the answer.
         url_citations: ``url_citation`` annotations on the answer's text, as sent (``url``,
             ``title``, ``start_index``, ``end_index``; ``type`` is added).
+        code_runs: ``code_interpreter_call`` items, after the web searches and before the
+            answer.
         reasoning_item: send a reasoning item even without ``thoughts`` (its summary empty, as
             when the request asked for none).
         reasoning_tokens / cached_tokens: ``output_tokens_details.reasoning_tokens`` and
@@ -96,6 +121,7 @@ class ResponsesTurn(ScriptedTurn):
 
     web_searches: list[ResponsesWebSearch] = field(default_factory=list)
     url_citations: list[dict[str, Any]] = field(default_factory=list)
+    code_runs: list[ResponsesCodeRun] = field(default_factory=list)
     reasoning_item: bool = False
     reasoning_tokens: int = 0
     cached_tokens: int = 0
@@ -148,6 +174,7 @@ _ITEM_FIELDS: dict[str, frozenset[str]] = {
     "function_call": frozenset({"type", "id", "call_id", "name", "arguments", "status"}),
     "function_call_output": frozenset({"type", "id", "call_id", "output", "status"}),
     "reasoning": frozenset({"type", "id", "summary", "encrypted_content", "content"}),
+    "code_interpreter_call": frozenset({"type", "id", "status", "container_id", "code", "outputs"}),
     "item_reference": frozenset({"type", "id"}),
 }
 _ITEM_REQUIRED: dict[str, tuple[str, ...]] = {
@@ -155,6 +182,7 @@ _ITEM_REQUIRED: dict[str, tuple[str, ...]] = {
     "function_call": ("call_id", "name", "arguments"),
     "function_call_output": ("call_id", "output"),
     "reasoning": ("id", "summary"),
+    "code_interpreter_call": ("id", "status", "container_id", "code", "outputs"),
     "item_reference": ("id",),
 }
 #: Item types the API takes that this fake does not model (accepted as they are).
@@ -165,7 +193,6 @@ _OTHER_ITEMS = frozenset(
         "file_search_call",
         "web_search_call",
         "image_generation_call",
-        "code_interpreter_call",
         "local_shell_call",
         "local_shell_call_output",
         "mcp_call",
@@ -187,11 +214,13 @@ _TOOL_FIELDS: dict[str, frozenset[str]] = {
     "function": frozenset({"type", "name", "description", "parameters", "strict"}),
     "web_search": frozenset({"type", "filters", "search_context_size", "user_location"}),
     "web_search_preview": frozenset({"type", "search_context_size", "user_location"}),
+    "code_interpreter": frozenset({"type", "container"}),
 }
+_CONTAINER_FIELDS = frozenset({"type", "file_ids", "memory_limit", "network_policy"})
+_MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 _OTHER_TOOLS = frozenset(
     {
         "file_search",
-        "code_interpreter",
         "image_generation",
         "mcp",
         "computer_use_preview",
@@ -402,6 +431,33 @@ class FakeOpenAIResponses(FakeProviderServer):
             "action": action,
         }
 
+    @staticmethod
+    def _code_runs(turn: ScriptedTurn) -> list[ResponsesCodeRun]:
+        """The turn's code interpreter calls: its own, then those of a ``native`` list of code
+        runs (``code``, ``output``, ``failed``) that every fake provider renders."""
+        runs = list(turn.code_runs) if isinstance(turn, ResponsesTurn) else []
+        for item in getattr(turn, "native", None) or []:
+            if hasattr(item, "code") and hasattr(item, "output"):
+                status = "failed" if getattr(item, "failed", False) else "completed"
+                runs.append(ResponsesCodeRun(item.code, item.output, status=status))
+        return runs
+
+    def _code_interpreter(
+        self, index: int, run: ResponsesCodeRun, request: RecordedRequest
+    ) -> dict[str, Any]:
+        outputs: list[dict[str, Any]] | None = None
+        if self._includes(request, "code_interpreter_call.outputs"):
+            outputs = [{"type": "logs", "logs": run.logs}] if run.logs else []
+            outputs.extend({"type": "image", "url": url} for url in run.images)
+        return {
+            "id": f"ci_fake_{index}",
+            "type": "code_interpreter_call",
+            "status": run.status,
+            "container_id": "cntr_fake_0",
+            "code": run.code,
+            "outputs": outputs,
+        }
+
     def _message(self, turn: ScriptedTurn) -> dict[str, Any]:
         return {
             "id": "msg_fake_0",
@@ -465,6 +521,10 @@ class FakeOpenAIResponses(FakeProviderServer):
         output.extend(
             self._web_search(index, search, request)
             for index, search in enumerate(self._searches(turn))
+        )
+        output.extend(
+            self._code_interpreter(index, run, request)
+            for index, run in enumerate(self._code_runs(turn))
         )
         if turn.text_deltas:
             output.append(self._message(turn))
@@ -615,6 +675,20 @@ class FakeOpenAIResponses(FakeProviderServer):
             )
             for step in ("in_progress", "searching", "completed"):
                 yield f"response.web_search_call.{step}", dict(where)
+        elif kind == "code_interpreter_call":
+            yield (
+                "response.output_item.added",
+                {
+                    "output_index": index,
+                    "item": {**item, "status": "in_progress", "code": "", "outputs": None},
+                },
+            )
+            yield "response.code_interpreter_call.in_progress", dict(where)
+            for fragment in _split_text(item["code"], turn.argument_chunks):
+                yield "response.code_interpreter_call_code.delta", {**where, "delta": fragment}
+            yield "response.code_interpreter_call_code.done", {**where, "code": item["code"]}
+            yield "response.code_interpreter_call.interpreting", dict(where)
+            yield "response.code_interpreter_call.completed", dict(where)
         elif kind == "message":
             yield (
                 "response.output_item.added",
@@ -812,6 +886,8 @@ class FakeOpenAIResponses(FakeProviderServer):
             if kind not in _TOOL_FIELDS:
                 raise _invalid_value(kind, f"{path}.type", known)
             _check_fields(tool, _TOOL_FIELDS[kind], path)
+            if kind == "code_interpreter":
+                FakeOpenAIResponses._check_container(tool, path)
             if kind != "function":
                 continue
             name = tool.get("name")
@@ -827,6 +903,27 @@ class FakeOpenAIResponses(FakeProviderServer):
                     param=f"{path}.parameters",
                     code="invalid_function_parameters",
                 )
+
+    @staticmethod
+    def _check_container(tool: dict[str, Any], path: str) -> None:
+        """A ``code_interpreter`` tool's container: a container id, or ``{"type": "auto"}``
+        (the API creates one) with its optional settings."""
+        if "container" not in tool:
+            raise _missing(f"{path}.container")
+        container = tool["container"]
+        if isinstance(container, str):
+            return
+        if not isinstance(container, dict):
+            raise _invalid_type(f"{path}.container", "a string or an object", container)
+        kind = container.get("type")
+        if kind is None:
+            raise _missing(f"{path}.container.type")
+        if kind != "auto":
+            raise _invalid_value(kind, f"{path}.container.type", ("auto",))
+        _check_fields(container, _CONTAINER_FIELDS, f"{path}.container")
+        limit = container.get("memory_limit")
+        if limit is not None and limit not in _MEMORY_LIMITS:
+            raise _invalid_value(limit, f"{path}.container.memory_limit", _MEMORY_LIMITS)
 
     def _check_item(self, items: list[Any], index: int, item: Any, *, store: bool) -> None:
         path = f"input[{index}]"

@@ -13,6 +13,7 @@ tool                   provider                    what the provider is sent
                        ``anthropic/``              ``{"type": "web_fetch_20250910", ...}``
 ``CodeExecutionTool``  ``gemini/``                 ``{"code_execution": {}}``
                        ``anthropic/``              ``{"type": "code_execution_20250825", ...}``
+                       ``openai-responses/``       ``{"type": "code_interpreter", ...}``
 =====================  ==========================  ==============================================
 
 The model decides when to use them and the provider runs them inside the model call: nothing
@@ -128,14 +129,14 @@ class UrlContextTool(NativeTool):
 
 class CodeExecutionTool(NativeTool):
     """Lets the model write code and run it in the provider's sandbox: Gemini's code
-    execution, Anthropic's code execution server tool.
+    execution, Anthropic's code execution server tool, the Responses API's code interpreter.
     The code and its output come back as the event's grounding ``code_executions``."""
 
     builtin = BuiltinTool.CODE_EXECUTION
-    # OpenAI Responses has code_interpreter; listed here once that provider sends it.
     providers: ClassVar[Mapping[str, str]] = {
         "gemini": "code_execution",
         "anthropic": "code_execution_20250825",
+        "openai-responses": "code_interpreter",
     }
 
     def __init__(self) -> None:

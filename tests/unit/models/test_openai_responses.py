@@ -1,6 +1,6 @@
 """OpenAI Responses specifics, against the fake Responses API over real sockets: the request
-shape, reasoning items carried to the next turn, web search with citations, usage, errors, and
-the fake refusing what the real API refuses."""
+shape, reasoning items carried to the next turn, web search with citations, code interpreter
+runs, usage, errors, and the fake refusing what the real API refuses."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from adk_mesh import Content, Event, LlmAgent, RunConfig, Runner, StreamingMode
-from adk_mesh.errors import ModelError, ModelRateLimitError, ModelRequestError
+from adk_mesh.errors import ConfigError, ModelError, ModelRateLimitError, ModelRequestError
 from adk_mesh.models import (
     BuiltinTool,
     GenerateContentConfig,
@@ -35,11 +35,14 @@ from adk_mesh.testing.fake_providers import (
 )
 from adk_mesh.testing.fake_responses import (
     FakeOpenAIResponses,
+    ResponsesCodeRun,
     ResponsesTurn,
     ResponsesWebSearch,
     encrypt_reasoning,
 )
 from adk_mesh.types import (
+    CodeExecution,
+    CodeExecutionOutcome,
     FinishReason,
     GroundingMetadata,
     LlmResponse,
@@ -553,6 +556,105 @@ async def test_citation_offsets_follow_the_answer_text_across_output_texts() -> 
     assert unplaced.start_index is None and unplaced.source_indices == [0]
 
 
+# --------------------------------------------------------------------------- code interpreter
+
+CHART = "data:image/png;base64,iVBORw0KGgo="
+
+
+@STREAMS
+async def test_code_interpreter_runs_become_grounding(stream: bool) -> None:
+    turn = ResponsesTurn(
+        text=["The mean is ", "4.5."],
+        code_runs=[
+            ResponsesCodeRun(
+                "import statistics\nprint(statistics.mean([3, 6]))\nplot()",
+                "4.5\n",
+                images=[CHART],
+            ),
+            ResponsesCodeRun("1 / 0", "ZeroDivisionError: division by zero\n", status="failed"),
+            ResponsesCodeRun("while True: pass", status="incomplete"),
+        ],
+    )
+    request = user(
+        "Mean of 3 and 6?",
+        tools=[WEATHER],
+        builtin_tools=[BuiltinTool.CODE_EXECUTION, BuiltinTool.WEB_SEARCH],
+    )
+    async with FakeOpenAIResponses(turn) as server:
+        responses = await run(
+            server, request, stream=stream, code_interpreter_container={"memory_limit": "4g"}
+        )
+
+    body = server.requests[0].json()
+    assert body["tools"][1:] == [
+        {"type": "code_interpreter", "container": {"type": "auto", "memory_limit": "4g"}},
+        {"type": "web_search"},
+    ]
+    assert body["include"] == [
+        "code_interpreter_call.outputs",
+        "web_search_call.action.sources",
+        "reasoning.encrypted_content",
+    ]
+    *partials, final = responses
+    assert final.content is not None and final.content.text == "The mean is 4.5."
+    assert final.content.function_calls == []
+    assert final.finish_reason is FinishReason.STOP
+    # The logs are the output; the chart (an image output) is not carried.
+    assert grounding_of(final) == GroundingMetadata(
+        code_executions=[
+            CodeExecution(
+                code="import statistics\nprint(statistics.mean([3, 6]))\nplot()",
+                language="python",
+                outcome=CodeExecutionOutcome.OK,
+                output="4.5\n",
+            ),
+            CodeExecution(
+                code="1 / 0",
+                language="python",
+                outcome=CodeExecutionOutcome.FAILED,
+                output="ZeroDivisionError: division by zero\n",
+            ),
+            CodeExecution(code="while True: pass", language="python"),
+        ]
+    )
+    if stream:
+        assert [p.content.text for p in partials if p.content] == ["The mean is ", "4.5."]
+        assert all(p.grounding_metadata is None for p in partials)
+
+
+async def test_the_fake_sends_code_interpreter_outputs_only_when_included() -> None:
+    run_ = ResponsesCodeRun("print(2)", "2\n", images=[CHART])
+    tools = [{"type": "code_interpreter", "container": {"type": "auto"}}]
+    async with FakeOpenAIResponses(ResponsesTurn(code_runs=[run_], text="2")) as server:
+        server.enqueue(ResponsesTurn(code_runs=[run_], text="2"))
+        bare = await post(server, {"model": "gpt-5", "input": "hi", "tools": tools})
+        included = await post(
+            server,
+            {
+                "model": "gpt-5",
+                "input": "hi",
+                "tools": tools,
+                "include": ["code_interpreter_call.outputs"],
+            },
+        )
+
+    assert bare.json()["output"][0]["outputs"] is None
+    call = included.json()["output"][0]
+    assert call == {
+        "id": "ci_fake_0",
+        "type": "code_interpreter_call",
+        "status": "completed",
+        "container_id": "cntr_fake_0",
+        "code": "print(2)",
+        "outputs": [{"type": "logs", "logs": "2\n"}, {"type": "image", "url": CHART}],
+    }
+
+
+def test_the_code_interpreter_container_is_always_auto() -> None:
+    with pytest.raises(ConfigError, match="code_interpreter_container must not set 'type'"):
+        OpenAIResponsesModel("gpt-5", api_key="k", code_interpreter_container={"type": "x"})
+
+
 # --------------------------------------------------------------------------- usage, finish
 
 
@@ -594,8 +696,10 @@ async def test_a_stream_whose_completed_response_has_no_output_is_built_from_its
     """Some compatible servers send ``response.completed`` without the output: the items the
     events built are the answer."""
     async with FakeOpenAIResponses() as server:
-        turn = ScriptedTurn(
-            text=["a", "b"], tool_calls=[ScriptedToolCall("f", {"x": 1}, id="call_1")]
+        turn = ResponsesTurn(
+            text=["a", "b"],
+            tool_calls=[ScriptedToolCall("f", {"x": 1}, id="call_1")],
+            code_runs=[ResponsesCodeRun("print('a' + 'b')")],
         )
         records = server.render_stream(turn, _recorded(server, {"model": "m", "stream": True}))
         last = json.loads(records[-1].split(b"data: ", 1)[1])
@@ -610,6 +714,10 @@ async def test_a_stream_whose_completed_response_has_no_output_is_built_from_its
     assert final.content is not None and final.content.text == "ab"
     assert final.content.function_calls[0].args == {"x": 1}
     assert final.finish_reason is FinishReason.TOOL_CALLS
+    # The code came in deltas; the call never said how it ended.
+    assert grounding_of(final).code_executions == [
+        CodeExecution(code="print('a' + 'b')", language="python")
+    ]
 
 
 def _recorded(server: FakeOpenAIResponses, body: dict[str, Any]) -> RecordedRequest:
@@ -793,6 +901,64 @@ async def post(server: FakeOpenAIResponses, body: Any) -> httpx.Response:
             "Invalid value: 'google_search'.",
             "tools[0].type",
         ),
+        (
+            {"model": "gpt-5", "input": "hi", "tools": [{"type": "code_interpreter"}]},
+            400,
+            "Missing required parameter: 'tools[0].container'.",
+            "tools[0].container",
+        ),
+        (
+            {
+                "model": "gpt-5",
+                "input": "hi",
+                "tools": [{"type": "code_interpreter", "container": {"type": "fresh"}}],
+            },
+            400,
+            "Invalid value: 'fresh'. Supported values are: 'auto'.",
+            "tools[0].container.type",
+        ),
+        (
+            {
+                "model": "gpt-5",
+                "input": "hi",
+                "tools": [
+                    {"type": "code_interpreter", "container": {"type": "auto", "memory_limit": 4}}
+                ],
+            },
+            400,
+            "Invalid value: '4'.",
+            "tools[0].container.memory_limit",
+        ),
+        (
+            {
+                "model": "gpt-5",
+                "store": False,
+                "input": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "type": "code_interpreter_call",
+                        "id": "ci_1",
+                        "status": "completed",
+                        "container_id": "cntr_1",
+                        "code": "print(1)",
+                        "outputs": None,
+                    },
+                    {"role": "assistant", "content": "1"},
+                ],
+            },
+            404,
+            "Item with id 'ci_1' not found.",
+            "input",
+        ),
+        (
+            {
+                "model": "gpt-5",
+                "input": [{"type": "code_interpreter_call", "id": "ci_1", "code": "print(1)"}],
+            },
+            400,
+            "Missing required parameter: 'input[0].status'.",
+            "input[0].status",
+        ),
     ],
     ids=[
         "unknown-parameter",
@@ -805,6 +971,11 @@ async def post(server: FakeOpenAIResponses, body: Any) -> httpx.Response:
         "tool-role",
         "strict-by-default",
         "unknown-tool",
+        "code-interpreter-without-container",
+        "code-interpreter-container-type",
+        "code-interpreter-memory-limit",
+        "code-interpreter-call-not-stored",
+        "code-interpreter-call-incomplete",
     ],
 )
 async def test_the_fake_refuses_what_the_api_refuses(
@@ -845,6 +1016,7 @@ async def test_the_fake_takes_a_well_formed_stateless_conversation() -> None:
                 "strict": False,
             },
             {"type": "web_search"},
+            {"type": "code_interpreter", "container": {"type": "auto", "memory_limit": "1g"}},
         ],
     }
     async with FakeOpenAIResponses(ScriptedTurn(text="fine")) as server:

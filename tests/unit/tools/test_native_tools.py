@@ -33,6 +33,7 @@ from adk_mesh.testing.fake_providers import (
     ScriptedUrlFetch,
     ScriptedWebSearch,
 )
+from adk_mesh.testing.fake_responses import FakeOpenAIResponses
 from adk_mesh.tools import (
     CodeExecutionTool,
     GoogleSearchTool,
@@ -240,6 +241,95 @@ async def test_anthropic_failed_code_and_a_search_error_are_reported_not_raised(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_openai_responses_runs_code_and_search_beside_a_function_tool(stream: bool) -> None:
+    # The model reasons, runs code and calls our tool in one turn; then searches and answers.
+    turns = [
+        ScriptedTurn(
+            thoughts=["Compute, then look it up."],
+            native=[CODE],
+            tool_calls=[ScriptedToolCall("population", {"city": "Oslo"}, id="call-1")],
+        ),
+        ScriptedTurn(
+            text=["Oslo has 717,710 ", "people (2024). Ørsta is smaller."],
+            native=[SEARCH],
+            citations=CITATIONS,
+        ),
+    ]
+    async with FakeOpenAIResponses(*turns) as server:
+        async with server.make_model() as model:
+            agent = LlmAgent(
+                name="researcher",
+                model=model,
+                tools=[WebSearchTool(), population, CodeExecutionTool()],
+            )
+            events = await run_agent(agent, stream=stream)
+
+    for request in server.requests:
+        body = request.json()
+        assert [tool["type"] for tool in body["tools"]] == [
+            "function",
+            "web_search",
+            "code_interpreter",
+        ]
+        assert body["tools"][2] == {"type": "code_interpreter", "container": {"type": "auto"}}
+        assert "code_interpreter_call.outputs" in body["include"]
+    # The provider ran its code: the next request carries the reasoning, our own call and
+    # its output, never the code interpreter call (nor, later, the search).
+    second = server.requests[1].json()["input"]
+    assert [item.get("type", "message") for item in second] == [
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+    assert server.refused == []
+    finals = [event for event in events if not event.partial]
+    call, answer = finals[0], finals[-1]
+    assert call.function_calls()[0].name == "population"
+    assert call.grounding_metadata == GroundingMetadata(
+        code_executions=[
+            CodeExecution(
+                code="print(717_710 // 1000)",
+                language="python",
+                outcome=CodeExecutionOutcome.OK,
+                output="717\n",
+            )
+        ]
+    )
+    assert finals[1].function_responses()[0].response["population"] == 717_710
+    assert answer.text == ANSWER
+    oslo_start = ANSWER.index("Oslo has")
+    orsta_start = ANSWER.index("Ørsta")
+    # The search's sources come without titles; the citations name them (Ørsta's with none).
+    assert answer.grounding_metadata == GroundingMetadata(
+        sources=[
+            GroundingSource(uri="https://ssb.example/oslo", title="SSB"),
+            GroundingSource(uri="https://wiki.example/Oslo"),
+            GroundingSource(uri="https://kommune.example/orsta"),
+        ],
+        queries=["population of Oslo"],
+        citations=[
+            Citation(
+                start_index=oslo_start,
+                end_index=oslo_start + len("Oslo has 717,710 people"),
+                text="Oslo has 717,710 people",
+                source_indices=[0],
+            ),
+            Citation(
+                start_index=orsta_start,
+                end_index=len(ANSWER),
+                text="Ørsta is smaller.",
+                source_indices=[2],
+            ),
+        ],
+    )
+    if stream:
+        partial = [e for e in events if e.partial]
+        assert "".join(e.text for e in partial if not e.content.parts[0].thought) == ANSWER
+        assert all(e.grounding_metadata is None for e in partial)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_openai_search_model_searches_beside_a_function_tool(stream: bool) -> None:
     answer = ScriptedTurn(text=["Oslo has 717,710 ", "people (2024). Ørsta is smaller."])
     turns = [two_turns()[0], answer]
@@ -260,7 +350,9 @@ async def test_openai_search_model_searches_beside_a_function_tool(stream: bool)
     ("server_class", "model_kwargs", "tool", "providers"),
     [
         (FakeOpenAI, {}, WebSearchTool, "openai-responses/ (web_search)"),
-        (FakeOpenAI, {}, CodeExecutionTool, "anthropic/ (code_execution_20250825)"),
+        (FakeOpenAI, {}, CodeExecutionTool, "openai-responses/ (code_interpreter)"),
+        (FakeOllama, {}, CodeExecutionTool, "anthropic/ (code_execution_20250825)"),
+        (FakeOpenAIResponses, {}, UrlContextTool, "anthropic/ (web_fetch_20250910)"),
         (FakeOpenAI, {"model": "gpt-4o-search-preview"}, UrlContextTool, "gemini/ (url_context)"),
         (FakeAnthropic, {}, GoogleSearchTool, "gemini/ (google_search)"),
         (FakeOllama, {}, WebSearchTool, "anthropic/ (web_search_20250305)"),

@@ -37,6 +37,8 @@ EXPECTED = {
     # Credentials (issue 20 item 4): tools get API keys and tokens by name.
     "Credential", "CredentialService", "EnvironmentCredentialService", "FileCredentialService",
     "ChainCredentialService", "StaticCredentialService",
+    # Provider-native tools and the grounding they return (issue 20 items 1, 3).
+    "WebSearchTool", "UrlContextTool", "CodeExecutionTool", "GroundingMetadata",
 }  # fmt: skip
 
 

@@ -254,7 +254,10 @@ class InvocationContext:
     ``delegation_scope``: what the run may reach of the root's artifacts and memory (narrowed
     by each AgentTool delegation it runs inside; a remote hop carries it and applies it).
     ``caller_tree``: set in a delegated run that a transfer handed to this service: the
-    caller's agents the agent delegated to may transfer back to. ``history``: where the rest
+    caller's agents the agent delegated to may transfer back to. ``global_instruction``: set in
+    a delegated run that is part of its caller's tree: that tree's global instruction (made in
+    the caller), in place of this tree's root's (``None``: this tree's applies). ``history``:
+    where the rest
     of the session's history is, when ``session`` holds only a window of it (``None``: it is
     whole).
 
@@ -283,6 +286,7 @@ class InvocationContext:
         "delegation_depth",
         "delegation_scope",
         "forwarded_credentials",
+        "global_instruction",
         "history",
         "invocation_id",
         "max_delegation_depth",
@@ -316,6 +320,7 @@ class InvocationContext:
         llm_calls_of: InvocationContext | None = None,
         delegation_scope: DelegationScope | None = None,
         caller_tree: CallerTree | None = None,
+        global_instruction: str | None = None,
         history: SessionHistory | None = None,
         plugins: PluginManager | None = None,
         credential_service: CredentialService | None = None,
@@ -340,6 +345,7 @@ class InvocationContext:
         self.tool_timeout = tool_timeout
         self.delegation_scope = delegation_scope or DelegationScope()
         self.caller_tree = caller_tree
+        self.global_instruction = global_instruction
         self.history = history
         self.plugins = plugins
         self.credential_service = credential_service

@@ -102,8 +102,9 @@ class LlmAgent(BaseAgent):
     changes a copy) rather than changing it in place.
 
     The system instruction is built as google-adk builds it: the root agent's
-    ``global_instruction`` first (it applies to every agent of the tree in this process; an
-    agent of another service follows its own tree's root), then ``static_instruction``
+    ``global_instruction`` first (it applies to every agent of the tree, a served agent that a
+    transfer or a workflow reaches in another service included: the caller sends it; the child
+    of an AgentTool is a tree of its own), then ``static_instruction``
     unchanged, then ``instruction``. Templates (``{key}`` from state, ``{artifact.NAME}``, see
     :func:`~adk_mesh.agents._instructions.render_instruction`) are filled in ``instruction``
     and ``global_instruction`` strings, never in ``static_instruction`` nor in what a callable
@@ -350,9 +351,14 @@ class LlmAgent(BaseAgent):
         among the contents instead when there is a static one, so the system instruction
         stays the same from request to request."""
         pieces: list[str] = []
-        root = self.root_agent
-        if isinstance(root, LlmAgent) and root.global_instruction:
-            pieces.append(await root.canonical_global_instruction(ctx))
+        inherited = ctx.invocation_context.global_instruction
+        if inherited is not None:
+            # A delegated run inside its caller's tree: that tree's root is the root.
+            pieces.append(inherited)
+        else:
+            root = self.root_agent
+            if isinstance(root, LlmAgent) and root.global_instruction:
+                pieces.append(await root.canonical_global_instruction(ctx))
         if self.static_instruction:
             pieces.append(self.static_instruction)
         dynamic = await self.canonical_instruction(ctx) if self.instruction else ""

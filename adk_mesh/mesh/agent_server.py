@@ -601,6 +601,9 @@ class AgentServer(MeshServer):
                 if delegated.HasField("caller_tree")
                 else None
             ),
+            global_instruction=(
+                delegated.global_instruction if delegated.HasField("global_instruction") else None
+            ),
             # The view is a window: what it left out is the caller's, fetched over the call.
             history=(
                 None

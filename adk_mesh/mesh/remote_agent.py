@@ -15,7 +15,7 @@ from adk_mesh.agents._schemas import AgentSchema
 from adk_mesh.agents.base import AgentSchemas, BaseAgent, RemoteLocation
 from adk_mesh.agents.delegation import forwarded, scoped_artifacts, scoped_memory
 from adk_mesh.artifacts.base import ArtifactService
-from adk_mesh.contexts import InvocationContext, TransferTarget
+from adk_mesh.contexts import InvocationContext, ReadonlyContext, TransferTarget
 from adk_mesh.errors import AdkError, AgentError, ConfigError, LlmCallLimitError
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import answer_context_request
@@ -276,9 +276,28 @@ class RemoteAgent(BaseAgent):
         delegated.no_caller_stores = _nothing_to_ask(artifacts, memory, delegated.session)
         return message
 
-    def _request(self, ctx: InvocationContext) -> agent_pb2.RunDelegatedRequest:
+    async def _global_instruction(self, ctx: InvocationContext) -> str | None:
+        """The global instruction of the tree this agent stands in, which the remote agents
+        follow as they would in process; ``None`` when this agent is the tree's root (the
+        remote tree's own root is then the root)."""
+        if ctx.global_instruction is not None:
+            return ctx.global_instruction  # this tree is itself part of a caller's
+        if self.parent_agent is None:
+            return None
+        from adk_mesh.agents.llm_agent import LlmAgent
+
+        root = self.root_agent
+        if isinstance(root, LlmAgent) and root.global_instruction:
+            return await root.canonical_global_instruction(ReadonlyContext(ctx))
+        return ""
+
+    def _request(
+        self, ctx: InvocationContext, global_instruction: str | None
+    ) -> agent_pb2.RunDelegatedRequest:
         message = self._new_request(ctx, ctx.session, ctx.artifact_service, ctx.memory_service)
         delegated = message.run.delegated
+        if global_instruction is not None:
+            delegated.global_instruction = global_instruction
         delegated.branch = ctx.branch
         delegated.delegation_depth = ctx.delegation_depth
         delegated.max_delegation_depth = ctx.max_delegation_depth
@@ -315,7 +334,7 @@ class RemoteAgent(BaseAgent):
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         timeout = call_timeout(ctx.deadline, self.timeout, f"remote agent {self.name!r}")
         call, responses = self._call(
-            self._request(ctx),
+            self._request(ctx, await self._global_instruction(ctx)),
             timeout,
             ctx,
             artifacts=ctx.artifact_service,

@@ -2038,6 +2038,42 @@ async def artifact_templates_of_a_child_whose_artifacts_are_the_callers(world: W
     await world.turn(parent)
 
 
+def _expect_global_instruction(outcome: Outcome) -> None:
+    (specialist,) = outcome["seen"]["specialist"][:1]
+    # The root's global instruction (templated in the caller) comes first, in place of the
+    # served tree's own root's: in process the specialist is not a root.
+    instruction = specialist["system_instruction"]
+    assert instruction.startswith("Answer in Norwegian, Ann.\n\nBe precise.")  # then transfers
+    assert "Its own" not in instruction
+    # An AgentTool's child is a tree of its own: its root (itself) has none.
+    (helper,) = outcome["seen"]["helper"]
+    assert helper["system_instruction"] == "Help."
+
+
+@case(_expect_global_instruction, into=TRANSFER_CASES)
+async def the_roots_global_instruction_reaches_a_served_agent_of_its_tree(world: World) -> None:
+    helper = LlmAgent(
+        name="helper", model=world.scripted("helper", ["helped"]), instruction="Help."
+    )
+    specialist = LlmAgent(
+        name="specialist",
+        description="Knows things.",
+        model=world.scripted("specialist", [delegate("helper"), "done"]),
+        global_instruction="Its own, which a tree it is part of replaces.",
+        instruction="Be precise.",
+        tools=[AgentTool(helper)],
+    )
+    desk = LlmAgent(
+        name="desk",
+        description="The front desk.",
+        model=world.scripted("desk", [call("transfer_to_agent", {"agent_name": "specialist"})]),
+        global_instruction="Answer in Norwegian, {name}.",
+        sub_agents=[await world.child(specialist)],
+    )
+    await world.new_session(state={"name": "Ann"})
+    await world.turn(desk, "Hvor ligger Ørsta?")
+
+
 # --- the suite --------------------------------------------------------------------------------
 
 

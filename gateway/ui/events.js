@@ -60,6 +60,48 @@ export function progressOf(event) {
   };
 }
 
+/**
+ * Where an answer comes from, as the gateway writes it: google-adk's `groundingMetadata`
+ * (genai's shape: `groundingChunks[].web{uri, title}`, `webSearchQueries`) and the code a
+ * provider ran, under `customMetadata.adkMesh.codeExecutions`. `null` when there is none.
+ * Everything here is text a model or a web page chose: it is only ever shown as text.
+ */
+export function groundingOf(event) {
+  const grounding = field(event, "groundingMetadata") ?? {};
+  const metadata = field(event, "customMetadata") ?? {};
+  const list = (value) => (Array.isArray(value) ? value : []);
+  const text = (value) => (typeof value === "string" ? value : "");
+  const sources = list(field(grounding, "groundingChunks"))
+    .map((chunk) => field(chunk, "web") ?? field(chunk, "retrievedContext"))
+    .filter((found) => found && typeof found === "object")
+    .map((found) => ({ uri: text(found.uri), title: text(found.title) }))
+    .filter((source) => source.uri || source.title);
+  const queries = list(field(grounding, "webSearchQueries")).filter(
+    (query) => typeof query === "string" && query,
+  );
+  const codeExecutions = list(field(field(metadata, "adkMesh"), "codeExecutions"))
+    .filter((run) => run && typeof run === "object")
+    .map((run) => ({
+      code: text(run.code),
+      output: text(run.output),
+      language: text(run.language),
+      outcome: text(run.outcome),
+    }));
+  if (!sources.length && !queries.length && !codeExecutions.length) return null;
+  return { sources, queries, codeExecutions };
+}
+
+/** `uri` as a URL a link may point at (http or https only), else `null`. */
+export function safeUrl(uri) {
+  let url;
+  try {
+    url = new URL(uri);
+  } catch {
+    return null;
+  }
+  return url.protocol === "http:" || url.protocol === "https:" ? url : null;
+}
+
 export const isPartial = (event) => Boolean(field(event, "partial"));
 export const invocationOf = (event) => field(event, "invocationId") ?? "";
 
@@ -155,6 +197,72 @@ export function progressLine(progress) {
   );
 }
 
+/** One source: a link (title, then host) for an http(s) URI; plain text for any other. */
+function sourceItem(source) {
+  const url = safeUrl(source.uri);
+  if (!url) {
+    return h(
+      "li.source.unlinked",
+      null,
+      h("span.source-title", { text: source.title || source.uri }),
+      source.title && source.uri ? h("span.host", { text: source.uri }) : null,
+    );
+  }
+  return h(
+    "li.source",
+    null,
+    h(
+      "a",
+      { href: url.href, target: "_blank", rel: "noopener noreferrer" },
+      h("span.source-title", { text: source.title || url.host }),
+    ),
+    h("span.host", { text: url.host }),
+  );
+}
+
+/** Code a provider ran: collapsed, its summary saying the language and how it ended. */
+function codeRun(run, index) {
+  const summary = [`Code run ${index + 1}`, run.language, run.outcome.toLowerCase()]
+    .filter(Boolean)
+    .join(" · ");
+  return h(
+    "details.code-run",
+    { dataset: { outcome: run.outcome } },
+    h("summary", { text: summary }),
+    h("pre.code", null, h("code", { text: run.code })),
+    run.output ? h("pre.output", { "aria-label": "output", text: run.output }) : null,
+  );
+}
+
+/** The answer's sources, the searches behind them and the code the provider ran. */
+export function groundingBlock(grounding) {
+  return h(
+    "section.grounding",
+    { "aria-label": "Grounding" },
+    grounding.queries.length
+      ? h(
+          "p.queries",
+          null,
+          mark("⌕", "searched", "search"),
+          " ",
+          ...grounding.queries.flatMap((query, index) => [
+            index ? ", " : "",
+            h("q.query", { text: query }),
+          ]),
+        )
+      : null,
+    grounding.sources.length
+      ? h(
+          "div.sources",
+          null,
+          h("span.sources-title", { text: "Sources" }),
+          h("ol.source-list", null, ...grounding.sources.map(sourceItem)),
+        )
+      : null,
+    ...grounding.codeExecutions.map(codeRun),
+  );
+}
+
 function deltaLines(actions) {
   const lines = [];
   for (const [key, value] of Object.entries(actions.stateDelta)) {
@@ -220,9 +328,11 @@ export function eventCard(event) {
   const errorCode = field(event, "errorCode");
   const errorMessage = field(event, "errorMessage");
   const usage = field(event, "usageMetadata");
+  const grounding = groundingOf(event);
   const body = [
     ...thoughts.map((part) => h("p.thought", { text: part.text })),
     text ? h("p.text", { text }) : null,
+    grounding ? groundingBlock(grounding) : null,
     ...functionCalls(event).map(callLine),
     ...functionResponses(event).map(responseLine),
     progress ? progressLine(progress) : null,
@@ -233,6 +343,7 @@ export function eventCard(event) {
   ];
   const classes = ["event", ...tags.map((tag) => tag.replace(/\s+/g, "-"))];
   if (progress) classes.push("tool-progress");
+  if (grounding) classes.push("grounded");
   return h(
     `li.${classes.join(".")}`,
     {

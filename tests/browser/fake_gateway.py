@@ -1,8 +1,9 @@
 """A small stand-in for the gateway: google-adk's api_server routes the UI calls, over
 in-memory sessions, answering one scripted travel-desk turn (a transfer, an AgentTool
-delegation with tool progress, streamed partials, a state change and an artifact) and writing
-that turn's spans as the services of a local mesh do (OTLP JSON files), so the real trace
-route and the real UI files are what the browser exercises.
+delegation with tool progress, streamed partials, a state change and an artifact; asked for
+"sources", an answer that carries its grounding) and writing that turn's spans as the
+services of a local mesh do (OTLP JSON files), so the real trace route and the real UI files
+are what the browser exercises.
 
 It checks the UI's requests as google-adk's server would read them (camelCase bodies).
 """
@@ -33,6 +34,32 @@ from gateway._traces import UI_DIRECTORY, TraceSources, trace_router
 
 APP = "travel_desk"
 NOTE = "lisbon-in-three-days.md"
+
+#: A message with this word gets an answer that carries its grounding (GROUNDING, CODE_RUNS).
+GROUNDED = "sources"
+#: Where the answer comes from, as the gateway writes it (google-adk's groundingMetadata):
+#: a source whose title is HTML (to be shown as text), one whose URI is a script (never a
+#: link), one without a title (its host stands in).
+PASTEIS_TITLE = '<img src=x onerror="document.body.dataset.pwned=1">Pastéis de <b>Belém</b>'
+SCRIPT_URI = "javascript:document.body.dataset.pwned=1"
+GROUNDING: dict[str, Any] = {
+    "groundingChunks": [
+        {"web": {"uri": "https://fado.example/mouraria", "title": "Fado in Mouraria"}},
+        {"web": {"uri": "https://pasteis.example/belem?from=ui", "title": PASTEIS_TITLE}},
+        {"web": {"uri": SCRIPT_URI, "title": "Click for a free tram pass"}},
+        {"web": {"uri": "https://castelo.example/"}},
+    ],
+    "groundingSupports": [
+        {"segment": {"startIndex": 0, "endIndex": 29}, "groundingChunkIndices": [0, 1]},
+    ],
+    "webSearchQueries": ["lisbon fado evening", "pastéis de belém <history>"],
+}
+#: The code the provider ran (customMetadata.adkMesh.codeExecutions).
+CODE_RUNS: list[dict[str, Any]] = [
+    {"code": "print(3 * 24, '<b>hours</b>')", "output": "72 <b>hours</b>\n", "language": "python",
+     "outcome": "OK"},
+    {"code": "1 / 0", "output": "ZeroDivisionError", "language": "python", "outcome": "FAILED"},
+]  # fmt: skip
 
 
 def _event(invocation_id: str, author: str, **fields: Any) -> dict[str, Any]:
@@ -288,6 +315,10 @@ class FakeGateway:
                     "partial": True,
                 }
             )
+        grounded: dict[str, Any] = {}
+        if GROUNDED in message:
+            grounded["groundingMetadata"] = GROUNDING
+            grounded["customMetadata"] = {"adkMesh": {"codeExecutions": CODE_RUNS}}
         events.append(
             _event(
                 invocation_id,
@@ -296,6 +327,7 @@ class FakeGateway:
                 content=_text("model", answer),
                 turnComplete=True,
                 usageMetadata={"promptTokenCount": 321, "candidatesTokenCount": 54},
+                **grounded,
             )
         )
         return events

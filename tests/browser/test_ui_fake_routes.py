@@ -1,7 +1,8 @@
 """The UI in a real headless chromium against a small fake of the gateway's routes
 (tests/browser/fake_gateway.py): one scripted turn with everything the UI draws — partials,
 tool progress, a transfer, an AgentTool delegation, state and artifact deltas — and its
-trace read by the real trace route from OTLP files."""
+trace read by the real trace route from OTLP files; and an answer's grounding (sources,
+searches, code runs) drawn safely from what a model or a web page chose."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import browser_errors, serve_asgi
-from tests.browser.fake_gateway import APP, NOTE, FakeGateway
+from tests.browser.fake_gateway import (
+    APP,
+    GROUNDED,
+    NOTE,
+    PASTEIS_TITLE,
+    SCRIPT_URI,
+    FakeGateway,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -168,4 +176,87 @@ def test_stop_closes_the_stream(browser: Any, base_url: str, fake: FakeGateway) 
     assert "the run was cancelled" in turn.text
     assert not stop.is_displayed()
     assert browser.find_element(By.ID, "send").is_enabled()
+    assert browser_errors(browser) == []
+
+
+def test_an_answer_shows_its_grounding_safely(
+    browser: Any, base_url: str, output_dir: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(f"{base_url}/ui/")
+    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    message = browser.find_element(By.ID, "message")
+    message.send_keys(f"Plan Lisbon, with your {GROUNDED}.")
+    message.send_keys(Keys.ENTER)
+    wait(browser, lambda b: b.find_element(By.ID, "status").text.startswith("Done"))
+
+    def check_grounding() -> None:
+        # Only the answer carries grounding; the partials streamed before it do not.
+        [answer] = css(browser, "li.event.grounded")
+        assert "partial" not in (answer.get_attribute("class") or "")
+        assert "Here is your plan for Lisbon." in answer.find_element(By.CSS_SELECTOR, ".text").text
+        grounding = answer.find_element(By.CSS_SELECTOR, "section.grounding")
+        assert [q.text for q in grounding.find_elements(By.CSS_SELECTOR, "q.query")] == [
+            "lisbon fado evening",
+            "pastéis de belém <history>",
+        ]
+
+        # Links only for http(s) URIs, opened apart from this page.
+        links = grounding.find_elements(By.CSS_SELECTOR, ".source-list a")
+        assert [link.get_attribute("href") for link in links] == [
+            "https://fado.example/mouraria",
+            "https://pasteis.example/belem?from=ui",
+            "https://castelo.example/",
+        ]
+        for link in links:
+            assert link.get_attribute("rel") == "noopener noreferrer"
+            assert link.get_attribute("target") == "_blank"
+        sources = grounding.find_elements(By.CSS_SELECTOR, ".source-list li")
+        titles = [s.find_element(By.CSS_SELECTOR, ".source-title").text for s in sources]
+        hosts = [s.find_element(By.CSS_SELECTOR, ".host").text for s in sources]
+        # The HTML in a title is its text; a source without a title shows its host.
+        assert titles == [
+            "Fado in Mouraria",
+            PASTEIS_TITLE,
+            "Click for a free tram pass",
+            "castelo.example",
+        ]
+        assert hosts == ["fado.example", "pasteis.example", SCRIPT_URI, "castelo.example"]
+        # The script URI is text, never a link; the title's HTML made no element.
+        unlinked = grounding.find_elements(By.CSS_SELECTOR, ".source-list li.unlinked")
+        assert len(unlinked) == 1 and unlinked[0].find_elements(By.TAG_NAME, "a") == []
+        assert css(browser, "a[href^='javascript']") == []
+        assert grounding.find_elements(By.CSS_SELECTOR, "img, b") == []
+
+        # The code the provider ran, collapsed until opened.
+        runs = grounding.find_elements(By.CSS_SELECTOR, "details.code-run")
+        assert [run.find_element(By.TAG_NAME, "summary").text for run in runs] == [
+            "Code run 1 · python · ok",
+            "Code run 2 · python · failed",
+        ]
+        code = runs[0].find_element(By.CSS_SELECTOR, "pre.code")
+        assert not code.is_displayed()
+        runs[0].find_element(By.TAG_NAME, "summary").click()
+        assert code.is_displayed()
+        assert code.text == "print(3 * 24, '<b>hours</b>')"
+        assert runs[0].find_element(By.CSS_SELECTOR, "pre.output").text == "72 <b>hours</b>"
+        assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-pwned") is None
+
+    check_grounding()
+    browser.save_screenshot(str(output_dir / "ui-grounding.png"))
+    assert browser_errors(browser) == []
+
+    # Clicking the script source does nothing: it is not a link.
+    css(browser, ".source-list li.unlinked .source-title")[0].click()
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-pwned") is None
+
+    # Drawn again from the session's history after a reload.
+    session_id = browser.find_element(By.ID, "session").get_attribute("value")
+    browser.get(f"{base_url}/ui/#app={APP}&user=user&session={session_id}")
+    browser.refresh()
+    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    wait(browser, lambda b: css(b, "li.event.grounded"))
+    check_grounding()
     assert browser_errors(browser) == []

@@ -672,11 +672,7 @@ class LlmAgent(BaseAgent):
         args = call.args
         response: dict[str, Any] | None
         if tool is None:
-            available = ", ".join(sorted(tools)) or "none"
-            response = {
-                "error": f"Tool {call.name!r} is not available to this agent. "
-                f"Available tools: {available}."
-            }
+            return await self._answer_missing(tool_context, call, tools)
         else:
             plugins = tool_context.invocation_context.plugins  # before the agent's callbacks
             response = None
@@ -698,6 +694,36 @@ class LlmAgent(BaseAgent):
             if replaced is not None:
                 response = replaced
         return response
+
+    async def _answer_missing(
+        self, tool_context: ToolContext, call: FunctionCall, tools: dict[str, BaseTool]
+    ) -> dict[str, Any]:
+        """A call of a tool this agent does not have, answered as google-adk answers it: the
+        before-tool hooks may answer it (they see a stand-in tool of that name), then the
+        tool-error hooks (with a ToolError naming the tools there are); unanswered, the model
+        reads that error. The after-tool hooks do not run: no tool ran."""
+        missing = _MissingTool(call.name)
+        args = call.args
+        plugins = tool_context.invocation_context.plugins
+        response = None
+        if plugins is not None:
+            response = await plugins.before_tool(missing, args, tool_context)
+        if response is None and self.before_tool_callbacks:
+            response = await call_callbacks(self.before_tool_callbacks, missing, args, tool_context)
+        if response is not None:
+            return response
+        available = ", ".join(sorted(tools)) or "none"
+        error = ToolError(
+            f"Tool {call.name!r} is not available to this agent. Available tools: {available}."
+        )
+        replaced = None
+        if plugins is not None:
+            replaced = await plugins.on_tool_error(missing, args, tool_context, error)
+        if replaced is None and self.on_tool_error_callbacks:
+            replaced = await call_callbacks(
+                self.on_tool_error_callbacks, missing, args, tool_context, error
+            )
+        return dict(replaced) if replaced is not None else {"error": error.message}
 
     async def _execute(
         self, tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
@@ -801,3 +827,13 @@ def _as_tool(tool: ToolUnion) -> BaseTool | Toolset:
 
         return FunctionTool(tool)
     raise ConfigError(f"{tool!r} is not a tool, a toolset or a function")
+
+
+class _MissingTool(BaseTool):
+    """What the tool hooks see of a call to a tool the agent does not have."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, "Tool not found")
+
+    async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        raise ToolError(f"tool {self.name!r} does not exist")  # never run: see _answer_missing

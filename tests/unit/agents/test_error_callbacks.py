@@ -148,3 +148,56 @@ async def test_a_tool_error_callback_is_not_called_when_the_tool_succeeds() -> N
     )
 
     assert events[1].function_responses()[0].response == {"ok": "Oslo"}
+
+
+async def test_a_call_of_a_tool_the_agent_lacks_reaches_the_tool_error_callback() -> None:
+    # As google-adk: the tool-error hooks see a stand-in tool of the name the model used and a
+    # ToolError naming the tools there are; what they return answers the call.
+    seen: list[tuple[str, str, str]] = []
+
+    def on_tool_error(
+        tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, error: Exception
+    ) -> dict[str, Any]:
+        seen.append((tool.name, type(error).__name__, str(error)))
+        return {"hint": "use lookup"}
+
+    def lookup(city: str) -> dict[str, Any]:
+        """Look a city up."""
+        return {"city": city}
+
+    agent = LlmAgent(
+        name="a",
+        model=ScriptedModel([call("look_up", {"city": "Oslo"}), "done"]),
+        tools=[lookup],
+        on_tool_error_callback=on_tool_error,
+    )
+    events = await run_turn(agent)
+    (response,) = [r for e in events for r in e.function_responses()]
+    assert response.response == {"hint": "use lookup"}
+    assert seen == [
+        (
+            "look_up",
+            "ToolError",
+            "Tool 'look_up' is not available to this agent. Available tools: lookup.",
+        )
+    ]
+
+
+async def test_a_before_tool_callback_may_answer_a_call_of_a_tool_the_agent_lacks() -> None:
+    def answer(
+        tool: BaseTool, args: dict[str, Any], tool_context: ToolContext
+    ) -> dict[str, Any] | None:
+        return {"answered_by": "callback"} if tool.name == "ghost" else None
+
+    agent = LlmAgent(
+        name="a",
+        model=ScriptedModel([call("ghost", {}), call("other", {}), "done"]),
+        before_tool_callback=answer,
+    )
+    events = await run_turn(agent)
+    first, second = [r.response for e in events for r in e.function_responses()]
+    assert first == {"answered_by": "callback"}
+    # Unanswered, the model reads the error as before.
+    assert second == {
+        "error": "Tool 'other' is not available to this agent. Available tools: none."
+    }

@@ -50,7 +50,7 @@ class KnownSecrets:
 
     def redact_bytes(self, data: bytes) -> bytes:
         """``data`` with each known value (as UTF-8) replaced; the same object when none is
-        in it."""
+        in it (a value the tool encoded otherwise — base64, a hash — is not recognised)."""
         for value in sorted(self._values, key=len, reverse=True):
             encoded = value.encode()
             if encoded in data:
@@ -58,12 +58,17 @@ class KnownSecrets:
         return data
 
     def redact(self, value: Any) -> Any:
-        """``value`` (JSON-like: dicts, lists, tuples, text) with every Credential and every
-        known value inside text replaced; the same object when nothing had to change."""
+        """``value`` (JSON-like: dicts — keys too —, lists, tuples, text, bytes) with every
+        Credential and every known value inside text or bytes replaced; the same object when
+        nothing had to change."""
         if isinstance(value, Credential):
             return REDACTED
         if isinstance(value, str):
             return self.redact_text(value) if self._values else value
+        if isinstance(value, bytes | bytearray):
+            # Bytes reach the model and the store as base64, past any text search: the
+            # value's UTF-8 bytes are replaced here, as in an artifact's data.
+            return self.redact_bytes(bytes(value)) if self._values else value
         if isinstance(value, dict):
             changed = False
             redacted: dict[Any, Any] = {}

@@ -146,17 +146,26 @@ async def execute_tool(
     secrets = ctx.invocation_context.known_secrets
     if secrets:
         # The tool was handed credentials: none of their values goes on (see
-        # adk_mesh.credentials), in what it returns, raised or wrote to state.
+        # adk_mesh.credentials), in what it returns (text or bytes), raised (message and
+        # metadata) or wrote to state (keys and values).
         response = secrets.redact(response)
         if error is not None:
             error.message = secrets.redact_text(error.message)
             error.args = (error.message,)
+            error.metadata = {
+                key: secrets.redact_text(item) for key, item in error.metadata.items()
+            }
         delta = ctx.actions.state_delta
+        state = ctx.invocation_context.session.state
         for key, value in list(delta.items()):
-            redacted = secrets.redact(value)
-            if redacted is not value:
-                delta[key] = redacted
-                ctx.invocation_context.session.state[key] = redacted
+            new_key, redacted = secrets.redact(key), secrets.redact(value)
+            if new_key is key and redacted is value:
+                continue
+            if new_key != key:  # a key that names the secret is renamed too
+                del delta[key]
+                state.pop(key, None)
+            delta[new_key] = redacted
+            state[new_key] = redacted
     return response, error
 
 

@@ -359,6 +359,11 @@ class FunctionTool(BaseTool):
                 result = func(*positional, **kwargs)
             if inspect.isawaitable(result):  # a sync wrapper that returns a coroutine
                 result = await result
+        secrets = ctx.invocation_context.known_secrets
+        if secrets:
+            # Before bytes become base64 text, where no search would find a value handed out
+            # (the rest of the response is redacted with it again after, by execute_tool).
+            result = secrets.redact(result)
         return self._response(result)
 
     def _positional_values(

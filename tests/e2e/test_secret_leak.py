@@ -520,33 +520,7 @@ class Leaked(AssertionError):
     """A secret showed where the guarantee says it never does."""
 
 
-@pytest.mark.parametrize(
-    "scenario",
-    [
-        pytest.param(
-            "state key",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=Leaked,
-                reason="a state KEY holding a credential value is not redacted (execute_tool "
-                "redacts the state delta's values only): the specialist's "
-                "state['seen:<user_token>'] reaches the coordinator's SQLite store and the "
-                "client's events (the AgentTool's write-back)",
-            ),
-        ),
-        pytest.param(
-            "raw bytes",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=Leaked,
-                reason="a credential value returned as UTF-8 bytes is not redacted "
-                "(KnownSecrets.redact leaves bytes alone): its base64 reaches both models' "
-                "requests, the coordinator's SQLite store, the trace files and OTLP span "
-                "exports of both agents, and the client's events",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("scenario", ["state key", "raw bytes"])
 async def test_a_careless_tool_of_the_delegate_leaks_nothing(mesh: Mesh, scenario: str) -> None:
     """The forwarded token under a state key, or returned as bytes: both are what a tool
     "writes to state" or "returns", which the README's guarantee covers."""

@@ -3,6 +3,7 @@ is stored, shown to the model or saved (in one process, with real SQLite and art
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from adk_mesh.credentials import (
     CredentialService,
     StaticCredentialService,
 )
-from adk_mesh.errors import ConfigError, InvalidArgumentError
+from adk_mesh.errors import ConfigError, InvalidArgumentError, ToolError
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.sqlite import SqliteSessionService
 from adk_mesh.testing import ScriptedModel, call
@@ -349,3 +350,54 @@ def test_an_agent_tool_refuses_bad_forwarding_names() -> None:
     assert policy.forward_request_metadata == ("x-tenant",)
     assert policy.forwards_secrets
     assert not AgentTool(child).policy.forwards_secrets
+
+
+async def test_bytes_state_keys_and_error_metadata_are_redacted_too(stores: Stores) -> None:
+    # What the two-process leak test found: a value returned as bytes (which would become
+    # base64 text), a state key naming the value, and a ToolError's metadata.
+    secret = "sk-live-987654321"
+
+    async def as_bytes(tool_context: ToolContext) -> dict[str, Any]:
+        """Returns the key as bytes and names a state key after it."""
+        credential = await tool_context.get_credential("weather_api")
+        assert credential is not None
+        tool_context.state[f"seen:{credential.reveal()}"] = True
+        return {"raw": credential.reveal().encode(), "nested": [b"x" + secret.encode()]}
+
+    async def with_metadata(tool_context: ToolContext) -> dict[str, Any]:
+        """Fails with the key in its metadata."""
+        credential = await tool_context.get_credential("weather_api")
+        assert credential is not None
+        raise ToolError("refused", metadata={"key": credential.reveal()})
+
+    seen_metadata: list[dict[str, str]] = []
+
+    def on_tool_error(tool: Any, args: Any, tool_context: Any, error: Exception) -> None:
+        # What goes on with the error (over the wire, the ErrorInfo of a ToolServer's call).
+        seen_metadata.append(dict(getattr(error, "metadata", {})))
+
+    agent = LlmAgent(
+        name="agent",
+        model=ScriptedModel([call("as_bytes"), call("with_metadata"), "ok"]),
+        tools=[FunctionTool(as_bytes), FunctionTool(with_metadata)],
+        on_tool_error_callback=on_tool_error,
+    )
+    runner = Runner(
+        agent=agent,
+        app_name="app",
+        session_service=stores.sessions,
+        credential_service=StaticCredentialService({"weather_api": secret}),
+    )
+    events = await run_turn(runner)
+    first, second = [r.response for e in events for r in e.function_responses()]
+    assert base64.b64decode(first["raw"]) == REDACTED.encode()
+    assert base64.b64decode(first["nested"][0]) == b"x" + REDACTED.encode()
+    assert second == {"error": "refused"}
+    assert seen_metadata == [{"key": REDACTED}]
+    session = await stores.sessions.get_session(
+        app_name="app", user_id="ada", session_id=SESSION_IDS[-1]
+    )
+    assert session is not None
+    assert session.state == {f"seen:{REDACTED}": True}
+    assert files_hold(stores.db.parent, secret) == []
+    assert all(secret not in event.model_dump_json() for event in events)

@@ -83,7 +83,7 @@ from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.sessions.memory import InMemorySessionService
-from adk_mesh.testing import FunctionModel, call, text
+from adk_mesh.testing import call, text
 from adk_mesh.tools import FunctionTool
 from adk_mesh.types import Content, Event, EventActions, LlmResponse, Part
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
@@ -96,8 +96,23 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": 22}
 
 
+class Scripted(Llm):
+    """A scripted model that keeps nothing (``FunctionModel`` keeps every request it is sent,
+    a heap that grows with turns and history and that the garbage collector walks: a cost of
+    the test double, not of the mesh)."""
+
+    def __init__(self, script: Callable[[LlmRequest], LlmResponse]) -> None:
+        super().__init__("scripted")
+        self._script = script
+
+    async def generate_content(
+        self, request: LlmRequest, *, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        yield self._script(request)
+
+
 def text_agent(name: str = "echo") -> LlmAgent:
-    return LlmAgent(name=name, model=FunctionModel(lambda _: text("It is 22 °C in Paris.")))
+    return LlmAgent(name=name, model=Scripted(lambda _: text("It is 22 °C in Paris.")))
 
 
 def _weather_script(request: LlmRequest) -> LlmResponse:
@@ -107,7 +122,7 @@ def _weather_script(request: LlmRequest) -> LlmResponse:
 
 
 def tool_agent() -> LlmAgent:
-    return LlmAgent(name="weather", model=FunctionModel(_weather_script), tools=[get_weather])
+    return LlmAgent(name="weather", model=Scripted(_weather_script), tools=[get_weather])
 
 
 class TokenStream(Llm):
@@ -136,7 +151,7 @@ def streamer_agent(tokens: int) -> LlmAgent:
 def coordinator_agent(streamer_target: str) -> LlmAgent:
     return LlmAgent(
         name="coordinator",
-        model=FunctionModel(lambda _: call("transfer_to_agent", {"agent_name": "streamer"})),
+        model=Scripted(lambda _: call("transfer_to_agent", {"agent_name": "streamer"})),
         sub_agents=[RemoteAgent("streamer", streamer_target, description="Streams tokens.")],
     )
 
@@ -560,7 +575,7 @@ async def tool_part(args: argparse.Namespace) -> None:
     servers = ServerProcess(tool_server)
     toolset = CountingToolset(servers.targets[0])
     remote, remote_service = runner_for(
-        LlmAgent(name="weather", model=FunctionModel(_weather_script), tools=[toolset])
+        LlmAgent(name="weather", model=Scripted(_weather_script), tools=[toolset])
     )
     local, local_service = runner_for(tool_agent())
     print(

@@ -1040,14 +1040,30 @@ def session_view_to_proto(
     message.user_id = session.user_id
     message.session_id = session.id
     _fill_value_map(message.state, message.state_json, session.state)
-    window: list[tuple[int, event_pb2.Event]] = []
+    window: list[event_pb2.Event] = []  # newest first
+    positions: list[int] = []  # of each, in ``session.events``
     abridged_ids: dict[int, str] = {}
     room = max_bytes
     events = session.events
     index = len(events)
     counted_out = False
+    # The encodings sent before, looked up inline: this loop runs once per event of the
+    # window on every hop (a held encoding is of a non-partial event, as only those are kept).
+    held = ENCODED_EVENTS._entries
+    touch = held.move_to_end
     while index > 0:
         event = events[index - 1]
+        entry = held.get(event.id)
+        if entry is not None and entry[0] is event and entry[2] <= room:
+            if len(window) >= max_events:
+                counted_out = True
+                break
+            touch(event.id)
+            index -= 1
+            window.append(entry[1])
+            positions.append(index)
+            room -= entry[2]
+            continue
         if event.partial:
             index -= 1
             continue
@@ -1058,7 +1074,8 @@ def session_view_to_proto(
         if encoded is None:
             break
         index -= 1
-        window.append((index, encoded))
+        window.append(encoded)
+        positions.append(index)
         room -= size
         if abridged:
             abridged_ids[index] = event.id
@@ -1069,14 +1086,16 @@ def session_view_to_proto(
         # cut by bytes is not stepped: a step of events could be most of it.)
         step = max(1, max_events // WINDOW_STEPS)
         index = -(-index // step) * step
-        while window and window[-1][0] < index:
+        while positions and positions[-1] < index:
+            positions.pop()
             window.pop()
     window.reverse()
-    message.events.extend([encoded for _, encoded in window])
+    message.events.extend(window)
     message.omitted_events = sum(1 for event in events[:index] if not event.partial)
-    message.abridged_event_ids.extend(
-        abridged_ids[position] for position, _ in window if position in abridged_ids
-    )
+    if abridged_ids:
+        message.abridged_event_ids.extend(
+            abridged_ids[position] for position in reversed(positions) if position in abridged_ids
+        )
     return message
 
 

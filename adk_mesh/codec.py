@@ -1142,13 +1142,23 @@ def session_view_from_proto(
     Events decoded before from the same bytes are not decoded again (:class:`DecodedEvents`):
     the objects are shared, immutable as a store's shared events are.
     """
+    held = DECODED_EVENTS._entries
+    events: list[Event] = []
+    for event_message in message.events:
+        key = event_message.SerializeToString()
+        event = held.get(key)
+        if event is None:
+            event = DECODED_EVENTS.decode(event_message)
+        else:
+            held.move_to_end(key)
+        events.append(event)
     return Session.model_validate(
         {
             "id": message.session_id if session_id is None else session_id,
             "app_name": message.app_name if app_name is None else app_name,
             "user_id": message.user_id if user_id is None else user_id,
             "state": _read_value_map(message.state, message.state_json, "SessionView.state_json"),
-            "events": [DECODED_EVENTS.decode(event) for event in message.events],
+            "events": events,
         }
     )
 

@@ -70,6 +70,11 @@ class _StaticToolset(Toolset):
                 found.append(item)
         return found
 
+    async def close(self) -> None:
+        for item in self._tools:
+            if isinstance(item, Toolset):
+                await item.close()
+
 
 #: Why a ToolServer does not serve a provider-native tool (web search, code execution, ...).
 _NATIVE_REFUSED = (
@@ -88,11 +93,6 @@ def _servable(tools: list[BaseTool]) -> list[BaseTool]:
         else:
             kept.append(tool)
     return kept
-
-    async def close(self) -> None:
-        for item in self._tools:
-            if isinstance(item, Toolset):
-                await item.close()
 
 
 class _CallerAgent(BaseAgent):

@@ -292,7 +292,13 @@ class McpToolset(Toolset):
     async def close(self) -> None:
         """End the session (a stdio server is stopped). Idempotent; a later listing or call
         connects again."""
-        session, self._session = self._session, None
+        # Under the connecting lock: a session being opened right now (a listing a call
+        # started) is the one closed, not one left behind once it finishes opening.
+        try:
+            async with self._lock():
+                session, self._session = self._session, None
+        except RuntimeError:  # pragma: no cover - no running loop: nothing can be opening
+            session, self._session = self._session, None
         if session is not None:
             await session.close(same_loop_only=True)
 

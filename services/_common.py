@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from adk_mesh import BaseTool, ConfigError, ReadonlyContext, Toolset
-from adk_mesh.mesh import RemoteToolset
+from adk_mesh import BaseAgent, BaseTool, ConfigError, ReadonlyContext, Toolset
+from adk_mesh.mesh import AgentServer, RemoteToolset
 from adk_mesh.mesh.security import add_server_security_arguments, server_security_from_arguments
 from adk_mesh.mesh.serve import BindError, PortTakenError, serve_until_signal
 from adk_mesh.telemetry import configure_telemetry
@@ -21,6 +21,7 @@ __all__ = [
     "LOGISTICS_DESCRIPTION",
     "PLANNER_DESCRIPTION",
     "OnlyTools",
+    "agent_server",
     "remote_tools",
     "run_service",
     "target",
@@ -81,6 +82,27 @@ def remote_tools(*names: str) -> OnlyTools:
     return OnlyTools(RemoteToolset(target("tools"), name="travel_tools"), names)
 
 
+def agent_server(args: argparse.Namespace | None, agent: BaseAgent, **options: Any) -> AgentServer:
+    """The AgentServer of a reference agent service (``options``: its arguments), which also
+    serves the agent over A2A when the service was started with ``--a2a-port`` (as ``adk-mesh
+    serve agent`` does, and ``a2a_port`` in mesh.toml asks)."""
+    a2a_port = getattr(args, "a2a_port", None)
+    if a2a_port is None:
+        return AgentServer(agent, **options)
+    try:
+        from adk_mesh.mesh.a2a_server import A2aAgentServer
+    except ImportError as error:
+        raise ConfigError(f"--a2a-port needs {error.name}: pip install 'adk-mesh[a2a]'") from None
+    assert args is not None
+    return A2aAgentServer(
+        agent,
+        a2a_address=f"{args.host}:{a2a_port}",
+        public_url=args.a2a_url or None,
+        announce=lambda line: print(line, flush=True),
+        **options,
+    )
+
+
 def run_service(
     name: str,
     build_server: Callable[[argparse.Namespace], Any],
@@ -91,7 +113,8 @@ def run_service(
 ) -> int:
     """Parse ``--host``/``--port`` and the security flags of ``adk-mesh serve`` (``--tls-cert``,
     ``--tls-key``, ``--tls-client-ca``, ``--mesh-port``, ``--allow-peer``, ``--insecure``,
-    ``--auth-*``), build the server, serve until SIGTERM or SIGINT.
+    ``--auth-*``) and ``--a2a-port``/``--a2a-url`` (agent services building their server with
+    :func:`agent_server`), build the server, serve until SIGTERM or SIGINT.
 
     A mistake in the flags or files is one ``error:`` line on stderr and exit code 2.
     """
@@ -100,10 +123,18 @@ def run_service(
     parser.add_argument("--port", type=int, default=DEFAULT_PORTS[name], help="0 picks a free port")
     parser.add_argument("--grace", type=float, default=5.0, help="seconds to drain on stop")
     add_server_security_arguments(parser)
+    parser.add_argument(
+        "--a2a-port",
+        type=int,
+        help="an agent service: also serve it over A2A on this port (0: any free one)",
+    )
+    parser.add_argument("--a2a-url", help="the base URL of --a2a-port for the agent card")
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     try:
+        if args.a2a_url and args.a2a_port is None:
+            raise ConfigError("--a2a-url goes with --a2a-port")
         security = server_security_from_arguments(args)
         telemetry = configure_telemetry(f"adk-mesh-{name}")
     except ConfigError as error:
@@ -111,6 +142,8 @@ def run_service(
         return 2
     try:
         server = build_server(args)
+        if args.a2a_port is not None and not hasattr(server, "a2a_port"):
+            raise ConfigError(f"--a2a-port: services.{name} does not serve an agent")
         asyncio.run(
             serve_until_signal(
                 server,

@@ -32,6 +32,7 @@ from services._common import (
     APP_NAME,
     LOGISTICS_DESCRIPTION,
     PLANNER_DESCRIPTION,
+    agent_server,
     run_service,
     target,
 )
@@ -101,7 +102,8 @@ def build_server(args: argparse.Namespace | None = None) -> AgentServer:
     sessions = os.environ.get("ADK_MESH_SESSIONS", DEFAULT_SESSIONS)
     if sessions == DEFAULT_SESSIONS:
         Path(".adk-mesh").mkdir(exist_ok=True)
-    return AgentServer(
+    return agent_server(
+        args,
         root_agent,
         app_name=APP_NAME,
         session_service=sessions,

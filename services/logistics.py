@@ -17,7 +17,13 @@ import argparse
 from adk_mesh import LlmAgent
 from adk_mesh.mesh import AgentServer
 from adk_mesh.models.offline import model_from_env
-from services._common import APP_NAME, LOGISTICS_DESCRIPTION, remote_tools, run_service
+from services._common import (
+    APP_NAME,
+    LOGISTICS_DESCRIPTION,
+    agent_server,
+    remote_tools,
+    run_service,
+)
 
 __all__ = ["DESCRIPTION", "build_server", "main", "root_agent"]
 
@@ -44,7 +50,7 @@ root_agent = build_agent()
 
 
 def build_server(args: argparse.Namespace | None = None) -> AgentServer:
-    return AgentServer(root_agent, app_name=APP_NAME)
+    return agent_server(args, root_agent, app_name=APP_NAME)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,14 @@ import os
 from adk_mesh import AgentTool, LlmAgent, LoadArtifactsTool
 from adk_mesh.mesh import AgentServer, RemoteAgent
 from adk_mesh.models.offline import model_from_env
-from services._common import APP_NAME, PLANNER_DESCRIPTION, remote_tools, run_service, target
+from services._common import (
+    APP_NAME,
+    PLANNER_DESCRIPTION,
+    agent_server,
+    remote_tools,
+    run_service,
+    target,
+)
 
 __all__ = ["DESCRIPTION", "build_server", "main", "root_agent"]
 
@@ -65,7 +72,8 @@ root_agent = build_agent()
 
 
 def build_server(args: argparse.Namespace | None = None) -> AgentServer:
-    return AgentServer(
+    return agent_server(
+        args,
         root_agent,
         app_name=APP_NAME,
         artifact_service=os.environ.get("ADK_MESH_ARTIFACTS", "file:.adk-mesh/artifacts"),

@@ -24,7 +24,7 @@ from typing import Any
 from adk_mesh import ExitLoopTool, FunctionTool, LlmAgent, LoopAgent, ToolContext
 from adk_mesh.mesh import AgentServer
 from adk_mesh.models.offline import model_from_env
-from services._common import APP_NAME, run_service
+from services._common import APP_NAME, agent_server, run_service
 from services.catalog import CITIES, CityName, Interest
 
 __all__ = ["build_server", "main", "root_agent"]
@@ -130,7 +130,7 @@ root_agent = build_agent()
 
 
 def build_server(args: argparse.Namespace | None = None) -> AgentServer:
-    return AgentServer(root_agent, app_name=APP_NAME)
+    return agent_server(args, root_agent, app_name=APP_NAME)
 
 
 def main(argv: list[str] | None = None) -> int:

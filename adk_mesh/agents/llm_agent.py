@@ -128,7 +128,8 @@ class LlmAgent(BaseAgent):
         instruction: the system instruction, or a callable receiving a ReadonlyContext.
         global_instruction: on the root agent, an instruction (or a callable) for every
             agent of its tree, before their own.
-        static_instruction: text sent as it is, first in this agent's system instruction.
+        static_instruction: text sent as it is, first in this agent's system instruction
+            (a ``Content`` of text parts too, as google-adk takes it: its texts joined).
         description: what this agent does; other agents' models read it to route to it.
         tools: tools, toolsets, or plain functions (wrapped in FunctionTool).
         sub_agents: agents this one may transfer control to.
@@ -165,7 +166,7 @@ class LlmAgent(BaseAgent):
         model: Llm | str | None = None,
         instruction: str | InstructionProvider = "",
         global_instruction: str | InstructionProvider = "",
-        static_instruction: str = "",
+        static_instruction: str | Content = "",
         description: str = "",
         tools: Sequence[ToolUnion] | None = None,
         sub_agents: Sequence[BaseAgent] | None = None,
@@ -197,7 +198,7 @@ class LlmAgent(BaseAgent):
         self._model = model
         self.instruction = instruction
         self.global_instruction = global_instruction
-        self.static_instruction = static_instruction
+        self.static_instruction = _static_text(static_instruction, name)
         self.output_key = output_key
         self.output_schema = (
             AgentSchema(output_schema, what=f"the output_schema of agent {name!r}")
@@ -837,3 +838,21 @@ class _MissingTool(BaseTool):
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError(f"tool {self.name!r} does not exist")  # never run: see _answer_missing
+
+
+def _static_text(instruction: str | Content, agent: str) -> str:
+    """A static instruction as the text it sends: a Content's text parts joined (a system
+    instruction is text for every provider here)."""
+    if isinstance(instruction, str):
+        return instruction
+    if isinstance(instruction, Content):
+        if any(part.text is None for part in instruction.parts):
+            raise ConfigError(
+                f"the static_instruction of agent {agent!r} holds a part that is not text; "
+                "a system instruction is text"
+            )
+        return "\n".join(part.text or "" for part in instruction.parts)
+    raise ConfigError(
+        f"the static_instruction of agent {agent!r} is text or a Content of text parts, "
+        f"not {type(instruction).__name__}"
+    )

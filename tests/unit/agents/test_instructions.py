@@ -245,3 +245,23 @@ async def test_state_placeholders_still_work_and_other_braces_stay() -> None:
     await run_turn(agent, state={"user:name": "Bo"})
 
     assert model.requests[0].system_instruction == 'Bo  {"json": true}'
+
+
+async def test_a_static_instruction_may_be_a_content_of_text_parts() -> None:
+    # As google-adk takes it (a types.Content); its texts joined, sent unchanged.
+    model = ScriptedModel(["ok"])
+    static = Content(role="user", parts=[Part(text="Rule one."), Part(text="Rule {two}.")])
+    await run_turn(LlmAgent(name="a", model=model, static_instruction=static))
+    (request,) = model.requests
+    assert request.system_instruction == "Rule one.\nRule {two}."
+
+
+def test_a_static_instruction_with_a_part_that_is_not_text_is_a_config_error() -> None:
+    from adk_mesh import ConfigError
+    from adk_mesh.types import Blob
+
+    image = Content(role="user", parts=[Part(inline_data=Blob(data=b"x", mime_type="image/png"))])
+    with pytest.raises(ConfigError, match="holds a part that is not text"):
+        LlmAgent(name="a", model=ScriptedModel([]), static_instruction=image)
+    with pytest.raises(ConfigError, match="is text or a Content of text parts, not int"):
+        LlmAgent(name="a", model=ScriptedModel([]), static_instruction=3)  # type: ignore[arg-type]

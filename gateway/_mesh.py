@@ -15,6 +15,7 @@ import grpc
 import grpc.aio
 
 from adk_mesh import codec
+from adk_mesh.contexts import check_request_metadata
 from adk_mesh.errors import AdkError, NotFoundError
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._status import _error_info, error_from_downstream, error_from_rpc_error
@@ -149,6 +150,7 @@ class MeshClient:
         streaming: bool,
         credentials: Credentials,
         timeout: float,
+        request_metadata: Mapping[str, str] | None = None,
     ) -> RunStream:
         """Start a root run of ``app`` (nothing is sent before the stream is read)."""
         request = agent_pb2.RunRequest(
@@ -156,6 +158,7 @@ class MeshClient:
                 user_id=user_id,
                 session_id=session_id,
                 new_message=codec.content_to_proto(message),
+                request_metadata=check_request_metadata(request_metadata or {}),
             ),
             # Several events in one response when the gateway falls behind a fast stream of
             # partials: fewer messages, same events, same order.

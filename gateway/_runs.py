@@ -113,7 +113,7 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         raise InvalidArgumentError("appName is required: this gateway serves several apps")
 
     def start(
-        body: RunAgentRequest, who: Caller, timeout_header: str | None
+        body: RunAgentRequest, who: Caller, timeout_header: str | None, request: Request
     ) -> tuple[str, RunStream]:
         app = default_app(body)
         who.check_user(body.user_id)
@@ -145,6 +145,11 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
             streaming=body.streaming,
             credentials=who.credentials,
             timeout=_timeout(settings, timeout_header),
+            request_metadata={
+                name: request.headers[name]
+                for name in settings.request_headers
+                if name in request.headers
+            },
         )
         return app, stream
 
@@ -169,7 +174,7 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         who: Annotated[Caller, Depends(caller)],
         x_request_timeout: timeout_header = None,
     ) -> Response:
-        app, stream = start(body, who, x_request_timeout)
+        app, stream = start(body, who, x_request_timeout, request)
         # The call starts in the collecting task, made inside the span: the span is its parent.
         with server_span(request, "POST /run", app):
             collect = asyncio.ensure_future(_collect(stream))
@@ -218,7 +223,7 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         who: Annotated[Caller, Depends(caller)],
         x_request_timeout: timeout_header = None,
     ) -> EventSourceResponse:
-        app, stream = start(body, who, x_request_timeout)
+        app, stream = start(body, who, x_request_timeout, request)
 
         async def frames() -> AsyncIterator[bytes]:
             with server_span(request, "POST /run_sse", app):

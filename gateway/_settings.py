@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adk_mesh.errors import ConfigError
+from adk_mesh.contexts import check_metadata_key
+from adk_mesh.errors import AdkError, ConfigError
 from adk_mesh.mesh.auth import Authenticator
 from adk_mesh.mesh.security import ClientTLS
 
@@ -45,6 +46,10 @@ class GatewaySettings:
         sse_ping_seconds: a comment line (``: ping``) keeps an idle event stream open through
             proxies this often (0: never).
         trace_dir: where the mesh's trace files are (for the UI's trace routes), if any.
+        request_headers: HTTP headers of a run request (lower-case names) that reach the run
+            as its request metadata (``RootRun.request_metadata``; tools read it as
+            ``tool_context.request_metadata``); none by default. What the client sends there
+            is what it asserts: metadata, never identity.
     """
 
     apps: Mapping[str, str] = field(default_factory=dict)
@@ -55,8 +60,14 @@ class GatewaySettings:
     run_timeout: float = DEFAULT_RUN_TIMEOUT
     sse_ping_seconds: float = 15.0
     trace_dir: Path | None = None
+    request_headers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for header in self.request_headers:
+            try:
+                check_metadata_key(header)
+            except AdkError as error:
+                raise ConfigError(f"request header {header!r}: {error.message}") from None
         if self.max_body_bytes < 1:
             raise ConfigError(f"max_body_bytes must be 1 or more, not {self.max_body_bytes}")
         if not self.run_timeout > 0:

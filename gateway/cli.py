@@ -69,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="an app and the host:port of the agent service that serves it; repeatable",
     )
     parser.add_argument(
+        "--request-header",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an HTTP header of run requests that reaches the run as request metadata "
+        "(tool_context.request_metadata); repeatable; none by default",
+    )
+    parser.add_argument(
         "--config",
         metavar="FILE",
         help="a mesh config (mesh.toml): its [gateway] table, apps at its services' ports",
@@ -148,6 +156,7 @@ def settings_from_arguments(args: argparse.Namespace) -> tuple[GatewaySettings, 
         cors_origins=tuple(cors),
         max_body_bytes=args.max_body_bytes,
         run_timeout=args.run_timeout,
+        request_headers=tuple(name.lower() for name in args.request_header),
     )
     return settings, host or "127.0.0.1", 8000 if port is None else port
 

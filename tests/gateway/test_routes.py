@@ -373,3 +373,35 @@ async def test_the_deadline_passes_through_to_the_service(
     assert response.status_code == 504
     assert response.json()["reason"] == "DEADLINE_EXCEEDED"
     await wait_for_file(e2e_dir / f"{token}.cancelled")
+
+
+async def test_the_headers_the_gateway_names_reach_the_run_as_request_metadata(
+    desk: Any,
+) -> None:
+    # --request-header x-tenant: that header (and no other) becomes RootRun.request_metadata,
+    # which the run's tools read; what the client asserts there is metadata, not identity.
+    from gateway import GatewaySettings
+    from tests.gateway.conftest import serve_gateway
+
+    settings = GatewaySettings(
+        apps={"desk": desk.target}, sse_ping_seconds=0, request_headers=("x-tenant",)
+    )
+    async with (
+        serve_gateway(settings) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
+        response = await client.post(
+            "/run",
+            json=run_body("metadata", session=session_id()),
+            headers={"X-Tenant": "acme", "X-Other": "dropped"},
+        )
+    assert response.status_code == 200
+    assert response.json()[-1]["content"]["parts"] == [{"text": 'metadata: {"x-tenant": "acme"}'}]
+
+
+def test_a_request_header_the_metadata_cannot_carry_is_a_config_error() -> None:
+    from adk_mesh.errors import ConfigError
+    from gateway import GatewaySettings
+
+    with pytest.raises(ConfigError, match="request header 'X Tenant'"):
+        GatewaySettings(apps={}, request_headers=("X Tenant",))

@@ -7,11 +7,13 @@ does:
 * ``wait <token>`` — blocks until cancelled, writing ``<token>.started`` and
   ``<token>.cancelled`` (tests.e2e.apps._common);
 * ``fail`` — the model fails (the run ends with an error);
+* ``metadata`` — calls ``read_metadata`` and answers with the request metadata the run saw;
 * anything else — answers ``echo: <message>``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from adk_mesh.agents.llm_agent import LlmAgent
@@ -30,6 +32,11 @@ async def save_note(title: str, tool_context: ToolContext) -> dict[str, Any]:
     return {"saved": f"{title}.md", "version": version}
 
 
+async def read_metadata(tool_context: ToolContext) -> dict[str, Any]:
+    """The request metadata this run sees."""
+    return {"metadata": dict(tool_context.request_metadata)}
+
+
 async def _answer(request: LlmRequest) -> LlmResponse | str:
     message = first_user_text(request)
     if message.startswith("wait "):
@@ -41,6 +48,11 @@ async def _answer(request: LlmRequest) -> LlmResponse | str:
         if "save_note" not in responses(request):
             return call("save_note", {"title": title})
         return f"saved {title}"
+    if message == "metadata":
+        seen = responses(request).get("read_metadata")
+        if seen is None:
+            return call("read_metadata", {})
+        return f"metadata: {json.dumps(seen.response['metadata'], sort_keys=True)}"
     if message.startswith("burst "):
         count = int(message.removeprefix("burst "))
         parts = [Part(text=f"chunk {index} ") for index in range(count)]
@@ -52,5 +64,5 @@ root_agent = LlmAgent(
     name="desk",
     description="Echoes, saves notes, bursts, waits and fails on demand.",
     model=FunctionModel(_answer),
-    tools=[save_note],
+    tools=[save_note, read_metadata],
 )

@@ -670,31 +670,48 @@ class LlmAgent(BaseAgent):
         tool: BaseTool | None,
         tools: dict[str, BaseTool],
     ) -> dict[str, Any] | None:
-        args = call.args
-        response: dict[str, Any] | None
         if tool is None:
             return await self._answer_missing(tool_context, call, tools)
-        else:
-            plugins = tool_context.invocation_context.plugins  # before the agent's callbacks
-            response = None
-            if plugins is not None:
-                response = await plugins.before_tool(tool, args, tool_context)
-            if response is None and self.before_tool_callbacks:
-                response = await call_callbacks(
-                    self.before_tool_callbacks, tool, args, tool_context
-                )
-            if response is None:
-                response = await self._execute(tool, tool_context, args)
-            replaced = None
-            if plugins is not None and response is not None:
-                replaced = await plugins.after_tool(tool, args, tool_context, response)
-            if replaced is None and self.after_tool_callbacks:
-                replaced = await call_callbacks(
-                    self.after_tool_callbacks, tool, args, tool_context, response
-                )
-            if replaced is not None:
-                response = replaced
+        args = call.args
+        response = await self._before_tool(tool, args, tool_context)
+        if response is None:
+            response = await self._execute(tool, tool_context, args)
+        replaced = None
+        plugins = tool_context.invocation_context.plugins  # before the agent's callbacks
+        if plugins is not None and response is not None:
+            replaced = await plugins.after_tool(tool, args, tool_context, response)
+        if replaced is None and self.after_tool_callbacks:
+            replaced = await call_callbacks(
+                self.after_tool_callbacks, tool, args, tool_context, response
+            )
+        return replaced if replaced is not None else response
+
+    async def _before_tool(
+        self, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext
+    ) -> dict[str, Any] | None:
+        """The plugins' ``before_tool``, then the agent's callbacks: a dict answers the call."""
+        plugins = tool_context.invocation_context.plugins
+        response = None
+        if plugins is not None:
+            response = await plugins.before_tool(tool, args, tool_context)
+        if response is None and self.before_tool_callbacks:
+            response = await call_callbacks(self.before_tool_callbacks, tool, args, tool_context)
         return response
+
+    async def _on_tool_error(
+        self, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, error: AdkError
+    ) -> dict[str, Any] | None:
+        """The plugins' ``on_tool_error``, then the agent's callbacks: a dict answers for the
+        error."""
+        plugins = tool_context.invocation_context.plugins
+        replaced = None
+        if plugins is not None:
+            replaced = await plugins.on_tool_error(tool, args, tool_context, error)
+        if replaced is None and self.on_tool_error_callbacks:
+            replaced = await call_callbacks(
+                self.on_tool_error_callbacks, tool, args, tool_context, error
+            )
+        return dict(replaced) if replaced is not None else None
 
     async def _answer_missing(
         self, tool_context: ToolContext, call: FunctionCall, tools: dict[str, BaseTool]
@@ -704,27 +721,15 @@ class LlmAgent(BaseAgent):
         tool-error hooks (with a ToolError naming the tools there are); unanswered, the model
         reads that error. The after-tool hooks do not run: no tool ran."""
         missing = _MissingTool(call.name)
-        args = call.args
-        plugins = tool_context.invocation_context.plugins
-        response = None
-        if plugins is not None:
-            response = await plugins.before_tool(missing, args, tool_context)
-        if response is None and self.before_tool_callbacks:
-            response = await call_callbacks(self.before_tool_callbacks, missing, args, tool_context)
+        response = await self._before_tool(missing, call.args, tool_context)
         if response is not None:
             return response
         available = ", ".join(sorted(tools)) or "none"
         error = ToolError(
             f"Tool {call.name!r} is not available to this agent. Available tools: {available}."
         )
-        replaced = None
-        if plugins is not None:
-            replaced = await plugins.on_tool_error(missing, args, tool_context, error)
-        if replaced is None and self.on_tool_error_callbacks:
-            replaced = await call_callbacks(
-                self.on_tool_error_callbacks, missing, args, tool_context, error
-            )
-        return dict(replaced) if replaced is not None else {"error": error.message}
+        replaced = await self._on_tool_error(missing, call.args, tool_context, error)
+        return replaced if replaced is not None else {"error": error.message}
 
     async def _execute(
         self, tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
@@ -736,14 +741,9 @@ class LlmAgent(BaseAgent):
         if error is None:
             return response
         telemetry.record_tool_error(error)
-        plugins = ctx.invocation_context.plugins
-        replaced = None
-        if plugins is not None:
-            replaced = await plugins.on_tool_error(tool, args, ctx, error)
-        if replaced is None and self.on_tool_error_callbacks:
-            replaced = await call_callbacks(self.on_tool_error_callbacks, tool, args, ctx, error)
+        replaced = await self._on_tool_error(tool, args, ctx, error)
         if replaced is not None:
-            return dict(replaced)
+            return replaced
         if error.propagate:
             raise error
         if isinstance(error, ToolError):

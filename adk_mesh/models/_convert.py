@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 from adk_mesh.errors import ModelError
@@ -37,6 +38,7 @@ __all__ = [
     "unsupported_part",
     "uri_scheme",
     "url_citations",
+    "user_turn_items",
 ]
 
 
@@ -84,6 +86,43 @@ def unsupported_part(
         f"{provider} cannot carry {describe_part(content_index, part_index, content, part)}: {why}",
         metadata={"provider": provider},
     )
+
+
+def user_turn_items(
+    provider: str,
+    content_index: int,
+    content: Content,
+    *,
+    function_output: Callable[[FunctionResponse], dict[str, Any]],
+    user_part: Callable[[int, int, Content, Part], dict[str, Any]],
+    text_type: str,
+) -> list[dict[str, Any]]:
+    """A user turn as OpenAI's APIs take it (Chat Completions and Responses): each function
+    response as an item of its own (``function_output``), in order, then the turn's other
+    parts (``user_part``; thoughts left out) as one user message, its text alone when it is a
+    single part of ``text_type``. A function call there is refused: calls are the model's."""
+    items: list[dict[str, Any]] = []
+    user_parts: list[dict[str, Any]] = []
+    for part_index, part in enumerate(content.parts):
+        if part.function_response is not None:
+            items.append(function_output(part.function_response))
+        elif part.function_call is not None:
+            raise unsupported_part(
+                provider,
+                content_index,
+                part_index,
+                content,
+                part,
+                "function calls belong in the model's turns",
+            )
+        elif not part.thought:
+            user_parts.append(user_part(content_index, part_index, content, part))
+    if user_parts:
+        if len(user_parts) == 1 and user_parts[0]["type"] == text_type:
+            items.append({"role": "user", "content": user_parts[0]["text"]})
+        else:
+            items.append({"role": "user", "content": user_parts})
+    return items
 
 
 def unsupported_builtin(provider: str, tool: BuiltinTool, supported: str) -> ModelError:

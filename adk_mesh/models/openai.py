@@ -57,6 +57,7 @@ from adk_mesh.models._convert import (
     unsupported_part,
     uri_scheme,
     url_citations,
+    user_turn_items,
 )
 from adk_mesh.models._http import (
     HttpLlm,
@@ -369,32 +370,20 @@ class OpenAIModel(HttpLlm):
             if is_model_role(content):
                 messages.append(self._assistant_message(content_index, content, ids))
                 continue
-            user_parts: list[dict[str, Any]] = []
-            for part_index, part in enumerate(content.parts):
-                if part.function_response is not None:
-                    messages.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": ids.for_response(part.function_response),
-                            "content": json_dumps(part.function_response.response),
-                        }
-                    )
-                elif part.function_call is not None:
-                    raise unsupported_part(
-                        self.provider,
-                        content_index,
-                        part_index,
-                        content,
-                        part,
-                        "function calls belong in the model's turns",
-                    )
-                elif not part.thought:
-                    user_parts.append(self._user_part(content_index, part_index, content, part))
-            if user_parts:
-                if len(user_parts) == 1 and user_parts[0]["type"] == "text":
-                    messages.append({"role": "user", "content": user_parts[0]["text"]})
-                else:
-                    messages.append({"role": "user", "content": user_parts})
+            messages.extend(
+                user_turn_items(
+                    self.provider,
+                    content_index,
+                    content,
+                    function_output=lambda response: {
+                        "role": "tool",
+                        "tool_call_id": ids.for_response(response),
+                        "content": json_dumps(response.response),
+                    },
+                    user_part=self._user_part,
+                    text_type="text",
+                )
+            )
         return messages
 
     def _assistant_message(

@@ -102,6 +102,7 @@ from adk_mesh.models._convert import (
     unsupported_builtin,
     unsupported_part,
     uri_scheme,
+    user_turn_items,
 )
 from adk_mesh.models._http import (
     HttpLlm,
@@ -746,32 +747,20 @@ class OpenAIResponsesModel(HttpLlm):
             if is_model_role(content):
                 items.extend(self._model_items(content_index, content, ids))
                 continue
-            user_parts: list[dict[str, Any]] = []
-            for part_index, part in enumerate(content.parts):
-                if part.function_response is not None:
-                    items.append(
-                        {
-                            "type": "function_call_output",
-                            "call_id": ids.for_response(part.function_response),
-                            "output": json_dumps(part.function_response.response),
-                        }
-                    )
-                elif part.function_call is not None:
-                    raise unsupported_part(
-                        self.provider,
-                        content_index,
-                        part_index,
-                        content,
-                        part,
-                        "function calls belong in the model's turns",
-                    )
-                elif not part.thought:
-                    user_parts.append(self._user_part(content_index, part_index, content, part))
-            if user_parts:
-                if len(user_parts) == 1 and user_parts[0]["type"] == "input_text":
-                    items.append({"role": "user", "content": user_parts[0]["text"]})
-                else:
-                    items.append({"role": "user", "content": user_parts})
+            items.extend(
+                user_turn_items(
+                    self.provider,
+                    content_index,
+                    content,
+                    function_output=lambda response: {
+                        "type": "function_call_output",
+                        "call_id": ids.for_response(response),
+                        "output": json_dumps(response.response),
+                    },
+                    user_part=self._user_part,
+                    text_type="input_text",
+                )
+            )
         return items
 
     def _model_items(

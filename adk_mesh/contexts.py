@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from adk_mesh.credentials import Credential, CredentialService, KnownSecrets
 from adk_mesh.errors import ArtifactError, InvalidArgumentError, LlmCallLimitError
+from adk_mesh.ids import check_name
 from adk_mesh.state import State
 from adk_mesh.types import Content, Event, EventActions, Part, ToolConfirmation
 
@@ -164,17 +165,13 @@ def check_metadata_key(key: str) -> str:
     Raises:
         InvalidArgumentError: it is not.
     """
-    if (
-        not isinstance(key, str)
-        or len(key) > MAX_METADATA_KEY_CHARS
-        or _METADATA_KEY.fullmatch(key) is None
-    ):
-        shown = repr(key)[:80] if isinstance(key, str) else type(key).__name__
-        raise InvalidArgumentError(
-            f"{shown} is not a request metadata key: use 1 to {MAX_METADATA_KEY_CHARS} "
-            "lower-case letters, digits, '.', '_' and '-'"
-        )
-    return key
+    return check_name(
+        key,
+        _METADATA_KEY,
+        MAX_METADATA_KEY_CHARS,
+        f"is not a request metadata key: use 1 to {MAX_METADATA_KEY_CHARS} lower-case letters, "
+        "digits, '.', '_' and '-'",
+    )
 
 
 def check_request_metadata(metadata: Mapping[str, str]) -> dict[str, str]:

@@ -33,6 +33,7 @@ __all__ = [
     "USER_ARTIFACT_PREFIX",
     "check_artifact_name",
     "check_id",
+    "check_name",
     "shown",
 ]
 
@@ -53,6 +54,20 @@ def shown(value: str) -> str:
     if len(value) <= _SHOWN_CHARS:
         return repr(value)
     return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
+def check_name(value: object, pattern: re.Pattern[str], max_chars: int, refusal: str) -> str:
+    """``value`` when it is text of at most ``max_chars`` characters that ``pattern`` matches
+    whole (a name of a kind: a credential, a request metadata key).
+
+    Raises:
+        InvalidArgumentError: ``"<value> <refusal>"`` (the value's first characters, or its
+            type when it is not text).
+    """
+    if isinstance(value, str) and len(value) <= max_chars and pattern.fullmatch(value):
+        return value
+    named = repr(value)[:80] if isinstance(value, str) else type(value).__name__
+    raise InvalidArgumentError(f"{named} {refusal}")
 
 
 def _problem(value: str, max_chars: int) -> str | None:

@@ -7,7 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from adk_mesh.credentials._credential import Credential
-from adk_mesh.errors import ConfigError, InvalidArgumentError
+from adk_mesh.errors import ConfigError
+from adk_mesh.ids import check_name
 
 __all__ = [
     "MAX_CREDENTIAL_NAME_CHARS",
@@ -29,17 +30,13 @@ def check_credential_name(name: str) -> str:
     Raises:
         InvalidArgumentError: it is not.
     """
-    if (
-        not isinstance(name, str)
-        or len(name) > MAX_CREDENTIAL_NAME_CHARS
-        or _NAME.fullmatch(name) is None
-    ):
-        shown = repr(name)[:80] if isinstance(name, str) else type(name).__name__
-        raise InvalidArgumentError(
-            f"{shown} is not a credential name: use 1 to {MAX_CREDENTIAL_NAME_CHARS} letters, "
-            "digits, '_', '-' and '.', starting with a letter, a digit or '_'"
-        )
-    return name
+    return check_name(
+        name,
+        _NAME,
+        MAX_CREDENTIAL_NAME_CHARS,
+        f"is not a credential name: use 1 to {MAX_CREDENTIAL_NAME_CHARS} letters, digits, '_', "
+        "'-' and '.', starting with a letter, a digit or '_'",
+    )
 
 
 class CredentialService(abc.ABC):

@@ -3,7 +3,7 @@
 Either is a pydantic model class or a JSON Schema (a dict) of a JSON object. The object is what
 a provider is asked for (structured output), what an AgentTool declares as its parameters, and
 what a value is checked against: a model class validates with pydantic, a dict with the
-small checker here (the keywords structured output uses; see :class:`_JsonSchemaCheck`).
+``jsonschema`` library (:class:`_JsonSchemaCheck`).
 A schema that is not of an object, or not a valid JSON Schema, is a
 :class:`~adk_mesh.errors.ConfigError` at construction; a value that does not fit is a
 :class:`SchemaMismatch` naming where.
@@ -189,164 +189,74 @@ def _check_schema(schema: Any, what: str, path: tuple[str | int, ...] = ()) -> N
             _check_schema(child, what, (*path, index))
 
 
-def _is_type(value: Any, kind: str) -> bool:
-    if kind == "object":
-        return isinstance(value, dict)
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "null":
-        return value is None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return kind == "number" or float(value).is_integer()
-
-
 class _JsonSchemaCheck:
-    """Checks a JSON value against a JSON Schema: the keywords structured output uses (types,
-    properties, required, additionalProperties, items, enum, const, anyOf/oneOf/allOf, local
-    $ref, the numeric, length and item-count bounds, pattern). Other keywords (format, ...)
-    are not checked: the providers that honour them already did."""
+    """Checks a JSON value against a JSON Schema with the ``jsonschema`` library (Draft
+    2020-12; ``format`` is not asserted: the providers that honour it already did), and
+    says what does not fit in this module's words: ``path: what is wrong``."""
 
     def __init__(self, schema: dict[str, Any]) -> None:
-        self._root = schema
+        self._schema = schema
+        self._validator: Any = None
 
     def errors(self, value: Any) -> list[tuple[tuple[str | int, ...], str]]:
+        if self._validator is None:  # imported when a dict schema first checks a value
+            import jsonschema
+
+            self._validator = jsonschema.Draft202012Validator(self._schema)
+        from referencing.exceptions import Unresolvable
+
         found: list[tuple[tuple[str | int, ...], str]] = []
-        self._visit(self._root, value, (), found)
+        try:
+            for error in self._validator.iter_errors(value):
+                found.extend(_described(error))
+        except Unresolvable as error:
+            found.append(((), f"$ref {str(error.ref)!r} points at nothing"))
         return found
 
-    def _visit(
-        self,
-        schema: Any,
-        value: Any,
-        path: tuple[str | int, ...],
-        found: list[tuple[tuple[str | int, ...], str]],
-    ) -> None:
-        if schema is True:
-            return
-        if schema is False:
-            found.append((path, "no value is allowed here"))
-            return
-        reference = schema.get("$ref")
-        if isinstance(reference, str):
-            target = (self._root.get("$defs") or {}).get(reference.removeprefix("#/$defs/"))
-            if target is None:
-                found.append((path, f"$ref {reference!r} points at nothing"))
-                return
-            self._visit(target, value, path, found)
-        kinds = schema.get("type")
-        if kinds is not None:
-            allowed = kinds if isinstance(kinds, list) else [kinds]
-            if not any(_is_type(value, kind) for kind in allowed):
-                found.append((path, f"{_short(value)} is not of type {' or '.join(allowed)}"))
-                return
-        if "const" in schema and value != schema["const"]:
-            found.append((path, f"{_short(value)} is not {_short(schema['const'])}"))
-        if "enum" in schema and value not in schema["enum"]:
-            found.append((path, f"{_short(value)} is not one of {_short(schema['enum'])}"))
-        for key in _SCHEMA_LISTS:
-            alternatives = schema.get(key)
-            if not alternatives:
-                continue
-            matching = sum(not self._fails(child, value, path) for child in alternatives)
-            if key == "allOf":
-                for child in alternatives:
-                    self._visit(child, value, path, found)
-            elif (key == "anyOf" and matching == 0) or (key == "oneOf" and matching != 1):
-                found.append((path, f"{_short(value)} does not match {key}"))
-        if isinstance(value, dict):
-            self._object(schema, value, path, found)
-        elif isinstance(value, list):
-            self._array(schema, value, path, found)
-        elif isinstance(value, str):
-            self._string(schema, value, path, found)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            self._number(schema, value, path, found)
 
-    def _fails(self, schema: Any, value: Any, path: tuple[str | int, ...]) -> bool:
-        found: list[tuple[tuple[str | int, ...], str]] = []
-        self._visit(schema, value, path, found)
-        return bool(found)
+#: The bounds of numbers, and how a value that breaks one is described.
+_NUMBER_BOUNDS = {
+    "minimum": "less than",
+    "maximum": "more than",
+    "exclusiveMinimum": "not more than",
+    "exclusiveMaximum": "not less than",
+}
 
-    def _object(
-        self,
-        schema: dict[str, Any],
-        value: dict[str, Any],
-        path: tuple[str | int, ...],
-        found: list[tuple[tuple[str | int, ...], str]],
-    ) -> None:
-        properties: dict[str, Any] = schema.get("properties") or {}
-        for name in schema.get("required") or ():
-            if name not in value:
-                found.append(((*path, name), "is required"))
-        extra = schema.get("additionalProperties", True)
-        for name, item in value.items():
-            if name in properties:
-                self._visit(properties[name], item, (*path, name), found)
-            elif extra is False:
-                found.append(((*path, name), "is not an allowed property"))
-            elif isinstance(extra, dict):
-                self._visit(extra, item, (*path, name), found)
 
-    def _array(
-        self,
-        schema: dict[str, Any],
-        value: list[Any],
-        path: tuple[str | int, ...],
-        found: list[tuple[tuple[str | int, ...], str]],
-    ) -> None:
-        if len(value) < schema.get("minItems", 0):
-            found.append((path, f"has fewer than {schema['minItems']} items"))
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            found.append((path, f"has more than {schema['maxItems']} items"))
-        items = schema.get("items")
-        if isinstance(items, dict | bool):
-            for index, item in enumerate(value):
-                self._visit(items, item, (*path, index), found)
-
-    @staticmethod
-    def _string(
-        schema: dict[str, Any],
-        value: str,
-        path: tuple[str | int, ...],
-        found: list[tuple[tuple[str | int, ...], str]],
-    ) -> None:
-        if len(value) < schema.get("minLength", 0):
-            found.append((path, f"is shorter than {schema['minLength']} characters"))
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            found.append((path, f"is longer than {schema['maxLength']} characters"))
-        pattern = schema.get("pattern")
-        if isinstance(pattern, str) and re.search(pattern, value) is None:
-            found.append((path, f"{_short(value)} does not match {pattern!r}"))
-
-    @staticmethod
-    def _number(
-        schema: dict[str, Any],
-        value: float,
-        path: tuple[str | int, ...],
-        found: list[tuple[tuple[str | int, ...], str]],
-    ) -> None:
-        for key, words in (
-            ("minimum", "less than"),
-            ("maximum", "more than"),
-            ("exclusiveMinimum", "not more than"),
-            ("exclusiveMaximum", "not less than"),
-        ):
-            bound = schema.get(key)
-            if not isinstance(bound, int | float) or isinstance(bound, bool):
-                continue
-            broken = {
-                "minimum": value < bound,
-                "maximum": value > bound,
-                "exclusiveMinimum": value <= bound,
-                "exclusiveMaximum": value >= bound,
-            }[key]
-            if broken:
-                found.append((path, f"{value} is {words} {bound}"))
+def _described(error: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """One ``jsonschema`` error as ``(path, what is wrong)`` pairs (a missing or an extra
+    property is named in the path, one pair each)."""
+    path = tuple(error.absolute_path)
+    keyword, bound, value = error.validator, error.validator_value, error.instance
+    if keyword == "required":
+        return [((*path, name), "is required") for name in bound if name not in value]
+    if keyword == "additionalProperties":
+        known = error.schema.get("properties") or {}
+        return [
+            ((*path, name), "is not an allowed property") for name in value if name not in known
+        ]
+    if keyword == "type":
+        kinds = bound if isinstance(bound, list) else [bound]
+        return [(path, f"{_short(value)} is not of type {' or '.join(kinds)}")]
+    if keyword == "const":
+        return [(path, f"{_short(value)} is not {_short(bound)}")]
+    if keyword == "enum":
+        return [(path, f"{_short(value)} is not one of {_short(bound)}")]
+    if keyword in ("anyOf", "oneOf"):
+        return [(path, f"{_short(value)} does not match {keyword}")]
+    if keyword in _NUMBER_BOUNDS:
+        return [(path, f"{value} is {_NUMBER_BOUNDS[keyword]} {bound}")]
+    if keyword in ("minItems", "maxItems"):
+        words = "fewer" if keyword == "minItems" else "more"
+        return [(path, f"has {words} than {bound} items")]
+    if keyword in ("minLength", "maxLength"):
+        words = "shorter" if keyword == "minLength" else "longer"
+        return [(path, f"is {words} than {bound} characters")]
+    if keyword == "pattern":
+        return [(path, f"{_short(value)} does not match {bound!r}")]
+    if error.schema is False:
+        return [(path, "no value is allowed here")]
+    return [(path, error.message)]
 
 
 def _short(value: Any) -> str:

@@ -7,6 +7,8 @@ does) takes the request."""
 
 from __future__ import annotations
 
+import json
+
 from adk_mesh import A2aAgent, InMemorySessionService, LlmAgent, Runner
 from adk_mesh.mesh.a2a_server import A2aAgentServer
 from adk_mesh.testing import ScriptedModel, call
@@ -78,5 +80,9 @@ async def test_the_remote_agents_tool_calls_reach_the_callers_model_as_context_t
         for part in (m["content"] if isinstance(m["content"], list) else [m["content"]])
     )
     assert '[weather] called tool `lookup` with parameters: {"city":"Porto"}' in context
-    assert '[weather] `lookup` tool returned result: {"city":"Porto","sky":"sunny"}' in context
+    # The result crossed A2A as a protobuf Struct, whose keys have no order.
+    returned = "[weather] `lookup` tool returned result: "
+    assert returned in context
+    result = context.split(returned, 1)[1].split("\n", 1)[0]
+    assert json.loads(result) == {"city": "Porto", "sky": "sunny"}
     assert "[weather] said: Sunny in Porto" in context

@@ -170,7 +170,7 @@ class DelegationOutcome(_message.Message):
     def __init__(self, answer: _Optional[str] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ...) -> None: ...
 
 class SessionView(_message.Message):
-    __slots__ = ("app_name", "user_id", "session_id", "state", "events", "state_json", "omitted_events", "abridged_event_ids")
+    __slots__ = ("app_name", "user_id", "session_id", "state", "events", "state_json", "omitted_events", "abridged_event_ids", "history_digests")
     class StateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,7 @@ class SessionView(_message.Message):
     STATE_JSON_FIELD_NUMBER: _ClassVar[int]
     OMITTED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     ABRIDGED_EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     app_name: str
     user_id: str
     session_id: str
@@ -201,7 +202,8 @@ class SessionView(_message.Message):
     state_json: _containers.ScalarMap[str, str]
     omitted_events: int
     abridged_event_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., state_json: _Optional[_Mapping[str, str]] = ..., omitted_events: _Optional[int] = ..., abridged_event_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    history_digests: bytes
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., state_json: _Optional[_Mapping[str, str]] = ..., omitted_events: _Optional[int] = ..., abridged_event_ids: _Optional[_Iterable[str]] = ..., history_digests: _Optional[bytes] = ...) -> None: ...
 
 class RunConfig(_message.Message):
     __slots__ = ("max_llm_calls", "streaming_mode")

@@ -140,7 +140,11 @@ class RequestHistory:
         ``session_key`` (app, user, session id), for ``agent_name`` on ``branch``."""
         key = (*session_key, agent_name, branch)
         held = self._prefixes.get(key)
-        prefix = _matching(held, events, agent_name, branch) if held is not None else None
+        prefix = None
+        if held is not None:
+            prefix = _matching(held, events, agent_name, branch)
+            if prefix is None:
+                prefix = _moved_forward(held, events, agent_name, branch)
         if prefix is None:
             prefix = _NO_PREFIX
         else:
@@ -244,6 +248,50 @@ def _matching(
         long_running_ids=prefix.long_running_ids,
         marks=prefix.marks,
     )
+
+
+def _moved_forward(
+    prefix: _Prefix, events: Sequence[Event], agent_name: str, branch: str
+) -> _Prefix | None:
+    """``prefix`` rebased on ``events`` when they start inside it: a window of the session
+    that moved forward (a delegated run's view steps; see
+    :func:`~adk_mesh.codec.session_view_to_proto`). The prefix's contents are one per kept
+    event and need no repair, so those of the events left out are dropped, when those stand
+    alone (every call of theirs answered among them): the rest then needs no repair either.
+    ``None`` otherwise. Costs what the events left out cost."""
+    held = prefix.events
+    if not events or not held:
+        return None
+    first = events[0]
+    start = next((index for index, event in enumerate(held) if event is first), 0)
+    if start == 0:
+        return None
+    count = len(_kept_events(held[:start], agent_name, branch, None))
+    if count > len(prefix.contents):  # pragma: no cover - one content per kept event
+        return None
+    left_out = prefix.contents[:count]
+    unanswered: dict[str, int] = {}
+    for content in left_out:
+        for part in content.parts:
+            if part.function_call is not None:
+                call_id = part.function_call.id or ""
+                unanswered[call_id] = unanswered.get(call_id, 0) + 1
+            elif part.function_response is not None:
+                call_id = part.function_response.id or ""
+                if unanswered.get(call_id):
+                    unanswered[call_id] -= 1
+    if any(unanswered.values()):
+        return None
+    long_running_ids = prefix.long_running_ids
+    if _long_running_ids(held[:start]):
+        long_running_ids = _long_running_ids(held[start:])
+    moved = _Prefix(
+        events=held[start:],
+        contents=prefix.contents[count:],
+        long_running_ids=long_running_ids,
+        marks=[(p - start, c - count) for p, c in prefix.marks if p >= start],
+    )
+    return _matching(moved, events, agent_name, branch)
 
 
 def _index_of(events: Sequence[Event], event: Event, start: int) -> int:

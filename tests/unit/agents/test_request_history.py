@@ -191,3 +191,36 @@ def test_contents_of_the_last_turn_are_made_again_from_the_stores_copies() -> No
     assert not any(id(content) in handed_out for content in built)
     prefix = history._prefixes[(*SESSION, "me", "")]
     assert len(prefix.events) >= len(events) and prefix.events[-1] is later[len(prefix.events) - 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(history_events(), min_size=1, max_size=40), data=st.data())
+def test_a_window_moving_forward_is_built_as_a_whole_build(events: list[Event], data: Any) -> None:
+    # A delegated run's view: a window of the session whose end grows and whose start steps
+    # forward now and then; each build equals a whole build of the window.
+    history = RequestHistory()
+    start = 0
+    for end in range(1, len(events) + 1):
+        if data.draw(st.integers(0, 3)) == 0:
+            start = data.draw(st.integers(start, end - 1))
+        window = events[start:end]
+        assert history.contents(SESSION, window, agent_name="me") == request_contents(
+            window, agent_name="me"
+        ), (start, end)
+
+
+def test_a_stepping_window_of_a_long_conversation_keeps_its_prefix() -> None:
+    events = conversation_events(300)
+    history = RequestHistory()
+    for end in range(4, len(events) + 1, 4):
+        # As a delegated view's window: the newest 1,000 at most, starting at a multiple
+        # of 250 and past any answers to calls it left out.
+        start = max(0, -(-(end - 1000) // 250) * 250)
+        while events[start].function_responses():
+            start += 1
+        window = events[start:end]
+        assert history.contents(SESSION, window, agent_name="me") == request_contents(
+            window, agent_name="me"
+        )
+        prefix = history._prefixes[(*SESSION, "me", "")]
+        assert len(prefix.events) >= len(window) - 4  # only the last turn built again

@@ -22,12 +22,15 @@ Every conversion is lossless for what the wire can carry:
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import json
 import math
+import operator
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
@@ -74,9 +77,11 @@ __all__ = [
     "DEFAULT_HISTORY_MAX_BYTES",
     "DEFAULT_HISTORY_MAX_EVENTS",
     "ENCODED_EVENTS",
+    "MAX_HISTORY_DIGESTS",
     "MAX_JSON_DEPTH",
     "STRUCT_MAX_DEPTH",
     "DecodedEvents",
+    "EncodedEvent",
     "EncodedEvents",
     "abridged_event",
     "actions_from_proto",
@@ -100,6 +105,7 @@ __all__ = [
     "event_from_proto",
     "event_to_proto",
     "fill_card_schemas",
+    "history_digests",
     "json_from_text",
     "json_from_value",
     "json_to_text",
@@ -1017,13 +1023,16 @@ def session_view_to_proto(
     max_events: int = DEFAULT_HISTORY_MAX_EVENTS,
     max_bytes: int = DEFAULT_HISTORY_MAX_BYTES,
     into: agent_pb2.SessionView | None = None,
+    digests_for: str | None = None,
+    memo: Hashable | None = None,
 ) -> agent_pb2.SessionView:
     """What a delegated run may see of ``session``: its state and a window of its history.
 
     The window is the newest non-partial events, oldest first: at most ``max_events`` of them
     and ``max_bytes`` of encoded events; when ``max_events`` leaves events out, it starts at a
     multiple of a quarter of ``max_events`` (:data:`WINDOW_STEPS`) in the session's history, so
-    that it moves in steps as the conversation grows. Walking back from the newest event, a
+    that it moves in steps as the conversation grows (and past any answers to calls it left
+    out at its start). Walking back from the newest event, a
     large event (over an eighth of ``max_bytes``) that does not fit what is left of the window
     is sent abridged (:func:`abridged_event`: each part over :data:`ABRIDGED_PART_BYTES`
     replaced by a placeholder), so one huge tool result does not push the rest of the
@@ -1034,35 +1043,64 @@ def session_view_to_proto(
     so the cost does not grow with the history; and the events sent before are not encoded again
     (:class:`EncodedEvents`). ``into``: the (empty) message to fill, in place — a request's
     field, which a finished view would be copied into.
+
+    ``digests_for``: the service (its target) the view goes to. The oldest events of the
+    window that were sent to it whole before are named by their digests
+    (``SessionView.history_digests``) instead of sent again, and counted among
+    ``omitted_events``; the service takes them from what it kept (:class:`DecodedEvents`) or
+    asks for them. The rest are sent, and noted as sent to it.
+
+    ``memo``: with ``digests_for``, a key under which this view's window is kept (one per
+    session and kind of view), so that the next view of the same session grown by a few
+    events costs what the new events cost, not the window (:data:`VIEW_MEMOS`).
     """
     message = agent_pb2.SessionView() if into is None else into
     message.app_name = session.app_name
     message.user_id = session.user_id
     message.session_id = session.id
     _fill_value_map(message.state, message.state_json, session.state)
-    window: list[event_pb2.Event] = []  # newest first
+    if digests_for is not None and memo is not None:
+        key = (digests_for, memo, max_events, max_bytes)
+        kept = VIEW_MEMOS.get(key)
+        grown = None if kept is None else kept.grown(session.events, max_events, max_bytes)
+        if grown is not None:
+            # Every event of the kept window went to the service (whole or named) with the
+            # last view: those still in the window are named now, the new ones sent.
+            now, named = grown
+            skip = now.skip
+            message.history_digests = now.digests[
+                skip * DIGEST_BYTES : (skip + named) * DIGEST_BYTES
+            ]
+            fresh = now.window[skip + named :]
+            message.events.extend([entry.message for entry in fresh])
+            message.omitted_events = now.omitted + skip + named
+            for entry in fresh:
+                entry.sent_to.add(digests_for)
+            VIEW_MEMOS.put(key, now)
+            return message
+    window: list[EncodedEvent] = []  # newest first
     positions: list[int] = []  # of each, in ``session.events``
     abridged_ids: dict[int, str] = {}
     room = max_bytes
     events = session.events
     index = len(events)
-    counted_out = False
+    counted_out = cut_by_bytes = False
     # The encodings sent before, looked up inline: this loop runs once per event of the
     # window on every hop (a held encoding is of a non-partial event, as only those are kept).
     held = ENCODED_EVENTS._entries
     touch = held.move_to_end
     while index > 0:
         event = events[index - 1]
-        entry = held.get(event.id)
-        if entry is not None and entry[0] is event and entry[2] <= room:
+        kept_entry = held.get(event.id)
+        if kept_entry is not None and kept_entry.event is event and kept_entry.size <= room:
             if len(window) >= max_events:
                 counted_out = True
                 break
             touch(event.id)
             index -= 1
-            window.append(entry[1])
+            window.append(kept_entry)
             positions.append(index)
-            room -= entry[2]
+            room -= kept_entry.size
             continue
         if event.partial:
             index -= 1
@@ -1070,15 +1108,17 @@ def session_view_to_proto(
         if len(window) >= max_events:
             counted_out = True
             break
-        encoded, size, abridged = _event_within(event, room, large=max_bytes // 8)
-        if encoded is None:
+        within = _event_within(event, room, large=max_bytes // 8)
+        if within is None:
+            cut_by_bytes = True
             break
         index -= 1
-        window.append(encoded)
+        window.append(within)
         positions.append(index)
-        room -= size
-        if abridged:
+        room -= within.size
+        if within.abridged:
             abridged_ids[index] = event.id
+    skip = 0
     if counted_out:
         # The window's start moves in steps, not event by event: a conversation past its
         # window sends the same oldest events for many turns, so what the other side built
@@ -1089,43 +1129,319 @@ def session_view_to_proto(
         while positions and positions[-1] < index:
             positions.pop()
             window.pop()
+        skip = _leading_answers([entry.event for entry in reversed(window)])
     window.reverse()
-    message.events.extend(window)
-    message.omitted_events = sum(1 for event in events[:index] if not event.partial)
+    positions.reverse()
+    omitted = sum(1 for event in events[:index] if not event.partial)
+    sent = window[skip:]
+    named = 0
+    if digests_for is not None:
+        for entry in sent:
+            if digests_for not in entry.sent_to:
+                break
+            named += 1
+        if named:
+            message.history_digests = b"".join([entry.digest for entry in sent[:named]])
+        for entry in sent[named:]:
+            entry.sent_to.add(digests_for)
+    message.events.extend([entry.message for entry in sent[named:]])
+    message.omitted_events = omitted + skip + named
+    if digests_for is not None and memo is not None:
+        key = (digests_for, memo, max_events, max_bytes)
+        if abridged_ids or cut_by_bytes:
+            VIEW_MEMOS.drop(key)  # a window cut by bytes is walked whole every time
+        else:
+            VIEW_MEMOS.put(key, _Window(events, index, window, positions, omitted, skip=skip))
     if abridged_ids:
         message.abridged_event_ids.extend(
-            abridged_ids[position] for position in reversed(positions) if position in abridged_ids
+            abridged_ids[position] for position in positions[skip:] if position in abridged_ids
         )
     return message
 
 
-def _event_within(
-    event: Event, room: int, *, large: int
-) -> tuple[event_pb2.Event | None, int, bool]:
+def _leading_answers(events: Iterable[Event]) -> int:
+    """How many of a stepped window's first events only answer calls it left out: it does
+    not start with them (the other side would drop them, and could keep nothing of what it
+    built from the window before the first call that is in it)."""
+    count = 0
+    for event in events:
+        if not event.function_responses():
+            break
+        count += 1
+    return count
+
+
+class EncodedEvent:
+    """An event's encoding in a view: the event, its message and size, the SHA-256 of its
+    deterministic serialization, and the services it was sent to whole (an abridged
+    encoding is never kept, and never named by its digest)."""
+
+    __slots__ = ("abridged", "digest", "event", "message", "sent_to", "size")
+
+    def __init__(self, event: Event, message: event_pb2.Event, *, abridged: bool = False) -> None:
+        data = message.SerializeToString(deterministic=True)
+        self.event = event
+        self.message = message
+        self.size = len(data)
+        self.digest = hashlib.sha256(data).digest()
+        self.abridged = abridged
+        self.sent_to: set[str] = set()
+
+    def moved(self, event: Event) -> EncodedEvent:
+        """This encoding, of ``event``: another object equal to this one's event (the same
+        event read back from a store), which takes its place in :data:`ENCODED_EVENTS`."""
+        moved = EncodedEvent.__new__(EncodedEvent)
+        moved.event = event
+        moved.message = self.message
+        moved.size = self.size
+        moved.digest = self.digest
+        moved.abridged = self.abridged
+        moved.sent_to = self.sent_to
+        ENCODED_EVENTS.put(moved)
+        return moved
+
+
+def _event_within(event: Event, room: int, *, large: int) -> EncodedEvent | None:
     """``event`` encoded in at most ``room`` bytes, whole, or abridged when it is over
-    ``large`` bytes or cannot be carried as it is (its size, and whether abridged); None when
-    it does not fit."""
-    held = ENCODED_EVENTS.get(event)
-    if held is not None:
-        encoded, size = held
-    else:
+    ``large`` bytes or cannot be carried as it is; None when it does not fit."""
+    encoded = ENCODED_EVENTS.get(event)
+    if encoded is None:
         try:
-            encoded = event_to_proto(event)
+            encoded = EncodedEvent(event, event_to_proto(event))
         except AdkJSONError:
-            encoded = None
-        if encoded is not None:
-            size = encoded.ByteSize()
-            ENCODED_EVENTS.put(event, encoded, size)
+            pass
+        else:
+            ENCODED_EVENTS.put(encoded)
     if encoded is not None:
-        if size <= room:
-            return encoded, size, False
-        if size <= large:
-            return None, 0, False
-    encoded = event_to_proto(abridged_event(event))
-    size = encoded.ByteSize()
-    if size <= room:
-        return encoded, size, True
-    return None, 0, False
+        if encoded.size <= room:
+            return encoded
+        if encoded.size <= large:
+            return None
+    shortened = EncodedEvent(event, event_to_proto(abridged_event(event)), abridged=True)
+    return shortened if shortened.size <= room else None
+
+
+#: The newest events of a kept window that may come back as other objects equal to them (a
+#: store keeps the events it appends serialized, and hands out copies read back next turn).
+_REREAD_EVENTS = 32
+
+
+class _Window:
+    """The window of a session view as last sent: where it starts in the session's events
+    (a multiple of its step, or 0), the event objects from there to the end then, the
+    encodings of its events and their positions, how many of them it skipped (answers to
+    calls it left out, not sent), and their digests."""
+
+    __slots__ = (
+        "digests",
+        "end",
+        "objects",
+        "omitted",
+        "positions",
+        "size",
+        "skip",
+        "start",
+        "window",
+    )
+
+    def __init__(
+        self,
+        events: list[Event],
+        start: int,
+        window: list[EncodedEvent],
+        positions: list[int],
+        omitted: int,
+        *,
+        skip: int,
+        digests: bytes | None = None,
+        size: int | None = None,
+    ) -> None:
+        self.start = start
+        self.end = len(events)
+        self.objects = events[start:]
+        self.window = window
+        self.positions = positions
+        self.omitted = omitted
+        self.skip = skip
+        self.digests = b"".join([e.digest for e in window]) if digests is None else digests
+        self.size = sum(e.size for e in window) if size is None else size
+
+    def grown(
+        self, events: list[Event], max_events: int, max_bytes: int
+    ) -> tuple[_Window, int] | None:
+        """The window of ``events`` when they are this window's session grown by some events
+        and the window takes all of them whole (what a view built afresh would then send),
+        and how many of the first events it sends were sent with this window; else None
+        (built afresh)."""
+        end = self.end
+        if len(events) < end:
+            return None
+        objects = self.objects
+        # Compared as objects, in C: the history is the one sent. The newest few may have
+        # been read back as copies: those are compared by value, and their entries moved to
+        # the objects now held.
+        tail = min(_REREAD_EVENTS, len(objects))
+        if not all(
+            map(operator.is_, events[self.start : end - tail], objects[: len(objects) - tail])
+        ):
+            return None
+        window = self.window
+        moved: dict[int, Event] = {}
+        for position in range(end - tail, end):
+            now, then = events[position], objects[position - self.start]
+            if now is not then:
+                if now != then:
+                    return None
+                moved[id(then)] = now
+        if moved:
+            window = [
+                entry if id(entry.event) not in moved else entry.moved(moved[id(entry.event)])
+                for entry in window[-tail:]
+            ]
+            window = self.window[: len(self.window) - len(window)] + window
+        size = self.size
+        grown: list[EncodedEvent] = []
+        positions = list(self.positions)
+        for position in range(end, len(events)):
+            event = events[position]
+            if event.partial:
+                continue
+            encoded = ENCODED_EVENTS.get(event)
+            if encoded is None:
+                try:
+                    encoded = EncodedEvent(event, event_to_proto(event))
+                except AdkJSONError:
+                    return None  # sent abridged: built afresh
+                ENCODED_EVENTS.put(encoded)
+            size += encoded.size
+            grown.append(encoded)
+            positions.append(position)
+        window = window + grown
+        digests = self.digests + b"".join([e.digest for e in grown])
+        start, omitted, skip, dropped = self.start, self.omitted, self.skip, 0
+        if len(window) > max_events or (len(window) == max_events and omitted):
+            # The window steps, as a view built afresh would (it has ``max_events`` events
+            # and older ones left out): to the first multiple of the step at or after the
+            # oldest of the newest ``max_events``.
+            step = max(1, max_events // WINDOW_STEPS)
+            start = -(-positions[-max_events] // step) * step
+            dropped = bisect.bisect_left(positions, start)
+            size -= sum(entry.size for entry in window[:dropped])
+            window, positions = window[dropped:], positions[dropped:]
+            digests = digests[dropped * DIGEST_BYTES :]
+            omitted += dropped
+            skip = _leading_answers([entry.event for entry in window])
+        if size > max_bytes:
+            return None
+        stepped = _Window(
+            events, start, window, positions, omitted, skip=skip, digests=digests, size=size
+        )
+        return stepped, max(0, len(self.window) - dropped - skip)
+
+
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+
+class LruDict(Generic[_K, _V]):
+    """A mapping that keeps its ``max_entries`` most recently put entries."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[_K, _V] = OrderedDict()
+
+    def get(self, key: _K) -> _V | None:
+        return self._entries.get(key)
+
+    def put(self, key: _K, value: _V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def drop(self, key: _K) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+#: The most events a view may name by digest (``SessionView.history_digests``).
+MAX_HISTORY_DIGESTS = 10_000
+DIGEST_BYTES = 32
+
+
+def history_digests(message: agent_pb2.SessionView) -> list[bytes]:
+    """The digests a view names its oldest events by, oldest first.
+
+    Raises:
+        InvalidArgumentError: they are not whole SHA-256 digests, more than
+            :data:`MAX_HISTORY_DIGESTS`, or more than the view's ``omitted_events``.
+    """
+    data = message.history_digests
+    _check_history_digests(message)
+    return [data[i : i + DIGEST_BYTES] for i in range(0, len(data), DIGEST_BYTES)]
+
+
+def named_events(message: agent_pb2.SessionView) -> list[Event | None]:
+    """The events a view names by digest (``history_digests``) that this process kept
+    (:data:`DECODED_EVENTS`), oldest first; None for each it did not keep. The view of a
+    session that named the same events before and a few more costs what the new ones cost:
+    its named window is kept (by the session's ids; used only when the digests sent before
+    begin the new ones, so it serves nobody events they did not name).
+
+    Raises:
+        InvalidArgumentError: the digests are malformed (:func:`history_digests`).
+    """
+    count = _check_history_digests(message)
+    if not count:
+        return []
+    data = message.history_digests
+    key = (message.app_name, message.user_id, message.session_id)
+    kept = NAMED_WINDOWS.get(key)
+    offset = -1
+    if kept is not None:
+        # The window kept, or its newer part when the window stepped since.
+        offset = kept[0].find(data[:DIGEST_BYTES])
+        while offset > 0 and offset % DIGEST_BYTES:
+            offset = kept[0].find(data[:DIGEST_BYTES], offset + 1)
+        if offset >= 0 and not data.startswith(kept[0][offset:]):
+            offset = -1
+    if kept is not None and offset >= 0:
+        known = len(kept[0]) - offset
+        found: list[Event | None] = kept[1][offset // DIGEST_BYTES :]
+        found.extend(
+            DECODED_EVENTS.named(
+                data[i : i + DIGEST_BYTES] for i in range(known, len(data), DIGEST_BYTES)
+            )
+        )
+    else:
+        found = DECODED_EVENTS.named(
+            data[i : i + DIGEST_BYTES] for i in range(0, len(data), DIGEST_BYTES)
+        )
+    return found
+
+
+def _check_history_digests(message: agent_pb2.SessionView) -> int:
+    """How many events ``message.history_digests`` names, checked (see
+    :func:`history_digests`)."""
+    data = message.history_digests
+    count, rest = divmod(len(data), DIGEST_BYTES)
+    if rest:
+        raise InvalidArgumentError(
+            f"SessionView.history_digests holds {len(data)} bytes: SHA-256 digests of "
+            f"{DIGEST_BYTES} bytes each, concatenated"
+        )
+    if count > MAX_HISTORY_DIGESTS:
+        raise InvalidArgumentError(
+            f"SessionView.history_digests names {count} events; at most {MAX_HISTORY_DIGESTS}"
+        )
+    if count > message.omitted_events:
+        raise InvalidArgumentError(
+            f"SessionView.history_digests names {count} events but omitted_events is "
+            f"{message.omitted_events}: the named events are among the omitted ones"
+        )
+    return count
 
 
 def session_view_from_proto(
@@ -1134,24 +1450,29 @@ def session_view_from_proto(
     app_name: str | None = None,
     user_id: str | None = None,
     session_id: str | None = None,
+    named: Iterable[Event] = (),
+    named_digests: bytes | None = b"",
 ) -> Session:
     """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session` (its window of
-    the history: the events the caller sent); ``app_name``, ``user_id`` and ``session_id``
-    replace the view's ids when given.
+    the history: ``named``, the events its ``history_digests`` name, then the events the
+    caller sent); ``app_name``, ``user_id`` and ``session_id`` replace the view's ids when
+    given. ``named_digests``: the digests ``named`` are kept under here (computed here, from
+    their encodings; None when some are not).
 
     Events decoded before from the same bytes are not decoded again (:class:`DecodedEvents`):
     the objects are shared, immutable as a store's shared events are.
     """
-    held = DECODED_EVENTS._entries
-    events: list[Event] = []
-    for event_message in message.events:
-        key = event_message.SerializeToString()
-        event = held.get(key)
-        if event is None:
-            event = DECODED_EVENTS.decode(event_message)
-        else:
-            held.move_to_end(key)
-        events.append(event)
+    events = list(named)
+    decoded = [DECODED_EVENTS.decode_digested(event_message) for event_message in message.events]
+    events.extend([event for event, _ in decoded])
+    if named_digests is not None and events:
+        # The window, kept by the digests this process computed, so that the session's next
+        # view, which names all of it and a few more, costs what the new ones cost
+        # (:func:`named_events`).
+        NAMED_WINDOWS.put(
+            (message.app_name, message.user_id, message.session_id),
+            (named_digests + b"".join([digest for _, digest in decoded]), list(events)),
+        )
     return Session.model_validate(
         {
             "id": message.session_id if session_id is None else session_id,
@@ -1166,7 +1487,8 @@ def session_view_from_proto(
 class EncodedEvents:
     """The encodings of the events this process sent in session views, so that a session's
     history is not encoded again for every delegated run (the caller's half of a hop's cost
-    not growing with the history).
+    not growing with the history), with the services each went to whole (so that it is named
+    by its digest next time, not sent).
 
     Keyed by event id and held with the event object: an entry serves only the very object it
     was made from (a stored event is immutable; a new object with the same id is encoded
@@ -1176,27 +1498,28 @@ class EncodedEvents:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._bytes = 0
-        self._entries: OrderedDict[str, tuple[Event, event_pb2.Event, int]] = OrderedDict()
+        self._entries: OrderedDict[str, EncodedEvent] = OrderedDict()
 
-    def get(self, event: Event) -> tuple[event_pb2.Event, int] | None:
-        """The encoding of ``event`` and its size, if this very object was encoded before."""
+    def get(self, event: Event) -> EncodedEvent | None:
+        """The encoding of ``event``, if this very object was encoded before."""
         entry = self._entries.get(event.id)
-        if entry is None or entry[0] is not event:
+        if entry is None or entry.event is not event:
             return None
         self._entries.move_to_end(event.id)
-        return entry[1], entry[2]
+        return entry
 
-    def put(self, event: Event, encoded: event_pb2.Event, size: int) -> None:
-        if size > self.max_bytes:
+    def put(self, entry: EncodedEvent) -> None:
+        if entry.size > self.max_bytes or entry.abridged:
             return
-        previous = self._entries.pop(event.id, None)
+        event_id = entry.event.id
+        previous = self._entries.pop(event_id, None)
         if previous is not None:
-            self._bytes -= previous[2]
-        self._entries[event.id] = (event, encoded, size)
-        self._bytes += size
+            self._bytes -= previous.size
+        self._entries[event_id] = entry
+        self._bytes += entry.size
         while self._bytes > self.max_bytes:
-            _, (_, _, dropped) = self._entries.popitem(last=False)
-            self._bytes -= dropped
+            _, dropped = self._entries.popitem(last=False)
+            self._bytes -= dropped.size
 
     def clear(self) -> None:
         self._entries.clear()
@@ -1204,12 +1527,14 @@ class EncodedEvents:
 
 
 class DecodedEvents:
-    """Events decoded from session views, by their encoding, so that a service running
-    delegated runs of a session does not decode its history again on every hop (the callee's
-    half). The key is the event's protobuf encoding, so an entry is only ever the decoding of
-    exactly those bytes, whoever sent them (no caller can make another's event decode to
-    something else). Protobuf serializes a small event in under a microsecond; decoding it
-    into an :class:`~adk_mesh.types.Event` costs tens.
+    """Events decoded from session views, by the SHA-256 of their encoding, so that a service
+    running delegated runs of a session does not decode its history again on every hop (the
+    callee's half), and so that a caller may name an event it sent before by that digest
+    instead of sending it again (``SessionView.history_digests``). The digest is this
+    process's own, of the event's deterministic serialization: an entry is only ever the
+    decoding of exactly those bytes, whoever sent them (no caller can make another's event
+    decode to something else). Protobuf serializes a small event in about a microsecond;
+    decoding it into an :class:`~adk_mesh.types.Event` costs tens.
 
     The objects are shared by every run that receives the same event, so they are never
     changed (as a store's shared events). Bounded: the least recently used go past
@@ -1219,23 +1544,42 @@ class DecodedEvents:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._bytes = 0
-        self._entries: OrderedDict[bytes, Event] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[Event, int]] = OrderedDict()
 
     def decode(self, message: event_pb2.Event) -> Event:
-        key = message.SerializeToString()
-        event = self._entries.get(key)
-        if event is not None:
+        return self.decode_digested(message)[0]
+
+    def decode_digested(self, message: event_pb2.Event) -> tuple[Event, bytes]:
+        """``message`` decoded, and the digest it is kept under."""
+        data = message.SerializeToString(deterministic=True)
+        key = hashlib.sha256(data).digest()
+        entry = self._entries.get(key)
+        if entry is not None:
             self._entries.move_to_end(key)
-            return event
+            return entry[0], key
         event = Event.model_validate(_event_fields(message))
-        size = len(key)
+        size = len(data)
         if size <= self.max_bytes:
-            self._entries[key] = event
+            self._entries[key] = (event, size)
             self._bytes += size
             while self._bytes > self.max_bytes:
-                dropped, _ = self._entries.popitem(last=False)
-                self._bytes -= len(dropped)
-        return event
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+        return event, key
+
+    def named(self, digests: Iterable[bytes]) -> list[Event | None]:
+        """The events kept under ``digests`` (None for each not kept), in their order."""
+        entries = self._entries
+        touch = entries.move_to_end
+        found: list[Event | None] = []
+        for digest in digests:
+            entry = entries.get(digest)
+            if entry is None:
+                found.append(None)
+            else:
+                touch(digest)
+                found.append(entry[0])
+        return found
 
     def clear(self) -> None:
         self._entries.clear()
@@ -1246,6 +1590,13 @@ class DecodedEvents:
 #: window, 1,000 events, of ~16 sessions of short messages).
 ENCODED_EVENTS = EncodedEvents(16 * 1024 * 1024)
 DECODED_EVENTS = DecodedEvents(16 * 1024 * 1024)
+#: The windows of the views last sent (:func:`session_view_to_proto`'s ``memo``), of 1,024
+#: sessions: a session's next view is compared with its window by object identity (in C),
+#: and only the events added since are looked at.
+VIEW_MEMOS: LruDict[Hashable, _Window] = LruDict(1024)
+#: The named windows of the views last received (their digests and events), of 1,024
+#: sessions.
+NAMED_WINDOWS: LruDict[tuple[str, str, str], tuple[bytes, list[Event | None]]] = LruDict(1024)
 
 
 # --- abridged events -----------------------------------------------------------------------

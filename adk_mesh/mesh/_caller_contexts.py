@@ -30,7 +30,7 @@ from adk_mesh.errors import (
 from adk_mesh.memory.base import MemoryEntry, MemoryService
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Event, Part
-from adk_mesh.v1 import tool_pb2
+from adk_mesh.v1 import agent_pb2, tool_pb2
 
 __all__ = [
     "CallerArtifacts",
@@ -39,6 +39,7 @@ __all__ = [
     "CallerHistory",
     "CallerMemory",
     "InteractiveCall",
+    "NamedHistory",
     "answer_context_request",
 ]
 
@@ -223,6 +224,63 @@ class CallerHistory(SessionHistory):
         return [codec.event_from_proto(event) for event in loaded.events]
 
 
+class NamedHistory:
+    """The events a delegated run's view names by digest (``SessionView.history_digests``)
+    instead of sending them: those this process kept from earlier views
+    (:data:`~adk_mesh.codec.DECODED_EVENTS`), and, when some were not kept (another replica
+    had them, or they were dropped), the ``load_events`` requests that fetch them all from the
+    caller before the run starts (:meth:`next_request`, :meth:`take`), so that the run sees
+    the window the caller meant. Without a caller to ask (a plain ``Run``), the window starts
+    after the newest event not kept; the others stay among the omitted events."""
+
+    def __init__(self, view: agent_pb2.SessionView, *, can_ask: bool) -> None:
+        self._digests = view.history_digests
+        self._held = codec.named_events(view)
+        self._missing = None in self._held
+        self._first_event_id = view.events[0].id if view.events else ""
+        self._wanted = len(self._held) if self._missing and can_ask else 0
+        self._loaded: list[tuple[Event, bytes]] = []
+
+    def next_request(self) -> tool_pb2.ContextRequest | None:
+        """The next page to load from the caller; None once the window is whole."""
+        if len(self._loaded) >= self._wanted:
+            return None
+        request = tool_pb2.ContextRequest()
+        load = request.load_events
+        load.before_event_id = self._loaded[0][0].id if self._loaded else self._first_event_id
+        load.max_events = min(MAX_LOAD_EVENTS, self._wanted - len(self._loaded))
+        return request
+
+    def take(self, response: tool_pb2.ContextResponse) -> None:
+        """The caller's answer to the last :meth:`next_request`."""
+        page = [
+            codec.DECODED_EVENTS.decode_digested(event) for event in response.loaded_events.events
+        ]
+        if not page:  # the caller's history is shorter than named: the window is what it has
+            self._wanted = len(self._loaded)
+        self._loaded[:0] = page
+
+    def digests(self) -> bytes | None:
+        """The digests :meth:`events` are kept under in this process (None: not all are)."""
+        if self._wanted:
+            return b"".join([digest for _, digest in self._loaded[-self._wanted :]])
+        return None if self._missing else self._digests
+
+    def events(self) -> list[Event]:
+        """The named events of the window, oldest first."""
+        if self._wanted:
+            return [event for event, _ in self._loaded[-self._wanted :]]
+        if not self._missing:
+            return self._held  # type: ignore[return-value]  # no None in it
+        kept: list[Event] = []
+        for event in reversed(self._held):
+            if event is None:
+                break
+            kept.append(event)
+        kept.reverse()
+        return kept
+
+
 #: A LoadEventsRequest without max_events, and the most one may ask for.
 DEFAULT_LOAD_EVENTS = 100
 MAX_LOAD_EVENTS = 1000
@@ -392,6 +450,34 @@ class InteractiveCall:
             raise InvalidArgumentError(f"the first message of the call must set {first}")
         self._requests = iterator
         return getattr(message, first)
+
+    def request_before_stream(self, request: tool_pb2.ContextRequest) -> Any:
+        """``request`` as the server's next message, sent before :meth:`stream` starts (the
+        caller of this yields it); :meth:`answer_before_stream` reads the answer."""
+        request.request_id = next(self.channel._ids)
+        return self._wrap(context_request=request)
+
+    async def answer_before_stream(self, request_id: int) -> tool_pb2.ContextResponse:
+        """The caller's answer to :meth:`request_before_stream`'s request ``request_id``: the
+        call's next message."""
+        iterator = self._requests
+        assert iterator is not None, "start() reads the first message first"
+        try:
+            message = await anext(iterator)
+        except StopAsyncIteration:
+            raise CallerGone("the caller ended the call before it answered") from None
+        if message.WhichOneof("message") != "context_response" or (
+            message.context_response.request_id != request_id
+        ):
+            raise InvalidArgumentError(
+                f"the call's next message must answer context request {request_id}"
+            )
+        response: tool_pb2.ContextResponse = message.context_response
+        if response.WhichOneof("result") == "error":
+            detail = response.error
+            cls = error_class_for_reason(detail.reason) or InvalidArgumentError
+            raise cls(detail.message, metadata=dict(detail.metadata))
+        return response
 
     async def stream(self, responses: AsyncIterator[Any]) -> AsyncIterator[Any]:
         """The server's messages: the work's ``responses``, read in a task of their own, and

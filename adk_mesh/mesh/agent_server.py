@@ -48,6 +48,7 @@ from adk_mesh.mesh._caller_contexts import (
     CallerHistory,
     CallerMemory,
     InteractiveCall,
+    NamedHistory,
 )
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, MeshServer, open_channel
 from adk_mesh.mesh._deadline import deadline_of
@@ -515,13 +516,19 @@ class AgentServer(MeshServer):
         deadline: float | None,
         caller: CallerChannel | None = None,
         mutual_tls: bool = False,
+        named: NamedHistory | None = None,
     ) -> tuple[_DelegatedCall, AsyncGenerator[agent_pb2.RunResponse, None]]:
         """Check a delegated run and build its context; return them and the run's responses,
         not started. With ``caller`` (``RunDelegated``), the run's artifacts and memory are the
         caller's, reached over the call; else this server's own stores. Forwarded credentials
-        and request metadata are taken only when the call came over ``mutual_tls``."""
+        and request metadata are taken only when the call came over ``mutual_tls``. ``named``:
+        the events the view names by digest (:class:`NamedHistory`); by default those this
+        process kept."""
         delegated = request.delegated
         self._check_delegated(request)
+        if named is None:
+            named = NamedHistory(delegated.session, can_ask=False)
+        named_events = named.events()
         forwarded_credentials, forwarded_metadata = forwarded_secrets(
             delegated, mutual_tls=mutual_tls
         )
@@ -557,6 +564,8 @@ class AgentServer(MeshServer):
                 app_name=view.app_name or self.app_name,
                 user_id=view.user_id or "anonymous",
                 session_id=view.session_id or str(uuid.uuid4()),
+                named=named_events,
+                named_digests=named.digests(),
             )
         )
         agent_tool = delegated.HasField("agent_tool")
@@ -610,7 +619,7 @@ class AgentServer(MeshServer):
                 if caller is None
                 else CallerHistory(
                     caller,
-                    omitted=delegated.session.omitted_events,
+                    omitted=delegated.session.omitted_events - len(named_events),
                     abridged=delegated.session.abridged_event_ids,
                     first_event_id=session.events[0].id if session.events else "",
                 )
@@ -969,11 +978,19 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                 raise InvalidArgumentError(
                     "RunDelegated carries delegated runs only; a user turn goes to Run"
                 )
+            # The events the view names by digest, and those not kept here loaded from the
+            # caller, before the run starts.
+            self._server._check_delegated(request)
+            named = NamedHistory(request.delegated.session, can_ask=True)
+            while (ask := named.next_request()) is not None:
+                yield interactive.request_before_stream(ask)
+                named.take(await interactive.answer_before_stream(ask.request_id))
             delegated, responses = await self._server._delegated_run(
                 request,
                 deadline=deadline,
                 caller=interactive.channel,
                 mutual_tls=is_mutual_tls(context),
+                named=named,
             )
             call.invocation_id = delegated.invocation_id
             try:

@@ -105,8 +105,10 @@ class RemoteAgent(BaseAgent):
             that does not fit even so. The view tells the remote side how many older events
             it left out (``SessionView.omitted_events``), so no history length or event size
             makes a call fail (:func:`~adk_mesh.codec.session_view_to_proto`). Events sent
-            before are not encoded again, nor decoded again by the other side
-            (:class:`~adk_mesh.codec.EncodedEvents`, :class:`~adk_mesh.codec.DecodedEvents`).
+            to the service before are not encoded again, nor sent again: the view names them
+            by digest, and the service takes them from what it kept, or asks for them
+            (``SessionView.history_digests``, :class:`~adk_mesh.codec.EncodedEvents`,
+            :class:`~adk_mesh.codec.DecodedEvents`).
         tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
             ``_KEY`` from the environment; plaintext when they are unset).
         keeps_conversation: whether, when it answered last, it answers the user's next turn
@@ -151,14 +153,20 @@ class RemoteAgent(BaseAgent):
         it can hand the conversation back (see the ``keeps_conversation`` argument)."""
         return self._keeps_conversation
 
-    def _session_view(self, session: Session, into: agent_pb2.SessionView) -> None:
+    def _session_view(
+        self, session: Session, into: agent_pb2.SessionView, *, whole_history: bool
+    ) -> None:
         """Fill ``into`` with what the remote side sees of ``session``: its state and this
-        agent's window of its history."""
+        agent's window of its history. ``whole_history``: ``session`` is the session itself,
+        not a delegation's filtered view of it, so its window is kept for the next turn
+        (:data:`~adk_mesh.codec.VIEW_MEMOS`)."""
         codec.session_view_to_proto(
             session,
             max_events=self.history_max_events,
             max_bytes=self.history_max_bytes,
             into=into,
+            digests_for=self.target,
+            memo=(session.app_name, session.user_id, session.id) if whole_history else None,
         )
 
     @property
@@ -258,10 +266,13 @@ class RemoteAgent(BaseAgent):
         session: Session,
         artifacts: ArtifactService | None,
         memory: MemoryService | None,
+        *,
+        whole_history: bool,
     ) -> agent_pb2.RunDelegatedRequest:
-        """The request of a remote run of ``ctx``'s invocation seeing ``session``, in the
-        message ``RunDelegated`` sends (``.run`` alone goes as a plain ``Run``). Built in place:
-        a view of a long history is never copied from message to message."""
+        """The request of a remote run of ``ctx``'s invocation seeing ``session`` (the
+        session itself when ``whole_history``), in the message ``RunDelegated`` sends
+        (``.run`` alone goes as a plain ``Run``). Built in place: a view of a long history is
+        never copied from message to message."""
         message = agent_pb2.RunDelegatedRequest()
         request = message.run
         request.agent_name = self.agent_name
@@ -272,7 +283,7 @@ class RemoteAgent(BaseAgent):
         delegated.call_path.extend(self._call_path(ctx))
         delegated.llm_calls_made = ctx.llm_calls
         delegated.scope.CopyFrom(codec.delegation_scope_to_proto(ctx.delegation_scope))
-        self._session_view(session, into=delegated.session)
+        self._session_view(session, into=delegated.session, whole_history=whole_history)
         delegated.no_caller_stores = _nothing_to_ask(artifacts, memory, delegated.session)
         return message
 
@@ -294,7 +305,9 @@ class RemoteAgent(BaseAgent):
     def _request(
         self, ctx: InvocationContext, global_instruction: str | None
     ) -> agent_pb2.RunDelegatedRequest:
-        message = self._new_request(ctx, ctx.session, ctx.artifact_service, ctx.memory_service)
+        message = self._new_request(
+            ctx, ctx.session, ctx.artifact_service, ctx.memory_service, whole_history=True
+        )
         delegated = message.run.delegated
         if global_instruction is not None:
             delegated.global_instruction = global_instruction
@@ -411,7 +424,7 @@ class RemoteAgent(BaseAgent):
         scope = policy.narrowed(parent.delegation_scope)
         artifacts = scoped_artifacts(parent.artifact_service, scope)
         memory = scoped_memory(parent.memory_service, scope)
-        message = self._new_request(parent, view, artifacts, memory)
+        message = self._new_request(parent, view, artifacts, memory, whole_history=False)
         delegated = message.run.delegated
         delegated.branch = delegation.branch
         delegated.delegation_depth = delegation.depth

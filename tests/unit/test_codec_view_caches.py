@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from adk_mesh import codec
 from adk_mesh.sessions.base import Session
-from adk_mesh.types import Content, Event, LlmResponse
+from adk_mesh.types import Content, Event, LlmResponse, Part
 from adk_mesh.v1 import agent_pb2
 
 
@@ -29,9 +29,10 @@ def ids(view: agent_pb2.SessionView) -> list[str]:
 def test_an_event_object_sent_before_is_not_encoded_again() -> None:
     cache = codec.EncodedEvents(1 << 20)
     event = text_event(1)
-    encoded = codec.event_to_proto(event)
-    cache.put(event, encoded, encoded.ByteSize())
-    assert cache.get(event) == (encoded, encoded.ByteSize())
+    encoded = codec.EncodedEvent(event, codec.event_to_proto(event))
+    cache.put(encoded)
+    assert cache.get(event) is encoded
+    assert encoded.size == encoded.message.ByteSize()
     # Another object with the same id (a copy read again, or a different event claiming the
     # id) is encoded afresh: the entry serves the very object it was made from.
     assert cache.get(event.model_copy()) is None
@@ -40,12 +41,12 @@ def test_an_event_object_sent_before_is_not_encoded_again() -> None:
 
 def test_the_encoding_cache_keeps_its_bound_dropping_the_least_recently_used() -> None:
     events = [text_event(i) for i in range(10)]
-    sizes = [codec.event_to_proto(e).ByteSize() for e in events]
-    cache = codec.EncodedEvents(sum(sizes[:4]))
-    for event, size in zip(events[:4], sizes[:4], strict=True):
-        cache.put(event, codec.event_to_proto(event), size)
+    encoded = [codec.EncodedEvent(e, codec.event_to_proto(e)) for e in events]
+    cache = codec.EncodedEvents(sum(e.size for e in encoded[:4]))
+    for entry in encoded[:4]:
+        cache.put(entry)
     assert cache.get(events[0]) is not None  # now the most recently used
-    cache.put(events[4], codec.event_to_proto(events[4]), sizes[4])
+    cache.put(encoded[4])
     assert cache.get(events[1]) is None
     assert cache.get(events[0]) is not None
     assert cache.get(events[4]) is not None
@@ -127,3 +128,151 @@ def test_a_window_cut_by_bytes_is_not_stepped() -> None:
     view = codec.session_view_to_proto(session_of(events), max_events=100, max_bytes=10_500)
     assert len(view.events) == 9
     assert ids(view) == [e.id for e in events[-9:]]
+
+
+# --- history digests: events sent before are named, not sent ------------------------------
+
+
+def _resolved(view: agent_pb2.SessionView, sent: dict[bytes, str]) -> list[str]:
+    """The ids of a view's window: the named events (by the digests of the events sent
+    before), then the events sent."""
+    digests = codec.history_digests(view)
+    return [sent[d] for d in digests] + ids(view)
+
+
+def _remember(view: agent_pb2.SessionView, sent: dict[bytes, str]) -> None:
+    import hashlib
+
+    for event in view.events:
+        sent[hashlib.sha256(event.SerializeToString(deterministic=True)).digest()] = event.id
+
+
+def test_events_sent_to_a_service_before_are_named_by_digest_next_time() -> None:
+    codec.VIEW_MEMOS.clear()
+    events = [text_event(i) for i in range(12)]
+    sent: dict[bytes, str] = {}
+    first = codec.session_view_to_proto(session_of(events[:10]), digests_for="svc-a")
+    assert not first.history_digests and first.omitted_events == 0
+    _remember(first, sent)
+    second = codec.session_view_to_proto(session_of(events), digests_for="svc-a")
+    assert len(codec.history_digests(second)) == 10
+    assert ids(second) == ["e00010", "e00011"]
+    assert second.omitted_events == 10  # an older service sees them as omitted
+    assert _resolved(second, sent) == [e.id for e in events]
+    # Another service was sent nothing: everything goes whole.
+    other = codec.session_view_to_proto(session_of(events), digests_for="svc-b")
+    assert not other.history_digests and len(other.events) == 12
+
+
+def test_a_kept_window_gives_the_view_a_fresh_build_gives() -> None:
+    # The same session grown turn by turn (a few events each, the newest read back as equal
+    # copies, as a store does), its view built from the kept window and afresh: the same
+    # window, the same omitted count, at every turn, across window steps.
+    import random
+
+    rng = random.Random(7)
+    for max_events, max_bytes in ((8, 1 << 20), (20, 1 << 20), (1000, 1 << 20), (50, 2000)):
+        codec.VIEW_MEMOS.clear()
+        codec.ENCODED_EVENTS.clear()
+        history: list[Event] = []
+        sent: dict[bytes, str] = {}
+        target = f"svc-{max_events}-{max_bytes}"
+        for turn in range(60):
+            # The last turn's events come back as copies.
+            history = [*history[:-3], *(e.model_copy() for e in history[-3:])]
+            for _ in range(rng.randint(1, 5)):
+                index = len(history)
+                if rng.random() < 0.3:  # an answer to a call, at which no window may start
+                    history.append(
+                        Event(
+                            id=f"e{index:05d}",
+                            author="agent",
+                            llm_response=LlmResponse(
+                                content=Content(
+                                    role="user",
+                                    parts=[Part.from_function_response("t", {"n": index})],
+                                )
+                            ),
+                        )
+                    )
+                else:
+                    history.append(text_event(index))
+            memo_view = codec.session_view_to_proto(
+                session_of(history),
+                max_events=max_events,
+                max_bytes=max_bytes,
+                digests_for=target,
+                memo=("app", "u", "s"),
+            )
+            fresh = codec.session_view_to_proto(
+                session_of(history), max_events=max_events, max_bytes=max_bytes
+            )
+            _remember(memo_view, sent)
+            assert _resolved(memo_view, sent) == ids(fresh), (max_events, turn)
+            assert (
+                memo_view.omitted_events - len(codec.history_digests(memo_view))
+                == fresh.omitted_events
+            )
+
+
+def test_malformed_digests_are_refused() -> None:
+    import pytest
+
+    from adk_mesh.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="32 bytes each"):
+        codec.history_digests(agent_pb2.SessionView(history_digests=b"x" * 33, omitted_events=2))
+    with pytest.raises(InvalidArgumentError, match="among the omitted"):
+        codec.history_digests(agent_pb2.SessionView(history_digests=b"x" * 64, omitted_events=1))
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        codec.history_digests(
+            agent_pb2.SessionView(
+                history_digests=b"x" * 32 * (codec.MAX_HISTORY_DIGESTS + 1),
+                omitted_events=codec.MAX_HISTORY_DIGESTS + 1,
+            )
+        )
+
+
+def test_a_service_takes_named_events_only_from_what_it_decoded_itself() -> None:
+    codec.DECODED_EVENTS.clear()
+    codec.NAMED_WINDOWS.clear()
+    events = [text_event(i) for i in range(4)]
+    full = codec.session_view_to_proto(session_of(events))
+    codec.session_view_from_proto(full)  # decoded and kept here
+    import hashlib
+
+    digests = b"".join(
+        hashlib.sha256(m.SerializeToString(deterministic=True)).digest() for m in full.events
+    )
+    named = agent_pb2.SessionView(history_digests=digests[:96], omitted_events=3)
+    named.events.append(full.events[3])
+    found = codec.named_events(named)
+    assert [e.id for e in found if e is not None] == ["e00000", "e00001", "e00002"]
+    # A digest of nothing decoded here names nothing.
+    unknown = agent_pb2.SessionView(history_digests=b"\0" * 32 + digests[32:64], omitted_events=2)
+    assert [e is None for e in codec.named_events(unknown)] == [True, False]
+
+
+def test_a_service_resolves_a_stepped_window_from_the_window_it_kept() -> None:
+    import hashlib
+
+    codec.DECODED_EVENTS.clear()
+    codec.NAMED_WINDOWS.clear()
+    events = [text_event(i) for i in range(10)]
+    full = codec.session_view_to_proto(session_of(events))
+    codec.session_view_from_proto(full, named_digests=b"")
+    digests = [
+        hashlib.sha256(m.SerializeToString(deterministic=True)).digest() for m in full.events
+    ]
+    codec.DECODED_EVENTS.clear()  # only the kept window can answer now
+    stepped = agent_pb2.SessionView(
+        app_name="app", user_id="u", session_id="s", history_digests=b"".join(digests[4:])
+    )
+    stepped.omitted_events = 10
+    assert [e.id if e else None for e in codec.named_events(stepped)] == [e.id for e in events[4:]]
+    # Digests that only look like part of it (not at a digest's boundary) are not matched.
+    odd = agent_pb2.SessionView(
+        app_name="app", user_id="u", session_id="s", history_digests=digests[4][1:] + b"\0" * 1
+    )
+    odd.omitted_events = 1
+    assert codec.named_events(odd) == [None]

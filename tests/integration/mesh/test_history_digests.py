@@ -1,0 +1,153 @@
+"""A long conversation does not cross the wire on every turn: events a RemoteAgent sent its
+service before are named by digest (SessionView.history_digests), and the service takes them
+from what it kept; one that did not keep them (another replica, dropped) asks the caller for
+them on the call, so the remote agent always sees the same window. Real grpc.aio servers on
+port 0, a real SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from adk_mesh import codec
+from adk_mesh.agents.llm_agent import LlmAgent
+from adk_mesh.mesh import AgentServer, RemoteAgent, _caller_contexts
+from adk_mesh.models.base import LlmRequest
+from adk_mesh.runner import Runner
+from adk_mesh.sessions import SqliteSessionService
+from adk_mesh.testing import FunctionModel, text
+from adk_mesh.types import Content, Event, LlmResponse
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
+
+HISTORY = 300
+
+
+def seen_texts(request: LlmRequest) -> list[str]:
+    return [part.text or "" for content in request.contents for part in content.parts]
+
+
+async def fill(store: SqliteSessionService, count: int) -> str:
+    session = await store.create_session(app_name="app", user_id="u")
+    for index in range(count):
+        role, author = ("user", "user") if index % 2 == 0 else ("model", "helper")
+        await store.append_event(
+            session, Event.new(author=author, content=Content.from_text(role, f"old {index}"))
+        )
+    return session.id
+
+
+async def turn(runner: Runner, session_id: str, message: str) -> None:
+    async for _ in runner.run(
+        user_id="u", session_id=session_id, new_message=Content.from_text("user", message)
+    ):
+        pass
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[Runner, list[LlmRequest], str]]:
+    requests: list[LlmRequest] = []
+
+    def answer(request: LlmRequest) -> LlmResponse:
+        requests.append(request)
+        return text(f"answer {len(requests)}")
+
+    server = AgentServer(LlmAgent(name="helper", model=FunctionModel(answer)))
+    port = await server.start("127.0.0.1:0")
+    store = SqliteSessionService(str(tmp_path / "sessions.db"))
+    agent = RemoteAgent("helper", f"127.0.0.1:{port}")
+    try:
+        yield Runner(agent=agent, app_name="app", session_service=store), requests, f"{port}"
+    finally:
+        await agent.close()
+        await server.stop(0)
+        await store.close()
+
+
+async def test_events_sent_before_are_named_and_the_window_is_the_same(
+    served: tuple[Runner, list[LlmRequest], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, requests, _ = served
+    store = runner.session_service
+    assert isinstance(store, SqliteSessionService)
+    session_id = await fill(store, HISTORY)
+    sent: list[agent_pb2.SessionView] = []
+    original = codec.session_view_from_proto
+
+    def spy(message: agent_pb2.SessionView, **kwargs: object) -> object:
+        sent.append(agent_pb2.SessionView.FromString(message.SerializeToString()))
+        return original(message, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(codec, "session_view_from_proto", spy)
+    for index in range(3):
+        await turn(runner, session_id, f"turn {index}")
+    # The first turn sends the window whole; the next ones name it and send the new events.
+    assert not sent[0].history_digests and len(sent[0].events) == HISTORY + 1
+    for view in sent[1:]:
+        assert len(codec.history_digests(view)) >= HISTORY
+        assert len(view.events) == 2  # the last answer and the new message
+    # And the remote agent's model saw the whole history every time.
+    for index, request in enumerate(requests):
+        texts = seen_texts(request)
+        assert texts[0].endswith("old 0"), texts[:2]
+        assert texts[-1] == f"turn {index}"
+        assert len(request.contents) == HISTORY + 1 + 2 * index
+
+
+async def test_a_service_that_did_not_keep_them_asks_the_caller(
+    served: tuple[Runner, list[LlmRequest], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, requests, _ = served
+    store = runner.session_service
+    assert isinstance(store, SqliteSessionService)
+    session_id = await fill(store, HISTORY)
+    await turn(runner, session_id, "turn 0")
+    asked: list[int] = []
+    original = _caller_contexts.NamedHistory.take
+
+    def take(self: _caller_contexts.NamedHistory, response: object) -> None:
+        asked.append(len(response.loaded_events.events))  # type: ignore[attr-defined]
+        original(self, response)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_caller_contexts.NamedHistory, "take", take)
+    # As another replica would be: nothing kept.
+    codec.DECODED_EVENTS.clear()
+    codec.NAMED_WINDOWS.clear()
+    await turn(runner, session_id, "turn 1")
+    assert asked == [HISTORY + 1]  # the named events (the first view), loaded, once
+    assert len(requests[1].contents) == HISTORY + 3
+    assert seen_texts(requests[1])[0].endswith("old 0")
+    # Loaded, they are kept: the next turn asks nothing.
+    await turn(runner, session_id, "turn 2")
+    assert asked == [HISTORY + 1]
+    assert len(requests[2].contents) == HISTORY + 5
+
+
+async def test_named_events_on_a_plain_run_leave_a_shorter_window(
+    served: tuple[Runner, list[LlmRequest], str],
+) -> None:
+    # A plain Run cannot ask: what the service does not hold stays among the omitted events.
+    _, requests, port = served
+    codec.DECODED_EVENTS.clear()
+    codec.NAMED_WINDOWS.clear()
+    request = agent_pb2.RunRequest()
+    view = request.delegated.session
+    view.app_name, view.user_id, view.session_id = "app", "u", "plain"
+    view.history_digests = b"\x01" * 32 * 3
+    view.omitted_events = 3
+    view.events.append(
+        codec.event_to_proto(Event.new(author="user", content=Content.from_text("user", "hi")))
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        async for _ in stub.Run(request):
+            pass
+        assert seen_texts(requests[-1]) == ["hi"]
+        view.history_digests = b"\x01" * 33
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async for _ in stub.Run(request):
+                pass
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "32 bytes each" in (refused.value.details() or "")

@@ -912,7 +912,7 @@ async def history_part(args: argparse.Namespace) -> None:
         "\n(f) history across one hop: one turn of Runner(RemoteAgent -> AgentServer in a child "
         "process, the weather agent: tool call, answer) on a SQLite session with 1 / 1,000 / "
         "1,100 prior events, each right after a turn on the same session (the steady state), "
-        f"interleaved; {args.rounds} rounds, one session per configuration and round"
+        f"interleaved; {args.rounds} rounds, three sessions per configuration and round"
     )
     try:
         with tempfile.TemporaryDirectory() as directory:
@@ -921,7 +921,7 @@ async def history_part(args: argparse.Namespace) -> None:
             )
             agent = RemoteAgent("weather", servers.targets[0])
             runner = Runner(agent=agent, app_name="bench", session_service=store)
-            per_round = 1
+            per_round = 3
             sessions = {
                 label: await history_sessions(store, history, count * per_round)
                 for label, history in HISTORIES

@@ -28,7 +28,7 @@ import json
 import math
 import operator
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -1075,7 +1075,7 @@ def session_view_to_proto(
             message.events.extend([entry.message for entry in fresh])
             message.omitted_events = now.omitted + skip + named
             for entry in fresh:
-                entry.sent_to.add(digests_for)
+                entry.sent(digests_for)
             VIEW_MEMOS.put(key, now)
             return message
     window: list[EncodedEvent] = []  # newest first
@@ -1143,7 +1143,7 @@ def session_view_to_proto(
         if named:
             message.history_digests = b"".join([entry.digest for entry in sent[:named]])
         for entry in sent[named:]:
-            entry.sent_to.add(digests_for)
+            entry.sent(digests_for)
     message.events.extend([entry.message for entry in sent[named:]])
     message.omitted_events = omitted + skip + named
     if digests_for is not None and memo is not None:
@@ -1185,7 +1185,12 @@ class EncodedEvent:
         self.size = len(data)
         self.digest = hashlib.sha256(data).digest()
         self.abridged = abridged
-        self.sent_to: set[str] = set()
+        self.sent_to: tuple[str, ...] = ()
+
+    def sent(self, target: str) -> None:
+        """Note that this encoding went to ``target`` whole."""
+        if target not in self.sent_to:
+            self.sent_to += (target,)
 
     def moved(self, event: Event) -> EncodedEvent:
         """This encoding, of ``event``: another object equal to this one's event (the same
@@ -1344,26 +1349,39 @@ _V = TypeVar("_V")
 
 
 class LruDict(Generic[_K, _V]):
-    """A mapping that keeps its ``max_entries`` most recently put entries."""
+    """A mapping that keeps its most recently put entries: at most ``max_entries`` of them,
+    and at most ``max_weight`` of their ``weight`` together."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_weight: int, weight: Callable[[_V], int]) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[_K, _V] = OrderedDict()
+        self.max_weight = max_weight
+        self._weight = weight
+        self._total = 0
+        self._entries: OrderedDict[_K, tuple[_V, int]] = OrderedDict()
 
     def get(self, key: _K) -> _V | None:
-        return self._entries.get(key)
+        entry = self._entries.get(key)
+        return None if entry is None else entry[0]
 
     def put(self, key: _K, value: _V) -> None:
-        self._entries[key] = value
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self.drop(key)
+        weight = self._weight(value)
+        if weight > self.max_weight:
+            return
+        self._entries[key] = (value, weight)
+        self._total += weight
+        while len(self._entries) > self.max_entries or self._total > self.max_weight:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._total -= dropped
 
     def drop(self, key: _K) -> None:
-        self._entries.pop(key, None)
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._total -= entry[1]
 
     def clear(self) -> None:
         self._entries.clear()
+        self._total = 0
 
 
 #: The most events a view may name by digest (``SessionView.history_digests``).
@@ -1590,13 +1608,17 @@ class DecodedEvents:
 #: window, 1,000 events, of ~16 sessions of short messages).
 ENCODED_EVENTS = EncodedEvents(16 * 1024 * 1024)
 DECODED_EVENTS = DecodedEvents(16 * 1024 * 1024)
-#: The windows of the views last sent (:func:`session_view_to_proto`'s ``memo``), of 1,024
-#: sessions: a session's next view is compared with its window by object identity (in C),
-#: and only the events added since are looked at.
-VIEW_MEMOS: LruDict[Hashable, _Window] = LruDict(1024)
+#: The windows of the views last sent (:func:`session_view_to_proto`'s ``memo``): a session's
+#: next view is compared with its window by object identity (in C), and only the events added
+#: since are looked at. Of 1,024 sessions at most, and 16 MiB of their encodings (a window
+#: holds its encodings, which the bound of :data:`ENCODED_EVENTS` then does not free).
+VIEW_MEMOS: LruDict[Hashable, _Window] = LruDict(1024, 16 * 1024 * 1024, lambda window: window.size)
 #: The named windows of the views last received (their digests and events), of 1,024
-#: sessions.
-NAMED_WINDOWS: LruDict[tuple[str, str, str], tuple[bytes, list[Event | None]]] = LruDict(1024)
+#: sessions at most and 65,536 events (about what :data:`DECODED_EVENTS` holds of short
+#: messages: a window holds its events, which that bound then does not free).
+NAMED_WINDOWS: LruDict[tuple[str, str, str], tuple[bytes, list[Event | None]]] = LruDict(
+    1024, 65_536, lambda window: len(window[1])
+)
 
 
 # --- abridged events -----------------------------------------------------------------------

@@ -276,3 +276,18 @@ def test_a_service_resolves_a_stepped_window_from_the_window_it_kept() -> None:
     )
     odd.omitted_events = 1
     assert codec.named_events(odd) == [None]
+
+
+def test_kept_windows_are_bounded_in_entries_and_weight() -> None:
+    kept: codec.LruDict[str, list[int]] = codec.LruDict(3, 10, len)
+    kept.put("a", [1] * 4)
+    kept.put("b", [1] * 4)
+    kept.put("c", [1] * 4)  # 12 > 10: the least recently put goes
+    assert kept.get("a") is None and kept.get("b") is not None
+    for key in "def":
+        kept.put(key, [1])
+    assert [kept.get(k) is not None for k in "bcdef"] == [False, False, True, True, True]
+    kept.put("huge", [1] * 11)  # heavier than the whole bound: not kept, nothing dropped
+    assert kept.get("huge") is None and kept.get("d") is not None
+    kept.put("d", [1] * 9)  # replacing an entry counts its new weight only
+    assert kept.get("d") == [1] * 9 and kept.get("e") is None

@@ -228,17 +228,22 @@ class NamedHistory:
     """The events a delegated run's view names by digest (``SessionView.history_digests``)
     instead of sending them: those this process kept from earlier views
     (:data:`~adk_mesh.codec.DECODED_EVENTS`), and, when some were not kept (another replica
-    had them, or they were dropped), the ``load_events`` requests that fetch them all from the
-    caller before the run starts (:meth:`next_request`, :meth:`take`), so that the run sees
-    the window the caller meant. Without a caller to ask (a plain ``Run``), the window starts
-    after the newest event not kept; the others stay among the omitted events."""
+    ran the last turn, or they were dropped), the ``load_events`` requests that fetch the
+    named events from the oldest one not kept on from the caller before the run starts
+    (:meth:`next_request`, :meth:`take`: the named events are the newest before ``events[0]``,
+    so those are its newest), so that the run sees the window the caller meant. Without a
+    caller to ask (a plain ``Run``), the window starts after the newest event not kept; the
+    others stay among the omitted events."""
 
     def __init__(self, view: agent_pb2.SessionView, *, can_ask: bool) -> None:
         self._digests = view.history_digests
         self._held = codec.named_events(view)
-        self._missing = None in self._held
+        missing = [index for index, event in enumerate(self._held) if event is None]
+        self._missing = bool(missing)
         self._first_event_id = view.events[0].id if view.events else ""
-        self._wanted = len(self._held) if self._missing and can_ask else 0
+        #: Kept from the start of the named events: all, or those before the first missing.
+        self._kept = missing[0] if missing and can_ask else len(self._held)
+        self._wanted = len(self._held) - self._kept if can_ask else 0
         self._loaded: list[tuple[Event, bytes]] = []
 
     def next_request(self) -> tool_pb2.ContextRequest | None:
@@ -258,27 +263,30 @@ class NamedHistory:
         ]
         if not page:  # the caller's history is shorter than named: the window is what it has
             self._wanted = len(self._loaded)
+            self._kept = 0
         self._loaded[:0] = page
 
     def digests(self) -> bytes | None:
         """The digests :meth:`events` are kept under in this process (None: not all are)."""
-        if self._wanted:
-            return b"".join([digest for _, digest in self._loaded[-self._wanted :]])
+        if self._wanted or self._kept < len(self._held):
+            kept = self._digests[: self._kept * codec.DIGEST_BYTES]
+            return kept + b"".join([digest for _, digest in self._loaded])
         return None if self._missing else self._digests
 
     def events(self) -> list[Event]:
         """The named events of the window, oldest first."""
-        if self._wanted:
-            return [event for event, _ in self._loaded[-self._wanted :]]
+        if self._wanted or self._kept < len(self._held):
+            kept: list[Event] = self._held[: self._kept]  # type: ignore[assignment]
+            return [*kept, *(event for event, _ in self._loaded)]
         if not self._missing:
             return self._held  # type: ignore[return-value]  # no None in it
-        kept: list[Event] = []
+        newest: list[Event] = []
         for event in reversed(self._held):
             if event is None:
                 break
-            kept.append(event)
-        kept.reverse()
-        return kept
+            newest.append(event)
+        newest.reverse()
+        return newest
 
 
 #: A LoadEventsRequest without max_events, and the most one may ask for.

@@ -6,6 +6,7 @@ port 0, a real SQLite store."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -151,3 +152,43 @@ async def test_named_events_on_a_plain_run_leave_a_shorter_window(
                 pass
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "32 bytes each" in (refused.value.details() or "")
+
+
+async def test_a_service_that_missed_the_last_turn_loads_only_its_events(
+    served: tuple[Runner, list[LlmRequest], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round-robin replicas: the one answering now holds the window up to the turn before,
+    # not the events the other one was sent last turn. Only those are loaded.
+    runner, requests, _ = served
+    store = runner.session_service
+    assert isinstance(store, SqliteSessionService)
+    session_id = await fill(store, HISTORY)
+    sent: list[agent_pb2.SessionView] = []
+    original_view = codec.session_view_from_proto
+
+    def spy(message: agent_pb2.SessionView, **kwargs: object) -> object:
+        sent.append(agent_pb2.SessionView.FromString(message.SerializeToString()))
+        return original_view(message, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(codec, "session_view_from_proto", spy)
+    await turn(runner, session_id, "turn 0")
+    await turn(runner, session_id, "turn 1")
+    # As if turn 1 had gone to another replica: its events were never seen here.
+    for message in sent[-1].events:
+        digest = hashlib.sha256(message.SerializeToString(deterministic=True)).digest()
+        codec.DECODED_EVENTS._entries.pop(digest)
+    codec.NAMED_WINDOWS.clear()
+    asked: list[int] = []
+    original_take = _caller_contexts.NamedHistory.take
+
+    def take(self: _caller_contexts.NamedHistory, response: object) -> None:
+        asked.append(len(response.loaded_events.events))  # type: ignore[attr-defined]
+        original_take(self, response)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_caller_contexts.NamedHistory, "take", take)
+    await turn(runner, session_id, "turn 2")
+    assert asked == [2]  # turn 0's answer and turn 1's message
+    assert len(requests[2].contents) == HISTORY + 5
+    texts = seen_texts(requests[2])
+    assert texts[0].endswith("old 0") and texts[-1] == "turn 2"
+    assert texts == [*seen_texts(requests[1]), "answer 2", "turn 2"]

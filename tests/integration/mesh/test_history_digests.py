@@ -67,21 +67,46 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Runner, list[LlmRequest]
         await store.close()
 
 
-async def test_events_sent_before_are_named_and_the_window_is_the_same(
-    served: tuple[Runner, list[LlmRequest], str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    runner, requests, _ = served
-    store = runner.session_service
-    assert isinstance(store, SqliteSessionService)
-    session_id = await fill(store, HISTORY)
-    sent: list[agent_pb2.SessionView] = []
+@pytest.fixture
+def views(monkeypatch: pytest.MonkeyPatch) -> list[agent_pb2.SessionView]:
+    """The session views the service receives, as they came."""
+    received: list[agent_pb2.SessionView] = []
     original = codec.session_view_from_proto
 
     def spy(message: agent_pb2.SessionView, **kwargs: object) -> object:
-        sent.append(agent_pb2.SessionView.FromString(message.SerializeToString()))
+        received.append(agent_pb2.SessionView.FromString(message.SerializeToString()))
         return original(message, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(codec, "session_view_from_proto", spy)
+    return received
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many named events each load from the caller brought."""
+    loaded: list[int] = []
+    original = _caller_contexts.NamedHistory.take
+
+    def take(self: _caller_contexts.NamedHistory, response: object) -> None:
+        loaded.append(len(response.loaded_events.events))  # type: ignore[attr-defined]
+        original(self, response)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_caller_contexts.NamedHistory, "take", take)
+    return loaded
+
+
+async def a_session(runner: Runner) -> str:
+    store = runner.session_service
+    assert isinstance(store, SqliteSessionService)
+    return await fill(store, HISTORY)
+
+
+async def test_events_sent_before_are_named_and_the_window_is_the_same(
+    served: tuple[Runner, list[LlmRequest], str], views: list[agent_pb2.SessionView]
+) -> None:
+    runner, requests, _ = served
+    session_id = await a_session(runner)
+    sent = views
     for index in range(3):
         await turn(runner, session_id, f"turn {index}")
     # The first turn sends the window whole; the next ones name it and send the new events.
@@ -98,21 +123,12 @@ async def test_events_sent_before_are_named_and_the_window_is_the_same(
 
 
 async def test_a_service_that_did_not_keep_them_asks_the_caller(
-    served: tuple[Runner, list[LlmRequest], str], monkeypatch: pytest.MonkeyPatch
+    served: tuple[Runner, list[LlmRequest], str], loads: list[int]
 ) -> None:
     runner, requests, _ = served
-    store = runner.session_service
-    assert isinstance(store, SqliteSessionService)
-    session_id = await fill(store, HISTORY)
+    session_id = await a_session(runner)
     await turn(runner, session_id, "turn 0")
-    asked: list[int] = []
-    original = _caller_contexts.NamedHistory.take
-
-    def take(self: _caller_contexts.NamedHistory, response: object) -> None:
-        asked.append(len(response.loaded_events.events))  # type: ignore[attr-defined]
-        original(self, response)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_caller_contexts.NamedHistory, "take", take)
+    asked = loads
     # As another replica would be: nothing kept.
     codec.DECODED_EVENTS.clear()
     codec.NAMED_WINDOWS.clear()
@@ -155,22 +171,15 @@ async def test_named_events_on_a_plain_run_leave_a_shorter_window(
 
 
 async def test_a_service_that_missed_the_last_turn_loads_only_its_events(
-    served: tuple[Runner, list[LlmRequest], str], monkeypatch: pytest.MonkeyPatch
+    served: tuple[Runner, list[LlmRequest], str],
+    views: list[agent_pb2.SessionView],
+    loads: list[int],
 ) -> None:
     # Round-robin replicas: the one answering now holds the window up to the turn before,
     # not the events the other one was sent last turn. Only those are loaded.
     runner, requests, _ = served
-    store = runner.session_service
-    assert isinstance(store, SqliteSessionService)
-    session_id = await fill(store, HISTORY)
-    sent: list[agent_pb2.SessionView] = []
-    original_view = codec.session_view_from_proto
-
-    def spy(message: agent_pb2.SessionView, **kwargs: object) -> object:
-        sent.append(agent_pb2.SessionView.FromString(message.SerializeToString()))
-        return original_view(message, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(codec, "session_view_from_proto", spy)
+    session_id = await a_session(runner)
+    sent = views
     await turn(runner, session_id, "turn 0")
     await turn(runner, session_id, "turn 1")
     # As if turn 1 had gone to another replica: its events were never seen here.
@@ -178,16 +187,8 @@ async def test_a_service_that_missed_the_last_turn_loads_only_its_events(
         digest = hashlib.sha256(message.SerializeToString(deterministic=True)).digest()
         codec.DECODED_EVENTS._entries.pop(digest)
     codec.NAMED_WINDOWS.clear()
-    asked: list[int] = []
-    original_take = _caller_contexts.NamedHistory.take
-
-    def take(self: _caller_contexts.NamedHistory, response: object) -> None:
-        asked.append(len(response.loaded_events.events))  # type: ignore[attr-defined]
-        original_take(self, response)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_caller_contexts.NamedHistory, "take", take)
     await turn(runner, session_id, "turn 2")
-    assert asked == [2]  # turn 0's answer and turn 1's message
+    assert loads == [2]  # turn 0's answer and turn 1's message
     assert len(requests[2].contents) == HISTORY + 5
     texts = seen_texts(requests[2])
     assert texts[0].endswith("old 0") and texts[-1] == "turn 2"

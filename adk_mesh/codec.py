@@ -83,6 +83,7 @@ __all__ = [
     "DecodedEvents",
     "EncodedEvent",
     "EncodedEvents",
+    "ViewDelivery",
     "abridged_event",
     "actions_from_proto",
     "actions_to_proto",
@@ -1025,6 +1026,7 @@ def session_view_to_proto(
     into: agent_pb2.SessionView | None = None,
     digests_for: str | None = None,
     memo: Hashable | None = None,
+    delivery: ViewDelivery | None = None,
 ) -> agent_pb2.SessionView:
     """What a delegated run may see of ``session``: its state and a window of its history.
 
@@ -1048,12 +1050,19 @@ def session_view_to_proto(
     window that were sent to it whole before are named by their digests
     (``SessionView.history_digests``) instead of sent again, and counted among
     ``omitted_events``; the service takes them from what it kept (:class:`DecodedEvents`) or
-    asks for them. The rest are sent, and noted as sent to it.
+    asks for them. The rest are sent, and noted as sent to it — once the service took the
+    view, when a ``delivery`` is given (:class:`ViewDelivery`), else now.
 
     ``memo``: with ``digests_for``, a key under which this view's window is kept (one per
     session and kind of view), so that the next view of the same session grown by a few
-    events costs what the new events cost, not the window (:data:`VIEW_MEMOS`).
+    events costs what the new events cost, not the window (:data:`VIEW_MEMOS`); kept when the
+    events are noted as sent.
     """
+    if delivery is None:
+        delivery = ViewDelivery()
+        now_delivered = True
+    else:
+        now_delivered = False
     message = agent_pb2.SessionView() if into is None else into
     message.app_name = session.app_name
     message.user_id = session.user_id
@@ -1074,9 +1083,9 @@ def session_view_to_proto(
             fresh = now.window[skip + named :]
             message.events.extend([entry.message for entry in fresh])
             message.omitted_events = now.omitted + skip + named
-            for entry in fresh:
-                entry.sent(digests_for)
-            VIEW_MEMOS.put(key, now)
+            delivery.hold(digests_for, fresh, key, now)
+            if now_delivered:
+                delivery.delivered()
             return message
     window: list[EncodedEvent] = []  # newest first
     positions: list[int] = []  # of each, in ``session.events``
@@ -1142,21 +1151,56 @@ def session_view_to_proto(
             named += 1
         if named:
             message.history_digests = b"".join([entry.digest for entry in sent[:named]])
-        for entry in sent[named:]:
-            entry.sent(digests_for)
+        memo_key: Hashable | None = None
+        kept_window = None
+        if memo is not None:
+            memo_key = (digests_for, memo, max_events, max_bytes)
+            if abridged_ids or cut_by_bytes:
+                VIEW_MEMOS.drop(memo_key)  # a window cut by bytes is walked whole every time
+            else:
+                kept_window = _Window(events, index, window, positions, omitted, skip=skip)
+        delivery.hold(digests_for, sent[named:], memo_key, kept_window)
+        if now_delivered:
+            delivery.delivered()
     message.events.extend([entry.message for entry in sent[named:]])
     message.omitted_events = omitted + skip + named
-    if digests_for is not None and memo is not None:
-        key = (digests_for, memo, max_events, max_bytes)
-        if abridged_ids or cut_by_bytes:
-            VIEW_MEMOS.drop(key)  # a window cut by bytes is walked whole every time
-        else:
-            VIEW_MEMOS.put(key, _Window(events, index, window, positions, omitted, skip=skip))
     if abridged_ids:
         message.abridged_event_ids.extend(
             abridged_ids[position] for position in positions[skip:] if position in abridged_ids
         )
     return message
+
+
+class ViewDelivery:
+    """What a view built with ``digests_for`` (:func:`session_view_to_proto`) tells its
+    service, recorded once the service took it (:meth:`delivered`: it answered): the
+    encodings the view sent whole go down as sent to the service, so that the next view names
+    them, and the view's window is kept. Until then, another view of the session sends them
+    again: a concurrent call (a ParallelAgent's children) does not name events the service
+    has not decoded yet."""
+
+    __slots__ = ("_key", "_sent", "_target", "_window")
+
+    def __init__(self) -> None:
+        self._target: str | None = None
+        self._sent: list[EncodedEvent] = []
+        self._key: Hashable | None = None
+        self._window: _Window | None = None
+
+    def hold(
+        self, target: str, sent: list[EncodedEvent], key: Hashable | None, window: _Window | None
+    ) -> None:
+        self._target, self._sent, self._key, self._window = target, sent, key, window
+
+    def delivered(self) -> None:
+        """The service took the view. Idempotent."""
+        target, self._target = self._target, None
+        if target is None:
+            return
+        for entry in self._sent:
+            entry.sent(target)
+        if self._key is not None and self._window is not None:
+            VIEW_MEMOS.put(self._key, self._window)
 
 
 def _leading_answers(events: Iterable[Event]) -> int:

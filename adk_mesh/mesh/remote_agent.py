@@ -154,7 +154,12 @@ class RemoteAgent(BaseAgent):
         return self._keeps_conversation
 
     def _session_view(
-        self, session: Session, into: agent_pb2.SessionView, *, whole_history: bool
+        self,
+        session: Session,
+        into: agent_pb2.SessionView,
+        *,
+        whole_history: bool,
+        delivery: codec.ViewDelivery,
     ) -> None:
         """Fill ``into`` with what the remote side sees of ``session``: its state and this
         agent's window of its history. ``whole_history``: ``session`` is the session itself,
@@ -167,6 +172,7 @@ class RemoteAgent(BaseAgent):
             into=into,
             digests_for=self.target,
             memo=(session.app_name, session.user_id, session.id) if whole_history else None,
+            delivery=delivery,
         )
 
     @property
@@ -268,6 +274,7 @@ class RemoteAgent(BaseAgent):
         memory: MemoryService | None,
         *,
         whole_history: bool,
+        delivery: codec.ViewDelivery,
     ) -> agent_pb2.RunDelegatedRequest:
         """The request of a remote run of ``ctx``'s invocation seeing ``session`` (the
         session itself when ``whole_history``), in the message ``RunDelegated`` sends
@@ -283,7 +290,9 @@ class RemoteAgent(BaseAgent):
         delegated.call_path.extend(self._call_path(ctx))
         delegated.llm_calls_made = ctx.llm_calls
         delegated.scope.CopyFrom(codec.delegation_scope_to_proto(ctx.delegation_scope))
-        self._session_view(session, into=delegated.session, whole_history=whole_history)
+        self._session_view(
+            session, into=delegated.session, whole_history=whole_history, delivery=delivery
+        )
         delegated.no_caller_stores = _nothing_to_ask(artifacts, memory, delegated.session)
         return message
 
@@ -303,10 +312,18 @@ class RemoteAgent(BaseAgent):
         return ""
 
     def _request(
-        self, ctx: InvocationContext, global_instruction: str | None
+        self,
+        ctx: InvocationContext,
+        global_instruction: str | None,
+        delivery: codec.ViewDelivery,
     ) -> agent_pb2.RunDelegatedRequest:
         message = self._new_request(
-            ctx, ctx.session, ctx.artifact_service, ctx.memory_service, whole_history=True
+            ctx,
+            ctx.session,
+            ctx.artifact_service,
+            ctx.memory_service,
+            whole_history=True,
+            delivery=delivery,
         )
         delegated = message.run.delegated
         if global_instruction is not None:
@@ -346,8 +363,11 @@ class RemoteAgent(BaseAgent):
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         timeout = call_timeout(ctx.deadline, self.timeout, f"remote agent {self.name!r}")
+        # The service took the view once it answers: only then do the events it was sent
+        # count as its own (codec.ViewDelivery).
+        delivery = codec.ViewDelivery()
         call, responses = self._call(
-            self._request(ctx, await self._global_instruction(ctx)),
+            self._request(ctx, await self._global_instruction(ctx), delivery),
             timeout,
             ctx,
             artifacts=ctx.artifact_service,
@@ -357,6 +377,7 @@ class RemoteAgent(BaseAgent):
         try:
             held: Event | None = None
             async for response in responses:
+                delivery.delivered()
                 # Inside an AgentServer's run, partial events go on to its stream as they
                 # came, not decoded (see mesh._relay); the relay is looked up per response, as
                 # the server may start relaying while this run goes on.
@@ -376,6 +397,7 @@ class RemoteAgent(BaseAgent):
                     yield event
                 if response.invocation_ended:
                     ctx.end_invocation()
+            delivery.delivered()
             if held is not None:
                 yield held
             ctx.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
@@ -424,7 +446,10 @@ class RemoteAgent(BaseAgent):
         scope = policy.narrowed(parent.delegation_scope)
         artifacts = scoped_artifacts(parent.artifact_service, scope)
         memory = scoped_memory(parent.memory_service, scope)
-        message = self._new_request(parent, view, artifacts, memory, whole_history=False)
+        delivery = codec.ViewDelivery()
+        message = self._new_request(
+            parent, view, artifacts, memory, whole_history=False, delivery=delivery
+        )
         delegated = message.run.delegated
         delegated.branch = delegation.branch
         delegated.delegation_depth = delegation.depth
@@ -448,11 +473,13 @@ class RemoteAgent(BaseAgent):
         )
         try:
             async for response in responses:
+                delivery.delivered()
                 for event in codec.run_response_events(response):
                     if not event.partial:
                         yield event
                 if response.HasField("outcome"):
                     outcome.append(codec.delegation_outcome_from_proto(response.outcome))
+            delivery.delivered()
             parent.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
         except grpc.RpcError as error:
             parent.add_llm_calls(llm_calls_in(error.trailing_metadata()))

@@ -291,3 +291,29 @@ def test_kept_windows_are_bounded_in_entries_and_weight() -> None:
     assert kept.get("huge") is None and kept.get("d") is not None
     kept.put("d", [1] * 9)  # replacing an entry counts its new weight only
     assert kept.get("d") == [1] * 9 and kept.get("e") is None
+
+
+def test_events_count_as_the_services_once_it_took_the_view() -> None:
+    # Concurrent calls to one service (a ParallelAgent's children) name nothing the service
+    # has not decoded yet: until the first call is answered, the others send the events.
+    codec.VIEW_MEMOS.clear()
+    events = [text_event(i) for i in range(100, 106)]
+    session = session_of(events)
+    first_delivery = codec.ViewDelivery()
+    first = codec.session_view_to_proto(
+        session, digests_for="svc-c", memo=("a", "u", "s"), delivery=first_delivery
+    )
+    second = codec.session_view_to_proto(
+        session, digests_for="svc-c", memo=("a", "u", "s"), delivery=codec.ViewDelivery()
+    )
+    assert len(first.events) == len(second.events) == 6
+    assert not second.history_digests
+    first_delivery.delivered()
+    first_delivery.delivered()  # idempotent
+    third = codec.session_view_to_proto(
+        session_of([*events, text_event(106)]),
+        digests_for="svc-c",
+        memo=("a", "u", "s"),
+        delivery=codec.ViewDelivery(),
+    )
+    assert len(codec.history_digests(third)) == 6 and ids(third) == ["e00106"]

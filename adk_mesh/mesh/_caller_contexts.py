@@ -233,9 +233,11 @@ class NamedHistory:
     (:meth:`next_request`, :meth:`take`: the named events are the newest before ``events[0]``,
     so those are its newest), so that the run sees the window the caller meant. Without a
     caller to ask (a plain ``Run``), the window starts after the newest event not kept; the
-    others stay among the omitted events."""
+    others stay among the omitted events. What is loaded is bounded as one message is
+    (:data:`MAX_NAMED_LOAD_BYTES`): past it, the window is the newest events loaded."""
 
     def __init__(self, view: agent_pb2.SessionView, *, can_ask: bool) -> None:
+        self._budget = MAX_NAMED_LOAD_BYTES
         self._digests = view.history_digests
         self._held = codec.named_events(view)
         missing = [index for index, event in enumerate(self._held) if event is None]
@@ -261,6 +263,9 @@ class NamedHistory:
         page = [
             codec.DECODED_EVENTS.decode_digested(event) for event in response.loaded_events.events
         ]
+        self._budget -= response.loaded_events.ByteSize()
+        if self._budget < 0:  # a view cannot name more than one message could carry
+            page = []
         if not page:  # the caller's history is shorter than named: the window is what it has
             self._wanted = len(self._loaded)
             self._kept = 0
@@ -288,6 +293,10 @@ class NamedHistory:
         newest.reverse()
         return newest
 
+
+#: The most bytes of named events a delegated run loads from its caller before it starts (a
+#: view could not carry more: the mesh's message limit).
+MAX_NAMED_LOAD_BYTES = 32 * 1024 * 1024
 
 #: A LoadEventsRequest without max_events, and the most one may ask for.
 DEFAULT_LOAD_EVENTS = 100

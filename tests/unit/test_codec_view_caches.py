@@ -3,6 +3,8 @@ encodings reused on the caller's side, decodings on the callee's, a window that 
 
 from __future__ import annotations
 
+import pytest
+
 from adk_mesh import codec
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Content, Event, LlmResponse, Part
@@ -317,3 +319,26 @@ def test_events_count_as_the_services_once_it_took_the_view() -> None:
         delivery=codec.ViewDelivery(),
     )
     assert len(codec.history_digests(third)) == 6 and ids(third) == ["e00106"]
+
+
+def test_a_service_loads_no_more_named_events_than_one_message_could_carry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adk_mesh.mesh import _caller_contexts
+    from adk_mesh.v1 import tool_pb2
+
+    codec.DECODED_EVENTS.clear()
+    codec.NAMED_WINDOWS.clear()
+    monkeypatch.setattr(_caller_contexts, "MAX_NAMED_LOAD_BYTES", 1500)
+    events = [text_event(i, size=300) for i in range(6)]
+    view = agent_pb2.SessionView(history_digests=b"\0" * 32 * 6, omitted_events=6)
+    view.events.append(codec.event_to_proto(text_event(6)))
+    named = _caller_contexts.NamedHistory(view, can_ask=True)
+    pages = [events[3:], events[:3]]
+    while named.next_request() is not None:
+        response = tool_pb2.ContextResponse()
+        response.loaded_events.events.extend(codec.event_to_proto(e) for e in pages.pop(0))
+        named.take(response)
+    # The first page (the newest three, ~1 KB) spent the budget: the window is those.
+    assert [e.id for e in named.events()] == [e.id for e in events[3:]]
+    assert pages == []  # the second was asked for, and refused

@@ -985,7 +985,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="rounds per part (at least 5)")
     parser.add_argument("--block", type=int, default=100, help="turns per side per round")
     parser.add_argument("--tokens", type=int, default=1000, help="partial events per stream")
-    parser.add_argument("--streams", type=int, default=3, help="streamed runs per side per round")
+    parser.add_argument("--streams", type=int, default=10, help="streamed runs per side per round")
     parser.add_argument("--children", type=int, default=16, help="children of part (d)")
     args = parser.parse_args(argv)
     if args.rounds < 5:

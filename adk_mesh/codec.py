@@ -1077,6 +1077,10 @@ def session_view_to_proto(
             # last view: those still in the window are named now, the new ones sent.
             now, named = grown
             skip = now.skip
+            # The newest event always goes whole: the named ones are then those before
+            # ``events[0]``, which the service can load by that id whatever the session
+            # gained since (a ParallelAgent's siblings append to it).
+            named = max(0, min(named, len(now.window) - skip - 1))
             message.history_digests = now.digests[
                 skip * DIGEST_BYTES : (skip + named) * DIGEST_BYTES
             ]
@@ -1145,7 +1149,7 @@ def session_view_to_proto(
     sent = window[skip:]
     named = 0
     if digests_for is not None:
-        for entry in sent:
+        for entry in sent[:-1]:  # the newest goes whole (see above)
             if digests_for not in entry.sent_to:
                 break
             named += 1

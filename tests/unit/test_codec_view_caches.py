@@ -342,3 +342,15 @@ def test_a_service_loads_no_more_named_events_than_one_message_could_carry(
     # The first page (the newest three, ~1 KB) spent the budget: the window is those.
     assert [e.id for e in named.events()] == [e.id for e in events[3:]]
     assert pages == []  # the second was asked for, and refused
+
+
+def test_the_newest_event_always_goes_whole() -> None:
+    # So the service can load the named ones as "before events[0]", whatever the session
+    # gained meanwhile.
+    codec.VIEW_MEMOS.clear()
+    events = [text_event(i) for i in range(200, 205)]
+    for memo in (None, ("a", "u", "newest")):
+        first = codec.session_view_to_proto(session_of(events), digests_for="svc-n", memo=memo)
+        again = codec.session_view_to_proto(session_of(events), digests_for="svc-n", memo=memo)
+        assert len(first.events) == 5 or memo is not None
+        assert len(codec.history_digests(again)) == 4 and ids(again) == ["e00204"]

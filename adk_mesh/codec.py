@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import math
 import operator
@@ -1076,17 +1077,17 @@ def session_view_to_proto(
             # Every event of the kept window went to the service (whole or named) with the
             # last view: those still in the window are named now, the new ones sent.
             now, named = grown
-            skip = now.skip
+            sent = now.sent()
             # The newest event always goes whole: the named ones are then those before
             # ``events[0]``, which the service can load by that id whatever the session
             # gained since (a ParallelAgent's siblings append to it).
-            named = max(0, min(named, len(now.window) - skip - 1))
+            named = max(0, min(named, len(sent) - 1))
             message.history_digests = now.digests[
-                skip * DIGEST_BYTES : (skip + named) * DIGEST_BYTES
+                now.sent_from * DIGEST_BYTES : (now.sent_from + named) * DIGEST_BYTES
             ]
-            fresh = now.window[skip + named :]
+            fresh = sent[named:]
             message.events.extend([entry.message for entry in fresh])
-            message.omitted_events = now.omitted + skip + named
+            message.omitted_events = now.before + now.sent_from + named
             delivery.hold(digests_for, fresh, key, now)
             if now_delivered:
                 delivery.delivered()
@@ -1131,6 +1132,9 @@ def session_view_to_proto(
         room -= within.size
         if within.abridged:
             abridged_ids[index] = event.id
+    window.reverse()  # oldest first, from the oldest event the walk took
+    positions.reverse()
+    first = 0  # of ``window``, the first in the view
     skip = 0
     if counted_out:
         # The window's start moves in steps, not event by event: a conversation past its
@@ -1139,14 +1143,10 @@ def session_view_to_proto(
         # cut by bytes is not stepped: a step of events could be most of it.)
         step = max(1, max_events // WINDOW_STEPS)
         index = -(-index // step) * step
-        while positions and positions[-1] < index:
-            positions.pop()
-            window.pop()
-        skip = _leading_answers([entry.event for entry in reversed(window)])
-    window.reverse()
-    positions.reverse()
+        first = bisect.bisect_left(positions, index)
+        skip = _leading_answers([entry.event for entry in window[first:]])
     omitted = sum(1 for event in events[:index] if not event.partial)
-    sent = window[skip:]
+    sent = window[first + skip :]
     named = 0
     if digests_for is not None:
         for entry in sent[:-1]:  # the newest goes whole (see above)
@@ -1162,7 +1162,14 @@ def session_view_to_proto(
             if abridged_ids or cut_by_bytes:
                 VIEW_MEMOS.drop(memo_key)  # a window cut by bytes is walked whole every time
             else:
-                kept_window = _Window(events, index, window, positions, omitted, skip=skip)
+                kept_window = _Window(
+                    events,
+                    window,
+                    positions,
+                    before=omitted - first,
+                    sent_from=first + skip,
+                    origin=positions[0] if positions else index,
+                )
         delivery.hold(digests_for, sent[named:], memo_key, kept_window)
         if now_delivered:
             delivery.delivered()
@@ -1170,7 +1177,9 @@ def session_view_to_proto(
     message.omitted_events = omitted + skip + named
     if abridged_ids:
         message.abridged_event_ids.extend(
-            abridged_ids[position] for position in positions[skip:] if position in abridged_ids
+            abridged_ids[position]
+            for position in positions[first + skip :]
+            if position in abridged_ids
         )
     return message
 
@@ -1280,52 +1289,58 @@ _REREAD_EVENTS = 32
 
 
 class _Window:
-    """The window of a session view as last sent: where it starts in the session's events
-    (a multiple of its step, or 0), the event objects from there to the end then, the
-    encodings of its events and their positions, how many of them it skipped (answers to
-    calls it left out, not sent), and their digests."""
+    """The window of a session view as last built, with what a view built afresh would look
+    at next time: the encodings of the events from the oldest one the walk back took (the
+    ``max_events``-th newest, or the first) to the end, their positions in the session's
+    events and running sizes, how many non-partial events come before them (``before``),
+    which of them the view sent (from ``sent_from``), the event objects from ``origin`` to
+    the end then, and the encodings' digests."""
 
     __slots__ = (
+        "before",
+        "cumulative",
         "digests",
         "end",
+        "entries",
         "objects",
-        "omitted",
+        "origin",
         "positions",
-        "size",
-        "skip",
-        "start",
-        "window",
+        "sent_from",
     )
 
     def __init__(
         self,
         events: list[Event],
-        start: int,
-        window: list[EncodedEvent],
+        entries: list[EncodedEvent],
         positions: list[int],
-        omitted: int,
         *,
-        skip: int,
+        before: int,
+        sent_from: int,
+        origin: int,
         digests: bytes | None = None,
-        size: int | None = None,
+        cumulative: list[int] | None = None,
     ) -> None:
-        self.start = start
+        self.origin = origin
         self.end = len(events)
-        self.objects = events[start:]
-        self.window = window
+        self.objects = events[origin:]
+        self.entries = entries
         self.positions = positions
-        self.omitted = omitted
-        self.skip = skip
-        self.digests = b"".join([e.digest for e in window]) if digests is None else digests
-        self.size = sum(e.size for e in window) if size is None else size
+        self.before = before
+        self.sent_from = sent_from
+        self.digests = b"".join([e.digest for e in entries]) if digests is None else digests
+        self.cumulative = (
+            list(itertools.accumulate((e.size for e in entries), initial=0))
+            if cumulative is None
+            else cumulative
+        )
 
     def grown(
         self, events: list[Event], max_events: int, max_bytes: int
     ) -> tuple[_Window, int] | None:
-        """The window of ``events`` when they are this window's session grown by some events
-        and the window takes all of them whole (what a view built afresh would then send),
-        and how many of the first events it sends were sent with this window; else None
-        (built afresh)."""
+        """The window of ``events``, when they are this window's session grown by some events
+        and a view built afresh would take its newest events whole (not cut by bytes), and how
+        many of the first events it sends were sent with this window; else None (built
+        afresh)."""
         end = self.end
         if len(events) < end:
             return None
@@ -1335,26 +1350,27 @@ class _Window:
         # the objects now held.
         tail = min(_REREAD_EVENTS, len(objects))
         if not all(
-            map(operator.is_, events[self.start : end - tail], objects[: len(objects) - tail])
+            map(operator.is_, events[self.origin : end - tail], objects[: len(objects) - tail])
         ):
             return None
-        window = self.window
+        entries = self.entries
         moved: dict[int, Event] = {}
         for position in range(end - tail, end):
-            now, then = events[position], objects[position - self.start]
+            now, then = events[position], objects[position - self.origin]
             if now is not then:
                 if now != then:
                     return None
                 moved[id(then)] = now
         if moved:
-            window = [
+            newest = [
                 entry if id(entry.event) not in moved else entry.moved(moved[id(entry.event)])
-                for entry in window[-tail:]
+                for entry in entries[-tail:]
             ]
-            window = self.window[: len(self.window) - len(window)] + window
-        size = self.size
+            entries = entries[: len(entries) - len(newest)] + newest
         grown: list[EncodedEvent] = []
         positions = list(self.positions)
+        cumulative = list(self.cumulative)
+        total = cumulative[-1]
         for position in range(end, len(events)):
             event = events[position]
             if event.partial:
@@ -1366,30 +1382,52 @@ class _Window:
                 except AdkJSONError:
                     return None  # sent abridged: built afresh
                 ENCODED_EVENTS.put(encoded)
-            size += encoded.size
             grown.append(encoded)
             positions.append(position)
-        window = window + grown
+            total += encoded.size
+            cumulative.append(total)
+        entries = entries + grown
         digests = self.digests + b"".join([e.digest for e in grown])
-        start, omitted, skip, dropped = self.start, self.omitted, self.skip, 0
-        if len(window) > max_events or (len(window) == max_events and omitted):
-            # The window steps, as a view built afresh would (it has ``max_events`` events
-            # and older ones left out): to the first multiple of the step at or after the
-            # oldest of the newest ``max_events``.
-            step = max(1, max_events // WINDOW_STEPS)
-            start = -(-positions[-max_events] // step) * step
-            dropped = bisect.bisect_left(positions, start)
-            size -= sum(entry.size for entry in window[:dropped])
-            window, positions = window[dropped:], positions[dropped:]
-            digests = digests[dropped * DIGEST_BYTES :]
-            omitted += dropped
-            skip = _leading_answers([entry.event for entry in window])
-        if size > max_bytes:
+        # What a walk back from the newest event would do: take the newest ``max_events``
+        # (all of them fit, else it is cut by bytes: built afresh), then step if older ones
+        # are left out.
+        count = len(entries)
+        taken = min(max_events, count)
+        if cumulative[count] - cumulative[count - taken] > max_bytes:
             return None
-        stepped = _Window(
-            events, start, window, positions, omitted, skip=skip, digests=digests, size=size
+        older = self.before > 0 or count > taken
+        if taken < max_events and older:
+            return None  # it would walk on into events this window does not hold
+        oldest = count - taken  # of ``entries``: the oldest event the walk takes
+        if taken == max_events and older:
+            step = max(1, max_events // WINDOW_STEPS)
+            start = -(-positions[oldest] // step) * step
+            first = bisect.bisect_left(positions, start)
+            sent_from = first + _leading_answers([entry.event for entry in entries[first:]])
+        else:
+            sent_from = 0
+        # Kept from the oldest event the walk took: what the next walk may look at.
+        window = _Window(
+            events,
+            entries[oldest:],
+            positions[oldest:],
+            before=self.before + oldest,
+            sent_from=sent_from - oldest,
+            origin=positions[oldest] if oldest < count else len(events),
+            digests=digests[oldest * DIGEST_BYTES :],
+            cumulative=cumulative[oldest:],
         )
-        return stepped, max(0, len(self.window) - dropped - skip)
+        # The service took every event this window sent (from ``self.sent_from``); those
+        # still sent now are named.
+        return window, max(0, len(self.entries) - sent_from)
+
+    def sent(self) -> list[EncodedEvent]:
+        """The events the view sends, oldest first."""
+        return self.entries[self.sent_from :]
+
+    def size(self) -> int:
+        """Bytes of the encodings it holds."""
+        return self.cumulative[-1] - self.cumulative[0]
 
 
 _K = TypeVar("_K", bound=Hashable)
@@ -1660,7 +1698,9 @@ DECODED_EVENTS = DecodedEvents(16 * 1024 * 1024)
 #: next view is compared with its window by object identity (in C), and only the events added
 #: since are looked at. Of 1,024 sessions at most, and 16 MiB of their encodings (a window
 #: holds its encodings, which the bound of :data:`ENCODED_EVENTS` then does not free).
-VIEW_MEMOS: LruDict[Hashable, _Window] = LruDict(1024, 16 * 1024 * 1024, lambda window: window.size)
+VIEW_MEMOS: LruDict[Hashable, _Window] = LruDict(
+    1024, 16 * 1024 * 1024, lambda window: window.size()
+)
 #: The named windows of the views last received (their digests and events), of 1,024
 #: sessions at most and 65,536 events (about what :data:`DECODED_EVENTS` holds of short
 #: messages: a window holds its events, which that bound then does not free).

@@ -19,8 +19,9 @@ from adk_mesh.mesh import AgentServer, RemoteAgent, _caller_contexts
 from adk_mesh.models.base import LlmRequest
 from adk_mesh.runner import Runner
 from adk_mesh.sessions import SqliteSessionService
+from adk_mesh.sessions.base import Session
 from adk_mesh.testing import FunctionModel, text
-from adk_mesh.types import Content, Event, LlmResponse
+from adk_mesh.types import Content, Event, LlmResponse, Part
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
 
 HISTORY = 300
@@ -193,3 +194,70 @@ async def test_a_service_that_missed_the_last_turn_loads_only_its_events(
     texts = seen_texts(requests[2])
     assert texts[0].endswith("old 0") and texts[-1] == "turn 2"
     assert texts == [*seen_texts(requests[1]), "answer 2", "turn 2"]
+
+
+@pytest.mark.parametrize(("max_events", "max_bytes"), [(12, 1 << 20), (40, 6000), (1000, 1 << 20)])
+async def test_the_served_window_is_the_one_a_whole_view_gives(
+    tmp_path: Path, max_events: int, max_bytes: int, views: list[agent_pb2.SessionView]
+) -> None:
+    # A randomized conversation (texts, calls and their answers, large events the window
+    # abridges, events of other agents appended between turns) through a RemoteAgent with a
+    # small window: at every turn the served run sees exactly the window a view sent whole
+    # would have given it — the same events, the same count left out.
+    import random
+
+    rng = random.Random(max_events)
+    server = AgentServer(LlmAgent(name="helper", model=FunctionModel(lambda _: text("ok"))))
+    port = await server.start("127.0.0.1:0")
+    store = SqliteSessionService(str(tmp_path / "sessions.db"))
+    agent = RemoteAgent(
+        "helper", f"127.0.0.1:{port}", history_max_events=max_events, history_max_bytes=max_bytes
+    )
+    runner = Runner(agent=agent, app_name="app", session_service=store)
+    seen: list[list[str]] = []
+    original = codec.session_view_from_proto
+
+    def spy(message: agent_pb2.SessionView, **kwargs: object) -> object:
+        built = original(message, **kwargs)  # type: ignore[arg-type]
+        seen.append([event.id for event in built.events])  # type: ignore[attr-defined]
+        return built
+
+    try:
+        session = await store.create_session(app_name="app", user_id="u")
+        for number in range(40):
+            for _ in range(rng.randint(0, 6)):
+                kind = rng.random()
+                if kind < 0.2:
+                    content = Content(
+                        role="user", parts=[Part.from_function_response("t", {"n": number})]
+                    )
+                elif kind < 0.3:
+                    content = Content.from_text("model", "x" * rng.randint(500, 3000))
+                else:
+                    content = Content.from_text("model", f"other {number}")
+                await store.append_event(session, Event.new(author="other", content=content))
+            session = await store.get_session(app_name="app", user_id="u", session_id=session.id)
+            assert session is not None
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(codec, "session_view_from_proto", spy)
+                await turn(runner, session.id, f"turn {number}")
+            # What a view sent whole, without digests, would have held.
+            before = await store.get_session(app_name="app", user_id="u", session_id=session.id)
+            assert before is not None
+            user_turn = next(i for i, e in enumerate(before.events) if e.text == f"turn {number}")
+            whole = codec.session_view_to_proto(
+                Session(
+                    id=before.id,
+                    app_name="app",
+                    user_id="u",
+                    events=before.events[: user_turn + 1],
+                ),
+                max_events=max_events,
+                max_bytes=max_bytes,
+            )
+            assert seen[-1] == [e.id for e in whole.events], number
+            session = before
+    finally:
+        await agent.close()
+        await server.stop(0)
+        await store.close()

@@ -87,6 +87,32 @@ __all__ = ["OpenAIModel"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
+
+def openai_connection(
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    organization: str | None,
+    headers: Mapping[str, str] | None,
+) -> tuple[str, dict[str, Any]]:
+    """The base URL and the :class:`HttpLlm` connection arguments of an OpenAI API client
+    (Chat Completions or Responses): the key from ``api_key`` or ``OPENAI_API_KEY``, sent as a
+    bearer token; the base URL from ``base_url``, ``OPENAI_BASE_URL`` or OpenAI's; the
+    ``OpenAI-Organization`` header when ``organization`` is given."""
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    secret = Secret(key) if key else None
+    resolved_base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    extra_headers = dict(headers or {})
+    if organization:
+        extra_headers["OpenAI-Organization"] = organization
+    return resolved_base, {
+        "base_url": resolved_base,
+        "api_key": secret,
+        "headers": extra_headers,
+        "secret_headers": {"authorization": SecretHeader(secret, "Bearer ")} if secret else None,
+    }
+
+
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": FinishReason.STOP,
     "length": FinishReason.MAX_TOKENS,
@@ -277,21 +303,10 @@ class OpenAIModel(HttpLlm):
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        secret = Secret(key) if key else None
-        resolved_base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        extra_headers = dict(headers or {})
-        if organization:
-            extra_headers["OpenAI-Organization"] = organization
-        super().__init__(
-            model,
-            base_url=resolved_base,
-            api_key=secret,
-            headers=extra_headers,
-            secret_headers={"authorization": SecretHeader(secret, "Bearer ")} if secret else None,
-            timeout=timeout,
-            retry=retry,
+        resolved_base, connection = openai_connection(
+            api_key=api_key, base_url=base_url, organization=organization, headers=headers
         )
+        super().__init__(model, timeout=timeout, retry=retry, **connection)
         self.is_openai = resolved_base.rstrip("/") == DEFAULT_BASE_URL
         self.max_tokens_param = max_tokens_param or (
             "max_completion_tokens" if self.is_openai else "max_tokens"

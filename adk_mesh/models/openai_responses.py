@@ -85,7 +85,6 @@ every provider maps them; a streamed ``error`` event or ``response.failed`` beco
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -108,8 +107,6 @@ from adk_mesh.models._http import (
     HttpLlm,
     PartsBuilder,
     RetryPolicy,
-    Secret,
-    SecretHeader,
     StreamParser,
     StreamRecord,
     WireRequest,
@@ -119,7 +116,7 @@ from adk_mesh.models._http import (
     partial_text,
 )
 from adk_mesh.models.base import BuiltinTool, LlmRequest
-from adk_mesh.models.openai import strict_compatible
+from adk_mesh.models.openai import DEFAULT_BASE_URL, openai_connection, strict_compatible
 from adk_mesh.types import (
     Citation,
     CodeExecution,
@@ -141,7 +138,6 @@ __all__ = [
     "reasoning_signature",
 ]
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PROVIDER = "openai-responses"
 
 #: What a thought signature made by this provider starts with: the rest is the reasoning item
@@ -619,21 +615,10 @@ class OpenAIResponsesModel(HttpLlm):
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        secret = Secret(key) if key else None
-        resolved_base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        extra_headers = dict(headers or {})
-        if organization:
-            extra_headers["OpenAI-Organization"] = organization
-        super().__init__(
-            model,
-            base_url=resolved_base,
-            api_key=secret,
-            headers=extra_headers,
-            secret_headers={"authorization": SecretHeader(secret, "Bearer ")} if secret else None,
-            timeout=timeout,
-            retry=retry,
+        resolved_base, connection = openai_connection(
+            api_key=api_key, base_url=base_url, organization=organization, headers=headers
         )
+        super().__init__(model, timeout=timeout, retry=retry, **connection)
         if web_search_options is not None and "type" in web_search_options:
             raise ConfigError("web_search_options must not set 'type': it is 'web_search'")
         if code_interpreter_container is not None and "type" in code_interpreter_container:

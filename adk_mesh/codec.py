@@ -1059,11 +1059,9 @@ def session_view_to_proto(
     events costs what the new events cost, not the window (:data:`VIEW_MEMOS`); kept when the
     events are noted as sent.
     """
-    if delivery is None:
+    now_delivered = delivery is None
+    if digests_for is not None and delivery is None:
         delivery = ViewDelivery()
-        now_delivered = True
-    else:
-        now_delivered = False
     message = agent_pb2.SessionView() if into is None else into
     message.app_name = session.app_name
     message.user_id = session.user_id
@@ -1088,6 +1086,7 @@ def session_view_to_proto(
             fresh = sent[named:]
             message.events.extend([entry.message for entry in fresh])
             message.omitted_events = now.before + now.sent_from + named
+            assert delivery is not None
             delivery.hold(digests_for, fresh, key, now)
             if now_delivered:
                 delivery.delivered()
@@ -1170,6 +1169,7 @@ def session_view_to_proto(
                     sent_from=first + skip,
                     origin=positions[0] if positions else index,
                 )
+        assert delivery is not None
         delivery.hold(digests_for, sent[named:], memo_key, kept_window)
         if now_delivered:
             delivery.delivered()

@@ -517,15 +517,18 @@ class AgentServer(MeshServer):
         caller: CallerChannel | None = None,
         mutual_tls: bool = False,
         named: NamedHistory | None = None,
+        checked: bool = False,
     ) -> tuple[_DelegatedCall, AsyncGenerator[agent_pb2.RunResponse, None]]:
         """Check a delegated run and build its context; return them and the run's responses,
         not started. With ``caller`` (``RunDelegated``), the run's artifacts and memory are the
         caller's, reached over the call; else this server's own stores. Forwarded credentials
         and request metadata are taken only when the call came over ``mutual_tls``. ``named``:
         the events the view names by digest (:class:`NamedHistory`); by default those this
-        process kept."""
+        process kept. ``checked``: the caller already refused what :meth:`_check_delegated`
+        refuses (before loading named events)."""
         delegated = request.delegated
-        self._check_delegated(request)
+        if not checked:
+            self._check_delegated(request)
         if named is None:
             named = NamedHistory(delegated.session, can_ask=False)
         named_events = named.events()
@@ -991,6 +994,7 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                 caller=interactive.channel,
                 mutual_tls=is_mutual_tls(context),
                 named=named,
+                checked=True,
             )
             call.invocation_id = delegated.invocation_id
             try:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -149,14 +152,27 @@ def _held_agent(started: asyncio.Event, release: asyncio.Event) -> LlmAgent:
     return LlmAgent(name="slow", model=model, tools=[lookup])
 
 
-async def test_a_request_over_the_http_ports_limit_is_refused_at_once() -> None:
+@asynccontextmanager
+async def _one_run_held(binding: str) -> AsyncIterator[tuple[A2aAgentServer, Any, asyncio.Event]]:
+    """A server that serves one call at once, holding one run (sent over ``binding``) in its
+    tool until the event yielded is set; the held send's task. Stopped at the end."""
     started, release = asyncio.Event(), asyncio.Event()
     server = A2aAgentServer(_held_agent(started, release))
     await server.start("127.0.0.1:0", max_concurrent_calls=1)
     try:
-        holder = await _client(server, TransportProtocol.JSONRPC)
+        holder = await _client(server, binding)
         held = asyncio.ensure_future(_send(holder, _message("go", "ctx-1")))
         await asyncio.wait_for(started.wait(), 10)
+        try:
+            yield server, held, release
+        finally:
+            await holder.close()
+    finally:
+        await server.stop(1)
+
+
+async def test_a_request_over_the_http_ports_limit_is_refused_at_once() -> None:
+    async with _one_run_held(TransportProtocol.JSONRPC) as (server, held, release):
         # The one request the port serves at once is a stream going on: the next is
         # answered now, with a JSON-RPC error saying why, while the stream still runs.
         other = await _client(server, TransportProtocol.JSONRPC)
@@ -179,20 +195,11 @@ async def test_a_request_over_the_http_ports_limit_is_refused_at_once() -> None:
         # Once the stream ended, the next request is served.
         responses = await _send(other, _message("now", "ctx-2"))
         assert responses[-1].status_update.status.state == State.TASK_STATE_COMPLETED
-        await holder.close()
         await other.close()
-    finally:
-        await server.stop(1)
 
 
 async def test_runs_beyond_the_limit_are_rejected_across_both_bindings() -> None:
-    started, release = asyncio.Event(), asyncio.Event()
-    server = A2aAgentServer(_held_agent(started, release))
-    await server.start("127.0.0.1:0", max_concurrent_calls=1)
-    try:
-        holder = await _client(server, TransportProtocol.JSONRPC)
-        held = asyncio.ensure_future(_send(holder, _message("go", "ctx-1")))
-        await asyncio.wait_for(started.wait(), 10)
+    async with _one_run_held(TransportProtocol.JSONRPC) as (server, held, release):
         # The gRPC port has room for the call, but not for a second run: the task is
         # rejected, saying why, and nothing of it runs.
         other = await _client(server, TransportProtocol.GRPC)
@@ -207,20 +214,11 @@ async def test_runs_beyond_the_limit_are_rejected_across_both_bindings() -> None
         )
         release.set()
         await held
-        await holder.close()
         await other.close()
-    finally:
-        await server.stop(1)
 
 
 async def test_a_grpc_call_over_the_grpc_ports_limit_is_refused() -> None:
-    started, release = asyncio.Event(), asyncio.Event()
-    server = A2aAgentServer(_held_agent(started, release))
-    await server.start("127.0.0.1:0", max_concurrent_calls=1)
-    try:
-        holder = await _client(server, TransportProtocol.GRPC)
-        held = asyncio.ensure_future(_send(holder, _message("go", "ctx-1")))
-        await asyncio.wait_for(started.wait(), 10)
+    async with _one_run_held(TransportProtocol.GRPC) as (server, held, release):
         other = await _client(server, TransportProtocol.GRPC)
         # The gRPC server's own limit, as for a Run: refused, not queued.
         with pytest.raises(A2AClientError, match="RESOURCE_EXHAUSTED"):
@@ -228,10 +226,7 @@ async def test_a_grpc_call_over_the_grpc_ports_limit_is_refused() -> None:
         assert not held.done()
         release.set()
         await held
-        await holder.close()
         await other.close()
-    finally:
-        await server.stop(1)
 
 
 # --- drain -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
@@ -21,7 +22,7 @@ from typing import TypeVar
 
 from adk_mesh.errors import AdkError
 
-__all__ = ["BUSY_TIMEOUT_MS", "SqliteFile", "read_transaction", "write_transaction"]
+__all__ = ["BUSY_TIMEOUT_MS", "SqliteFile", "enter_wal", "read_transaction", "write_transaction"]
 
 _T = TypeVar("_T")
 
@@ -89,7 +90,7 @@ class SqliteFile:
         )
         try:
             connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            connection.execute("PRAGMA journal_mode = WAL")
+            enter_wal(connection)
             # In WAL mode NORMAL never corrupts the file; only a power loss can drop the
             # last commits. It saves an fsync per write on the hot path.
             connection.execute("PRAGMA synchronous = NORMAL")
@@ -113,6 +114,27 @@ class SqliteFile:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+def enter_wal(connection: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode = WAL``, waiting out other connections as the busy timeout would.
+
+    Switching a new file to WAL upgrades a shared lock to an exclusive one; when two
+    connections do that at once SQLite fails one of them with SQLITE_BUSY at once instead of
+    calling its busy handler (waiting could deadlock). Replicas starting together on one new
+    file do exactly that, so the switch is retried here for up to :data:`BUSY_TIMEOUT_MS`.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.002
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 # --- transactions (worker thread only) -------------------------------------------------------

@@ -17,6 +17,7 @@ from adk_mesh.memory import SqliteMemoryService
 from adk_mesh.memory.sqlite import MAX_QUERY_WORDS, SCHEMA_VERSION
 from adk_mesh.sessions import SqliteSessionService
 from adk_mesh.types import Content, Event
+from tests.processes import wait_until_ready
 from tests.unit.memory.test_contract import search, session_with
 
 
@@ -206,9 +207,7 @@ async def test_two_processes_adding_at_once_lose_nothing(tmp_path: Path) -> None
         )
         for worker in range(2)
     ]
-    for process in processes:
-        assert process.stdout is not None
-        assert await process.stdout.readline() == b"ready\n"
+    await wait_until_ready(processes)
     results = await asyncio.gather(*(process.communicate(b"go\n") for process in processes))
     for process, (_, stderr) in zip(processes, results, strict=True):
         assert process.returncode == 0, stderr.decode()

@@ -17,6 +17,7 @@ from adk_mesh.errors import AlreadyExistsError, SessionError
 from adk_mesh.sessions import Session, SqliteSessionService
 from adk_mesh.sessions.sqlite import MIGRATIONS, SCHEMA_VERSION
 from adk_mesh.types import Content, Event, EventActions
+from tests.processes import wait_until_ready
 
 APP = "app"
 
@@ -152,9 +153,7 @@ async def test_two_processes_appending_at_once_lose_nothing(tmp_path: Path) -> N
             )
             for worker in range(2)
         ]
-        for process in processes:
-            assert process.stdout is not None
-            assert await process.stdout.readline() == b"ready\n"
+        await wait_until_ready(processes)
         results = await asyncio.gather(*(process.communicate(b"go\n") for process in processes))
         for process, (_, stderr) in zip(processes, results, strict=True):
             assert process.returncode == 0, stderr.decode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -42,9 +42,14 @@ class _StoredSession:
     # deep copy of the whole session on every read or append.
     events: list[tuple[datetime, str]] = field(default_factory=list)
     event_ids: set[str] = field(default_factory=set)
-    # The Session objects handed out for this session (or appended through) that may still be
-    # alive: while one is, a caller (a running turn) holds the session, and it is not evicted.
-    views: list[weakref.ref[Session]] = field(default_factory=list)
+    # The Session objects handed out for this session (or appended through) that are alive,
+    # by id(): while one is, a caller (a running turn) holds the session, and it is not
+    # evicted. A view that dies is reported by its weakref's callback (see ``_Released``).
+    views: dict[int, weakref.ref[Session]] = field(default_factory=dict)
+
+
+# A view that died: the session's key, the view's id(), its weakref, and when it died.
+_Released = tuple[_SessionKey, int, "weakref.ref[Session]", float]
 
 
 class InMemorySessionService(SessionService):
@@ -59,14 +64,17 @@ class InMemorySessionService(SessionService):
 
     **Bounded.** The store keeps at most ``max_sessions`` sessions (default
     :data:`DEFAULT_MAX_SESSIONS`; ``None``: no bound), least recently used first out: creating
-    a session past the bound evicts the sessions least recently created, read or appended to.
-    With ``ttl`` (seconds; default ``None``, no expiry) a session unused for that long is
-    dropped too. Eviction never breaks a running turn: a session is *in use*, and never
-    evicted or expired, while a :class:`~adk_mesh.sessions.Session` object this store returned
-    for it (or that was appended through) is still alive — a turn holds one from its first
-    read to its last append — or while :meth:`claim_session` holds it. So the store may hold
-    more than ``max_sessions`` when more than that are in use at once. An evicted or expired
-    session is gone as if deleted: :meth:`get_session` returns ``None``.
+    a session past the bound evicts the sessions least recently created, read, appended to or
+    let go (the last of its objects dropped, or its claim ended). With ``ttl`` (seconds;
+    default ``None``, no expiry) a session unused for that long is dropped too. Eviction
+    never breaks a running turn: a session is *in use*, and never evicted or expired, while a
+    :class:`~adk_mesh.sessions.Session` object this store returned for it (or that was
+    appended through) is still alive — a turn holds one from its first read to its last
+    append — or while :meth:`claim_session` holds it. So the store may hold more than
+    ``max_sessions`` when more than that are in use at once; eviction never looks at them
+    (it keeps the idle sessions apart), so creating a session costs the same with 5,000 in
+    use as with none. An evicted or expired session is gone as if deleted:
+    :meth:`get_session` returns ``None``.
 
     A user's state (``user:`` keys) outlives the user's sessions, so that a new session sees
     it, for the ``max_sessions`` users who most recently lost their last session (and, with
@@ -85,6 +93,12 @@ class InMemorySessionService(SessionService):
         self.ttl = ttl
         # Least recently used first.
         self._sessions: OrderedDict[_SessionKey, _StoredSession] = OrderedDict()
+        # The sessions not in use (the only ones eviction and expiry may drop), least recently
+        # used or released first: finding the next victim never walks past sessions in use.
+        self._idle: OrderedDict[_SessionKey, None] = OrderedDict()
+        # Views that died since the last call; weakref callbacks only append here (they may
+        # run at any point, even inside another method), each call settles them first.
+        self._released: deque[_Released] = deque()
         self._app_states: dict[str, dict[str, Any]] = {}
         self._user_states: dict[_UserKey, dict[str, Any]] = {}
         # Sessions per user, and users without sessions whose state is still kept (with the
@@ -105,6 +119,7 @@ class InMemorySessionService(SessionService):
         _common.check_ids(app_name, user_id, session_id)
         session_id = _common.new_session_id(session_id)
         key = (app_name, user_id, session_id)
+        self._settle()
         self._expire()
         if key in self._sessions:
             raise AlreadyExistsError(
@@ -136,6 +151,7 @@ class InMemorySessionService(SessionService):
         after: datetime | None = None,
     ) -> Session | None:
         _common.check_num_recent_events(num_recent_events)
+        self._settle()
         self._expire()
         key = (app_name, user_id, session_id)
         stored = self._sessions.get(key)
@@ -151,6 +167,7 @@ class InMemorySessionService(SessionService):
 
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         _common.check_ids(app_name, user_id)
+        self._settle()
         self._expire()
         # Listing is not a use: it neither refreshes the sessions nor holds them.
         return [
@@ -162,6 +179,7 @@ class InMemorySessionService(SessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         _common.check_ids(app_name, user_id, session_id)
         key = (app_name, user_id, session_id)
+        self._settle()
         if key in self._sessions:
             self._drop(key)
 
@@ -202,8 +220,9 @@ class InMemorySessionService(SessionService):
         stored.event_ids.add(stored_event.id)
         stored.last_update_time = update_time
         self._touch(key, stored)
-        if not any(view() is session for view in stored.views):
-            self._hold(stored, session)
+        view = stored.views.get(id(session))
+        if view is None or view() is not session:
+            self._hold(key, stored, session)
 
         if event.actions.state_delta:
             session.state.update(event.actions.state_delta)
@@ -224,10 +243,13 @@ class InMemorySessionService(SessionService):
 
     @contextlib.asynccontextmanager
     async def _claimed(self, key: _SessionKey) -> AsyncIterator[None]:
+        self._settle()
         self._claims[key] = self._claims.get(key, 0) + 1
+        self._idle.pop(key, None)
         try:
             yield
         finally:
+            self._settle()
             remaining = self._claims.pop(key) - 1
             if remaining:
                 self._claims[key] = remaining
@@ -235,54 +257,66 @@ class InMemorySessionService(SessionService):
             if stored is not None:
                 # The turn just ended: the session counts as used now, not at its start.
                 self._touch(key, stored)
+                if not remaining and not stored.views:
+                    self._idle[key] = None
 
     # --- bounds -------------------------------------------------------------------------------
 
     def _touch(self, key: _SessionKey, stored: _StoredSession) -> None:
         stored.last_used = _monotonic()
         self._sessions.move_to_end(key)
+        if key in self._idle:
+            self._idle.move_to_end(key)
 
-    @staticmethod
-    def _hold(stored: _StoredSession, session: Session) -> None:
-        """Count ``session`` as a live view of ``stored`` (dead views are dropped here)."""
-        views = stored.views
-        if views:
-            views[:] = [view for view in views if view() is not None]
-        views.append(weakref.ref(session))
+    def _hold(self, key: _SessionKey, stored: _StoredSession, session: Session) -> None:
+        """Count ``session`` as a live view of ``stored``: the session is in use until it dies."""
+        released = self._released
+        view_id = id(session)
 
-    def _in_use(self, key: _SessionKey, stored: _StoredSession) -> bool:
-        if key in self._claims:
-            return True
-        return any(view() is not None for view in stored.views)
+        def died(view: weakref.ref[Session]) -> None:
+            released.append((key, view_id, view, _monotonic()))
+
+        stored.views[view_id] = weakref.ref(session, died)
+        self._idle.pop(key, None)
+
+    def _settle(self) -> None:
+        """Forget the views that died; a session left without views or claims becomes idle.
+
+        Releasing counts as a use (a turn holds its session until it ends), dated when the
+        view died.
+        """
+        released = self._released
+        while released:
+            key, view_id, view, died_at = released.popleft()
+            stored = self._sessions.get(key)
+            # A view of a deleted session, or one whose id a newer view took: nothing to do.
+            if stored is None or stored.views.get(view_id) is not view:
+                continue
+            del stored.views[view_id]
+            if stored.views or key in self._claims:
+                continue
+            stored.last_used = max(stored.last_used, died_at)
+            self._sessions.move_to_end(key)
+            self._idle[key] = None
 
     def _evict(self) -> None:
         """Evict the least recently used sessions not in use, down to ``max_sessions``."""
         limit = self.max_sessions
-        if limit is None or len(self._sessions) <= limit:
+        if limit is None:
             return
-        excess = len(self._sessions) - limit
-        victims: list[_SessionKey] = []
-        for key, stored in self._sessions.items():
-            if len(victims) == excess:
-                break
-            if not self._in_use(key, stored):
-                victims.append(key)
-        for key in victims:
-            self._drop(key)
+        while len(self._sessions) > limit and self._idle:
+            self._drop(next(iter(self._idle)))
 
     def _expire(self) -> None:
         """Drop the sessions (and orphaned user states) unused for longer than ``ttl``."""
         if self.ttl is None:
             return
         cutoff = _monotonic() - self.ttl
-        expired: list[_SessionKey] = []
         # Least recently used first: the first one used since the cutoff ends the scan.
-        for key, stored in self._sessions.items():
-            if stored.last_used > cutoff:
+        while self._idle:
+            key = next(iter(self._idle))
+            if self._sessions[key].last_used > cutoff:
                 break
-            if not self._in_use(key, stored):
-                expired.append(key)
-        for key in expired:
             self._drop(key)
         while self._orphans:
             user, orphaned_at = next(iter(self._orphans.items()))
@@ -293,6 +327,7 @@ class InMemorySessionService(SessionService):
     def _drop(self, key: _SessionKey) -> None:
         """Remove a session; a user left without sessions keeps their state for a while."""
         del self._sessions[key]
+        self._idle.pop(key, None)
         user = (key[0], key[1])
         remaining = self._user_sessions[user] - 1
         if remaining:
@@ -328,5 +363,5 @@ class InMemorySessionService(SessionService):
             last_update_time=stored.last_update_time,
         )
         if held:
-            self._hold(stored, session)
+            self._hold(key, stored, session)
         return session

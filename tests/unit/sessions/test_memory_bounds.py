@@ -215,3 +215,36 @@ async def test_app_state_is_kept_whatever_is_evicted() -> None:
     await create(service, "b", user="v")
     fresh = await service.create_session(app_name=APP, user_id="w", session_id="c")
     assert fresh.state == {"app:n": 1}
+
+
+async def test_a_new_view_at_a_dead_ones_address_still_holds_the_session() -> None:
+    """Views are told apart by their weakrefs, not only by id(): CPython reuses addresses."""
+    service = InMemorySessionService(max_sessions=1)
+    await create(service, "a")
+    for _ in range(50):
+        view = await service.get_session(app_name=APP, user_id="u", session_id="a")
+        del view
+    held = await service.get_session(app_name=APP, user_id="u", session_id="a")
+    await create(service, "b")
+    await create(service, "c")
+    assert stored_ids(service) == ["a", "c"]
+    del held
+    await create(service, "d")
+    assert stored_ids(service) == ["d"]
+
+
+async def test_many_sessions_in_use_and_idle_ones_interleaved() -> None:
+    service = InMemorySessionService(max_sessions=10)
+    held = []
+    for number in range(200):
+        held.append(
+            await service.create_session(app_name=APP, user_id="u", session_id=f"h{number}")
+        )
+        await create(service, f"i{number}")
+    # Every session in use is kept, and of the idle ones only the newest: it was let go
+    # after the last call, and a store only learns of that at its next call.
+    assert set(stored_ids(service)) == {f"h{number}" for number in range(200)} | {"i199"}
+    del held[:190]
+    await create(service, "last")
+    # Still held: the last ten, and "last" itself while create_session returned it.
+    assert stored_ids(service) == [f"h{number}" for number in range(190, 200)] + ["last"]

@@ -14,6 +14,10 @@ of the agent service under a wrapper that lists ``sys.modules`` once it is ready
 Last, the in-memory stores' growth: one-turn sessions (a tool call and an answer, four events)
 run through a Runner on the default ``memory://`` session store, and the memory it retains
 (``tracemalloc``, after a collection) at two run counts past its bound: flat, not linear.
+And what its bound costs: creating a session (each let go at once, so every create past the
+bound evicts one) on a store whose bound is full, with 0, 1,000 and 5,000 *other* sessions
+held in use besides — interleaved rounds of 2,000 creates, GC on, the median µs per create
+with the spread; sessions in use must cost eviction nothing.
 
 Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS]``
 """
@@ -208,6 +212,32 @@ async def retained_by_store(runs: list[int]) -> list[tuple[int, int, int]]:
     return results
 
 
+async def create_cost(held_counts: list[int], rounds: int) -> dict[int, list[float]]:
+    """µs per create_session on a full store with ``held`` other sessions in use, per round."""
+    from adk_mesh.sessions.memory import DEFAULT_MAX_SESSIONS, InMemorySessionService
+
+    stores = {}
+    holders: list[object] = []
+    for held in held_counts:
+        store = InMemorySessionService()
+        holders += [await store.create_session(app_name="a", user_id="u") for _ in range(held)]
+        for _ in range(DEFAULT_MAX_SESSIONS):  # fill the bound with idle sessions
+            await store.create_session(app_name="a", user_id="u")
+        stores[held] = store
+    creates = 2_000
+    results: dict[int, list[float]] = {held: [] for held in held_counts}
+    for number in range(rounds):
+        order = held_counts if number % 2 == 0 else held_counts[::-1]
+        for held in order:
+            store = stores[held]
+            start = time.perf_counter()
+            for _ in range(creates):
+                await store.create_session(app_name="a", user_id="u")
+            results[held].append((time.perf_counter() - start) / creates * 1e6)
+    del holders
+    return results
+
+
 def _mib(kib: float) -> str:
     return f"{kib / 1024:.1f} MiB"
 
@@ -258,6 +288,15 @@ def main() -> None:
     )
     for runs, kept, retained in asyncio.run(retained_by_store(counts)):
         print(f"  {runs:6,d} runs  {kept:6,d} sessions kept  {_mib(retained / 1024):>9s}")
+    print(
+        f"memory:// session store: µs per create_session past the bound, with N other "
+        f"sessions in use ({args.rounds} interleaved rounds of 2,000 creates, GC on)"
+    )
+    for held, per_create in asyncio.run(create_cost([0, 1_000, 5_000], args.rounds)).items():
+        print(
+            f"  {held:6,d} in use  {statistics.median(per_create):7.1f} µs "
+            f"(spread {min(per_create):.1f}..{max(per_create):.1f})"
+        )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,11 @@ p50(remote) - p50(in-process). The baseline: one bare unary-stream round trip ca
 same bytes, i.e. the ``RunRequest`` that RemoteAgent sent and the ``RunResponse`` messages it
 got back (recorded once through a pass-through), answered by a bare server in a child
 process. Target 2: added <= 1.3x the bare round trip. Two agents: *text* (the model answers:
-one event) and *tool* (the model calls a local tool, then answers: three events).
+one event) and *tool* (the model calls a local tool, then answers: three events). Where the
+hop's time goes (information): a fourth side sends the same recorded request from a bare stub
+to the AgentServer itself, so p50(served) - p50(bare) is the server's part (its run of the
+agent included) and p50(remote) - p50(served) the client's (the Runner and RemoteAgent around
+the call), beside the whole turn in process.
 
 **(b) tool** — RPCs per turn when an agent's tool is remote: an LlmAgent in this process with
 a :class:`~adk_mesh.mesh.RemoteToolset` to a :class:`~adk_mesh.mesh.ToolServer` in a child
@@ -486,14 +490,24 @@ async def hop_part(args: argparse.Namespace) -> None:
             remote_agent = RemoteAgent(factory().name, target)
             remote, remote_service = runner_for(remote_agent)
             request = agent_pb2.RunRequest.FromString(request_bytes)
-            async with bare_channel(replay_target) as channel:
+            async with (
+                bare_channel(replay_target) as channel,
+                bare_channel(target) as served_channel,
+            ):
                 stub = agent_pb2_grpc.AgentServiceStub(channel)
+                served_stub = agent_pb2_grpc.AgentServiceStub(served_channel)
 
                 async def bare(stub: Any = stub, request: agent_pb2.RunRequest = request) -> None:
                     async for _ in stub.Run(request):
                         pass
 
-                cpu: list[list[float]] = [[], [], []]
+                async def served(
+                    stub: Any = served_stub, request: agent_pb2.RunRequest = request
+                ) -> None:
+                    async for _ in stub.Run(request):
+                        pass
+
+                cpu: list[list[float]] = [[], [], [], []]
                 sides = [
                     cpu_block(functools.partial(turn, local, local_service), args.block, cpu[0]),
                     cpu_block(
@@ -503,6 +517,7 @@ async def hop_part(args: argparse.Namespace) -> None:
                         servers.pid,
                     ),
                     cpu_block(bare, args.block, cpu[2], replays.pid),
+                    cpu_block(served, args.block, cpu[3], servers.pid),
                 ]
                 for side in sides:  # warm-up
                     await side()
@@ -511,11 +526,15 @@ async def hop_part(args: argparse.Namespace) -> None:
                 results = await interleaved(sides, args.rounds)
             await remote_agent.close()
             ratios, added, bares = Rounds(), Rounds(), Rounds()
-            for local_samples, remote_samples, bare_samples in results:
+            server_part, client_part, in_process = Rounds(), Rounds(), Rounds()
+            for local_samples, remote_samples, bare_samples, served_samples in results:
                 hop = p50(remote_samples) - p50(local_samples)
                 added.values.append(hop)
                 bares.values.append(p50(bare_samples))
                 ratios.values.append(hop / p50(bare_samples))
+                server_part.values.append(p50(served_samples) - p50(bare_samples))
+                client_part.values.append(p50(remote_samples) - p50(served_samples))
+                in_process.values.append(p50(local_samples))
             cpu_ratios = Rounds(
                 [(r - lo) / b for lo, r, b in zip(cpu[0], cpu[1], cpu[2], strict=True)]
             )
@@ -530,6 +549,13 @@ async def hop_part(args: argparse.Namespace) -> None:
             print(
                 f"  {label}  added / bare = {ratios.median:.2f}x (rounds {ratios.spread()}); "
                 f"target <= 1.3x: {verdict(ok)}"
+            )
+            print(
+                f"  {label}  where it goes: the AgentServer (its run of the agent included) "
+                f"{server_part.median:.0f} us over a bare server ({server_part.spread('{:.0f}')}); "
+                f"the client's Runner and RemoteAgent {client_part.median:.0f} us over a bare "
+                f"stub ({client_part.spread('{:.0f}')}); the whole turn in process "
+                f"{in_process.median:.0f} us"
             )
             print(
                 f"  {label}  CPU of both processes: the hop adds {cpu_ratios.median:.2f}x a bare "
@@ -956,14 +982,14 @@ async def history_part(args: argparse.Namespace) -> None:
             f"({rounds.spread('{:.0f}')} us)"
         )
     met = True
-    for side in (1, 2):
+    for index in (1, 2):
         ratios = Rounds(
-            [samples[side][0] and p50(samples[side]) / p50(samples[0]) for samples in results]
+            [samples[index][0] and p50(samples[index]) / p50(samples[0]) for samples in results]
         )
         ok = ratios.median <= 1.5
         met = met and ok
         print(
-            f"  {HISTORIES[side][0]:<21} / 1: {ratios.median:.2f}x (rounds {ratios.spread()}); "
+            f"  {HISTORIES[index][0]:<21} / 1: {ratios.median:.2f}x (rounds {ratios.spread()}); "
             f"target <= 1.5x: {verdict(ok)}"
         )
     RESULTS["1 across a hop"] = met

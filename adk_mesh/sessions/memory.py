@@ -14,7 +14,7 @@ from typing import Any
 
 from adk_mesh._bounds import check_bounds
 from adk_mesh.errors import AlreadyExistsError, SessionNotFoundError
-from adk_mesh.sessions import _common
+from adk_mesh.sessions import _common, _history
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
@@ -76,6 +76,12 @@ class InMemorySessionService(SessionService):
     use as with none. An evicted or expired session is gone as if deleted:
     :meth:`get_session` returns ``None``.
 
+    **Shared reads.** :meth:`get_session_shared` (the Runner's read) keeps the events it
+    decoded, as the SQL stores do, so a turn decodes only the events appended since the last
+    one: its cost does not grow with the history. Kept for the sessions read most recently,
+    up to ``history_cache_bytes`` of the events' JSON (default 4 MiB; decoded events take
+    ~7-8 times that; 0 turns it off).
+
     A user's state (``user:`` keys) outlives the user's sessions, so that a new session sees
     it, for the ``max_sessions`` users who most recently lost their last session (and, with
     ``ttl``, for ``ttl`` seconds); then it goes too. App state (``app:`` keys) is kept, one
@@ -86,11 +92,18 @@ class InMemorySessionService(SessionService):
     """
 
     def __init__(
-        self, *, max_sessions: int | None = DEFAULT_MAX_SESSIONS, ttl: float | None = None
+        self,
+        *,
+        max_sessions: int | None = DEFAULT_MAX_SESSIONS,
+        ttl: float | None = None,
+        history_cache_bytes: int = _history.DEFAULT_HISTORY_CACHE_BYTES,
     ) -> None:
         check_bounds(ttl, max_sessions=max_sessions)
         self.max_sessions = max_sessions
         self.ttl = ttl
+        # Decoded histories for get_session_shared; a session's log position is the count
+        # of its events, its version its last_update_time.
+        self._histories = _history.HistoryCache(history_cache_bytes, _common.decode_event)
         # Least recently used first.
         self._sessions: OrderedDict[_SessionKey, _StoredSession] = OrderedDict()
         # The sessions not in use (the only ones eviction and expiry may drop), least recently
@@ -165,6 +178,34 @@ class InMemorySessionService(SessionService):
             key, stored, [_common.decode_event(data) for _, data in selected]
         )
 
+    async def get_session_shared(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> Session | None:
+        """The whole session; its events are decoded once and shared between shared reads
+        (see the class doc), so a read decodes only the events appended since the last."""
+        self._settle()
+        self._expire()
+        key = (app_name, user_id, session_id)
+        stored = self._sessions.get(key)
+        if stored is None:
+            _common.check_ids(app_name, user_id, session_id)
+            return None
+        self._touch(key, stored)
+        # The store drops a session's history when it drops the session, so what it holds
+        # is this session's, a prefix of its events.
+        held = self._histories.held(key)
+        start = held.last_seq if held is not None else 0
+        events = self._histories.store(
+            key,
+            held,
+            version=stored.last_update_time,
+            new_events=[
+                (position, data)
+                for position, (_, data) in enumerate(stored.events[start:], start + 1)
+            ],
+        )
+        return self._build_session(key, stored, events)
+
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         _common.check_ids(app_name, user_id)
         self._settle()
@@ -207,7 +248,8 @@ class InMemorySessionService(SessionService):
         scoped = _common.scoped_delta(event)
         stored_event = _common.event_to_store(event, scoped)
         encoded = _common.encode_event(stored_event)
-        update_time = _common.next_update_time(stored.last_update_time)
+        held_version = stored.last_update_time
+        update_time = _common.next_update_time(held_version)
 
         stored.state.update(scoped.session)
         if scoped.app:
@@ -219,6 +261,13 @@ class InMemorySessionService(SessionService):
         stored.events.append((event.timestamp, encoded))
         stored.event_ids.add(stored_event.id)
         stored.last_update_time = update_time
+        self._histories.appended(
+            key,
+            held_version=held_version,
+            version=update_time,
+            seq=len(stored.events),
+            data=encoded,
+        )
         self._touch(key, stored)
         view = stored.views.get(id(session))
         if view is None or view() is not session:
@@ -328,6 +377,7 @@ class InMemorySessionService(SessionService):
         """Remove a session; a user left without sessions keeps their state for a while."""
         del self._sessions[key]
         self._idle.pop(key, None)
+        self._histories.discard(key)
         user = (key[0], key[1])
         remaining = self._user_sessions[user] - 1
         if remaining:

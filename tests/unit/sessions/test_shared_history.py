@@ -24,16 +24,17 @@ USER = "alice"
 MakeService = Callable[..., SessionService]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def make_service(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[MakeService]:
-    """Makes services on one store (each with a cache of its own), closed after."""
+_SQL_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+async def _makes(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeService]:
     made: list[SessionService] = []
 
     def make(**options: Any) -> SessionService:
         service: SessionService
-        if request.param == "sqlite":
+        if request.param == "memory":
+            service = InMemorySessionService(**options)
+        elif request.param == "sqlite":
             service = SqliteSessionService(tmp_path / "sessions.db", **options)
         else:
             from adk_mesh.sessions.postgres import PostgresSessionService
@@ -47,6 +48,23 @@ async def make_service(
     finally:
         for service in made:
             await service.close()
+
+
+@pytest.fixture(params=_SQL_STORES)
+async def make_service(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[MakeService]:
+    """Makes services on one store (each with a cache of its own), closed after."""
+    async for make in _makes(request, tmp_path):
+        yield make
+
+
+@pytest.fixture(params=["memory", *_SQL_STORES])
+async def make_one(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeService]:
+    """Makes a service of each store with a cache of decoded histories, the in-memory one
+    too (a store no other process shares: for tests of one service alone)."""
+    async for make in _makes(request, tmp_path):
+        yield make
 
 
 def text_event(text: str, **state_delta: Any) -> Event:
@@ -73,8 +91,8 @@ async def whole(service: SessionService, session_id: str) -> Session:
     return loaded
 
 
-async def test_a_shared_read_is_the_whole_session(make_service: MakeService) -> None:
-    service = make_service()
+async def test_a_shared_read_is_the_whole_session(make_one: MakeService) -> None:
+    service = make_one()
     session = await service.create_session(app_name=APP, user_id=USER, state={"app:a": 1})
     for index in range(3):
         await service.append_event(session, text_event(f"e{index}", k=index))
@@ -89,9 +107,9 @@ async def test_a_shared_read_is_the_whole_session(make_service: MakeService) -> 
 
 
 async def test_shared_reads_share_the_decoded_events_and_nothing_else(
-    make_service: MakeService,
+    make_one: MakeService,
 ) -> None:
-    service = make_service()
+    service = make_one()
     session = await service.create_session(app_name=APP, user_id=USER, state={"list": [1]})
     await service.append_event(session, text_event("e0"))
     first = await shared(service, session.id)
@@ -158,8 +176,8 @@ async def test_a_session_deleted_and_created_again_elsewhere_is_read_afresh(
     assert texts(await shared(here, "s")) == [f"newer {index}" for index in range(4)]
 
 
-async def test_a_read_after_the_own_delete_and_create_is_afresh(make_service: MakeService) -> None:
-    service = make_service()
+async def test_a_read_after_the_own_delete_and_create_is_afresh(make_one: MakeService) -> None:
+    service = make_one()
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
     await service.append_event(session, text_event("old"))
     assert texts(await shared(service, "s")) == ["old"]
@@ -169,11 +187,11 @@ async def test_a_read_after_the_own_delete_and_create_is_afresh(make_service: Ma
 
 
 async def test_appends_through_an_older_object_do_not_reach_a_newer_history(
-    make_service: MakeService,
+    make_one: MakeService,
 ) -> None:
     """Two objects of one session in one process: the second append is refused (stale), and
     the cache stays what the store holds."""
-    service = make_service()
+    service = make_one()
     session = await service.create_session(app_name=APP, user_id=USER)
     first = await shared(service, session.id)
     second = await shared(service, session.id)
@@ -184,10 +202,8 @@ async def test_appends_through_an_older_object_do_not_reach_a_newer_history(
 
 
 @pytest.mark.parametrize("cache_bytes", [0, 1, 2_000])
-async def test_a_small_or_no_cache_reads_the_same(
-    make_service: MakeService, cache_bytes: int
-) -> None:
-    service = make_service(history_cache_bytes=cache_bytes)
+async def test_a_small_or_no_cache_reads_the_same(make_one: MakeService, cache_bytes: int) -> None:
+    service = make_one(history_cache_bytes=cache_bytes)
     sessions = [await service.create_session(app_name=APP, user_id=USER) for _ in range(3)]
     for round_ in range(4):
         for number, session in enumerate(sessions):
@@ -200,7 +216,10 @@ async def test_the_default_reads_get_session() -> None:
     service = InMemorySessionService()
     session = await service.create_session(app_name=APP, user_id=USER)
     await service.append_event(session, text_event("e0"))
-    loaded = await shared(service, session.id)
+    # SessionService's own get_session_shared, which a store without a cache inherits.
+    loaded = await SessionService.get_session_shared(
+        service, app_name=APP, user_id=USER, session_id=session.id
+    )
     assert loaded == await whole(service, session.id)
     created = await service.get_or_create_session(
         app_name=APP, user_id=USER, session_id="new", shared_events=True
@@ -222,3 +241,47 @@ def test_the_cache_is_bounded_by_the_json_it_holds() -> None:
     cache.store(("a", "u", "big"), None, version=1.0, new_events=big)
     assert cache.held(("a", "u", "big")) is None
     assert cache.held(("a", "u", "9")) is not None
+
+
+async def test_the_in_memory_store_decodes_only_what_was_appended_since(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service = InMemorySessionService()
+    decoded: list[str] = []
+    decode = service._histories._decode
+
+    def counting(data: str) -> Event:
+        decoded.append(data)
+        return decode(data)
+
+    monkeypatch.setattr(service._histories, "_decode", counting)
+    session = await service.create_session(app_name=APP, user_id=USER)
+    for index in range(50):
+        await service.append_event(session, text_event(f"e{index}"))
+    del session
+    loaded = await shared(service, _only_session(service))
+    assert len(decoded) == 50
+    for turn in range(3):
+        await service.append_event(loaded, text_event(f"turn {turn}"))
+        loaded = await shared(service, loaded.id)
+    assert len(decoded) == 53  # one per appended event, never the history again
+    assert texts(loaded) == [*(f"e{index}" for index in range(50)), "turn 0", "turn 1", "turn 2"]
+    assert loaded == await whole(service, loaded.id)
+
+
+async def test_an_evicted_in_memory_session_leaves_no_history_behind() -> None:
+    service = InMemorySessionService(max_sessions=1)
+    session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    await service.append_event(session, text_event("old"))
+    del session
+    assert texts(await shared(service, "s")) == ["old"]
+    await service.create_session(app_name=APP, user_id=USER, session_id="other")
+    assert await service.get_session(app_name=APP, user_id=USER, session_id="s") is None
+    assert len(service._histories) == 0
+    await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    assert texts(await shared(service, "s")) == []
+
+
+def _only_session(service: InMemorySessionService) -> str:
+    (key,) = service._sessions
+    return key[2]

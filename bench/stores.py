@@ -5,9 +5,10 @@ the tool answers, the model gives its final answer — a Runner on the store, fo
 appended. What is timed is the whole turn as the Runner runs it: reading the session,
 building the model requests from the history, the appends, the store's own checks.
 
-Configurations, on SQLite (a file: WAL, synchronous=NORMAL) and on PostgreSQL 15 (a throwaway
-local server on 127.0.0.1 started by this script as the tests start theirs: fsync off,
-synchronous_commit off — neither side waits for the disk at commit):
+Configurations, on the default ``memory://`` store, on SQLite (a file: WAL, synchronous=NORMAL)
+and on PostgreSQL 15 (a throwaway local server on 127.0.0.1 started by this script as the
+tests start theirs: fsync off, synchronous_commit off — neither side waits for the disk at
+commit):
 
 * ``1``: a session with 1 prior event (its first turn).
 * ``1000 warm``: 1,000 prior events, the last four written by the previous turn, which this
@@ -20,6 +21,8 @@ synchronous_commit off — neither side waits for the disk at commit):
 * ``1000 cold``: 1,000 prior events written by another service instance (another replica's
   store object on the same file or database), never read by this one: the first turn of a
   session in this process, which decodes the whole history once. For reference; no target.
+  (``memory://`` lives in one process: its cold sessions are written by the same store and
+  never read before, which is the same first read.)
 
 Every timed turn runs on a session prepared beforehand with exactly that history, so the
 history does not grow during the run, and right after one untimed turn (on the same session
@@ -52,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.postgres_f
 
 from adk_mesh import Content, LlmAgent, LlmResponse, Runner
 from adk_mesh.models.base import LlmRequest
-from adk_mesh.sessions import SessionService, SqliteSessionService
+from adk_mesh.sessions import InMemorySessionService, SessionService, SqliteSessionService
 from adk_mesh.testing import FunctionModel, call, text
 from adk_mesh.types import Event
 
@@ -165,11 +168,14 @@ async def main(rounds: int, warmup: int) -> None:
         from adk_mesh.sessions.postgres import PostgresSessionService
 
         path, url = Path(directory) / "bench.db", cluster.url("bench")
+        memory = InMemorySessionService(history_cache_bytes=CACHE_BYTES)
         stores: dict[str, SessionService] = {
+            "memory": memory,
             "sqlite": SqliteSessionService(path, history_cache_bytes=CACHE_BYTES),
             "postgresql": PostgresSessionService(url, history_cache_bytes=CACHE_BYTES),
         }
         writers: dict[str, SessionService] = {
+            "memory": memory,
             "sqlite": SqliteSessionService(path),
             "postgresql": PostgresSessionService(url),
         }
@@ -191,7 +197,7 @@ async def main(rounds: int, warmup: int) -> None:
                 for key in order:
                     timings[key].append(await turns[key].next())
         finally:
-            for store in [*stores.values(), *writers.values()]:
+            for store in {*stores.values(), *writers.values()}:
                 await store.close()
 
     print(f"\none turn (ms), {rounds} rounds interleaved; median [p25-p75]")

@@ -164,15 +164,10 @@ class InMemorySessionService(SessionService):
         after: datetime | None = None,
     ) -> Session | None:
         _common.check_num_recent_events(num_recent_events)
-        self._settle()
-        self._expire()
         key = (app_name, user_id, session_id)
-        stored = self._sessions.get(key)
+        stored = self._read(key)
         if stored is None:
-            _common.check_ids(app_name, user_id, session_id)
             return None
-        # A stored session's ids were checked when it was created: no need to check again.
-        self._touch(key, stored)
         selected = _common.select_events(stored.events, num_recent_events, after)
         return self._build_session(
             key, stored, [_common.decode_event(data) for _, data in selected]
@@ -183,14 +178,10 @@ class InMemorySessionService(SessionService):
     ) -> Session | None:
         """The whole session; its events are decoded once and shared between shared reads
         (see the class doc), so a read decodes only the events appended since the last."""
-        self._settle()
-        self._expire()
         key = (app_name, user_id, session_id)
-        stored = self._sessions.get(key)
+        stored = self._read(key)
         if stored is None:
-            _common.check_ids(app_name, user_id, session_id)
             return None
-        self._touch(key, stored)
         # The store drops a session's history when it drops the session, so what it holds
         # is this session's, a prefix of its events.
         held = self._histories.held(key)
@@ -205,6 +196,18 @@ class InMemorySessionService(SessionService):
             ],
         )
         return self._build_session(key, stored, events)
+
+    def _read(self, key: _SessionKey) -> _StoredSession | None:
+        """The stored session a read is of, counted as used; ``None`` when there is none."""
+        self._settle()
+        self._expire()
+        stored = self._sessions.get(key)
+        if stored is None:
+            _common.check_ids(*key)
+            return None
+        # A stored session's ids were checked when it was created: no need to check again.
+        self._touch(key, stored)
+        return stored
 
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         _common.check_ids(app_name, user_id)

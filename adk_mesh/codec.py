@@ -29,7 +29,7 @@ import json
 import math
 import operator
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -1228,18 +1228,57 @@ def _leading_answers(events: Iterable[Event]) -> int:
     return count
 
 
+#: What holding one event costs this process, measured (``tests/unit/test_codec_cache_memory.py``):
+#: an :class:`~adk_mesh.types.Event` decoded from ``n`` bytes — its pydantic models, their
+#: dicts, id and timestamp — takes about ``EVENT_OBJECT_BYTES + n``, plus ``JSON_OBJECT_FACTOR``
+#: bytes more for each byte of JSON values it carries (a function call's arguments, a
+#: response, a state delta: Python dicts, lists and numbers take ~7 bytes of memory for each
+#: byte of their encoding, text ~1); a protobuf message of it about ``EVENT_MESSAGE_BYTES +
+#: n``. The caches of events below are bounded by these estimates of the memory they hold: a
+#: short event encodes to ~100 bytes and takes ~4 KiB decoded, so a bound in encoded bytes let
+#: a cache hold 40 times its bound.
+EVENT_OBJECT_BYTES = 4608
+EVENT_MESSAGE_BYTES = 1536
+JSON_OBJECT_FACTOR = 7
+
+
+def _json_bytes(message: event_pb2.Event) -> int:
+    """Bytes of ``message`` that decode to JSON values (dicts, lists, numbers)."""
+    total = message.actions.ByteSize() + message.tool_progress.ByteSize()
+    for part in message.llm_response.content.parts:
+        kind = part.WhichOneof("data")
+        if kind == "function_call":
+            total += part.function_call.ByteSize()
+        elif kind == "function_response":
+            total += part.function_response.ByteSize()
+    return total
+
+
+def decoded_weight(message: event_pb2.Event, size: int) -> int:
+    """Estimated memory of the event decoded from ``message`` (``size`` bytes encoded)."""
+    return EVENT_OBJECT_BYTES + size + JSON_OBJECT_FACTOR * _json_bytes(message)
+
+
+def encoded_weight(message: event_pb2.Event, size: int) -> int:
+    """Estimated memory of an :class:`EncodedEvent` of ``message`` (``size`` bytes): the
+    message, and the event it holds (counted too: the cache may be what keeps it alive)."""
+    return EVENT_MESSAGE_BYTES + size + decoded_weight(message, size)
+
+
 class EncodedEvent:
     """An event's encoding in a view: the event, its message and size, the SHA-256 of its
     deterministic serialization, and the services it was sent to whole (an abridged
     encoding is never kept, and never named by its digest)."""
 
-    __slots__ = ("abridged", "digest", "event", "message", "sent_to", "size")
+    __slots__ = ("abridged", "digest", "event", "message", "sent_to", "size", "weight")
 
     def __init__(self, event: Event, message: event_pb2.Event, *, abridged: bool = False) -> None:
         data = message.SerializeToString(deterministic=True)
         self.event = event
         self.message = message
         self.size = len(data)
+        #: Estimated memory it holds (:func:`encoded_weight`).
+        self.weight = encoded_weight(message, self.size)
         self.digest = hashlib.sha256(data).digest()
         self.abridged = abridged
         self.sent_to: tuple[str, ...] = ()
@@ -1256,6 +1295,7 @@ class EncodedEvent:
         moved.event = event
         moved.message = self.message
         moved.size = self.size
+        moved.weight = self.weight
         moved.digest = self.digest
         moved.abridged = self.abridged
         moved.sent_to = self.sent_to
@@ -1286,6 +1326,9 @@ def _event_within(event: Event, room: int, *, large: int) -> EncodedEvent | None
 #: The newest events of a kept window that may come back as other objects equal to them (a
 #: store keeps the events it appends serialized, and hands out copies read back next turn).
 _REREAD_EVENTS = 32
+
+
+_WEIGHT_OF = operator.attrgetter("weight")
 
 
 class _Window:
@@ -1425,9 +1468,9 @@ class _Window:
         """The events the view sends, oldest first."""
         return self.entries[self.sent_from :]
 
-    def size(self) -> int:
-        """Bytes of the encodings it holds."""
-        return self.cumulative[-1] - self.cumulative[0]
+    def weight(self) -> int:
+        """Estimated memory of the encodings (and events) it holds."""
+        return sum(map(_WEIGHT_OF, self.entries))
 
 
 _K = TypeVar("_K", bound=Hashable)
@@ -1497,9 +1540,17 @@ def named_events(message: agent_pb2.SessionView) -> list[Event | None]:
     Raises:
         InvalidArgumentError: the digests are malformed (:func:`history_digests`).
     """
+    return named_events_weighed(message)[0]
+
+
+def named_events_weighed(
+    message: agent_pb2.SessionView,
+) -> tuple[list[Event | None], list[int]]:
+    """:func:`named_events`, and the estimated memory of each (0 for those not kept), which
+    the next window kept of the session is weighed by (:data:`NAMED_WINDOWS`)."""
     count = _check_history_digests(message)
     if not count:
-        return []
+        return [], []
     data = message.history_digests
     key = (message.app_name, message.user_id, message.session_id)
     kept = NAMED_WINDOWS.get(key)
@@ -1514,16 +1565,16 @@ def named_events(message: agent_pb2.SessionView) -> list[Event | None]:
     if kept is not None and offset >= 0:
         known = len(kept[0]) - offset
         found: list[Event | None] = kept[1][offset // DIGEST_BYTES :]
-        found.extend(
-            DECODED_EVENTS.named(
-                data[i : i + DIGEST_BYTES] for i in range(known, len(data), DIGEST_BYTES)
-            )
+        weights = kept[2][offset // DIGEST_BYTES :]
+        more, more_weights = DECODED_EVENTS.named(
+            data[i : i + DIGEST_BYTES] for i in range(known, len(data), DIGEST_BYTES)
         )
-    else:
-        found = DECODED_EVENTS.named(
-            data[i : i + DIGEST_BYTES] for i in range(0, len(data), DIGEST_BYTES)
-        )
-    return found
+        found.extend(more)
+        weights.extend(more_weights)
+        return found, weights
+    return DECODED_EVENTS.named(
+        data[i : i + DIGEST_BYTES] for i in range(0, len(data), DIGEST_BYTES)
+    )
 
 
 def _check_history_digests(message: agent_pb2.SessionView) -> int:
@@ -1556,26 +1607,33 @@ def session_view_from_proto(
     session_id: str | None = None,
     named: Iterable[Event] = (),
     named_digests: bytes | None = b"",
+    named_weights: Sequence[int] = (),
 ) -> Session:
     """A SessionView as an in-memory :class:`~adk_mesh.sessions.base.Session` (its window of
     the history: ``named``, the events its ``history_digests`` name, then the events the
     caller sent); ``app_name``, ``user_id`` and ``session_id`` replace the view's ids when
     given. ``named_digests``: the digests ``named`` are kept under here (computed here, from
-    their encodings; None when some are not).
+    their encodings; None when some are not); ``named_weights``: the estimated memory of each
+    (:func:`named_events_weighed`).
 
     Events decoded before from the same bytes are not decoded again (:class:`DecodedEvents`):
     the objects are shared, immutable as a store's shared events are.
     """
     events = list(named)
-    decoded = [DECODED_EVENTS.decode_digested(event_message) for event_message in message.events]
-    events.extend([event for event, _ in decoded])
+    decoded = [DECODED_EVENTS.decode_weighed(event_message) for event_message in message.events]
+    events.extend([event for event, _, _ in decoded])
     if named_digests is not None and events:
         # The window, kept by the digests this process computed, so that the session's next
         # view, which names all of it and a few more, costs what the new ones cost
-        # (:func:`named_events`).
+        # (:func:`named_events`); weighed by what its events hold (an event whose weight
+        # the caller did not give counts as an event's objects).
+        weights = list(named_weights)
+        if len(weights) != len(events) - len(decoded):
+            weights = [EVENT_OBJECT_BYTES] * (len(events) - len(decoded))
+        weights.extend([weight for _, _, weight in decoded])
         NAMED_WINDOWS.put(
             (message.app_name, message.user_id, message.session_id),
-            (named_digests + b"".join([digest for _, digest in decoded]), list(events)),
+            (named_digests + b"".join([digest for _, digest, _ in decoded]), list(events), weights),
         )
     return Session.model_validate(
         {
@@ -1596,13 +1654,22 @@ class EncodedEvents:
 
     Keyed by event id and held with the event object: an entry serves only the very object it
     was made from (a stored event is immutable; a new object with the same id is encoded
-    afresh). Bounded: the least recently used go past ``max_bytes`` of encodings.
+    afresh). Bounded: the least recently used go past ``max_bytes`` of memory, estimated
+    (:func:`encoded_weight`: the message and the event).
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._bytes = 0
         self._entries: OrderedDict[str, EncodedEvent] = OrderedDict()
+
+    @property
+    def held_bytes(self) -> int:
+        """Estimated memory of what it holds."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, event: Event) -> EncodedEvent | None:
         """The encoding of ``event``, if this very object was encoded before."""
@@ -1613,17 +1680,17 @@ class EncodedEvents:
         return entry
 
     def put(self, entry: EncodedEvent) -> None:
-        if entry.size > self.max_bytes or entry.abridged:
+        if entry.weight > self.max_bytes or entry.abridged:
             return
         event_id = entry.event.id
         previous = self._entries.pop(event_id, None)
         if previous is not None:
-            self._bytes -= previous.size
+            self._bytes -= previous.weight
         self._entries[event_id] = entry
-        self._bytes += entry.size
+        self._bytes += entry.weight
         while self._bytes > self.max_bytes:
             _, dropped = self._entries.popitem(last=False)
-            self._bytes -= dropped.size
+            self._bytes -= dropped.weight
 
     def clear(self) -> None:
         self._entries.clear()
@@ -1642,70 +1709,90 @@ class DecodedEvents:
 
     The objects are shared by every run that receives the same event, so they are never
     changed (as a store's shared events). Bounded: the least recently used go past
-    ``max_bytes`` of encodings.
+    ``max_bytes`` of memory, estimated (:func:`decoded_weight`).
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._bytes = 0
+        # By digest: the event and its estimated memory.
         self._entries: OrderedDict[bytes, tuple[Event, int]] = OrderedDict()
 
+    @property
+    def held_bytes(self) -> int:
+        """Estimated memory of what it holds."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def decode(self, message: event_pb2.Event) -> Event:
-        return self.decode_digested(message)[0]
+        return self.decode_weighed(message)[0]
 
     def decode_digested(self, message: event_pb2.Event) -> tuple[Event, bytes]:
         """``message`` decoded, and the digest it is kept under."""
+        event, key, _ = self.decode_weighed(message)
+        return event, key
+
+    def decode_weighed(self, message: event_pb2.Event) -> tuple[Event, bytes, int]:
+        """``message`` decoded, the digest it is kept under, and its estimated memory."""
         data = message.SerializeToString(deterministic=True)
         key = hashlib.sha256(data).digest()
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
-            return entry[0], key
+            return entry[0], key, entry[1]
         event = Event.model_validate(_event_fields(message))
-        size = len(data)
-        if size <= self.max_bytes:
-            self._entries[key] = (event, size)
-            self._bytes += size
+        weight = decoded_weight(message, len(data))
+        if weight <= self.max_bytes:
+            self._entries[key] = (event, weight)
+            self._bytes += weight
             while self._bytes > self.max_bytes:
                 _, (_, dropped) = self._entries.popitem(last=False)
                 self._bytes -= dropped
-        return event, key
+        return event, key, weight
 
-    def named(self, digests: Iterable[bytes]) -> list[Event | None]:
-        """The events kept under ``digests`` (None for each not kept), in their order."""
+    def named(self, digests: Iterable[bytes]) -> tuple[list[Event | None], list[int]]:
+        """The events kept under ``digests`` (None for each not kept), in their order, and
+        the estimated memory of each (0 for those not kept)."""
         entries = self._entries
         touch = entries.move_to_end
         found: list[Event | None] = []
+        weights: list[int] = []
         for digest in digests:
             entry = entries.get(digest)
             if entry is None:
                 found.append(None)
+                weights.append(0)
             else:
                 touch(digest)
                 found.append(entry[0])
-        return found
+                weights.append(entry[1])
+        return found, weights
 
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0
 
 
-#: The encodings and decodings a process keeps (16 MiB of encoded events each: the default
-#: window, 1,000 events, of ~16 sessions of short messages).
-ENCODED_EVENTS = EncodedEvents(16 * 1024 * 1024)
-DECODED_EVENTS = DecodedEvents(16 * 1024 * 1024)
+#: The encodings and decodings a process keeps: 32 MiB of memory each, estimated (the
+#: default window, 1,000 events, of ~7 sessions of short messages, any number of short
+#: sessions). ``max_bytes`` may be changed at any time; the next put applies it.
+ENCODED_EVENTS = EncodedEvents(32 * 1024 * 1024)
+DECODED_EVENTS = DecodedEvents(32 * 1024 * 1024)
 #: The windows of the views last sent (:func:`session_view_to_proto`'s ``memo``): a session's
 #: next view is compared with its window by object identity (in C), and only the events added
-#: since are looked at. Of 1,024 sessions at most, and 16 MiB of their encodings (a window
-#: holds its encodings, which the bound of :data:`ENCODED_EVENTS` then does not free).
+#: since are looked at. Of 1,024 sessions at most, and 32 MiB of memory, estimated as
+#: :data:`ENCODED_EVENTS` is (a window holds its encodings and events, which the bound of
+#: :data:`ENCODED_EVENTS` then does not free).
 VIEW_MEMOS: LruDict[Hashable, _Window] = LruDict(
-    1024, 16 * 1024 * 1024, lambda window: window.size()
+    1024, 32 * 1024 * 1024, lambda window: window.weight()
 )
-#: The named windows of the views last received (their digests and events), of 1,024
-#: sessions at most and 65,536 events (about what :data:`DECODED_EVENTS` holds of short
-#: messages: a window holds its events, which that bound then does not free).
-NAMED_WINDOWS: LruDict[tuple[str, str, str], tuple[bytes, list[Event | None]]] = LruDict(
-    1024, 65_536, lambda window: len(window[1])
+#: The named windows of the views last received (their digests, events and the estimated
+#: memory of each event), of 1,024 sessions at most and 32 MiB of memory, estimated as
+#: :data:`DECODED_EVENTS` is (a window holds its events, which that bound then does not free).
+NAMED_WINDOWS: LruDict[tuple[str, str, str], tuple[bytes, list[Event | None], list[int]]] = LruDict(
+    1024, 32 * 1024 * 1024, lambda window: sum(window[2])
 )
 
 

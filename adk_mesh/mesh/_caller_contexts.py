@@ -239,14 +239,14 @@ class NamedHistory:
     def __init__(self, view: agent_pb2.SessionView, *, can_ask: bool) -> None:
         self._budget = MAX_NAMED_LOAD_BYTES
         self._digests = view.history_digests
-        self._held = codec.named_events(view)
+        self._held, self._held_weights = codec.named_events_weighed(view)
         missing = [index for index, event in enumerate(self._held) if event is None]
         self._missing = bool(missing)
         self._first_event_id = view.events[0].id if view.events else ""
         #: Kept from the start of the named events: all, or those before the first missing.
         self._kept = missing[0] if missing and can_ask else len(self._held)
         self._wanted = len(self._held) - self._kept if can_ask else 0
-        self._loaded: list[tuple[Event, bytes]] = []
+        self._loaded: list[tuple[Event, bytes, int]] = []
 
     def next_request(self) -> tool_pb2.ContextRequest | None:
         """The next page to load from the caller; None once the window is whole."""
@@ -261,7 +261,7 @@ class NamedHistory:
     def take(self, response: tool_pb2.ContextResponse) -> None:
         """The caller's answer to the last :meth:`next_request`."""
         page = [
-            codec.DECODED_EVENTS.decode_digested(event) for event in response.loaded_events.events
+            codec.DECODED_EVENTS.decode_weighed(event) for event in response.loaded_events.events
         ]
         self._budget -= response.loaded_events.ByteSize()
         if self._budget < 0:  # a view cannot name more than one message could carry
@@ -275,14 +275,23 @@ class NamedHistory:
         """The digests :meth:`events` are kept under in this process (None: not all are)."""
         if self._wanted or self._kept < len(self._held):
             kept = self._digests[: self._kept * codec.DIGEST_BYTES]
-            return kept + b"".join([digest for _, digest in self._loaded])
+            return kept + b"".join([digest for _, digest, _ in self._loaded])
         return None if self._missing else self._digests
+
+    def weights(self) -> list[int]:
+        """The estimated memory of each of :meth:`events`, in their order."""
+        if self._wanted or self._kept < len(self._held):
+            kept = self._held_weights[: self._kept]
+            return [*kept, *(weight for _, _, weight in self._loaded)]
+        if not self._missing:
+            return self._held_weights
+        return self._held_weights[len(self._held) - len(self.events()) :]
 
     def events(self) -> list[Event]:
         """The named events of the window, oldest first."""
         if self._wanted or self._kept < len(self._held):
             kept: list[Event] = self._held[: self._kept]  # type: ignore[assignment]
-            return [*kept, *(event for event, _ in self._loaded)]
+            return [*kept, *(event for event, _, _ in self._loaded)]
         if not self._missing:
             return self._held  # type: ignore[return-value]  # no None in it
         newest: list[Event] = []

@@ -569,6 +569,7 @@ class AgentServer(MeshServer):
                 session_id=view.session_id or str(uuid.uuid4()),
                 named=named_events,
                 named_digests=named.digests(),
+                named_weights=named.weights(),
             )
         )
         agent_tool = delegated.HasField("agent_tool")

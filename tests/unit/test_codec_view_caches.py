@@ -44,7 +44,8 @@ def test_an_event_object_sent_before_is_not_encoded_again() -> None:
 def test_the_encoding_cache_keeps_its_bound_dropping_the_least_recently_used() -> None:
     events = [text_event(i) for i in range(10)]
     encoded = [codec.EncodedEvent(e, codec.event_to_proto(e)) for e in events]
-    cache = codec.EncodedEvents(sum(e.size for e in encoded[:4]))
+    # Bounded by the memory its entries hold, estimated: room for four.
+    cache = codec.EncodedEvents(sum(e.weight for e in encoded[:4]))
     for entry in encoded[:4]:
         cache.put(entry)
     assert cache.get(events[0]) is not None  # now the most recently used
@@ -75,7 +76,9 @@ def test_a_different_event_under_a_known_id_is_decoded_as_sent() -> None:
 
 def test_the_decoding_cache_keeps_its_bound() -> None:
     messages = [codec.event_to_proto(text_event(i)) for i in range(10)]
-    cache = codec.DecodedEvents(sum(len(m.SerializeToString()) for m in messages[:3]))
+    cache = codec.DecodedEvents(
+        sum(codec.decoded_weight(m, len(m.SerializeToString())) for m in messages[:3])
+    )
     decoded = [cache.decode(m) for m in messages]
     assert cache.decode(messages[9]) is decoded[9]
     assert cache.decode(messages[0]) is not decoded[0]  # dropped, decoded again (and equal)

@@ -19,6 +19,12 @@ bound evicts one) on a store whose bound is full, with 0, 1,000 and 5,000 *other
 held in use besides — interleaved rounds of 2,000 creates, GC on, the median µs per create
 with the spread; sessions in use must cost eviction nothing.
 
+And a served agent under load: one-turn hops (the same workload) through ``RemoteAgent`` to an
+``AgentServer`` in a child process, each on a new session, and the ``VmRSS`` of both processes
+after 2,000, 8,000 and 16,000 turns — flat once the process-wide event caches
+(``codec.ENCODED_EVENTS``, ``DECODED_EVENTS``, ``VIEW_MEMOS``, ``NAMED_WINDOWS``) are full,
+since they are bounded by the memory they hold.
+
 Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS]``
 """
 
@@ -28,6 +34,7 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
 import os
 import signal
 import statistics
@@ -36,6 +43,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -167,14 +175,12 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": 22}
 
 
-async def retained_by_store(runs: list[int]) -> list[tuple[int, int, int]]:
-    """``(runs, sessions kept, bytes retained)`` after each count of one-turn sessions."""
+def weather_agent() -> Any:
+    """The one-turn workload: the (scripted, instant) model calls the tool, then answers."""
     from collections.abc import AsyncGenerator
 
-    from adk_mesh import Content, LlmAgent, LlmResponse, Runner
+    from adk_mesh import LlmAgent, LlmResponse
     from adk_mesh.models.base import Llm, LlmRequest
-    from adk_mesh.sessions import session_service_from_url
-    from adk_mesh.sessions.memory import InMemorySessionService
     from adk_mesh.testing import call, text
 
     class ScriptedLlm(Llm):
@@ -188,10 +194,18 @@ async def retained_by_store(runs: list[int]) -> list[tuple[int, int, int]]:
             else:
                 yield call("get_weather", {"city": "Paris"})
 
+    return LlmAgent(name="weather", model=ScriptedLlm("scripted"), tools=[get_weather])
+
+
+async def retained_by_store(runs: list[int]) -> list[tuple[int, int, int]]:
+    """``(runs, sessions kept, bytes retained)`` after each count of one-turn sessions."""
+    from adk_mesh import Content, Runner
+    from adk_mesh.sessions import session_service_from_url
+    from adk_mesh.sessions.memory import InMemorySessionService
+
     store = session_service_from_url("memory://")
     assert isinstance(store, InMemorySessionService)
-    agent = LlmAgent(name="weather", model=ScriptedLlm("scripted"), tools=[get_weather])
-    runner = Runner(agent=agent, app_name="bench", session_service=store)
+    runner = Runner(agent=weather_agent(), app_name="bench", session_service=store)
     message = Content.from_text("user", "Weather in Paris?")
     results: list[tuple[int, int, int]] = []
     done = 0
@@ -209,6 +223,53 @@ async def retained_by_store(runs: list[int]) -> list[tuple[int, int, int]]:
         retained = tracemalloc.get_traced_memory()[0] - before
         results.append((done, len(store._sessions), retained))
     tracemalloc.stop()
+    return results
+
+
+def _serve_weather(conn: Connection) -> None:
+    """Child process: the weather agent served by an AgentServer on loopback."""
+    from adk_mesh.mesh import AgentServer
+
+    async def serve() -> None:
+        server = AgentServer(weather_agent())
+        conn.send((os.getpid(), await server.start("127.0.0.1:0")))
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+async def hops_rss(turns: list[int]) -> list[tuple[int, int, int]]:
+    """``(turns, server VmRSS KiB, client VmRSS KiB)`` after each count of one-turn hops, each
+    on a new session: a Runner here runs ``RemoteAgent`` to the weather agent served by an
+    AgentServer in a child process."""
+    from adk_mesh import Content, Runner
+    from adk_mesh.mesh import RemoteAgent
+    from adk_mesh.sessions.memory import InMemorySessionService
+
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_serve_weather, args=(child,), daemon=True)
+    process.start()
+    pid, port = parent.recv()
+    agent = RemoteAgent("weather", f"127.0.0.1:{port}")
+    store = InMemorySessionService()
+    runner = Runner(agent=agent, app_name="bench", session_service=store)
+    message = Content.from_text("user", "Weather in Paris?")
+    results: list[tuple[int, int, int]] = []
+    done = 0
+    try:
+        for target in turns:
+            while done < target:
+                session = await store.create_session(app_name="bench", user_id="u")
+                async for _ in runner.run(user_id="u", session_id=session.id, new_message=message):
+                    pass
+                done += 1
+            gc.collect()
+            results.append((done, _status(pid)["VmRSS"], _status(os.getpid())["VmRSS"]))
+    finally:
+        await agent.close()
+        process.terminate()
+        process.join()
     return results
 
 
@@ -288,6 +349,13 @@ def main() -> None:
     )
     for runs, kept, retained in asyncio.run(retained_by_store(counts)):
         print(f"  {runs:6,d} runs  {kept:6,d} sessions kept  {_mib(retained / 1024):>9s}")
+    print(
+        "hops through RemoteAgent to the weather agent served by an AgentServer (a child "
+        "process), each turn on a new session: VmRSS of both after N turns (the event caches "
+        "of each side bounded: codec.ENCODED_EVENTS, DECODED_EVENTS, VIEW_MEMOS, NAMED_WINDOWS)"
+    )
+    for turns, server, client in asyncio.run(hops_rss([2_000, 8_000, 16_000])):
+        print(f"  {turns:6,d} turns  server {_mib(server):>9s}  client {_mib(client):>9s}")
     print(
         f"memory:// session store: µs per create_session past the bound, with N other "
         f"sessions in use ({args.rounds} interleaved rounds of 2,000 creates, GC on)"

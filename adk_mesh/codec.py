@@ -1242,9 +1242,18 @@ EVENT_MESSAGE_BYTES = 1536
 JSON_OBJECT_FACTOR = 7
 
 
-def _json_bytes(message: event_pb2.Event) -> int:
-    """Bytes of ``message`` that decode to JSON values (dicts, lists, numbers)."""
+def _json_bytes(message: event_pb2.Event, event: Event | None = None) -> int:
+    """Bytes of ``message`` that decode to JSON values (dicts, lists, numbers). ``event``:
+    the event it encodes, when at hand: its parts are looked at in the message only when it
+    has a function call or response (reading a message's parts costs more)."""
     total = message.actions.ByteSize() + message.tool_progress.ByteSize()
+    if event is not None:
+        content = event.llm_response.content
+        if content is None or not any(
+            part.function_call is not None or part.function_response is not None
+            for part in content.parts
+        ):
+            return total
     for part in message.llm_response.content.parts:
         kind = part.WhichOneof("data")
         if kind == "function_call":
@@ -1259,10 +1268,15 @@ def decoded_weight(message: event_pb2.Event, size: int) -> int:
     return EVENT_OBJECT_BYTES + size + JSON_OBJECT_FACTOR * _json_bytes(message)
 
 
-def encoded_weight(message: event_pb2.Event, size: int) -> int:
+def encoded_weight(message: event_pb2.Event, size: int, event: Event | None = None) -> int:
     """Estimated memory of an :class:`EncodedEvent` of ``message`` (``size`` bytes): the
     message, and the event it holds (counted too: the cache may be what keeps it alive)."""
-    return EVENT_MESSAGE_BYTES + size + decoded_weight(message, size)
+    return (
+        EVENT_MESSAGE_BYTES
+        + EVENT_OBJECT_BYTES
+        + 2 * size
+        + JSON_OBJECT_FACTOR * _json_bytes(message, event)
+    )
 
 
 class EncodedEvent:
@@ -1278,7 +1292,7 @@ class EncodedEvent:
         self.message = message
         self.size = len(data)
         #: Estimated memory it holds (:func:`encoded_weight`).
-        self.weight = encoded_weight(message, self.size)
+        self.weight = encoded_weight(message, self.size, event)
         self.digest = hashlib.sha256(data).digest()
         self.abridged = abridged
         self.sent_to: tuple[str, ...] = ()
@@ -1328,9 +1342,6 @@ def _event_within(event: Event, room: int, *, large: int) -> EncodedEvent | None
 _REREAD_EVENTS = 32
 
 
-_WEIGHT_OF = operator.attrgetter("weight")
-
-
 class _Window:
     """The window of a session view as last built, with what a view built afresh would look
     at next time: the encodings of the events from the oldest one the walk back took (the
@@ -1342,6 +1353,7 @@ class _Window:
     __slots__ = (
         "before",
         "cumulative",
+        "cumulative_weights",
         "digests",
         "end",
         "entries",
@@ -1362,6 +1374,7 @@ class _Window:
         origin: int,
         digests: bytes | None = None,
         cumulative: list[int] | None = None,
+        cumulative_weights: list[int] | None = None,
     ) -> None:
         self.origin = origin
         self.end = len(events)
@@ -1375,6 +1388,12 @@ class _Window:
             list(itertools.accumulate((e.size for e in entries), initial=0))
             if cumulative is None
             else cumulative
+        )
+        # Running totals of the entries' estimated memory, as ``cumulative`` of their sizes.
+        self.cumulative_weights = (
+            list(itertools.accumulate((e.weight for e in entries), initial=0))
+            if cumulative_weights is None
+            else cumulative_weights
         )
 
     def grown(
@@ -1414,6 +1433,8 @@ class _Window:
         positions = list(self.positions)
         cumulative = list(self.cumulative)
         total = cumulative[-1]
+        cumulative_weights = list(self.cumulative_weights)
+        weight = cumulative_weights[-1]
         for position in range(end, len(events)):
             event = events[position]
             if event.partial:
@@ -1429,6 +1450,8 @@ class _Window:
             positions.append(position)
             total += encoded.size
             cumulative.append(total)
+            weight += encoded.weight
+            cumulative_weights.append(weight)
         entries = entries + grown
         digests = self.digests + b"".join([e.digest for e in grown])
         # What a walk back from the newest event would do: take the newest ``max_events``
@@ -1459,6 +1482,7 @@ class _Window:
             origin=positions[oldest] if oldest < count else len(events),
             digests=digests[oldest * DIGEST_BYTES :],
             cumulative=cumulative[oldest:],
+            cumulative_weights=cumulative_weights[oldest:],
         )
         # The service took every event this window sent (from ``self.sent_from``); those
         # still sent now are named.
@@ -1470,7 +1494,7 @@ class _Window:
 
     def weight(self) -> int:
         """Estimated memory of the encodings (and events) it holds."""
-        return sum(map(_WEIGHT_OF, self.entries))
+        return self.cumulative_weights[-1] - self.cumulative_weights[0]
 
 
 _K = TypeVar("_K", bound=Hashable)

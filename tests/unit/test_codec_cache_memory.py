@@ -150,3 +150,18 @@ def test_a_named_window_is_weighed_by_its_events() -> None:
     assert found_weights == expected[:4]
     codec.DECODED_EVENTS.clear()
     codec.NAMED_WINDOWS.clear()
+
+
+def test_a_kept_window_weighs_what_its_entries_weigh_as_it_grows_and_steps() -> None:
+    codec.VIEW_MEMOS.clear()
+    codec.ENCODED_EVENTS.clear()
+    events = [_call(i) if i % 3 else _text(30)(i) for i in range(10)]
+    session = Session(id="s", app_name="app", user_id="u", events=events)
+    for grown in range(30):  # past max_events: the window steps every 2 events
+        codec.session_view_to_proto(session, max_events=8, digests_for="svc", memo="m")
+        (window, weight) = next(iter(codec.VIEW_MEMOS._entries.values()))
+        assert weight == window.weight() == sum(entry.weight for entry in window.entries)
+        assert codec.VIEW_MEMOS._total == weight
+        session.events.append(_records(3)(100 + grown) if grown % 2 else _text(10)(100 + grown))
+    codec.VIEW_MEMOS.clear()
+    codec.ENCODED_EVENTS.clear()

@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from adk_mesh._memory import MESSAGE_OBJECT_BYTES, event_bytes
 from adk_mesh.agents.delegation import DelegationOutcome, DelegationPolicy, StateMergePolicy
 from adk_mesh.contexts import (
     CallerTree,
@@ -1228,55 +1229,15 @@ def _leading_answers(events: Iterable[Event]) -> int:
     return count
 
 
-#: What holding one event costs this process, measured (``tests/unit/test_codec_cache_memory.py``):
-#: an :class:`~adk_mesh.types.Event` decoded from ``n`` bytes — its pydantic models, their
-#: dicts, id and timestamp — takes about ``EVENT_OBJECT_BYTES + n``, plus ``JSON_OBJECT_FACTOR``
-#: bytes more for each byte of JSON values it carries (a function call's arguments, a
-#: response, a state delta: Python dicts, lists and numbers take ~7 bytes of memory for each
-#: byte of their encoding, text ~1); a protobuf message of it about ``EVENT_MESSAGE_BYTES +
-#: n``. The caches of events below are bounded by these estimates of the memory they hold: a
-#: short event encodes to ~100 bytes and takes ~4 KiB decoded, so a bound in encoded bytes let
-#: a cache hold 40 times its bound.
-EVENT_OBJECT_BYTES = 4608
-EVENT_MESSAGE_BYTES = 1536
-JSON_OBJECT_FACTOR = 7
+def decoded_weight(event: Event) -> int:
+    """Estimated memory of a decoded event (:func:`adk_mesh._memory.event_bytes`)."""
+    return event_bytes(event)
 
 
-def _json_bytes(message: event_pb2.Event, event: Event | None = None) -> int:
-    """Bytes of ``message`` that decode to JSON values (dicts, lists, numbers). ``event``:
-    the event it encodes, when at hand: its parts are looked at in the message only when it
-    has a function call or response (reading a message's parts costs more)."""
-    total = message.actions.ByteSize() + message.tool_progress.ByteSize()
-    if event is not None:
-        content = event.llm_response.content
-        if content is None or not any(
-            part.function_call is not None or part.function_response is not None
-            for part in content.parts
-        ):
-            return total
-    for part in message.llm_response.content.parts:
-        kind = part.WhichOneof("data")
-        if kind == "function_call":
-            total += part.function_call.ByteSize()
-        elif kind == "function_response":
-            total += part.function_response.ByteSize()
-    return total
-
-
-def decoded_weight(message: event_pb2.Event, size: int) -> int:
-    """Estimated memory of the event decoded from ``message`` (``size`` bytes encoded)."""
-    return EVENT_OBJECT_BYTES + size + JSON_OBJECT_FACTOR * _json_bytes(message)
-
-
-def encoded_weight(message: event_pb2.Event, size: int, event: Event | None = None) -> int:
-    """Estimated memory of an :class:`EncodedEvent` of ``message`` (``size`` bytes): the
+def encoded_weight(event: Event, size: int) -> int:
+    """Estimated memory of an :class:`EncodedEvent` of ``event`` (``size`` bytes): its
     message, and the event it holds (counted too: the cache may be what keeps it alive)."""
-    return (
-        EVENT_MESSAGE_BYTES
-        + EVENT_OBJECT_BYTES
-        + 2 * size
-        + JSON_OBJECT_FACTOR * _json_bytes(message, event)
-    )
+    return MESSAGE_OBJECT_BYTES + size + event_bytes(event)
 
 
 class EncodedEvent:
@@ -1292,7 +1253,7 @@ class EncodedEvent:
         self.message = message
         self.size = len(data)
         #: Estimated memory it holds (:func:`encoded_weight`).
-        self.weight = encoded_weight(message, self.size, event)
+        self.weight = encoded_weight(event, self.size)
         self.digest = hashlib.sha256(data).digest()
         self.abridged = abridged
         self.sent_to: tuple[str, ...] = ()
@@ -1649,11 +1610,11 @@ def session_view_from_proto(
     if named_digests is not None and events:
         # The window, kept by the digests this process computed, so that the session's next
         # view, which names all of it and a few more, costs what the new ones cost
-        # (:func:`named_events`); weighed by what its events hold (an event whose weight
-        # the caller did not give counts as an event's objects).
+        # (:func:`named_events`); weighed by what its events hold (estimated here when the
+        # caller did not give their weights).
         weights = list(named_weights)
         if len(weights) != len(events) - len(decoded):
-            weights = [EVENT_OBJECT_BYTES] * (len(events) - len(decoded))
+            weights = [decoded_weight(event) for event in events[: len(events) - len(decoded)]]
         weights.extend([weight for _, _, weight in decoded])
         NAMED_WINDOWS.put(
             (message.app_name, message.user_id, message.session_id),
@@ -1767,7 +1728,7 @@ class DecodedEvents:
             self._entries.move_to_end(key)
             return entry[0], key, entry[1]
         event = Event.model_validate(_event_fields(message))
-        weight = decoded_weight(message, len(data))
+        weight = decoded_weight(event)
         if weight <= self.max_bytes:
             self._entries[key] = (event, weight)
             self._bytes += weight

@@ -1,9 +1,10 @@
-"""The process-wide caches of events are bounded by the memory they hold, not by encoded bytes.
+"""The caches of events are bounded by the memory they hold, not by a count or encoded bytes.
 
 A short event encodes to ~100 bytes and takes ~4 KiB of Python objects decoded (a JSON value
-~8 bytes of memory per byte encoded): a bound in encoded bytes let ``codec.DECODED_EVENTS``
+~6 bytes of memory per byte of its text): a bound in encoded bytes let ``codec.DECODED_EVENTS``
 and ``codec.ENCODED_EVENTS`` hold ~40 times their bound (a served agent grew by ~4 KiB per
-hop, towards ~0.5 GiB). Here the estimates are checked against what ``tracemalloc`` measures.
+hop, towards ~0.5 GiB). Here the estimate (``adk_mesh._memory.event_bytes``) is checked
+against what ``tracemalloc`` measures.
 """
 
 from __future__ import annotations
@@ -131,10 +132,7 @@ def test_a_named_window_is_weighed_by_its_events() -> None:
     key = ("app", "u", "s")
     _, held, weights = codec.NAMED_WINDOWS._entries[key][0]
     assert held == received.events
-    expected = [
-        codec.decoded_weight(message, len(message.SerializeToString(deterministic=True)))
-        for message in first.events
-    ]
+    expected = [codec.decoded_weight(event) for event in received.events]
     assert weights == expected
     assert codec.NAMED_WINDOWS._total == sum(expected)
     # The next view names the first four by digest: their weights come with them.

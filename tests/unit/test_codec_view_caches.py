@@ -76,9 +76,8 @@ def test_a_different_event_under_a_known_id_is_decoded_as_sent() -> None:
 
 def test_the_decoding_cache_keeps_its_bound() -> None:
     messages = [codec.event_to_proto(text_event(i)) for i in range(10)]
-    cache = codec.DecodedEvents(
-        sum(codec.decoded_weight(m, len(m.SerializeToString())) for m in messages[:3])
-    )
+    # Bounded by the memory its entries hold, estimated: room for three.
+    cache = codec.DecodedEvents(sum(codec.decoded_weight(text_event(i)) for i in range(3)))
     decoded = [cache.decode(m) for m in messages]
     assert cache.decode(messages[9]) is decoded[9]
     assert cache.decode(messages[0]) is not decoded[0]  # dropped, decoded again (and equal)

@@ -35,13 +35,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from adk_mesh._confirmation import without_confirmations
+from adk_mesh._memory import event_bytes
 from adk_mesh.models._pairing import pair_function_calls
 from adk_mesh.types import Content, Event, Part
 
 __all__ = ["RequestHistory", "build_contents", "is_visible_on_branch", "request_contents"]
 
-#: Sessions whose request history a :class:`RequestHistory` keeps, by default.
+#: Sessions whose request history a :class:`RequestHistory` keeps, by default, and the memory
+#: their events may hold (estimated: :func:`~adk_mesh._memory.event_bytes`).
 DEFAULT_REQUEST_HISTORIES = 128
+DEFAULT_REQUEST_HISTORY_BYTES = 32 * 1024 * 1024
 #: Boundaries a build tries when it moves its prefix forward (see :class:`RequestHistory`).
 _BOUNDARY_ATTEMPTS = 4
 
@@ -92,9 +95,17 @@ class _Prefix:
     long_running_ids: set[str]
     #: ``(len(events), len(contents))`` at every boundary it moved through, oldest first.
     marks: list[tuple[int, int]]
+    #: Running totals of the events' estimated memory: one more than the events, from the
+    #: total before the first (not always 0: a prefix moved forward keeps its totals).
+    weights: list[int]
+
+    @property
+    def weight(self) -> int:
+        """Estimated memory of its events."""
+        return self.weights[-1] - self.weights[0]
 
 
-_NO_PREFIX = _Prefix(events=[], contents=[], long_running_ids=set(), marks=[])
+_NO_PREFIX = _Prefix(events=[], contents=[], long_running_ids=set(), marks=[], weights=[0])
 
 
 class RequestHistory:
@@ -121,12 +132,42 @@ class RequestHistory:
     an object the Runner handed out.
 
     ``include_contents="none"`` requests (only the current invocation) are not kept: build
-    them with :func:`request_contents`. Bounded: the ``max_sessions`` sessions built last.
+    them with :func:`request_contents`. Bounded: the ``max_sessions`` sessions built last,
+    and ``max_bytes`` of memory their events hold, estimated
+    (:func:`~adk_mesh._memory.event_bytes`: the events a prefix holds stay alive while it is
+    kept, whatever the session store keeps); the least recently built go first. A session
+    whose history alone weighs more is not kept (each request of it is built whole).
     """
 
-    def __init__(self, max_sessions: int = DEFAULT_REQUEST_HISTORIES) -> None:
+    def __init__(
+        self,
+        max_sessions: int = DEFAULT_REQUEST_HISTORIES,
+        max_bytes: int = DEFAULT_REQUEST_HISTORY_BYTES,
+    ) -> None:
         self._max_sessions = max_sessions
+        self._max_bytes = max_bytes
         self._prefixes: OrderedDict[tuple[str, ...], _Prefix] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def held_bytes(self) -> int:
+        """Estimated memory of the events the kept prefixes hold."""
+        return self._bytes
+
+    def _put(self, key: tuple[str, ...], prefix: _Prefix) -> None:
+        """Keep ``prefix`` as the session's, the most recently used; drop the least recently
+        used past the bounds."""
+        self._drop(key)
+        self._prefixes[key] = prefix
+        self._bytes += prefix.weight
+        while len(self._prefixes) > self._max_sessions or self._bytes > self._max_bytes:
+            _, dropped = self._prefixes.popitem(last=False)
+            self._bytes -= dropped.weight
+
+    def _drop(self, key: tuple[str, ...]) -> None:
+        dropped = self._prefixes.pop(key, None)
+        if dropped is not None:
+            self._bytes -= dropped.weight
 
     def contents(
         self,
@@ -147,9 +188,10 @@ class RequestHistory:
                 prefix = _moved_forward(held, events, agent_name, branch)
         if prefix is None:
             prefix = _NO_PREFIX
-        else:
-            self._prefixes[key] = prefix
+        elif prefix is held:
             self._prefixes.move_to_end(key)
+        else:
+            self._put(key, prefix)
         start = len(prefix.events)
         tail = events[start:]
         kept = _kept_events(tail, agent_name, branch, None)
@@ -160,7 +202,7 @@ class RequestHistory:
             not kept or _answers_earlier_calls(kept) or _holds_function_responses(tail_contents[0])
         ):
             # The rest does not stand alone: build it all (and keep no prefix).
-            self._prefixes.pop(key, None)
+            self._drop(key)
             return request_contents(events, agent_name=agent_name, branch=branch)
         repaired = pair_function_calls(tail_contents, pending_ids=long_running_ids)
         # The contents of ``kept`` themselves, unless the join dropped some.
@@ -194,21 +236,27 @@ class RequestHistory:
             if _needs_no_repair(before):
                 position = _index_of(events, kept[index], start)
                 contents = [*prefix.contents, *before]
-                self._prefixes[key] = _Prefix(
-                    events=list(events[:position]),
-                    contents=contents,
-                    long_running_ids=prefix.long_running_ids
-                    | _long_running_ids(events[start:position]),
-                    marks=[*prefix.marks, (position, len(contents))],
+                weights = list(prefix.weights)
+                total = weights[-1]
+                for event in events[start:position]:
+                    total += event_bytes(event)
+                    weights.append(total)
+                self._put(
+                    key,
+                    _Prefix(
+                        events=list(events[:position]),
+                        contents=contents,
+                        long_running_ids=prefix.long_running_ids
+                        | _long_running_ids(events[start:position]),
+                        marks=[*prefix.marks, (position, len(contents))],
+                        weights=weights,
+                    ),
                 )
-                self._prefixes.move_to_end(key)
-                while len(self._prefixes) > self._max_sessions:
-                    self._prefixes.popitem(last=False)
                 return
             if attempts >= _BOUNDARY_ATTEMPTS:
                 break
-        if prefix.events:
-            self._prefixes[key] = prefix  # where it was
+        if prefix.events and self._prefixes.get(key) is not prefix:
+            self._put(key, prefix)  # where it was
 
 
 def _matching(
@@ -247,6 +295,7 @@ def _matching(
         contents=contents,
         long_running_ids=prefix.long_running_ids,
         marks=prefix.marks,
+        weights=prefix.weights,  # the same events, read again: the same estimates
     )
 
 
@@ -290,6 +339,7 @@ def _moved_forward(
         contents=prefix.contents[count:],
         long_running_ids=long_running_ids,
         marks=[(p - start, c - count) for p, c in prefix.marks if p >= start],
+        weights=prefix.weights[start:],
     )
     return _matching(moved, events, agent_name, branch)
 

@@ -3,15 +3,26 @@ contents request_contents builds from the whole history."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adk_mesh._memory import event_bytes
 from adk_mesh.agents.history import RequestHistory, request_contents
 from adk_mesh.types import Content, Event, EventActions, LlmResponse, Part
 
 SESSION = ("app", "user", "s1")
+
+
+def assert_weighed(history: RequestHistory) -> None:
+    """The history's total is the estimated memory of the events its prefixes hold."""
+    held = sum(event_bytes(event) for p in history._prefixes.values() for event in p.events)
+    assert history.held_bytes == held
+
+
 CALL_IDS = ["c1", "c2", "c3", "c4"]
 
 
@@ -89,6 +100,7 @@ def check_growing(
         expected = request_contents(seen, agent_name="me", branch=branch)
         built = history.contents(SESSION, seen, agent_name="me", branch=branch)
         assert built == expected, (end, built, expected)
+        assert_weighed(history)
 
 
 @settings(max_examples=300, deadline=None)
@@ -207,6 +219,7 @@ def test_a_window_moving_forward_is_built_as_a_whole_build(events: list[Event], 
         assert history.contents(SESSION, window, agent_name="me") == request_contents(
             window, agent_name="me"
         ), (start, end)
+        assert_weighed(history)
 
 
 def test_a_stepping_window_of_a_long_conversation_keeps_its_prefix() -> None:
@@ -224,3 +237,47 @@ def test_a_stepping_window_of_a_long_conversation_keeps_its_prefix() -> None:
         )
         prefix = history._prefixes[(*SESSION, "me", "")]
         assert len(prefix.events) >= len(window) - 4  # only the last turn built again
+        assert_weighed(history)
+
+
+def test_the_sessions_kept_hold_no_more_than_the_memory_bound() -> None:
+    # 40 sessions of 200 events (~1 MB each, estimated) through a history bounded to 8 MiB.
+    bound = 8 * 1024 * 1024
+    history = RequestHistory(max_bytes=bound)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        sessions = {f"s{index}": conversation_events(50) for index in range(40)}
+        for session_id, events in sessions.items():
+            key = ("app", "user", session_id)
+            assert history.contents(key, events, agent_name="me") == request_contents(
+                events, agent_name="me"
+            )
+            assert history.held_bytes <= bound
+        assert_weighed(history)
+        assert 4 <= len(history._prefixes) < 40
+        history_estimate = history.held_bytes
+        # What the history keeps alive once the sessions are gone: within its bound.
+        base = tracemalloc.get_traced_memory()[0]
+        sessions.clear()
+        gc.collect()
+        freed = base - tracemalloc.get_traced_memory()[0]
+        history._prefixes.clear()
+        gc.collect()
+        held = base - freed - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # Never more than estimated, and not far below (the estimate errs on the large side).
+    assert history_estimate / 2 <= held <= history_estimate <= bound
+
+
+def test_a_session_heavier_than_the_bound_is_built_whole_and_not_kept() -> None:
+    events = conversation_events(50)
+    history = RequestHistory(max_bytes=sum(event_bytes(event) for event in events) // 2)
+    for end in range(4, len(events) + 1, 4):
+        assert history.contents(SESSION, events[:end], agent_name="me") == request_contents(
+            events[:end], agent_name="me"
+        )
+        assert history.held_bytes <= history._max_bytes
+        assert_weighed(history)
+    assert not history._prefixes

@@ -23,7 +23,9 @@ And a served agent under load: one-turn hops (the same workload) through ``Remot
 ``AgentServer`` in a child process, each on a new session, and the ``VmRSS`` of both processes
 after 2,000, 8,000 and 16,000 turns — flat once the process-wide event caches
 (``codec.ENCODED_EVENTS``, ``DECODED_EVENTS``, ``VIEW_MEMOS``, ``NAMED_WINDOWS``) are full,
-since they are bounded by the memory they hold.
+since they are bounded by the memory they hold. And an ``LlmAgent``'s request history
+(``agents/history.RequestHistory``) after one turn on each of 200 SQLite sessions of 300
+events: the sessions it keeps, their estimated memory, and what clearing it frees.
 
 Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS]``
 """
@@ -273,6 +275,45 @@ async def hops_rss(turns: list[int]) -> list[tuple[int, int, int]]:
     return results
 
 
+async def request_history_retained(sessions: int, events: int) -> tuple[int, int, int]:
+    """``(sessions kept, estimated bytes, bytes retained)`` of an LlmAgent's request history
+    after one turn on each of ``sessions`` SQLite sessions of ``events`` prior events: what
+    clearing it frees (``tracemalloc``), beyond what the store's own cache keeps."""
+    from adk_mesh import Content, Event, Runner
+    from adk_mesh.sessions import SqliteSessionService
+
+    with tempfile.TemporaryDirectory() as directory:
+        store = SqliteSessionService(f"{directory}/sessions.db")
+        agent = weather_agent()
+        runner = Runner(agent=agent, app_name="bench", session_service=store)
+        message = Content.from_text("user", "Weather in Paris?")
+        ids = []
+        for _ in range(sessions):
+            session = await store.create_session(app_name="bench", user_id="u")
+            for index in range(events):
+                role, author = ("user", "user") if index % 2 == 0 else ("model", "weather")
+                text = f"message {index}"
+                await store.append_event(
+                    session, Event.new(author=author, content=Content.from_text(role, text))
+                )
+            ids.append(session.id)
+        gc.collect()
+        tracemalloc.start()
+        for session_id in ids:
+            async for _ in runner.run(user_id="u", session_id=session_id, new_message=message):
+                pass
+        history = agent._request_history
+        kept, estimated = len(history._prefixes), history.held_bytes
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        history._prefixes.clear()
+        gc.collect()
+        retained = before - tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        await store.close()
+    return kept, estimated, retained
+
+
 async def create_cost(held_counts: list[int], rounds: int) -> dict[int, list[float]]:
     """µs per create_session on a full store with ``held`` other sessions in use, per round."""
     from adk_mesh.sessions.memory import DEFAULT_MAX_SESSIONS, InMemorySessionService
@@ -349,6 +390,15 @@ def main() -> None:
     )
     for runs, kept, retained in asyncio.run(retained_by_store(counts)):
         print(f"  {runs:6,d} runs  {kept:6,d} sessions kept  {_mib(retained / 1024):>9s}")
+    print(
+        "an LlmAgent's request history after one turn on each of 200 SQLite sessions of 300 "
+        "events: the sessions it keeps, their events' estimated memory, and what clearing it "
+        "frees (tracemalloc; beyond what the store's own cache keeps)"
+    )
+    kept, estimated, retained = asyncio.run(request_history_retained(200, 300))
+    print(
+        f"  {kept} sessions kept  estimated {_mib(estimated / 1024)}  freed {_mib(retained / 1024)}"
+    )
     print(
         "hops through RemoteAgent to the weather agent served by an AgentServer (a child "
         "process), each turn on a new session: VmRSS of both after N turns (the event caches "

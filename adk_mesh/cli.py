@@ -332,21 +332,29 @@ def _a2a_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     line before the ready line.
 
     Raises:
-        ConfigError: ``--a2a-port`` without the a2a extra installed, or ``--a2a-url`` alone.
+        ConfigError: ``--a2a-port`` without the a2a extra installed, or ``--a2a-url`` or
+            ``--a2a-max-tasks`` without it.
     """
     if args.a2a_port is None:
         if args.a2a_url:
             raise ConfigError("--a2a-url goes with --a2a-port")
+        if args.a2a_max_tasks is not None:
+            raise ConfigError("--a2a-max-tasks goes with --a2a-port")
         return None, {}
     try:
         from adk_mesh.mesh.a2a_server import A2aAgentServer
     except ImportError as error:
         raise ConfigError(f"--a2a-port needs {error.name}: pip install 'adk-mesh[a2a]'") from None
-    return A2aAgentServer, {
+    options: dict[str, Any] = {
         "a2a_address": f"{args.host}:{args.a2a_port}",
         "public_url": args.a2a_url or None,
         "announce": lambda line: print(line, flush=True),
     }
+    if args.a2a_max_tasks is not None:
+        if args.a2a_max_tasks < 1:
+            raise ConfigError(f"--a2a-max-tasks must be at least 1, not {args.a2a_max_tasks}")
+        options["max_tasks"] = args.a2a_max_tasks
+    return A2aAgentServer, options
 
 
 def _use_plugins(server: Any, references: list[str]) -> None:
@@ -662,6 +670,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the base URL A2A clients reach --a2a-port at, for the agent card (default: "
         "http(s)://HOST:PORT/)",
+    )
+    agent.add_argument(
+        "--a2a-max-tasks",
+        type=int,
+        metavar="N",
+        help="A2A tasks kept in memory (default 10000); past it the least recently used ended "
+        "task goes first",
     )
     agent.add_argument(
         "--store",

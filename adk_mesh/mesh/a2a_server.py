@@ -60,7 +60,9 @@ it ends): one beyond is answered at once, never queued, with a JSON-RPC error
 :data:`~adk_mesh.mesh._channel.MAX_MESSAGE_BYTES` (413 beyond). At most
 ``max_concurrent_calls`` runs go on at once across both bindings (a message beyond is
 ``rejected``). Tasks are kept in
-memory, per process: ``GetTask`` and ``SubscribeToTask`` reach the tasks of this replica.
+memory, per process: ``GetTask`` and ``SubscribeToTask`` reach the tasks of this replica; at
+most ``max_tasks`` of them (:class:`BoundedTaskStore`: the least recently used ended task goes
+first).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ import contextvars
 import json
 import logging
 import socket
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -92,7 +95,7 @@ from a2a.server.routes import (
     create_agent_card_routes,
     create_jsonrpc_routes,
 )
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
 from a2a.utils.errors import InvalidParamsError
@@ -140,8 +143,10 @@ __all__ = [
     "ANONYMOUS_USER",
     "BUSY_ERROR_CODE",
     "CONNECTIONS_PER_CALL",
+    "DEFAULT_MAX_TASKS",
     "RESPONSE_ARTIFACT",
     "A2aAgentServer",
+    "BoundedTaskStore",
 ]
 
 logger = logging.getLogger(__name__)
@@ -173,6 +178,68 @@ _TERMINAL = frozenset(
         a2a_pb2.TaskState.TASK_STATE_REJECTED,
     }
 )
+
+
+#: The tasks an A2aAgentServer keeps by default (ended ones go first past it).
+DEFAULT_MAX_TASKS = 10_000
+
+
+class BoundedTaskStore(TaskStore):
+    """A :class:`~a2a.server.tasks.TaskStore` (a2a-sdk's in-memory one by default) that keeps
+    at most ``max_tasks`` tasks: past it, the task saved or read least recently among the
+    ended ones (completed, failed, canceled, rejected) is deleted, and only when none has ended
+    the least recently used of the others (an ``input-required`` task nobody answered). A
+    running task is saved again at each update, so it is never the least recently used for
+    long. Saving and reading count as use; listing does not. A deleted task is unknown to
+    ``GetTask`` as one never made.
+
+    a2a-sdk's store keeps every task of the process for good: a long-running server grew by
+    each message's task without end.
+    """
+
+    def __init__(self, max_tasks: int = DEFAULT_MAX_TASKS, inner: TaskStore | None = None) -> None:
+        if max_tasks < 1:
+            raise ConfigError(f"max_tasks must be at least 1, not {max_tasks}")
+        self.max_tasks = max_tasks
+        self._inner: TaskStore = inner if inner is not None else InMemoryTaskStore()
+        # By task id: its owner as its last save's context named it (the user and tenant: a
+        # deletion needs them), least recently used first; ended and other tasks apart, so
+        # that eviction never walks past the tasks it keeps.
+        self._ended: OrderedDict[str, tuple[User, str]] = OrderedDict()
+        self._open: OrderedDict[str, tuple[User, str]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ended) + len(self._open)
+
+    async def save(self, task: a2a_pb2.Task, context: ServerCallContext) -> None:
+        await self._inner.save(task, context)
+        self._ended.pop(task.id, None)
+        self._open.pop(task.id, None)
+        owner = (context.user, context.tenant)
+        (self._ended if task.status.state in _TERMINAL else self._open)[task.id] = owner
+        while len(self) > self.max_tasks:
+            oldest = self._ended if self._ended else self._open
+            task_id, (user, tenant) = oldest.popitem(last=False)
+            await self._inner.delete(task_id, ServerCallContext(user=user, tenant=tenant))
+
+    async def get(self, task_id: str, context: ServerCallContext) -> a2a_pb2.Task | None:
+        task: a2a_pb2.Task | None = await self._inner.get(task_id, context)
+        if task is not None:
+            for kept in (self._ended, self._open):
+                if task_id in kept:
+                    kept.move_to_end(task_id)
+        return task
+
+    async def list(
+        self, params: a2a_pb2.ListTasksRequest, context: ServerCallContext
+    ) -> a2a_pb2.ListTasksResponse:
+        listed: a2a_pb2.ListTasksResponse = await self._inner.list(params, context)
+        return listed
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self._inner.delete(task_id, context)
+        self._ended.pop(task_id, None)
+        self._open.pop(task_id, None)
 
 
 # --- who is calling --------------------------------------------------------------------------
@@ -860,6 +927,7 @@ class A2aAgentServer(AgentServer):
             ``http(s)://<host>:<port>/`` of ``a2a_address``); the gRPC interface is this
             URL's host and the gRPC port.
         announce: called with one line once the A2A port accepts (``adk-mesh serve`` prints it).
+        max_tasks: the tasks kept in memory (:class:`BoundedTaskStore`: ended ones go first).
         **kwargs: as for :class:`~adk_mesh.mesh.AgentServer`.
     """
 
@@ -873,8 +941,10 @@ class A2aAgentServer(AgentServer):
         a2a_address: str = "127.0.0.1:0",
         public_url: str | None = None,
         announce: Callable[[str], None] | None = None,
+        max_tasks: int = DEFAULT_MAX_TASKS,
         **kwargs: Any,
     ) -> None:
+        self.task_store = BoundedTaskStore(max_tasks)
         super().__init__(agent, **kwargs)
         self.a2a_address = a2a_address
         self.public_url = public_url
@@ -900,7 +970,7 @@ class A2aAgentServer(AgentServer):
         )
         self._executor = _Executor(self, DEFAULT_MAX_CONCURRENT_CALLS)
         self._handler = DefaultRequestHandler(
-            agent_executor=self._executor, task_store=InMemoryTaskStore(), agent_card=self.a2a_card
+            agent_executor=self._executor, task_store=self.task_store, agent_card=self.a2a_card
         )
         self._authenticators: tuple[Authenticator, ...] = ()
         self._http: Any = None

@@ -160,3 +160,17 @@ def test_a2a_url_without_a2a_port_is_a_usage_error(capsys: pytest.CaptureFixture
     code = main(["serve", "agent", APP, "--port", "0", "--a2a-url", "https://a.example"])
     assert code == 2
     assert capsys.readouterr().err.strip() == "error: --a2a-url goes with --a2a-port"
+
+
+def test_a2a_max_tasks_without_a2a_port_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["serve", "agent", APP, "--port", "0", "--a2a-max-tasks", "5"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == "error: --a2a-max-tasks goes with --a2a-port"
+
+
+def test_a2a_max_tasks_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["serve", "agent", APP, "--port", "0", "--a2a-port", "0", "--a2a-max-tasks", "0"]
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip() == "error: --a2a-max-tasks must be at least 1, not 0"

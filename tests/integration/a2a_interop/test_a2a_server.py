@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind
 
 from adk_mesh import ConfigError, FunctionTool, LlmAgent
 from adk_mesh.mesh import ApiKeyAuthenticator, ServerSecurity, new_api_key
-from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, A2aAgentServer
+from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, A2aAgentServer, BoundedTaskStore
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Part
 
@@ -303,3 +303,55 @@ def test_parts_round_trip() -> None:
     data = a2a_pb2.Part()
     data.data.struct_value.update({"city": "Porto"})
     assert a2a_parts_to_content([data], "user").parts[0].text == '{"city": "Porto"}'
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_the_server_keeps_at_most_max_tasks_ended_ones_going_first(binding: str) -> None:
+    # a2a-sdk's in-memory store kept every task for good: a server grew by each message.
+    def start_job(kind: str) -> None:
+        """Starts a job; the result comes later."""
+        return None
+
+    model = ScriptedModel(
+        [call("start_job", {"kind": "report"}, id="job-1"), "a1", "a2", "a3", "a4", "done"]
+    )
+    agent = LlmAgent(
+        name="jobs", model=model, tools=[FunctionTool(start_job, is_long_running=True)]
+    )
+    server = A2aAgentServer(agent, max_tasks=3)
+    await server.start("127.0.0.1:0")
+    try:
+        client = await _client(server, binding)
+        waiting = (await _send(client, _message("make a report", "ctx-w")))[-1].status_update
+        assert waiting.status.state == State.TASK_STATE_INPUT_REQUIRED
+        ended = []
+        for index in range(4):
+            responses = await _send(client, _message(f"hi {index}", f"ctx-{index}"))
+            assert responses[-1].status_update.status.state == State.TASK_STATE_COMPLETED
+            ended.append(responses[-1].status_update.task_id)
+        assert len(server.task_store) == 3
+        # The two ended least recently went; the task waiting for input stayed.
+        for task_id in ended[:2]:
+            with pytest.raises((A2AClientError, A2AError)):
+                await client.get_task(a2a_pb2.GetTaskRequest(id=task_id))
+        for task_id in ended[2:]:
+            task = await client.get_task(a2a_pb2.GetTaskRequest(id=task_id))
+            assert task.status.state == State.TASK_STATE_COMPLETED
+        kept = await client.get_task(a2a_pb2.GetTaskRequest(id=waiting.task_id))
+        assert kept.status.state == State.TASK_STATE_INPUT_REQUIRED
+        # And it is answered as if nothing had gone.
+        answer = _message("", "ctx-w", task_id=waiting.task_id)
+        del answer.message.parts[:]
+        part = answer.message.parts.add()
+        part.data.struct_value.update({"name": "start_job", "response": {"v": 1}, "id": "job-1"})
+        part.metadata.update({"adk_mesh.part_kind": "function_response"})
+        responses = await _send(client, answer)
+        assert responses[-1].status_update.status.state == State.TASK_STATE_COMPLETED
+        await client.close()
+    finally:
+        await server.stop(1)
+
+
+async def test_a_bounded_task_store_refuses_a_bound_below_one() -> None:
+    with pytest.raises(ConfigError, match="max_tasks must be at least 1, not 0"):
+        BoundedTaskStore(0)

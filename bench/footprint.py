@@ -25,7 +25,9 @@ after 2,000, 8,000 and 16,000 turns — flat once the process-wide event caches
 (``codec.ENCODED_EVENTS``, ``DECODED_EVENTS``, ``VIEW_MEMOS``, ``NAMED_WINDOWS``) are full,
 since they are bounded by the memory they hold. And an ``LlmAgent``'s request history
 (``agents/history.RequestHistory``) after one turn on each of 200 SQLite sessions of 300
-events: the sessions it keeps, their estimated memory, and what clearing it frees.
+events: the sessions it keeps, their estimated memory, and what clearing it frees. And an A2A
+server (``A2aAgentServer``) sent 6,000 messages, each starting a task: its VmRSS keeping at most
+1,000 tasks, and keeping every task (as a2a-sdk's in-memory store alone does).
 
 Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS]``
 """
@@ -314,6 +316,64 @@ async def request_history_retained(sessions: int, events: int) -> tuple[int, int
     return kept, estimated, retained
 
 
+def _a2a_messages(max_tasks: int, counts: list[int], conn: Connection) -> None:
+    """Child process: an A2aAgentServer keeping at most ``max_tasks`` tasks, sent one message
+    per new context by an a2a-sdk client (gRPC binding); sends back its VmRSS (KiB) after each
+    count of messages."""
+
+    async def run() -> list[int]:
+        import grpc.aio
+        import httpx
+        from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+        from a2a.types import a2a_pb2
+        from a2a.utils.constants import TransportProtocol
+
+        from adk_mesh.mesh.a2a_server import A2aAgentServer
+
+        server = A2aAgentServer(weather_agent(), max_tasks=max_tasks)
+        await server.start("127.0.0.1:0")
+        async with httpx.AsyncClient() as http:
+            card = await A2ACardResolver(
+                http, f"http://127.0.0.1:{server.a2a_port}"
+            ).get_agent_card()
+        config = ClientConfig(
+            supported_protocol_bindings=[TransportProtocol.GRPC],
+            grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
+        )
+        client = ClientFactory(config).create(card)
+        readings = []
+        sent = 0
+        for target in counts:
+            while sent < target:
+                message = a2a_pb2.Message(
+                    message_id=f"m{sent}",
+                    role=a2a_pb2.Role.ROLE_USER,
+                    parts=[a2a_pb2.Part(text="Weather in Paris?")],
+                )
+                request = a2a_pb2.SendMessageRequest(message=message)
+                async for _ in client.send_message(request):
+                    pass
+                sent += 1
+            gc.collect()
+            readings.append(_status(os.getpid())["VmRSS"])
+        await client.close()
+        await server.stop(1)
+        return readings
+
+    conn.send(asyncio.run(run()))
+
+
+def a2a_rss(max_tasks: int, counts: list[int]) -> list[int]:
+    """VmRSS (KiB) of an A2A server after each count of messages (:func:`_a2a_messages`)."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_a2a_messages, args=(max_tasks, counts, child))
+    process.start()
+    readings: list[int] = parent.recv()
+    process.join()
+    return readings
+
+
 async def create_cost(held_counts: list[int], rounds: int) -> dict[int, list[float]]:
     """µs per create_session on a full store with ``held`` other sessions in use, per round."""
     from adk_mesh.sessions.memory import DEFAULT_MAX_SESSIONS, InMemorySessionService
@@ -406,6 +466,17 @@ def main() -> None:
     )
     for turns, server, client in asyncio.run(hops_rss([2_000, 8_000, 16_000])):
         print(f"  {turns:6,d} turns  server {_mib(server):>9s}  client {_mib(client):>9s}")
+    counts = [2_000, 4_000, 6_000]
+    print(
+        "an A2A server (A2aAgentServer, a child process) sent one message per new context by an "
+        "a2a-sdk client: VmRSS after N messages, keeping at most 1,000 tasks vs all of them"
+    )
+    for max_tasks, label in ((1_000, "at most 1,000 tasks"), (10**9, "every task")):
+        rss = a2a_rss(max_tasks, counts)
+        readings = "  ".join(
+            f"{count:,d}: {_mib(kib)}" for count, kib in zip(counts, rss, strict=True)
+        )
+        print(f"  {label:20s} {readings}")
     print(
         f"memory:// session store: µs per create_session past the bound, with N other "
         f"sessions in use ({args.rounds} interleaved rounds of 2,000 creates, GC on)"

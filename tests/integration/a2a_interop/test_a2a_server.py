@@ -178,6 +178,18 @@ async def test_cancel_task_cancels_the_run(binding: str) -> None:
         await server.stop(1)
 
 
+def _job_answer(
+    context_id: str, task_id: str, response: dict[str, int]
+) -> a2a_pb2.SendMessageRequest:
+    """The answer to the long-running ``start_job`` call (id ``job-1``) a task waits for."""
+    answer = _message("", context_id, task_id=task_id)
+    del answer.message.parts[:]
+    part = answer.message.parts.add()
+    part.data.struct_value.update({"name": "start_job", "response": response, "id": "job-1"})
+    part.metadata.update({"adk_mesh.part_kind": "function_response"})
+    return answer
+
+
 async def test_a_long_running_call_is_input_required_and_answered_on_the_task() -> None:
     def start_job(kind: str) -> None:
         """Starts a job; the result comes later."""
@@ -197,12 +209,7 @@ async def test_a_long_running_call_is_input_required_and_answered_on_the_task() 
         (asked,) = last.status.message.parts
         assert asked.metadata["adk_mesh.part_kind"] == "function_call"
         assert asked.data.struct_value["name"] == "start_job"
-        answer = _message("", "ctx-j", task_id=last.task_id)
-        del answer.message.parts[:]
-        part = answer.message.parts.add()
-        part.data.struct_value.update({"name": "start_job", "response": {"v": 42}, "id": "job-1"})
-        part.metadata.update({"adk_mesh.part_kind": "function_response"})
-        responses = await _send(client, answer)
+        responses = await _send(client, _job_answer("ctx-j", last.task_id, {"v": 42}))
         assert responses[-1].status_update.status.state == State.TASK_STATE_COMPLETED
         final = [r.artifact_update for r in responses if r.HasField("artifact_update")][-1]
         assert final.artifact.parts[0].text == "The report: 42"
@@ -340,12 +347,7 @@ async def test_the_server_keeps_at_most_max_tasks_ended_ones_going_first(binding
         kept = await client.get_task(a2a_pb2.GetTaskRequest(id=waiting.task_id))
         assert kept.status.state == State.TASK_STATE_INPUT_REQUIRED
         # And it is answered as if nothing had gone.
-        answer = _message("", "ctx-w", task_id=waiting.task_id)
-        del answer.message.parts[:]
-        part = answer.message.parts.add()
-        part.data.struct_value.update({"name": "start_job", "response": {"v": 1}, "id": "job-1"})
-        part.metadata.update({"adk_mesh.part_kind": "function_response"})
-        responses = await _send(client, answer)
+        responses = await _send(client, _job_answer("ctx-w", waiting.task_id, {"v": 1}))
         assert responses[-1].status_update.status.state == State.TASK_STATE_COMPLETED
         await client.close()
     finally:

@@ -1229,11 +1229,6 @@ def _leading_answers(events: Iterable[Event]) -> int:
     return count
 
 
-def decoded_weight(event: Event) -> int:
-    """Estimated memory of a decoded event (:func:`adk_mesh._memory.event_bytes`)."""
-    return event_bytes(event)
-
-
 def encoded_weight(event: Event, size: int) -> int:
     """Estimated memory of an :class:`EncodedEvent` of ``event`` (``size`` bytes): its
     message, and the event it holds (counted too: the cache may be what keeps it alive)."""
@@ -1614,7 +1609,7 @@ def session_view_from_proto(
         # caller did not give their weights).
         weights = list(named_weights)
         if len(weights) != len(events) - len(decoded):
-            weights = [decoded_weight(event) for event in events[: len(events) - len(decoded)]]
+            weights = [event_bytes(event) for event in events[: len(events) - len(decoded)]]
         weights.extend([weight for _, _, weight in decoded])
         NAMED_WINDOWS.put(
             (message.app_name, message.user_id, message.session_id),
@@ -1694,7 +1689,7 @@ class DecodedEvents:
 
     The objects are shared by every run that receives the same event, so they are never
     changed (as a store's shared events). Bounded: the least recently used go past
-    ``max_bytes`` of memory, estimated (:func:`decoded_weight`).
+    ``max_bytes`` of memory, estimated (:func:`adk_mesh._memory.event_bytes`).
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -1714,11 +1709,6 @@ class DecodedEvents:
     def decode(self, message: event_pb2.Event) -> Event:
         return self.decode_weighed(message)[0]
 
-    def decode_digested(self, message: event_pb2.Event) -> tuple[Event, bytes]:
-        """``message`` decoded, and the digest it is kept under."""
-        event, key, _ = self.decode_weighed(message)
-        return event, key
-
     def decode_weighed(self, message: event_pb2.Event) -> tuple[Event, bytes, int]:
         """``message`` decoded, the digest it is kept under, and its estimated memory."""
         data = message.SerializeToString(deterministic=True)
@@ -1728,7 +1718,7 @@ class DecodedEvents:
             self._entries.move_to_end(key)
             return entry[0], key, entry[1]
         event = Event.model_validate(_event_fields(message))
-        weight = decoded_weight(event)
+        weight = event_bytes(event)
         if weight <= self.max_bytes:
             self._entries[key] = (event, weight)
             self._bytes += weight

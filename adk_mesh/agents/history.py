@@ -255,8 +255,6 @@ class RequestHistory:
                 return
             if attempts >= _BOUNDARY_ATTEMPTS:
                 break
-        if prefix.events and self._prefixes.get(key) is not prefix:
-            self._put(key, prefix)  # where it was
 
 
 def _matching(

@@ -278,29 +278,22 @@ class NamedHistory:
             return kept + b"".join([digest for _, digest, _ in self._loaded])
         return None if self._missing else self._digests
 
-    def weights(self) -> list[int]:
-        """The estimated memory of each of :meth:`events`, in their order."""
+    def window(self) -> tuple[list[Event], list[int]]:
+        """The named events of the window, oldest first, and the estimated memory of each."""
         if self._wanted or self._kept < len(self._held):
-            kept = self._held_weights[: self._kept]
-            return [*kept, *(weight for _, _, weight in self._loaded)]
-        if not self._missing:
-            return self._held_weights
-        return self._held_weights[len(self._held) - len(self.events()) :]
+            kept: list[Event] = self._held[: self._kept]  # type: ignore[assignment]
+            return (
+                [*kept, *(event for event, _, _ in self._loaded)],
+                [*self._held_weights[: self._kept], *(weight for _, _, weight in self._loaded)],
+            )
+        start = 0
+        if self._missing:  # the newest events after the last one not kept
+            start = len(self._held) - self._held[::-1].index(None)
+        return self._held[start:], self._held_weights[start:]  # type: ignore[return-value]
 
     def events(self) -> list[Event]:
         """The named events of the window, oldest first."""
-        if self._wanted or self._kept < len(self._held):
-            kept: list[Event] = self._held[: self._kept]  # type: ignore[assignment]
-            return [*kept, *(event for event, _, _ in self._loaded)]
-        if not self._missing:
-            return self._held  # type: ignore[return-value]  # no None in it
-        newest: list[Event] = []
-        for event in reversed(self._held):
-            if event is None:
-                break
-            newest.append(event)
-        newest.reverse()
-        return newest
+        return self.window()[0]
 
 
 #: The most bytes of named events a delegated run loads from its caller before it starts (a

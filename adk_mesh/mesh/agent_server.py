@@ -531,7 +531,7 @@ class AgentServer(MeshServer):
             self._check_delegated(request)
         if named is None:
             named = NamedHistory(delegated.session, can_ask=False)
-        named_events = named.events()
+        named_events, named_weights = named.window()
         forwarded_credentials, forwarded_metadata = forwarded_secrets(
             delegated, mutual_tls=mutual_tls
         )
@@ -569,7 +569,7 @@ class AgentServer(MeshServer):
                 session_id=view.session_id or str(uuid.uuid4()),
                 named=named_events,
                 named_digests=named.digests(),
-                named_weights=named.weights(),
+                named_weights=named_weights,
             )
         )
         agent_tool = delegated.HasField("agent_tool")

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import pytest
 
 from adk_mesh import codec
+from adk_mesh._memory import event_bytes
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Content, Event, EventActions, Part
 from adk_mesh.v1 import agent_pb2
@@ -132,7 +133,7 @@ def test_a_named_window_is_weighed_by_its_events() -> None:
     key = ("app", "u", "s")
     _, held, weights = codec.NAMED_WINDOWS._entries[key][0]
     assert held == received.events
-    expected = [codec.decoded_weight(event) for event in received.events]
+    expected = [event_bytes(event) for event in received.events]
     assert weights == expected
     assert codec.NAMED_WINDOWS._total == sum(expected)
     # The next view names the first four by digest: their weights come with them.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adk_mesh import codec
+from adk_mesh._memory import event_bytes
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Content, Event, LlmResponse, Part
 from adk_mesh.v1 import agent_pb2
@@ -77,7 +78,7 @@ def test_a_different_event_under_a_known_id_is_decoded_as_sent() -> None:
 def test_the_decoding_cache_keeps_its_bound() -> None:
     messages = [codec.event_to_proto(text_event(i)) for i in range(10)]
     # Bounded by the memory its entries hold, estimated: room for three.
-    cache = codec.DecodedEvents(sum(codec.decoded_weight(text_event(i)) for i in range(3)))
+    cache = codec.DecodedEvents(sum(event_bytes(text_event(i)) for i in range(3)))
     decoded = [cache.decode(m) for m in messages]
     assert cache.decode(messages[9]) is decoded[9]
     assert cache.decode(messages[0]) is not decoded[0]  # dropped, decoded again (and equal)

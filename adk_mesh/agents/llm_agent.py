@@ -571,18 +571,26 @@ class LlmAgent(BaseAgent):
     ) -> AsyncGenerator[Event, None]:
         """Run the called tools concurrently; yield forwarded events as they come, then one
         event with every function response and the merged actions."""
-        async with TaskFeed[Event, list[tuple[Part | None, EventActions]]]() as feed:
-            feed.start(
-                run_all(
-                    [
-                        self._call_tool(ctx, call, tools, feed.send_nowait, confirmations)
-                        for call in calls
-                    ]
-                )
-            )
-            async for event in feed:
+        results: list[tuple[Part | None, EventActions]]
+        if self._runs_inline(ctx, calls, tools):
+            # Nothing can send an event while it runs: no task to read it from.
+            sent: list[Event] = []
+            results = [await self._call_tool(ctx, calls[0], tools, sent.append, confirmations)]
+            for event in sent:  # a tool that said it sends none sent some: late, not lost
                 yield event
-            results = feed.result()
+        else:
+            async with TaskFeed[Event, list[tuple[Part | None, EventActions]]]() as feed:
+                feed.start(
+                    run_all(
+                        [
+                            self._call_tool(ctx, call, tools, feed.send_nowait, confirmations)
+                            for call in calls
+                        ]
+                    )
+                )
+                async for event in feed:
+                    yield event
+                results = feed.result()
         parts = [part for part, _ in results if part is not None]
         actions = EventActions()
         for _, tool_actions in results:
@@ -608,6 +616,23 @@ class LlmAgent(BaseAgent):
                 calls=calls,
                 requested=asked,
             )
+
+    def _runs_inline(
+        self, ctx: InvocationContext, calls: list[FunctionCall], tools: dict[str, BaseTool]
+    ) -> bool:
+        """Whether ``calls`` is one call that nothing can send an event from while it runs:
+        a tool that sends none, and no tool hook (which is handed the call's context)."""
+        if len(calls) != 1:
+            return False
+        tool = tools.get(calls[0].name)
+        if tool is None or tool.sends_events:
+            return False
+        if self.before_tool_callbacks or self.after_tool_callbacks or self.on_tool_error_callbacks:
+            return False
+        plugins = ctx.plugins
+        return plugins is None or not (
+            plugins.has("before_tool") or plugins.has("after_tool") or plugins.has("on_tool_error")
+        )
 
     async def _call_tool(
         self,

@@ -54,6 +54,11 @@ class BaseTool(abc.ABC):
     is_remote: bool = False
     #: Seconds one call may run; ``None``: the invocation's ``tool_timeout``.
     timeout: float | None = None
+    #: Whether :meth:`execute` may send events through its context while it runs (progress
+    #: reports, a child agent's events). A tool that never does (``False``) is run inline
+    #: when the model calls it alone, without a task of its own: its call costs ~35 µs less.
+    #: Were it to send one anyway, the event would still come, only once the call ends.
+    sends_events: bool = True
 
     def __init__(
         self,

@@ -24,6 +24,8 @@ class TransferToAgentTool(BaseTool):
     """Hands the conversation to another agent. Added automatically to an LlmAgent that has
     transfer targets; its schema enumerates them, so the model can only name a real one."""
 
+    sends_events = False
+
     def __init__(self, agent_names: list[str]) -> None:
         super().__init__(
             "transfer_to_agent",
@@ -59,6 +61,8 @@ class TransferToAgentTool(BaseTool):
 
 class ExitLoopTool(BaseTool):
     """Ends the enclosing LoopAgent: sets ``escalate`` and ``skip_summarization``."""
+
+    sends_events = False
 
     def __init__(self) -> None:
         super().__init__(

@@ -288,6 +288,8 @@ class FunctionTool(BaseTool):
         self._always_passed = tuple(always_passed)
         self._context_names = tuple(context_names)
         self._positional = tuple(positional)
+        # Without a ToolContext a function has no way to report progress.
+        self.sends_events = bool(context_names) or any(slot.field is None for slot in positional)
         self._argument_names = ", ".join(
             str(info.alias) for info in model.model_fields.values() if info.alias
         )

@@ -11,6 +11,8 @@ from adk_mesh import (
     AgentError,
     CallbackContext,
     Content,
+    ExitLoopTool,
+    FunctionTool,
     LlmAgent,
     LlmResponse,
     RunConfig,
@@ -110,6 +112,75 @@ async def test_several_calls_run_concurrently_in_one_event() -> None:
         ("c1", {"result": "A"}),
         ("c2", {"result": "B"}),
     ]
+
+
+def test_a_function_tool_sends_events_only_when_it_takes_a_context() -> None:
+    def plain(city: str) -> str:
+        return city
+
+    def with_context(city: str, tool_context: ToolContext) -> str:
+        return city
+
+    def positional_context(ctx: ToolContext, /, city: str) -> str:
+        return city
+
+    assert FunctionTool(plain).sends_events is False
+    assert FunctionTool(with_context).sends_events is True
+    assert FunctionTool(positional_context).sends_events is True
+    assert ExitLoopTool().sends_events is False
+
+
+async def test_a_lone_call_of_a_tool_that_sends_nothing_runs_in_the_agents_task() -> None:
+    tasks: dict[str, asyncio.Task[Any] | None] = {}
+
+    def plain(city: str) -> str:
+        tasks["plain"] = asyncio.current_task()
+        return city
+
+    async def reporting(city: str, tool_context: ToolContext) -> str:
+        tasks["reporting"] = asyncio.current_task()
+        await tool_context.report_progress("looking")
+        return city
+
+    async def run(tool_name: str, **hooks: Any) -> list[Event]:
+        model = ScriptedModel([call(tool_name, {"city": "Oslo"}), "done"])
+        agent = LlmAgent(name="a", model=model, tools=[plain, reporting], **hooks)
+        tasks["agent"] = asyncio.current_task()
+        events, _, _ = await run_turn(agent)
+        return events
+
+    await run("plain")
+    assert tasks["plain"] is tasks["agent"]
+    # A tool that may report progress runs in a task of its own: its progress streams while
+    # it runs, before the response.
+    events = await run("reporting")
+    assert tasks["reporting"] is not tasks["agent"]
+    assert [e.tool_progress.message if e.tool_progress else None for e in events[1:3]] == [
+        "looking",
+        None,
+    ]
+    assert events[2].function_responses()[0].response == {"result": "Oslo"}
+    # A tool hook is handed the call's context (it may report progress): a task again.
+
+    def before(tool: Any, args: dict[str, Any], tool_context: ToolContext) -> None:
+        return None
+
+    await run("plain", before_tool_callback=before)
+    assert tasks["plain"] is not tasks["agent"]
+
+
+async def test_a_tool_that_sends_an_event_it_said_it_never_sends_loses_nothing() -> None:
+    async def talk(tool_context: ToolContext) -> str:
+        await tool_context.report_progress("halfway")
+        return "said"
+
+    tool = FunctionTool(talk)
+    tool.sends_events = False  # wrongly
+    model = ScriptedModel([call("talk", {}), "done"])
+    events, _, _ = await run_turn(LlmAgent(name="a", model=model, tools=[tool]))
+    assert events[1].tool_progress is not None and events[1].tool_progress.message == "halfway"
+    assert events[2].function_responses()[0].response == {"result": "said"}
+    assert events[-1].text == "done"
 
 
 async def test_invalid_arguments_are_reported_and_the_model_corrects_itself() -> None:

@@ -25,6 +25,7 @@ from adk_mesh.types import (
 )
 
 __all__ = [
+    "MODEL_ROLES",
     "GroundingCollector",
     "ToolCallIds",
     "b64encode",
@@ -42,9 +43,13 @@ __all__ = [
 ]
 
 
+#: The roles of the model's own turns ("assistant" from other sources).
+MODEL_ROLES = ("model", "assistant")
+
+
 def is_model_role(content: Content) -> bool:
     """True for the model's own turns ("model", or "assistant" from other sources)."""
-    return content.role in ("model", "assistant")
+    return content.role in MODEL_ROLES
 
 
 def b64encode(data: bytes) -> str:

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from adk_mesh.models._convert import MODEL_ROLES as _MODEL_ROLES
 from adk_mesh.models._convert import is_model_role
 from adk_mesh.types import Content, Part
 
@@ -57,6 +58,11 @@ def pair_function_calls(
     Contents that need no repair are returned as they are (the same objects).
     """
     contents = list(contents)
+    return contents if _paired(contents) else _repaired(contents, pending_ids)
+
+
+def _repaired(contents: list[Content], pending_ids: Collection[str]) -> list[Content]:
+    """:func:`pair_function_calls` by its rules, whatever the contents."""
     later_responses: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
     for index, content in enumerate(contents):
         if is_model_role(content):
@@ -124,6 +130,34 @@ def pair_function_calls(
                 content if parts == content.parts else Content(role=content.role, parts=parts)
             )
     return repaired
+
+
+def _paired(contents: list[Content]) -> bool:
+    """Whether every call with an id is answered by the content right after its own, and
+    every response with an id answers a call of the model content just before it, once: the
+    history a request usually has, which needs no repair. One pass, no allocation but a set
+    per model content with calls; ``False`` is only "look closer"."""
+    open_ids: set[str] = set()  # calls of the model content just before, not answered yet
+    for content in contents:
+        if content.role in _MODEL_ROLES:
+            if open_ids:
+                return False
+            for part in content.parts:
+                call = part.function_call
+                if call is not None and call.id:
+                    if call.id in open_ids:
+                        return False  # the same id twice: let the full rules decide
+                    open_ids.add(call.id)
+            continue
+        for part in content.parts:
+            response = part.function_response
+            if response is not None and response.id:
+                if response.id not in open_ids:
+                    return False
+                open_ids.discard(response.id)
+        if open_ids:
+            return False
+    return not open_ids
 
 
 def _responding(contents: Sequence[Content], index: int) -> Content | None:

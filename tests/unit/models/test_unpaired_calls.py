@@ -9,11 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adk_mesh.errors import ModelRequestError
 from adk_mesh.models._pairing import (
     INTERRUPTED_CALL_RESPONSE,
     PENDING_CALL_RESPONSE,
+    _paired,
+    _repaired,
     pair_function_calls,
 )
 from adk_mesh.models.base import LlmRequest
@@ -271,3 +275,34 @@ def test_calls_and_responses_without_ids_are_left_to_the_provider() -> None:
         user("next"),
     ]
     assert pair_function_calls(history) == history
+
+
+_IDS = st.sampled_from(["a", "b", "c", None])
+_PARTS = st.one_of(
+    st.just(Part(text="hi")),
+    st.builds(lambda i: Part.from_function_call("f", {}, id=i), _IDS),
+    st.builds(lambda i: Part.from_function_response("f", {"r": i}, id=i), _IDS),
+)
+_HISTORIES = st.lists(
+    st.builds(
+        lambda role, parts: Content(role=role, parts=parts),
+        st.sampled_from(["model", "assistant", "user", "tool"]),
+        st.lists(_PARTS, min_size=1, max_size=3),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(history=_HISTORIES, pending=st.sets(st.sampled_from(["a", "b", "c"])))
+def test_the_one_pass_check_skips_only_histories_the_rules_leave_as_they_are(
+    history: list[Content], pending: set[str]
+) -> None:
+    # pair_function_calls returns a history that passes the one-pass check at once: the full
+    # rules must leave exactly those histories as they are (the same objects).
+    by_rules = _repaired(list(history), pending)
+    repaired = pair_function_calls(history, pending_ids=pending)
+    assert repaired == by_rules
+    if _paired(list(history)):
+        assert all(new is old for new, old in zip(by_rules, history, strict=True))
+        assert len(by_rules) == len(history)

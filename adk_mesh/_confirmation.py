@@ -248,7 +248,10 @@ def without_confirmations(content: Content) -> Content | None:
     """``content`` without the confirmation requests and answers (the model made none of
     them); the same object when it holds none, ``None`` when nothing else is left."""
     parts = content.parts
-    if not any(_is_confirmation_part(part) for part in parts):
+    for part in parts:  # (a loop, not any() over a generator: this runs for every event)
+        if _is_confirmation_part(part):
+            break
+    else:
         return content
     kept = [part for part in parts if not _is_confirmation_part(part)]
     return Content(role=content.role, parts=kept) if kept else None

@@ -412,11 +412,16 @@ class LlmAgent(BaseAgent):
                 _transfer_instruction(self, targets, self._parent_choice(ctx))
             )
         tools_by_name: dict[str, BaseTool] = {}
-        preparing = ToolContext(ctx)
+        preparing: ToolContext | None = None
         for tool in tools:
             if tool.name in tools_by_name:
                 raise ConfigError(f"agent {self.name!r} has two tools named {tool.name!r}")
             tools_by_name[tool.name] = tool
+            if type(tool).prepare_llm_request is _DEFAULT_PREPARE:
+                tool.process_llm_request(request)  # what the default does, without a context
+                continue
+            if preparing is None:
+                preparing = ToolContext(ctx)
             await tool.prepare_llm_request(preparing, request)
         # A call whose turn died before its result was stored (a crash mid-call), or a
         # long-running one still waiting, is answered here: providers refuse a call left open.
@@ -807,6 +812,9 @@ def _ends_turn(event: Event) -> bool:
         # Calls whose responses did not arrive (long-running tools that returned nothing).
         return True
     return not event.function_responses()
+
+
+_DEFAULT_PREPARE = BaseTool.prepare_llm_request
 
 
 def _with_call_ids(response: LlmResponse) -> LlmResponse:

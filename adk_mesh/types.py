@@ -13,7 +13,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from adk_mesh.ids import random_uuid
 
@@ -550,25 +558,19 @@ class LlmResponse(_Data):
     grounding_metadata: GroundingMetadata | None = None
     model_version: str | None = None
 
-    @model_validator(mode="before")
+    @field_validator("grounding_metadata", mode="before")
     @classmethod
-    def _grounding_of_earlier_versions(cls, data: Any) -> Any:
+    def _grounding_of_earlier_versions(cls, value: Any, info: ValidationInfo) -> Any:
         # Events stored before grounding had one shape kept Gemini's verbatim (genai's
-        # camelCase dict); they are read into this shape instead of failing to load.
-        if not isinstance(data, dict):
-            return data
-        grounding = data.get("grounding_metadata")
-        if isinstance(grounding, dict) and not grounding.keys() & _GROUNDING_FIELDS:
-            content = data.get("content")
-            if isinstance(content, dict):
-                content = Content.model_validate(content)
-            data = {
-                **data,
-                "grounding_metadata": GroundingMetadata.from_genai(
-                    grounding, content if isinstance(content, Content) else None
-                ),
-            }
-        return data
+        # camelCase dict); they are read into this shape instead of failing to load. (A
+        # validator of the field, not of the model: one of the model would have every
+        # response decoded from JSON go through Python dicts first, 10 µs more an event.)
+        if isinstance(value, dict) and not value.keys() & _GROUNDING_FIELDS:
+            content = info.data.get("content")  # validated before: it is declared first
+            return GroundingMetadata.from_genai(
+                value, content if isinstance(content, Content) else None
+            )
+        return value
 
 
 _GROUNDING_FIELDS = frozenset(GroundingMetadata.model_fields)

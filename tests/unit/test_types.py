@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +17,7 @@ from adk_mesh.types import (
     FileData,
     FunctionCall,
     FunctionResponse,
+    GroundingMetadata,
     LlmResponse,
     Part,
 )
@@ -294,3 +296,38 @@ def test_llm_response_defaults() -> None:
     assert response.finish_reason is None
     assert response.partial is False
     assert response.error_code is None
+
+
+def test_an_event_stored_with_gemini_grounding_verbatim_is_read_into_its_shape() -> None:
+    # Events stored before grounding had its own shape kept genai's camelCase dict.
+    stored = {
+        "id": "e1",
+        "author": "researcher",
+        "llm_response": {
+            "content": {"role": "model", "parts": [{"text": "Paris is in France."}]},
+            "grounding_metadata": {
+                "groundingChunks": [{"web": {"uri": "https://example.org/p", "title": "P"}}],
+                "groundingSupports": [
+                    {
+                        "segment": {"startIndex": 0, "endIndex": 5, "text": "Paris"},
+                        "groundingChunkIndices": [0],
+                    }
+                ],
+                "webSearchQueries": ["paris"],
+            },
+        },
+    }
+    for event in (Event.model_validate_json(json.dumps(stored)), Event.model_validate(stored)):
+        grounding = event.llm_response.grounding_metadata
+        assert grounding is not None
+        assert grounding.queries == ["paris"]
+        assert [(s.uri, s.title) for s in grounding.sources] == [("https://example.org/p", "P")]
+        # Placed on the answer's text, which the validator reads as the content decoded.
+        assert [(c.start_index, c.end_index, c.source_indices) for c in grounding.citations] == [
+            (0, 5, [0])
+        ]
+    # The current shape is read as it is; a value of neither shape is refused.
+    current = LlmResponse(grounding_metadata=GroundingMetadata(queries=["q"]))
+    assert LlmResponse.model_validate_json(current.model_dump_json()) == current
+    with pytest.raises(ValidationError):
+        LlmResponse.model_validate({"grounding_metadata": "not grounding"})

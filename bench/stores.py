@@ -11,6 +11,11 @@ tests start theirs: fsync off, synchronous_commit off — neither side waits for
 commit):
 
 * ``1``: a session with 1 prior event (its first turn).
+* ``5 warm``: 5 prior events, the last four written by the previous turn, which this service
+  ran just before (untimed): what ``1000 warm`` is without the history behind it. For
+  information: ``1000 warm`` / ``5 warm`` is the growth with history alone, while
+  ``1000 warm`` / ``1`` adds what any turn after a first one costs (decoding the events the
+  previous turn appended, moving the request history's boundary).
 * ``1000 warm``: 1,000 prior events, the last four written by the previous turn, which this
   service ran just before (untimed), having read the history before that. The steady state
   of a conversation: the service that runs a session's turns has read its history before.
@@ -26,14 +31,14 @@ commit):
 
 Every timed turn runs on a session prepared beforehand with exactly that history, so the
 history does not grow during the run, and right after one untimed turn (on the same session
-for ``1000 warm``, on a spare one-event session otherwise), so each timed turn follows the
-same work. On PostgreSQL, ``VACUUM ANALYZE`` runs once after preparing, as autovacuum would
-on a live server: preparing appends a session's events back to back, and the dead versions
-of its row this leaves make each append's row lock slower on the long sessions (the
-preparation's cost, not the history's). Rounds interleave the six configurations in a
-shuffled order, one turn each, garbage collection on. Figures: the median over rounds and
-the spread (p25-p75); the ratio to ``1`` is taken within each round (median and p25-p75 of
-those).
+for ``5 warm`` and ``1000 warm``, on a spare one-event session otherwise), so each timed turn
+follows the same work. On PostgreSQL, ``VACUUM ANALYZE`` runs once after preparing, as
+autovacuum would on a live server: preparing appends a session's events back to back, and the
+dead versions of its row this leaves make each append's row lock slower on the long sessions
+(the preparation's cost, not the history's). Rounds interleave every configuration of the
+three stores in a shuffled order, one turn each, garbage collection on. Figures: the median
+over rounds and the spread (p25-p75); the ratios are taken within each round (median and
+p25-p75 of those).
 
 Run: python bench/stores.py [--rounds N]
 """
@@ -63,8 +68,8 @@ APP, USER = "bench", "u"
 HISTORY = 1000
 EVENTS_PER_TURN = 4
 TARGET = 1.5
-SMALL, WARM, COLD = "1", "1000 warm", "1000 cold"
-KINDS = (SMALL, WARM, COLD)
+SMALL, SHORT_WARM, WARM, COLD = "1", "5 warm", "1000 warm", "1000 cold"
+KINDS = (SMALL, SHORT_WARM, WARM, COLD)
 #: The bound of the timed stores' caches of decoded histories (JSON bytes).
 CACHE_BYTES = 64 * 1024 * 1024
 
@@ -125,15 +130,17 @@ class Turns:
 async def configurations(
     store: SessionService, writer: SessionService, count: int
 ) -> dict[str, Turns]:
-    """The three configurations on ``store`` (``writer``: another service on the same store)."""
+    """The four configurations on ``store`` (``writer``: another service on the same store)."""
     spares = await prepared_sessions(store, 1, 2 * count)
     small = await prepared_sessions(store, 1, count)
+    short = await prepared_sessions(store, 1, count)
     warm = await prepared_sessions(store, HISTORY - EVENTS_PER_TURN, count)
     for session_id in warm:  # read before, as the turns before the previous one did
         await store.get_session_shared(app_name=APP, user_id=USER, session_id=session_id)
     cold = await prepared_sessions(writer, HISTORY, count)
     return {
         SMALL: Turns(store, spares[:count], small),
+        SHORT_WARM: Turns(store, short, list(short)),  # 1 event + the turn before: 5
         WARM: Turns(store, warm, list(warm)),  # the turn before runs on the timed session
         COLD: Turns(store, spares[count:], cold),
     }
@@ -217,6 +224,17 @@ async def main(rounds: int, warmup: int) -> None:
                 else "(reference: first read in this process)"
             )
             print(f"  {name:<11} {kind:<10} {median:5.2f}x  [{q1:.2f}-{q3:.2f}]  {verdict}")
+    print(
+        "\n1,000 / 5 prior events, both warm (this service ran the turn before), per round; "
+        "median [p25-p75]; information: the growth with history alone"
+    )
+    for name in stores:
+        ratios = [
+            big / short
+            for big, short in zip(timings[(name, WARM)], timings[(name, SHORT_WARM)], strict=True)
+        ]
+        q1, median, q3 = quartiles(ratios)
+        print(f"  {name:<11} {WARM:<10} {median:5.2f}x  [{q1:.2f}-{q3:.2f}]")
     print("\nPostgreSQL / SQLite, ratio of medians")
     for kind in KINDS:
         ratio = statistics.median(timings[("postgresql", kind)]) / statistics.median(

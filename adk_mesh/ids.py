@@ -23,7 +23,6 @@ anything is read or written; the message quotes at most the first few characters
 
 from __future__ import annotations
 
-import os
 import re
 
 from adk_mesh.errors import InvalidArgumentError
@@ -35,7 +34,6 @@ __all__ = [
     "check_artifact_name",
     "check_id",
     "check_name",
-    "random_uuid",
     "shown",
 ]
 
@@ -45,20 +43,6 @@ MAX_ID_CHARS = 128
 ID_CHARACTERS = "._-@:+=|"
 #: Artifact names with this prefix belong to the user (every session of the user sees them).
 USER_ARTIFACT_PREFIX = "user:"
-
-_VARIANT = "89ab"
-
-
-def random_uuid() -> str:
-    """A random (version 4) UUID in its canonical text form, as ``str(uuid.uuid4())`` makes
-    one from the same 16 random bytes of ``os.urandom``, in a third of the time: events,
-    invocations and calls each get one, several times a turn."""
-    digits = os.urandom(16).hex()
-    return (
-        f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-"
-        f"{_VARIANT[int(digits[16], 16) & 3]}{digits[17:20]}-{digits[20:]}"
-    )
-
 
 _ID = re.compile(r"[A-Za-z0-9_\-@:+=|](?:[A-Za-z0-9._\-@:+=|]*[A-Za-z0-9_\-@:+=|])?")
 _SHOWN_CHARS = 40

@@ -9,6 +9,7 @@ model is told about a tool. Conversion to and from the protobuf messages lives i
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Self
@@ -22,8 +23,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from adk_mesh.ids import random_uuid
 
 __all__ = [
     "Blob",
@@ -654,7 +653,7 @@ class ToolProgress(_Data):
 
 
 def new_event_id() -> str:
-    return random_uuid()
+    return str(uuid.uuid4())
 
 
 def _utc_now() -> datetime:

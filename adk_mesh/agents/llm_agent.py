@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
@@ -30,7 +31,6 @@ from adk_mesh.contexts import (
     TransferTarget,
 )
 from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
-from adk_mesh.ids import random_uuid
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
@@ -827,9 +827,7 @@ def _with_call_ids(response: LlmResponse) -> LlmResponse:
     parts = [
         part.model_copy(
             update={
-                "function_call": part.function_call.model_copy(
-                    update={"id": f"adk-{random_uuid()}"}
-                )
+                "function_call": part.function_call.model_copy(update={"id": f"adk-{uuid.uuid4()}"})
             }
         )
         if part.function_call is not None and not part.function_call.id

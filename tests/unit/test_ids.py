@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from contextlib import closing
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from adk_mesh.artifacts import ArtifactService, FileArtifactService, InMemoryArtifactService
 from adk_mesh.errors import InvalidArgumentError
-from adk_mesh.ids import MAX_ID_CHARS, check_artifact_name, check_id, random_uuid, shown
+from adk_mesh.ids import MAX_ID_CHARS, check_artifact_name, check_id, shown
 from adk_mesh.sessions import SessionService, SqliteSessionService
 from adk_mesh.types import Content, Event, Part
 
@@ -192,21 +191,3 @@ def stored_sessions(path: Path) -> list[tuple[str, str, str]]:
 
 def bytes_under(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.iterdir())
-
-
-def test_random_uuid_is_a_canonical_random_uuid() -> None:
-    seen = set()
-    for _ in range(2000):
-        value = random_uuid()
-        parsed = uuid.UUID(value)
-        assert str(parsed) == value  # canonical: lower case, dashed
-        assert parsed.version == 4
-        assert parsed.variant == uuid.RFC_4122
-        seen.add(value)
-    assert len(seen) == 2000
-    # Every hex digit outside the version nibble takes every value: the bits are random.
-    digits = [random_uuid().replace("-", "") for _ in range(2000)]
-    for position in (0, 13, 17, 31):
-        assert len({d[position] for d in digits}) == 16
-    assert {d[12] for d in digits} == {"4"}
-    assert {d[16] for d in digits} == set("89ab")

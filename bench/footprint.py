@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.a2a_clients
 TARGET_MIB = 60.0
 SERVICES = {
     "serve agent services.writer:root_agent": ["agent", "services.writer:root_agent"],
@@ -322,25 +323,16 @@ def _a2a_messages(max_tasks: int, counts: list[int], conn: Connection) -> None:
     count of messages."""
 
     async def run() -> list[int]:
-        import grpc.aio
-        import httpx
-        from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
         from a2a.types import a2a_pb2
         from a2a.utils.constants import TransportProtocol
 
         from adk_mesh.mesh.a2a_server import A2aAgentServer
+        from tests.a2a_clients import a2a_client
 
         server = A2aAgentServer(weather_agent(), max_tasks=max_tasks)
         await server.start("127.0.0.1:0")
-        async with httpx.AsyncClient() as http:
-            card = await A2ACardResolver(
-                http, f"http://127.0.0.1:{server.a2a_port}"
-            ).get_agent_card()
-        config = ClientConfig(
-            supported_protocol_bindings=[TransportProtocol.GRPC],
-            grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
-        )
-        client = ClientFactory(config).create(card)
+        assert server.a2a_port is not None
+        client = await a2a_client(server.a2a_port, TransportProtocol.GRPC)
         readings = []
         sent = 0
         for target in counts:

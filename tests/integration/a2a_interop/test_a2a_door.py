@@ -13,12 +13,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import grpc
-import grpc.aio
 import httpx
 import jwt
 import pytest
-from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
+from a2a.client import Client, ClientCallContext
 from a2a.client.errors import A2AClientError
 from a2a.types import a2a_pb2
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
@@ -32,6 +30,7 @@ from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, CONNECTIONS_PER_CALL, A2aAg
 from adk_mesh.mesh.auth import JwtAuthenticator
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Content
+from tests.a2a_clients import a2a_client, agent_card
 
 BINDINGS = [TransportProtocol.JSONRPC, TransportProtocol.GRPC]
 State = a2a_pb2.TaskState
@@ -39,18 +38,9 @@ ISSUER = "https://issuer.example"
 AUDIENCE = "adk-mesh"
 
 
-async def _card(port: int, scheme: str = "http") -> a2a_pb2.AgentCard:
-    async with httpx.AsyncClient() as http:
-        return await A2ACardResolver(http, f"{scheme}://127.0.0.1:{port}").get_agent_card()
-
-
 async def _client(server: A2aAgentServer, binding: str) -> Client:
     assert server.a2a_port is not None
-    config = ClientConfig(
-        supported_protocol_bindings=[binding],
-        grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
-    )
-    return ClientFactory(config).create(await _card(server.a2a_port))
+    return await a2a_client(server.a2a_port, binding)
 
 
 def _message(text: str, context_id: str) -> a2a_pb2.SendMessageRequest:
@@ -93,7 +83,7 @@ async def test_a_bearer_jwt_is_the_user_on_both_bindings(tmp_path: Path, binding
     await server.start("127.0.0.1:0", security=ServerSecurity(authenticators=(authenticator,)))
     try:
         assert server.a2a_port is not None
-        card = await _card(server.a2a_port)  # public, and says what it takes
+        card = await agent_card(server.a2a_port)  # public, and says what it takes
         scheme = card.security_schemes["bearer"].http_auth_security_scheme
         assert (scheme.scheme, scheme.bearer_format) == ("Bearer", "JWT")
         client = await _client(server, binding)
@@ -184,7 +174,7 @@ async def test_a_request_over_the_http_ports_limit_is_refused_at_once() -> None:
             await _send(other, _message("me too", "ctx-2"))
         assert not held.done()
         assert server.a2a_port is not None
-        assert (await _card(server.a2a_port)).name == "slow"  # the card is not counted
+        assert (await agent_card(server.a2a_port)).name == "slow"  # the card is not counted
         async with httpx.AsyncClient() as http:  # as any JSON-RPC client reads it
             raw = await http.post(f"http://127.0.0.1:{server.a2a_port}/", json={"id": 7})
         assert (raw.status_code, raw.headers["retry-after"]) == (200, "1")
@@ -302,7 +292,7 @@ async def test_the_card_advertises_the_public_url() -> None:
     grpc_port = await server.start("127.0.0.1:0")
     try:
         assert server.a2a_port is not None
-        card = await _card(server.a2a_port)
+        card = await agent_card(server.a2a_port)
         assert {i.protocol_binding: i.url for i in card.supported_interfaces} == {
             "JSONRPC": "https://agents.example.com/greeter/",
             "GRPC": f"agents.example.com:{grpc_port}",

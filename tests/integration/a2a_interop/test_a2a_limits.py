@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import grpc
-import grpc.aio
 import httpx
 import pytest
-from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import a2a_pb2
 from a2a.utils.constants import TransportProtocol
 
@@ -20,6 +17,7 @@ from adk_mesh.mesh.a2a_server import A2aAgentServer
 from adk_mesh.mesh.pki import DevCertificateAuthority
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Content, Part
+from tests.a2a_clients import a2a_client
 
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "grpc"])
@@ -82,15 +80,8 @@ async def test_the_callers_invocation_id_is_the_runs_and_saved_artifacts_go_out(
     )
     await server.start("127.0.0.1:0")
     try:
-        async with httpx.AsyncClient() as http:
-            card = await A2ACardResolver(
-                http, f"http://127.0.0.1:{server.a2a_port}"
-            ).get_agent_card()
-        config = ClientConfig(
-            supported_protocol_bindings=[TransportProtocol.JSONRPC],
-            grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
-        )
-        client = ClientFactory(config).create(card)
+        assert server.a2a_port is not None
+        client = await a2a_client(server.a2a_port, TransportProtocol.JSONRPC)
         message = a2a_pb2.Message(
             message_id="m1", role=a2a_pb2.Role.ROLE_USER, parts=[a2a_pb2.Part(text="go")]
         )

@@ -8,11 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
-import grpc.aio
-import httpx
 import pytest
-from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
+from a2a.client import Client, ClientCallContext
 from a2a.client.errors import A2AClientError
 from a2a.types import a2a_pb2
 from a2a.utils.constants import TransportProtocol
@@ -25,23 +22,20 @@ from adk_mesh.mesh import ApiKeyAuthenticator, ServerSecurity, new_api_key
 from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, A2aAgentServer, BoundedTaskStore
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Part
+from tests.a2a_clients import a2a_client, agent_card
 
 BINDINGS = [TransportProtocol.JSONRPC, TransportProtocol.GRPC]
 State = a2a_pb2.TaskState
 
 
 async def _card(server: A2aAgentServer) -> a2a_pb2.AgentCard:
-    async with httpx.AsyncClient() as http:
-        return await A2ACardResolver(http, f"http://127.0.0.1:{server.a2a_port}").get_agent_card()
+    assert server.a2a_port is not None
+    return await agent_card(server.a2a_port)
 
 
 async def _client(server: A2aAgentServer, binding: str, *, streaming: bool = True) -> Client:
-    config = ClientConfig(
-        streaming=streaming,
-        supported_protocol_bindings=[binding],
-        grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
-    )
-    return ClientFactory(config).create(await _card(server))
+    assert server.a2a_port is not None
+    return await a2a_client(server.a2a_port, binding, streaming=streaming)
 
 
 def _message(text: str, context_id: str = "", task_id: str = "") -> a2a_pb2.SendMessageRequest:

@@ -4,12 +4,18 @@
 :meth:`CallGate.close` is called, refuses new ones with UNAVAILABLE (an
 :class:`~adk_mesh.errors.AdkIOError`, so clients read a clear message). Health and reflection
 stay open, so a probe still reads ``NOT_SERVING`` during the drain instead of a dead port.
+
+:class:`HttpGate` does the refusing for an HTTP port (the A2A and MCP doors): uvicorn's
+shutdown closes the listener and the connections open at that moment, but one accepted in the
+same turn of the event loop escapes it and would go on serving keep-alive requests, new runs
+and tool calls included, through the whole drain.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -20,7 +26,10 @@ from adk_mesh.errors import AdkIOError
 from adk_mesh.mesh._handlers import rewrap
 from adk_mesh.mesh._status import abort_with_error
 
-__all__ = ["CallGate"]
+__all__ = ["CallGate", "HttpGate"]
+
+#: JSON-RPC's first implementation-defined server error (A2A and MCP speak JSON-RPC).
+_SERVER_ERROR = -32000
 
 
 class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -144,3 +153,39 @@ def _refusing(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHand
         request_deserializer=handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
+
+
+class HttpGate:
+    """ASGI middleware: once :meth:`close` is called, every HTTP request gets 503, an error
+    saying the server is shutting down, ``retry-after: 1`` and ``connection: close`` (so the
+    client's next attempt opens a connection, to another replica). The error is JSON-RPC's
+    (A2A, MCP) or, with ``jsonrpc=False``, ``{"detail": ...}`` as a REST API's (the gateway)."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], *, jsonrpc: bool = True) -> None:
+        self._app = app
+        self._jsonrpc = jsonrpc
+        self._closed = False
+
+    def close(self) -> None:
+        """Refuse every request from now on; those already running go on."""
+        self._closed = True
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self._closed or scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        message = f"the server is shutting down and accepts no new calls ({scope['path']})"
+        error: dict[str, Any] = (
+            {"jsonrpc": "2.0", "id": None, "error": {"code": _SERVER_ERROR, "message": message}}
+            if self._jsonrpc
+            else {"detail": message}
+        )
+        body = json.dumps(error).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", b"1"),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

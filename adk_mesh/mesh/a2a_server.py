@@ -128,6 +128,7 @@ from adk_mesh.mesh._channel import (
     MAX_MESSAGE_BYTES,
 )
 from adk_mesh.mesh._deadline import deadline_of
+from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._status import abort_with_error
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.auth import ApiKeyAuthenticator, Authenticator, JwtAuthenticator, authenticate
@@ -974,6 +975,7 @@ class A2aAgentServer(AgentServer):
         )
         self._authenticators: tuple[Authenticator, ...] = ()
         self._http: Any = None
+        self._http_gate: HttpGate | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_stopping: asyncio.Future[None] | None = None
         self._handler_closed = False
@@ -1058,7 +1060,9 @@ class A2aAgentServer(AgentServer):
             *create_agent_card_routes(self.a2a_card),
             *create_jsonrpc_routes(self._handler, "/", context_builder=_HttpContextBuilder()),
         ]
-        app = _HttpDoor(Starlette(routes=routes), security.authenticators, max_concurrent_calls)
+        app = HttpGate(
+            _HttpDoor(Starlette(routes=routes), security.authenticators, max_concurrent_calls)
+        )
         tls = security.tls
         config = uvicorn.Config(
             app,
@@ -1083,7 +1087,7 @@ class A2aAgentServer(AgentServer):
             sock.close()
             error = task.exception() if task.done() and not task.cancelled() else None
             raise AdkIOError(f"the A2A port {self.a2a_address} did not start: {error}")
-        self._http, self._http_task = server, task
+        self._http, self._http_gate, self._http_task = server, app, task
         if self._announce is not None:
             self._announce(
                 f"adk-mesh: A2A agent card on {public}{AGENT_CARD_WELL_KNOWN_PATH} "
@@ -1100,6 +1104,8 @@ class A2aAgentServer(AgentServer):
 
     async def _shutdown_http(self, grace: float | None) -> None:
         server, task = self._http, self._http_task
+        if self._http_gate is not None:
+            self._http_gate.close()
         if server is not None and task is not None:
             server.config.timeout_graceful_shutdown = grace if grace else 0.1
             server.should_exit = True

@@ -222,15 +222,36 @@ async def test_a_grpc_call_over_the_grpc_ports_limit_is_refused() -> None:
 # --- drain -----------------------------------------------------------------------------------
 
 
-async def _until_the_port_is_closed(port: int) -> None:
-    """Wait until the HTTP port no longer accepts connections (the drain began)."""
+async def _until_the_port_refuses(port: int) -> None:
+    """Wait until the HTTP port refuses requests (the drain began): no connection, or the
+    door's 503 on one that was open before."""
     async with httpx.AsyncClient() as http:
         while True:
             try:
-                await http.get(f"http://127.0.0.1:{port}/.well-known/agent-card.json")
+                answer = await http.get(f"http://127.0.0.1:{port}/.well-known/agent-card.json")
             except httpx.TransportError:
                 return
+            if answer.status_code == 503:
+                return
             await asyncio.sleep(0.05)
+
+
+async def test_a_connection_open_before_the_drain_serves_no_new_request() -> None:
+    server = A2aAgentServer(LlmAgent(name="idle", model=ScriptedModel([])))
+    await server.start("127.0.0.1:0")
+    url = f"http://127.0.0.1:{server.a2a_port}{AGENT_CARD_WELL_KNOWN_PATH}"
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(url)).status_code == 200  # a keep-alive connection
+        draining = asyncio.ensure_future(server.drain(5))
+        await asyncio.sleep(0)
+        try:
+            answer = await http.get(url)
+        except httpx.TransportError:
+            pass  # uvicorn closed it first
+        else:
+            assert (answer.status_code, answer.headers["connection"]) == (503, "close")
+        await asyncio.wait_for(draining, 10)
+    await server.stop(None)
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
@@ -243,7 +264,7 @@ async def test_a_drain_lets_an_open_stream_finish(binding: str) -> None:
     stream = asyncio.ensure_future(_send(client, _message("go", "ctx-d")))
     await asyncio.wait_for(started.wait(), 10)
     draining = asyncio.ensure_future(server.drain(30))
-    await asyncio.wait_for(_until_the_port_is_closed(server.a2a_port), 10)
+    await asyncio.wait_for(_until_the_port_refuses(server.a2a_port), 10)
     assert not stream.done()
     release.set()  # the run goes on to its answer, in the drain
     responses = await asyncio.wait_for(stream, 20)

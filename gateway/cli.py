@@ -192,11 +192,13 @@ async def serve(
     """Serve the gateway until SIGTERM or SIGINT; print the ready line once it accepts."""
     import uvicorn
 
+    from adk_mesh.mesh._drain import HttpGate
     from gateway._app import create_app
 
     sock = _bind(host, port)
+    gate = HttpGate(create_app(settings), jsonrpc=False)
     config = uvicorn.Config(
-        create_app(settings),
+        gate,
         log_level=log_level,
         ssl_certfile=tls_cert,
         ssl_keyfile=tls_key,
@@ -209,8 +211,15 @@ async def serve(
     # `adk-mesh serve` does (uvicorn's own handlers raise the signal again once stopped).
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     loop = asyncio.get_running_loop()
+
+    def stop(number: int) -> None:
+        # uvicorn's shutdown misses a connection accepted in the turn it closes the listener:
+        # the gate refuses what such a connection still sends.
+        gate.close()
+        server.handle_exit(number, None)
+
     for number in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(number, server.handle_exit, number, None)
+        loop.add_signal_handler(number, stop, number)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     # uvicorn sets `started` and offers nothing to await: poll until it is up (or failed).
     while not server.started and not task.done():  # noqa: ASYNC110

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
 from adk_mesh.errors import AdkIOError, ConfigError, UnauthenticatedError
 from adk_mesh.ids import check_id
+from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._limits import ServerLimits
 from adk_mesh.mesh.auth import Principal, authenticate
 from adk_mesh.mesh.security import ServerSecurity, check_transport, is_loopback
@@ -119,6 +120,7 @@ class McpServer:
         self.port: int | None = None
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._gate: HttpGate | None = None
 
     @property
     def scheme(self) -> str:
@@ -152,7 +154,7 @@ class McpServer:
         problem = _bind_problem(host, port)
         if problem is not None:
             raise problem
-        app = self._app(host)
+        gate = HttpGate(self._app(host))
         listener = _bind(host, port)
         tls: dict[str, Any] = {}
         if security.tls is not None:
@@ -161,7 +163,7 @@ class McpServer:
                 "ssl_keyfile": str(security.tls.key_file),
             }
         config = uvicorn.Config(
-            app,
+            gate,
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -182,7 +184,7 @@ class McpServer:
             await _finish(task)
             listener.close()
             raise AdkIOError(f"the MCP server on {host}:{port} did not start")
-        self._server, self._task = server, task
+        self._server, self._task, self._gate = server, task, gate
         self.port = int(listener.getsockname()[1])
         if not security.authenticators:
             logger.info(
@@ -196,6 +198,8 @@ class McpServer:
         self._server = self._task = None
         if server is None or task is None:
             return
+        if self._gate is not None:
+            self._gate.close()
         server.config.timeout_graceful_shutdown = max(grace, 0.1)
         server.should_exit = True
         await _finish(task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import math
@@ -655,9 +656,11 @@ class LlmAgent(BaseAgent):
             tool_confirmation=confirmations.get(call.id) if confirmations and call.id else None,
         )
         tool = tools.get(call.name)
-        args = call.args
+        # The tool and the hooks get their own copy (as google-adk does): the call's args are
+        # the history's, which the next request (and the next turn) reads.
+        args = copy.deepcopy(call.args) if call.args else {}
         with telemetry.trace_tool_call(call.name, tool, call.id, args, ctx):
-            response = await self._answer_call(tool_context, call, tool, tools)
+            response = await self._answer_call(tool_context, call, tool, tools, args)
             telemetry.record_tool_result(response)
             target = tool_context.actions.transfer_to_agent
             if target:
@@ -699,10 +702,10 @@ class LlmAgent(BaseAgent):
         call: FunctionCall,
         tool: BaseTool | None,
         tools: dict[str, BaseTool],
+        args: dict[str, Any],
     ) -> dict[str, Any] | None:
         if tool is None:
-            return await self._answer_missing(tool_context, call, tools)
-        args = call.args
+            return await self._answer_missing(tool_context, call, tools, args)
         response = await self._before_tool(tool, args, tool_context)
         if response is None:
             response = await self._execute(tool, tool_context, args)
@@ -744,21 +747,25 @@ class LlmAgent(BaseAgent):
         return dict(replaced) if replaced is not None else None
 
     async def _answer_missing(
-        self, tool_context: ToolContext, call: FunctionCall, tools: dict[str, BaseTool]
+        self,
+        tool_context: ToolContext,
+        call: FunctionCall,
+        tools: dict[str, BaseTool],
+        args: dict[str, Any],
     ) -> dict[str, Any]:
         """A call of a tool this agent does not have, answered as google-adk answers it: the
         before-tool hooks may answer it (they see a stand-in tool of that name), then the
         tool-error hooks (with a ToolError naming the tools there are); unanswered, the model
         reads that error. The after-tool hooks do not run: no tool ran."""
         missing = _MissingTool(call.name)
-        response = await self._before_tool(missing, call.args, tool_context)
+        response = await self._before_tool(missing, args, tool_context)
         if response is not None:
             return response
         available = ", ".join(sorted(tools)) or "none"
         error = ToolError(
             f"Tool {call.name!r} is not available to this agent. Available tools: {available}."
         )
-        replaced = await self._on_tool_error(missing, call.args, tool_context, error)
+        replaced = await self._on_tool_error(missing, args, tool_context, error)
         return replaced if replaced is not None else {"error": error.message}
 
     async def _execute(

@@ -206,6 +206,39 @@ async def test_invalid_arguments_are_reported_and_the_model_corrects_itself() ->
     assert events[-1].text == "sum is 3"
 
 
+@pytest.mark.parametrize("hooked", [False, True], ids=["inline", "with a hook"])
+async def test_what_tools_and_hooks_do_to_their_args_never_reaches_the_history(
+    hooked: bool,
+) -> None:
+    # The call's args are the history's: the next request and the next turn read them (the
+    # next turn's read hands the very events this turn appended). The tool gets a copy.
+    def tidy(items: list[str], labels: Any) -> str:
+        """Sorts what it is given, in place."""
+        items.sort()
+        labels.pop("drop")
+        return "tidied"
+
+    def meddle(tool: Any, args: dict[str, Any], ctx: ToolContext) -> None:
+        args["labels"]["added"] = True
+
+    args = {"items": ["b", "a"], "labels": {"drop": 1}}
+    model = ScriptedModel([call("tidy", args), "done", call("tidy", args), "done again"])
+    agent = LlmAgent(
+        name="a", model=model, tools=[tidy], before_tool_callback=meddle if hooked else None
+    )
+    service = InMemorySessionService()
+    events, session, _ = await run_turn(agent, service=service)
+    assert events[1].function_responses()[0].response == {"result": "tidied"}
+    await run_turn(agent, "again", service=service, session_id=session.id)
+    assert len(model.requests) == 4
+    for request in model.requests[1:]:
+        calls = [p.function_call for c in request.contents for p in c.parts if p.function_call]
+        assert [c.args for c in calls] == [args] * len(calls)
+    stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+    assert stored is not None
+    assert [e.function_calls()[0].args for e in stored.events if e.function_calls()] == [args] * 2
+
+
 async def test_tool_errors_and_unknown_tools_become_error_responses() -> None:
     def flaky() -> str:
         """Always fails."""

@@ -142,9 +142,13 @@ class Runner:
     **History.** The session is read with
     :meth:`~adk_mesh.sessions.SessionService.get_session_shared`: a store may hand every turn
     the same decoded objects for the events it already read, so that a turn on a long
-    session reads and decodes only what was appended since the last one. Stored events are
-    immutable: agents, tools and callbacks read ``ctx.session.events`` (and the contents of
-    a model request, which are those events' contents) and never change them in place.
+    session decodes only what another process appended since the last one (the events a
+    turn appends are what the next one reads, as objects). Stored events are immutable:
+    agents, tools and callbacks read ``ctx.session.events`` (and the contents of a model
+    request, which are those events' contents) and never change them in place; a tool and
+    its hooks get a copy of the call's args. The events ``run`` yields are the stored ones
+    too: read them, or copy one to change it (``event.model_copy(deep=True)``), as with
+    google-adk's events.
 
     **Credentials.** Tools get API keys and tokens by name from ``credential_service``
     (``await tool_context.get_credential(name)``, :mod:`adk_mesh.credentials`); whatever a

@@ -10,14 +10,16 @@ session's: a session deleted and created again under the same id (by any process
 it, and is read whole again. Nothing else is trusted: the version is used only to know that
 an append through it continues the cached history.
 
-Events this store appends are added as their JSON, decoded on the next read (a history that
-is not read again costs no decoding). The cache is bounded by the size of the events' JSON
+Events this store appends are added as the objects appended when the store has them (the
+Runner's: what a turn appended is what its next turn reads, not decoded again), else as their
+JSON, decoded on the next read (a history that is not read again costs no decoding). The cache is bounded by the size of the events' JSON
 (decoded, an event takes roughly 7-8 times its JSON's size) and drops the sessions read least
 recently first.
 
-The decoded events are shared by every session object built from the cache, which is why
-only :meth:`~adk_mesh.sessions.SessionService.get_session_shared` hands them out: its callers
-(the Runner) treat stored events as immutable.
+The events are shared by every session object built from the cache, which is why only
+:meth:`~adk_mesh.sessions.SessionService.get_session_shared` hands them out: its callers (the
+Runner) treat stored events as immutable, and so must whoever reads the events a Runner
+yields (they are these very objects).
 
 Not thread-safe: each store uses its cache from one thread (the SQLite worker thread, the
 PostgreSQL store's event loop), in steps that do not await.
@@ -62,8 +64,9 @@ class CachedHistory:
     version: float
     last_seq: int
     events: list[Event]
-    #: Events appended through this store since, as JSON (oldest first), not decoded yet.
-    pending: list[str] = field(default_factory=list)
+    #: Events appended through this store since (oldest first): the objects, or their JSON
+    #: not decoded yet.
+    pending: list[Event | str] = field(default_factory=list)
     #: JSON size of ``events`` and ``pending``: what the bound counts.
     size: int = 0
 
@@ -100,7 +103,9 @@ class HistoryCache:
             return None
         self._histories.move_to_end(key)
         if history.pending:
-            history.events.extend(self._decode(data) for data in history.pending)
+            history.events.extend(
+                self._decode(item) if isinstance(item, str) else item for item in history.pending
+            )
             history.pending.clear()
         return HeldHistory(
             last_seq=history.last_seq, events=list(history.events), size=history.size
@@ -139,16 +144,24 @@ class HistoryCache:
         return list(events)
 
     def appended(
-        self, key: SessionKey, *, held_version: float, version: float, seq: int, data: str
+        self,
+        key: SessionKey,
+        *,
+        held_version: float,
+        version: float,
+        seq: int,
+        data: str,
+        event: Event | None = None,
     ) -> None:
-        """This store appended the event ``data`` at log position ``seq`` through
-        ``held_version``, moving the session to ``version``. A history held at
-        ``held_version`` has every event before it, so it takes the event; another one
-        (older, or newer through another writer) is left to the next read."""
+        """This store appended the event ``data`` (its JSON; ``event``: the object stored, no
+        longer to be changed) at log position ``seq`` through ``held_version``, moving the
+        session to ``version``. A history held at ``held_version`` has every event before
+        it, so it takes the event; another one (older, or newer through another writer) is
+        left to the next read."""
         history = self._histories.get(key)
         if history is None or history.version != held_version or seq <= history.last_seq:
             return
-        history.pending.append(data)
+        history.pending.append(event if event is not None else data)
         history.last_seq = seq
         history.version = version
         history.size += len(data)

@@ -135,8 +135,9 @@ class SessionService(abc.ABC):
         from :meth:`get_session`; the events in the list may not be: a store may keep the
         events it decoded and hand the same objects to every ``get_session_shared`` of the
         session, so that a read decodes only the events appended since the last one (its
-        cost then does not grow with the history). Stored events are immutable: a caller
-        must not change them in place (copy one to change it,
+        cost then does not grow with the history), and the events appended through it as
+        the very objects :meth:`append_event` returned (not decoded at all). Stored events
+        are immutable: a caller must not change them in place (copy one to change it,
         ``event.model_copy(deep=True)``), or later reads in this process see the change.
 
         The default reads :meth:`get_session`. The SQL stores keep a bounded cache of

@@ -77,8 +77,8 @@ class InMemorySessionService(SessionService):
     :meth:`get_session` returns ``None``.
 
     **Shared reads.** :meth:`get_session_shared` (the Runner's read) keeps the events it
-    decoded, as the SQL stores do, so a turn decodes only the events appended since the last
-    one: its cost does not grow with the history. Kept for the sessions read most recently,
+    decoded and the ones appended since (the objects ``append_event`` returned), as the SQL
+    stores do, so a turn decodes none of the history: its cost does not grow with it. Kept for the sessions read most recently,
     up to ``history_cache_bytes`` of the events' JSON (default 4 MiB; decoded events take
     ~7-8 times that; 0 turns it off).
 
@@ -270,6 +270,7 @@ class InMemorySessionService(SessionService):
             version=update_time,
             seq=len(stored.events),
             data=encoded,
+            event=stored_event,
         )
         self._touch(key, stored)
         view = stored.views.get(id(session))

@@ -471,6 +471,7 @@ class PostgresSessionService(SessionService):
             version=update_time,
             seq=seq,
             data=encoded,
+            event=stored_event,
         )
         if event.actions.state_delta:
             session.state.update(event.actions.state_delta)

@@ -451,6 +451,7 @@ class SqliteSessionService(SessionService):
                     version=update_time,
                     seq=seq,
                     data=encoded,
+                    event=stored_event,
                 )
             return update_time
 

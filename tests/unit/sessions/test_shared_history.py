@@ -243,28 +243,30 @@ def test_the_cache_is_bounded_by_the_json_it_holds() -> None:
     assert cache.held(("a", "u", "9")) is not None
 
 
-async def test_the_in_memory_store_decodes_only_what_was_appended_since(
-    monkeypatch: pytest.MonkeyPatch,
+async def test_what_a_turn_appended_is_what_the_next_shared_read_hands_undecoded(
+    make_one: MakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = InMemorySessionService()
+    service = make_one()
+    histories: HistoryCache = service._histories  # type: ignore[attr-defined]
     decoded: list[str] = []
-    decode = service._histories._decode
+    decode = histories._decode
 
     def counting(data: str) -> Event:
         decoded.append(data)
         return decode(data)
 
-    monkeypatch.setattr(service._histories, "_decode", counting)
+    monkeypatch.setattr(histories, "_decode", counting)
     session = await service.create_session(app_name=APP, user_id=USER)
     for index in range(50):
         await service.append_event(session, text_event(f"e{index}"))
+    loaded = await shared(service, session.id)
     del session
-    loaded = await shared(service, _only_session(service))
-    assert len(decoded) == 50
+    assert len(decoded) == 50  # the first read decodes the history once
     for turn in range(3):
-        await service.append_event(loaded, text_event(f"turn {turn}"))
+        appended = await service.append_event(loaded, text_event(f"turn {turn}"))
         loaded = await shared(service, loaded.id)
-    assert len(decoded) == 53  # one per appended event, never the history again
+        assert loaded.events[-1] is appended  # the object stored, not its JSON again
+    assert len(decoded) == 50
     assert texts(loaded) == [*(f"e{index}" for index in range(50)), "turn 0", "turn 1", "turn 2"]
     assert loaded == await whole(service, loaded.id)
 

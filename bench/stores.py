@@ -14,8 +14,8 @@ commit):
 * ``5 warm``: 5 prior events, the last four written by the previous turn, which this service
   ran just before (untimed): what ``1000 warm`` is without the history behind it. For
   information: ``1000 warm`` / ``5 warm`` is the growth with history alone, while
-  ``1000 warm`` / ``1`` adds what any turn after a first one costs (decoding the events the
-  previous turn appended, moving the request history's boundary).
+  ``1000 warm`` / ``1`` adds what any turn after a first one costs (moving the request
+  history's boundary past the events the previous turn appended).
 * ``1000 warm``: 1,000 prior events, the last four written by the previous turn, which this
   service ran just before (untimed), having read the history before that. The steady state
   of a conversation: the service that runs a session's turns has read its history before.

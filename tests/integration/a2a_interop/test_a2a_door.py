@@ -31,6 +31,7 @@ from adk_mesh.mesh.auth import JwtAuthenticator
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Content
 from tests.a2a_clients import a2a_client, agent_card
+from tests.http_stops import check_an_open_connection_is_refused
 
 BINDINGS = [TransportProtocol.JSONRPC, TransportProtocol.GRPC]
 State = a2a_pb2.TaskState
@@ -240,17 +241,7 @@ async def test_a_connection_open_before_the_drain_serves_no_new_request() -> Non
     server = A2aAgentServer(LlmAgent(name="idle", model=ScriptedModel([])))
     await server.start("127.0.0.1:0")
     url = f"http://127.0.0.1:{server.a2a_port}{AGENT_CARD_WELL_KNOWN_PATH}"
-    async with httpx.AsyncClient() as http:
-        assert (await http.get(url)).status_code == 200  # a keep-alive connection
-        draining = asyncio.ensure_future(server.drain(5))
-        await asyncio.sleep(0)
-        try:
-            answer = await http.get(url)
-        except httpx.TransportError:
-            pass  # uvicorn closed it first
-        else:
-            assert (answer.status_code, answer.headers["connection"]) == (503, "close")
-        await asyncio.wait_for(draining, 10)
+    await check_an_open_connection_is_refused(url, lambda: server.drain(5))
     await server.stop(None)
 
 

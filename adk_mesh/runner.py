@@ -73,6 +73,13 @@ def check_new_message(message: Content) -> Content:
     return message
 
 
+def _owned(message: Content) -> Content:
+    """The turn's own copy of the caller's message, sharing nothing with it: the stored user
+    event is what the next turns read (the shared read hands it over, not decoded again), and
+    a caller may reuse or change its ``Content`` once the turn is over."""
+    return Content.model_validate(message.model_dump())
+
+
 def _transferable_across_tree(agent: BaseAgent, root: BaseAgent | None = None) -> bool:
     """An agent keeps the conversation across turns only if it and every agent above it (up
     to ``root``) keep it (:attr:`~adk_mesh.agents.base.BaseAgent.keeps_conversation`): a
@@ -146,9 +153,10 @@ class Runner:
     turn appends are what the next one reads, as objects). Stored events are immutable:
     agents, tools and callbacks read ``ctx.session.events`` (and the contents of a model
     request, which are those events' contents) and never change them in place; a tool and
-    its hooks get a copy of the call's args. The events ``run`` yields are the stored ones
-    too: read them, or copy one to change it (``event.model_copy(deep=True)``), as with
-    google-adk's events.
+    its hooks get a copy of the call's args, and the user event holds the turn's own copy of
+    ``new_message`` (the caller may reuse its object). The events ``run`` yields are the
+    stored ones too: read them, or copy one to change it (``event.model_copy(deep=True)``),
+    as with google-adk's events.
 
     **Credentials.** Tools get API keys and tokens by name from ``credential_service``
     (``await tool_context.get_credential(name)``, :mod:`adk_mesh.credentials`); whatever a
@@ -249,7 +257,7 @@ class Runner:
         ``request_metadata``: what the client sent with the turn (key to text), for tools and
         callbacks to read (``ctx.request_metadata``); never stored, traced or logged.
         """
-        new_message = check_new_message(new_message)
+        new_message = _owned(check_new_message(new_message))
         if session is not None and (
             session.id != session_id
             or session.user_id != user_id
@@ -289,7 +297,7 @@ class Runner:
                 "on_user_message", invocation_context=ctx, user_message=new_message
             )
             if replaced is not None:
-                new_message = ctx.user_content = check_new_message(replaced)
+                new_message = ctx.user_content = _owned(check_new_message(replaced))
         check_confirmation_answers(session.events, new_message)
         agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
         user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 
 import pytest
+from hypothesis import given, settings
 
 from adk_mesh import (
     BaseAgent,
@@ -13,16 +14,18 @@ from adk_mesh import (
     InvalidArgumentError,
     InvocationContext,
     LlmAgent,
+    Part,
     Runner,
     SequentialAgent,
     ToolContext,
 )
 from adk_mesh.errors import SessionNotFoundError
 from adk_mesh.mesh import RemoteAgent
-from adk_mesh.runner import find_agent_to_run
+from adk_mesh.runner import _owned, find_agent_to_run
 from adk_mesh.sessions.base import Session
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
+from tests.strategies import assert_strictly_equal, contents
 
 
 def counter_agent() -> LlmAgent:
@@ -83,6 +86,34 @@ async def test_every_event_of_a_turn_shares_one_invocation_id() -> None:
     ids = [e.invocation_id for e in stored.events]
     assert len(set(ids[:4])) == 1 and len(set(ids[4:])) == 1 and ids[0] != ids[4]
     assert ids[0].startswith("e-")
+
+
+async def test_a_message_the_caller_changes_after_its_turn_stays_as_it_was_sent() -> None:
+    # The stored user event is what the next turn reads, as an object: it must not be the
+    # caller's, which may be reused for the next message.
+    model = ScriptedModel(["first answer", "second answer"])
+    service = InMemorySessionService()
+    runner = Runner(agent=LlmAgent(name="a", model=model), app_name="app", session_service=service)
+    session = await service.create_session(app_name="app", user_id="u")
+    message = Content(parts=[Part(text="first question")])
+    for text in ("first question", "second question"):
+        assert message.parts[0].text is not None
+        message.parts[0].text = text
+        async for _ in runner.run(user_id="u", session_id=session.id, new_message=message):
+            pass
+    assert [c.text for c in model.requests[1].contents] == [
+        "first question",
+        "first answer",
+        "second question",
+    ]
+
+
+@settings(max_examples=200)
+@given(contents)
+def test_the_turns_copy_of_a_message_is_the_message(content: Content) -> None:
+    copy = _owned(content)
+    assert copy == content
+    assert_strictly_equal(copy.model_dump(), content.model_dump())
 
 
 async def test_bad_requests_are_clear_errors_and_write_nothing() -> None:

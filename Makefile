@@ -89,6 +89,7 @@ $(DEPLOY_TOOLS): $(STAMP)
 
 deploy-check: $(DEPLOY_TOOLS) ## Render every Kubernetes overlay and validate each object; validate deploy/compose.yaml
 	@command -v kubectl >/dev/null || { echo "deploy-check needs kubectl (with kustomize)"; exit 1; }
+	@command -v podman >/dev/null || { echo "deploy-check needs podman (podman-compose config asks it its version): apt-get install podman"; exit 1; }
 	@PYTHON=$(PY) deploy/kubernetes/overlays/dev/generate-secrets.sh >/dev/null
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
 	for overlay in deploy/kubernetes/overlays/*/; do \

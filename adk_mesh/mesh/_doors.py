@@ -26,7 +26,7 @@ import grpc.aio
 
 from adk_mesh.errors import AdkError, PermissionDeniedError
 from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
-from adk_mesh.mesh._status import abort_with_error
+from adk_mesh.mesh._status import abort_with_error, refuse_stream
 from adk_mesh.mesh.auth import authenticate
 from adk_mesh.mesh.security import ServerSecurity, peer_identities
 
@@ -164,7 +164,7 @@ def _guard_stream_stream(
             else:
                 raise PermissionDeniedError(f"{method} is not a method of the mesh")
         except AdkError as error:
-            await abort_with_error(context, error)
+            await refuse_stream(requests, context, error)
         result = behaviour(requests, context)
         if not hasattr(result, "__aiter__"):
             await result

@@ -24,7 +24,7 @@ import grpc.aio
 
 from adk_mesh.errors import AdkIOError
 from adk_mesh.mesh._handlers import rewrap
-from adk_mesh.mesh._status import abort_with_error
+from adk_mesh.mesh._status import abort_with_error, refuse_stream
 
 __all__ = ["CallGate", "HttpGate"]
 
@@ -127,10 +127,13 @@ def _refusing(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHand
     error = AdkIOError(f"the server is shutting down and accepts no new calls ({method})")
 
     if handler.response_streaming:
+        bidirectional = handler.request_streaming
 
-        async def refuse_stream(
+        async def refused_stream(
             request: Any, context: grpc.aio.ServicerContext
         ) -> AsyncIterator[Any]:
+            if bidirectional:  # ``request`` is the caller's messages
+                await refuse_stream(request, context, error)
             await abort_with_error(context, error)
             yield  # pragma: no cover - makes this an async generator
 
@@ -140,7 +143,7 @@ def _refusing(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHand
             else grpc.unary_stream_rpc_method_handler
         )
         return make(
-            refuse_stream,
+            refused_stream,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )

@@ -18,6 +18,7 @@ Request bytes that do not parse are INVALID_ARGUMENT, not gRPC's UNKNOWN:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import logging
@@ -56,6 +57,7 @@ __all__ = [
     "error_from_downstream",
     "error_from_rpc_error",
     "error_to_status",
+    "refuse_stream",
     "status_code_for",
 ]
 
@@ -103,6 +105,27 @@ async def abort_with_error(context: grpc.aio.ServicerContext, error: AdkError) -
         trailing_metadata=(*earlier, (_DETAILS_KEY, status.SerializeToString())),
     )
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+#: How long a refused bidirectional call waits for the caller's first message (see
+#: :func:`refuse_stream`).
+FIRST_MESSAGE_WAIT = 1.0
+
+
+async def refuse_stream(
+    requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, error: AdkError
+) -> NoReturn:
+    """Refuse a bidirectional call (see :func:`abort_with_error`) once its first message
+    came (or :data:`FIRST_MESSAGE_WAIT` seconds passed): a grpc.aio client whose first
+    ``write`` is still under way when the refusal's status arrives reports
+    ``INTERNAL: Internal error from Core`` in its place (grpc/grpc#36066), which would turn a
+    drain's retryable UNAVAILABLE, or a PERMISSION_DENIED, into an error nobody can act on."""
+    try:
+        async with asyncio.timeout(FIRST_MESSAGE_WAIT):
+            await anext(aiter(requests), None)
+    except (TimeoutError, grpc.RpcError, DecodeError):
+        pass
+    await abort_with_error(context, error)
 
 
 def _error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:

@@ -451,6 +451,25 @@ async def interactive_run(target: str, tls: ClientTLS | None) -> tuple[grpc.Stat
         return grpc.StatusCode.OK, authors
 
 
+async def test_a_refused_bidirectional_call_is_refused_once_its_first_message_came(
+    served: Served, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A grpc.aio client whose first write is under way when the refusal's status arrives
+    # reports INTERNAL in its place (grpc/grpc#36066): the door waits for that message.
+    monkeypatch.setattr("adk_mesh.mesh._status.FIRST_MESSAGE_WAIT", 10.0)
+    async with open_channel(served.front, tls=pki.client()) as channel:
+        call = agent_pb2_grpc.AgentServiceStub(channel).RunDelegated(timeout=20)
+        await asyncio.sleep(0.3)
+        assert not call.done()
+        await call.write(agent_pb2.RunDelegatedRequest(run=delegated_run()))
+        assert await call.code() is grpc.StatusCode.PERMISSION_DENIED
+    # A caller that never sends one is refused all the same, after the wait.
+    monkeypatch.setattr("adk_mesh.mesh._status.FIRST_MESSAGE_WAIT", 0.2)
+    async with open_channel(served.front, tls=pki.client()) as channel:
+        call = agent_pb2_grpc.AgentServiceStub(channel).RunDelegated(timeout=20)
+        assert await asyncio.wait_for(call.code(), 10) is grpc.StatusCode.PERMISSION_DENIED
+
+
 async def test_the_bidirectional_calls_go_through_the_mesh_door_only(
     served: Served, pki: Pki
 ) -> None:

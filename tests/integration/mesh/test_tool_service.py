@@ -251,9 +251,13 @@ async def test_a_tool_call_to_a_dead_service_fails_fast_with_io_error() -> None:
         await toolset.close()
 
 
-async def test_the_drain_gate_counts_an_interactive_call_and_refuses_new_ones() -> None:
+async def test_the_drain_gate_counts_an_interactive_call_and_refuses_new_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A CallToolInteractive in flight is waited for on shutdown like any call; once the server
-    drains, a new one is refused as UNAVAILABLE."""
+    drains, a new one is refused as UNAVAILABLE, once its first message came (a grpc.aio client
+    whose first write is under way when the status arrives reports INTERNAL instead)."""
+    monkeypatch.setattr("adk_mesh.mesh._status.FIRST_MESSAGE_WAIT", 10.0)
     started = asyncio.Event()
     release = asyncio.Event()
 
@@ -289,6 +293,8 @@ async def test_the_drain_gate_counts_an_interactive_call_and_refuses_new_ones() 
         server._gate.close()
         async with open_channel(f"127.0.0.1:{port}") as channel:
             call_ = tool_pb2_grpc.ToolServiceStub(channel).CallToolInteractive(timeout=10)
+            await asyncio.sleep(0.3)
+            assert not call_.done()  # the refusal waits for the first message
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await call_.write(
                     tool_pb2.CallToolInteractiveRequest(

@@ -134,7 +134,8 @@ def _refusing(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHand
         ) -> AsyncIterator[Any]:
             if bidirectional:  # ``request`` is the caller's messages
                 await refuse_stream(request, context, error)
-            await abort_with_error(context, error)
+            else:
+                await abort_with_error(context, error)
             yield  # pragma: no cover - makes this an async generator
 
         make = (

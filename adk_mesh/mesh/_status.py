@@ -120,7 +120,7 @@ async def refuse_stream(
     came (or :data:`FIRST_MESSAGE_WAIT` seconds passed): a grpc.aio client whose first
     ``write`` is still under way when the refusal's status arrives reports
     ``INTERNAL: Internal error from Core`` in its place (grpc/grpc#36066), which would turn a
-    drain's retryable UNAVAILABLE, or a PERMISSION_DENIED, into an error nobody can act on."""
+    drain's UNAVAILABLE, or a PERMISSION_DENIED, into an error that blames the wrong side."""
     try:
         async with asyncio.timeout(FIRST_MESSAGE_WAIT):
             await anext(aiter(requests), None)

@@ -33,9 +33,12 @@ from adk_mesh.credentials import Credential, CredentialService, KnownSecrets
 from adk_mesh.errors import ArtifactError, InvalidArgumentError, LlmCallLimitError
 from adk_mesh.ids import check_name
 from adk_mesh.state import State
+from adk_mesh.telemetry._providers import get_tracer
 from adk_mesh.types import Content, Event, EventActions, Part, ToolConfirmation
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
     from adk_mesh.agents.base import BaseAgent
     from adk_mesh.artifacts.base import ArtifactService
     from adk_mesh.memory.base import MemoryEntry, MemoryService
@@ -232,6 +235,8 @@ class _InvocationShared:
     ended: bool = False
     #: The credential values handed out in this invocation in this process (never stored).
     secrets: KnownSecrets = dataclasses.field(default_factory=KnownSecrets)
+    #: The invocation's tracer once asked for (a 1-tuple: ``(None,)`` is "tracing off").
+    tracer: tuple[Tracer | None] | None = None
 
 
 class InvocationContext:
@@ -381,6 +386,16 @@ class InvocationContext:
     @property
     def session_id(self) -> str:
         return self.session.id
+
+    @property
+    def tracer(self) -> Tracer | None:
+        """Where this invocation's spans go (``None``: tracing is off), looked up at its first
+        span and kept for the rest of it: with no provider installed, OpenTelemetry's lookup
+        reads the environment each time, ~1 % of an untraced turn per span."""
+        shared = self._shared
+        if shared.tracer is None:
+            shared.tracer = (get_tracer(),)
+        return shared.tracer[0]
 
     @property
     def ended(self) -> bool:

@@ -484,7 +484,7 @@ class LlmAgent(BaseAgent):
             streaming = ctx.run_config.streaming_mode is StreamingMode.SSE
             model = self.model
             chunks = telemetry.trace_model_call(
-                model, request, model.generate_content(request, stream=streaming)
+                model, request, model.generate_content(request, stream=streaming), ctx
             )
             try:
                 async for chunk in chunks:

@@ -9,8 +9,8 @@ ends in ``finally``: normally, on error (status ERROR, ``error.type``), when can
 UNSET, ``adk_mesh.cancelled``) or when its consumer closed the stream early (status UNSET,
 ``adk_mesh.closed_early``, e.g. an agent stopped after it transferred control).
 
-When tracing is off (:func:`~adk_mesh.telemetry._providers.get_tracer` is ``None``) each
-helper hands back the generator it was given, untouched.
+When tracing is off (the invocation's :attr:`~adk_mesh.contexts.InvocationContext.tracer` is
+``None``) each helper hands back the generator it was given, untouched.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from adk_mesh.telemetry._propagation import (
     invocation_attributes,
     with_invocation,
 )
-from adk_mesh.telemetry._providers import get_tracer
 
 if TYPE_CHECKING:
     from adk_mesh.agents.base import BaseAgent
@@ -201,7 +200,7 @@ def trace_invocation(
     ctx: InvocationContext, events: AsyncGenerator[Event, None]
 ) -> AsyncGenerator[Event, None]:
     """One user turn run by a Runner: the root of the invocation's span tree in its service."""
-    tracer = get_tracer()
+    tracer = ctx.tracer
     if tracer is None:
         return events
     annotate_current_span(ctx)
@@ -218,7 +217,7 @@ def trace_invocation(
 def trace_memory_ingestion(ctx: InvocationContext, service: object) -> Iterator[None]:
     """``add_session_to_memory {app}``: a finished turn's session going into memory (after the
     turn's ``invoke_workflow`` span), ERROR when the store fails."""
-    tracer = get_tracer()
+    tracer = ctx.tracer
     if tracer is None:
         yield
         return
@@ -251,7 +250,7 @@ def trace_agent_run(
     agent: BaseAgent, ctx: InvocationContext, events: AsyncGenerator[Event, None]
 ) -> AsyncGenerator[Event, None]:
     """``invoke_agent {name}``: INTERNAL for an agent of this process, CLIENT for a remote one."""
-    tracer = get_tracer()
+    tracer = ctx.tracer
     if tracer is None:
         return events
     remote = agent.remote_location
@@ -346,10 +345,13 @@ def provider_name(model: Llm) -> str:
 
 
 def trace_model_call(
-    model: Llm, request: LlmRequest, responses: AsyncIterator[LlmResponse]
+    model: Llm,
+    request: LlmRequest,
+    responses: AsyncIterator[LlmResponse],
+    ctx: InvocationContext,
 ) -> AsyncIterator[LlmResponse]:
-    """``chat {model}`` around one model call (all its streamed chunks)."""
-    tracer = get_tracer()
+    """``chat {model}`` around one model call (all its streamed chunks) of ``ctx``."""
+    tracer = ctx.tracer
     if tracer is None:
         return responses
     provider = provider_name(model)
@@ -451,7 +453,7 @@ def trace_tool_call(
 ) -> Iterator[None]:
     """``execute_tool {name}`` around one tool call, current while it runs (a coroutine in one
     task, so holding it current is safe)."""
-    tracer = get_tracer()
+    tracer = ctx.tracer
     if tracer is None:
         yield
         return

@@ -22,6 +22,7 @@ from adk_mesh.telemetry._spans import refresh_capture_content
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.agent_tool import AgentTool
 from adk_mesh.types import Content, Event, LlmResponse, Part, UsageMetadata
+from tests.telemetry_fixtures import recording_provider
 
 
 def get_weather(city: str, api_key: str = "") -> dict[str, Any]:
@@ -282,6 +283,40 @@ async def test_a_stream_closed_from_another_task_ends_its_spans(
     await asyncio.ensure_future(events.aclose())
     finished = spans.get_finished_spans()
     assert {span.name for span in finished} >= {"invoke_workflow app", "invoke_agent solo"}
+
+
+async def test_a_turn_traces_to_the_provider_in_force_at_its_first_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    """The tracer is looked up once per invocation: a provider swapped in mid-turn gets none
+    of that turn's spans (its tree stays whole in one place), and the next turn's all."""
+    later = InMemorySpanExporter()
+    provider = recording_provider(later)
+    weather = call("get_weather", {"city": "Paris"})
+    script = ScriptedModel([weather, "22", weather, "22"])
+    agent = LlmAgent(name="solo", model=script, tools=[get_weather])
+    service = InMemorySessionService()
+    await service.create_session(app_name="app", user_id="u1", session_id="s1")
+    runner = Runner(agent=agent, app_name="app", session_service=service)
+    message = Content(role="user", parts=[Part(text="weather?")])
+    events = runner.run(user_id="u1", session_id="s1", new_message=message)
+    await anext(events)  # the model's call: the turn has traced its first spans
+    with _providers.use_tracer_provider(provider):
+        rest = [event async for event in events]
+        assert rest  # the tool's answer and the model's final answer came under the swap
+        assert later.get_finished_spans() == ()
+        names = sorted(span.name for span in spans.get_finished_spans())
+        assert names == [
+            "chat scripted",
+            "chat scripted",
+            "execute_tool get_weather",
+            "invoke_agent solo",
+            "invoke_workflow app",
+        ]
+        async for _ in runner.run(user_id="u1", session_id="s1", new_message=message):
+            pass
+        assert len(later.get_finished_spans()) == 5
+    provider.shutdown()
 
 
 async def test_tracing_off_hands_back_the_same_generators() -> None:

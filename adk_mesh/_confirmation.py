@@ -24,14 +24,13 @@ original call reads as pending while it waits.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from pydantic import ValidationError
 
 from adk_mesh.errors import InvalidArgumentError
-from adk_mesh.ids import shown
+from adk_mesh.ids import random_uuid, shown
 from adk_mesh.types import (
     Content,
     Event,
@@ -75,7 +74,7 @@ def confirmation_request_event(
         confirmation = requested.get(call.id) if call.id else None
         if confirmation is None or call.id is None:
             continue
-        request_id = f"adk-{uuid.uuid4()}"
+        request_id = f"adk-{random_uuid()}"
         tool_confirmation: dict[str, Any] = {
             "hint": confirmation.hint,
             "confirmed": False,

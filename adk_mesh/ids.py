@@ -23,6 +23,7 @@ anything is read or written; the message quotes at most the first few characters
 
 from __future__ import annotations
 
+import os
 import re
 
 from adk_mesh.errors import InvalidArgumentError
@@ -34,6 +35,7 @@ __all__ = [
     "check_artifact_name",
     "check_id",
     "check_name",
+    "random_uuid",
     "shown",
 ]
 
@@ -46,6 +48,17 @@ USER_ARTIFACT_PREFIX = "user:"
 
 _ID = re.compile(r"[A-Za-z0-9_\-@:+=|](?:[A-Za-z0-9._\-@:+=|]*[A-Za-z0-9_\-@:+=|])?")
 _SHOWN_CHARS = 40
+
+
+def random_uuid() -> str:
+    """A random (version 4) UUID as text, as ``str(uuid.uuid4())`` makes it, at ~2.5 µs instead
+    of ~5 (half of building an :class:`~adk_mesh.types.Event`): the ids of every event,
+    invocation, session and function call the runtime makes."""
+    data = bytearray(os.urandom(16))
+    data[6] = (data[6] & 0x0F) | 0x40  # version 4
+    data[8] = (data[8] & 0x3F) | 0x80  # the RFC 9562 variant
+    text = data.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def shown(value: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import aclosing
 
@@ -20,7 +19,7 @@ from adk_mesh.contexts import (
 )
 from adk_mesh.credentials import CredentialService
 from adk_mesh.errors import AdkError, InvalidArgumentError, SessionNotFoundError
-from adk_mesh.ids import shown
+from adk_mesh.ids import random_uuid, shown
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.plugins._manager import PluginManager, plugin_manager
 from adk_mesh.plugins.base import Plugin
@@ -48,7 +47,7 @@ _recordings: set[asyncio.Task[None]] = set()
 
 
 def new_invocation_id() -> str:
-    return f"e-{uuid.uuid4()}"
+    return f"e-{random_uuid()}"
 
 
 def check_new_message(message: Content) -> Content:

@@ -9,7 +9,6 @@ model is told about a tool. Conversion to and from the protobuf messages lives i
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Self
@@ -23,6 +22,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from adk_mesh.ids import random_uuid
 
 __all__ = [
     "Blob",
@@ -653,7 +654,7 @@ class ToolProgress(_Data):
 
 
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    return random_uuid()
 
 
 def _utc_now() -> datetime:

@@ -6,7 +6,6 @@ import copy
 import inspect
 import logging
 import math
-import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
@@ -32,6 +31,7 @@ from adk_mesh.contexts import (
     TransferTarget,
 )
 from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
+from adk_mesh.ids import random_uuid
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
@@ -824,6 +824,11 @@ def _ends_turn(event: Event) -> bool:
 _DEFAULT_PREPARE = BaseTool.prepare_llm_request
 
 
+def _new_call_id() -> str:
+    """The id the runtime gives a function call the model left without one."""
+    return f"adk-{random_uuid()}"
+
+
 def _with_call_ids(response: LlmResponse) -> LlmResponse:
     """Give every function call an id, so its response can be matched to it."""
     content = response.content
@@ -833,9 +838,7 @@ def _with_call_ids(response: LlmResponse) -> LlmResponse:
         return response
     parts = [
         part.model_copy(
-            update={
-                "function_call": part.function_call.model_copy(update={"id": f"adk-{uuid.uuid4()}"})
-            }
+            update={"function_call": part.function_call.model_copy(update={"id": _new_call_id()})}
         )
         if part.function_call is not None and not part.function_call.id
         else part

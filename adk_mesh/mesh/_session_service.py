@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,7 +54,7 @@ from adk_mesh.errors import (
     NotFoundError,
     SessionNotFoundError,
 )
-from adk_mesh.ids import check_artifact_name, check_id, shown
+from adk_mesh.ids import check_artifact_name, check_id, random_uuid, shown
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import error_boundary
@@ -327,7 +326,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             delta = {k: v for k, v in delta.items() if not k.startswith(TEMP_PREFIX)}
             event = Event(
                 author=UPDATE_AUTHOR,
-                invocation_id=f"{UPDATE_INVOCATION_PREFIX}{uuid.uuid4()}",
+                invocation_id=f"{UPDATE_INVOCATION_PREFIX}{random_uuid()}",
                 actions=EventActions(state_delta=delta),
             )
             call.invocation_id = event.invocation_id

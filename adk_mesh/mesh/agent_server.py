@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 
@@ -39,7 +38,7 @@ from adk_mesh.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from adk_mesh.ids import check_id, shown
+from adk_mesh.ids import check_id, random_uuid, shown
 from adk_mesh.memory import memory_service_from_url
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import (
@@ -566,7 +565,7 @@ class AgentServer(MeshServer):
                 view,
                 app_name=view.app_name or self.app_name,
                 user_id=view.user_id or "anonymous",
-                session_id=view.session_id or str(uuid.uuid4()),
+                session_id=view.session_id or random_uuid(),
                 named=named_events,
                 named_digests=named.digests(),
                 named_weights=named_weights,

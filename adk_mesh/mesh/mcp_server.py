@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
 from adk_mesh.errors import AdkIOError, ConfigError, UnauthenticatedError
-from adk_mesh.ids import check_id
+from adk_mesh.ids import check_id, random_uuid
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._limits import ServerLimits
 from adk_mesh.mesh.auth import Principal, authenticate
@@ -238,7 +238,7 @@ class McpServer:
             state={},
         )
         return InvocationContext(
-            invocation_id=f"e-{uuid.uuid4()}",
+            invocation_id=f"e-{random_uuid()}",
             agent=_CallerAgent(MCP_CALLER),
             session=session,
             tool_timeout=self.limits.tool_timeout,

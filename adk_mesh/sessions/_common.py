@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +23,7 @@ from adk_mesh.errors import (
     InvalidArgumentError,
     SessionConflictError,
 )
-from adk_mesh.ids import check_id
+from adk_mesh.ids import check_id, random_uuid
 from adk_mesh.state import TEMP_PREFIX, ScopedDelta, split_by_scope
 from adk_mesh.types import Event, new_event_id
 
@@ -43,7 +42,7 @@ def check_ids(app_name: str, user_id: str, session_id: str | None = None) -> Non
 
 
 def new_session_id(session_id: str | None) -> str:
-    return session_id if session_id is not None else str(uuid.uuid4())
+    return session_id if session_id is not None else random_uuid()
 
 
 def check_num_recent_events(num_recent_events: int | None) -> None:

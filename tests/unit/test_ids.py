@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from contextlib import closing
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from adk_mesh.artifacts import ArtifactService, FileArtifactService, InMemoryArtifactService
 from adk_mesh.errors import InvalidArgumentError
-from adk_mesh.ids import MAX_ID_CHARS, check_artifact_name, check_id, shown
+from adk_mesh.ids import MAX_ID_CHARS, check_artifact_name, check_id, random_uuid, shown
 from adk_mesh.sessions import SessionService, SqliteSessionService
 from adk_mesh.types import Content, Event, Part
 
@@ -191,3 +192,26 @@ def stored_sessions(path: Path) -> list[tuple[str, str, str]]:
 
 def bytes_under(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.iterdir())
+
+
+def test_random_uuid_is_a_version_4_uuid_as_uuid4_writes_it() -> None:
+    made = [random_uuid() for _ in range(20_000)]
+    assert len(set(made)) == len(made)
+    for text in made:
+        parsed = uuid.UUID(text)
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+        assert str(parsed) == text  # lower-case hex, 8-4-4-4-12
+        check_id("event id", text)
+    # Every bit outside the version and variant varies: each hex digit takes all 16 values
+    # (the version digit is fixed; the variant digit takes 8, 9, a, b).
+    for position in range(36):
+        seen = {text[position] for text in made}
+        if position in (8, 13, 18, 23):
+            assert seen == {"-"}
+        elif position == 14:
+            assert seen == {"4"}
+        elif position == 19:
+            assert seen == set("89ab")
+        else:
+            assert len(seen) == 16, position

@@ -21,7 +21,7 @@ commit):
   of a conversation: the service that runs a session's turns has read its history before.
   Target 1: at most 1.5x ``1``. The stores' caches of decoded histories are made large
   enough (:data:`CACHE_BYTES`) to hold every warm session the run prepares up front; a
-  service holds those it serves (the default bound, 4 MiB of JSON, is ~5 sessions of
+  service holds those it serves (the default bound, 2.5 MiB of JSON, is ~5 sessions of
   1,000 such events).
 * ``1000 cold``: 1,000 prior events written by another service instance (another replica's
   store object on the same file or database), never read by this one: the first turn of a

@@ -80,7 +80,7 @@ class InMemorySessionService(SessionService):
     decoded and the ones appended since (the objects ``append_event`` returned), as the SQL
     stores do, so a turn decodes none of the history: its cost does not grow with it. Kept
     for the sessions read most recently, up to ``history_cache_bytes`` of the events' JSON
-    (default 4 MiB; decoded events take ~7-8 times that; 0 turns it off).
+    (default 2.5 MiB; decoded events take ~10 times that; 0 turns it off).
 
     A user's state (``user:`` keys) outlives the user's sessions, so that a new session sees
     it, for the ``max_sessions`` users who most recently lost their last session (and, with

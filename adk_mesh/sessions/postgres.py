@@ -215,7 +215,7 @@ class PostgresSessionService(SessionService):
             ``statement_cache_size=0`` behind PgBouncer in transaction mode, ...).
         history_cache_bytes: the bound of the cache of decoded histories that
             :meth:`get_session_shared` reads incrementally, in bytes of the events' JSON
-            (decoded events take ~7-8 times that); 0 turns the cache off.
+            (decoded events take ~10 times that; default 2.5 MiB); 0 turns the cache off.
 
     Nothing connects until the first call, so the service can be built outside an event
     loop. Many tasks may use one service at once (each call takes a pooled connection), and

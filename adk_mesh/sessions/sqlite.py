@@ -145,7 +145,7 @@ class SqliteSessionService(SessionService):
             a private in-memory database.
         history_cache_bytes: the bound of the cache of decoded histories that
             :meth:`get_session_shared` reads incrementally, in bytes of the events' JSON
-            (decoded events take ~7-8 times that); 0 turns the cache off.
+            (decoded events take ~10 times that; default 2.5 MiB); 0 turns the cache off.
 
     The file is opened, and migrated to the current schema, by the first call. Many tasks may
     use one service at once (their calls queue on its worker thread), and many services, in

@@ -1,10 +1,12 @@
 """Where the instrumentation finds its tracer and meter.
 
-The runtime never holds a tracer of its own: it asks :func:`get_tracer` each time, so a test
-(or an embedding application) can swap the provider with :func:`use_tracer_provider` without
-touching OpenTelemetry's set-once globals. ``None`` from :func:`get_tracer` means tracing is
-off (no recording provider anywhere): the instrumentation then does nothing at all, which is what
-keeps an unconfigured process at its untraced speed.
+The runtime holds a tracer no longer than one invocation: an invocation asks :func:`get_tracer`
+at its first span (:attr:`~adk_mesh.contexts.InvocationContext.tracer`) and a mesh server at
+each call, so a test (or an embedding application) can swap the provider between invocations
+with :func:`use_tracer_provider` without touching OpenTelemetry's set-once globals. ``None``
+from :func:`get_tracer` means tracing is off (no recording provider anywhere): the
+instrumentation then does nothing at all, which is what keeps an unconfigured process at its
+untraced speed.
 """
 
 from __future__ import annotations

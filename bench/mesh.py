@@ -743,14 +743,16 @@ async def stream_part(args: argparse.Namespace) -> None:
             f"({bare_rates.spread('{:,.0f}')}); mesh / bare = {ratios.median:.2f}x (rounds "
             f"{ratios.spread()})"
         )
-        if offset == 0:
-            print(
-                f"  target mesh >= 0.9x bare: {verdict(ratios.median >= 0.9)}; target >= 15,000 "
-                f"events/s on {args.tokens:,}-event streams: "
-                f"{verdict(mesh_rates.median >= 15_000)}"
-            )
-            RESULTS["3 relay ratio"] = ratios.median >= 0.9
-            RESULTS["3 events/s"] = mesh_rates.median >= 15_000
+        # Both kinds of client are judged: a decoding client's own pydantic work shares the
+        # two cores with the services; a counting one stands for a client in another language.
+        print(
+            f"  target mesh >= 0.9x bare: {verdict(ratios.median >= 0.9)}; target >= 15,000 "
+            f"events/s on {args.tokens:,}-event streams: "
+            f"{verdict(mesh_rates.median >= 15_000)}"
+        )
+        suffix = "" if offset == 0 else f", {clients}"
+        RESULTS[f"3 relay ratio{suffix}"] = ratios.median >= 0.9
+        RESULTS[f"3 events/s{suffix}"] = mesh_rates.median >= 15_000
 
 
 # --- (d) parallel ----------------------------------------------------------------------------

@@ -251,7 +251,7 @@ class InvocationContext:
 
     ``tool_timeout`` is how long each tool may run (``None``: no bound); ``llm_calls_of``: a
     context whose model-call count this one shares (an AgentTool's child counts against its
-    parent's ``max_llm_calls``).
+    parent's ``max_llm_calls``), and its tracer.
 
     ``delegation_scope``: what the run may reach of the root's artifacts and memory (narrowed
     by each AgentTool delegation it runs inside; a remote hop carries it and applies it).
@@ -360,8 +360,10 @@ class InvocationContext:
         self._shared = _shared or _InvocationShared()
         if llm_calls_of is not None:
             self._shared.llm_calls = llm_calls_of._shared.llm_calls
-            # One invocation: what its delegations hand out is redacted wherever it shows.
+            # One invocation: what its delegations hand out is redacted wherever it shows,
+            # and its spans go where the rest of its tree went.
             self._shared.secrets = llm_calls_of._shared.secrets
+            self._shared.tracer = (llm_calls_of.tracer,)
         for credential in self.forwarded_credentials.values():
             self._shared.secrets.add(credential)
 

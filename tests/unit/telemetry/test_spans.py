@@ -319,6 +319,34 @@ async def test_a_turn_traces_to_the_provider_in_force_at_its_first_span(
     provider.shutdown()
 
 
+async def test_an_agent_tool_child_traces_where_its_invocation_began(
+    spans: InMemorySpanExporter,
+) -> None:
+    """An AgentTool's child runs in the same invocation: a provider swapped in after the
+    parent's first span gets none of the child's spans either."""
+    later = InMemorySpanExporter()
+    provider = recording_provider(later)
+    helper = LlmAgent(name="helper", model=ScriptedModel(["helper says hi"]))
+    parent = LlmAgent(
+        name="coordinator",
+        model=ScriptedModel([call("helper", {"request": "say hi"}), "done"]),
+        tools=[AgentTool(helper)],
+    )
+    service = InMemorySessionService()
+    await service.create_session(app_name="app", user_id="u1", session_id="s1")
+    runner = Runner(agent=parent, app_name="app", session_service=service)
+    message = Content(role="user", parts=[Part(text="hi")])
+    events = runner.run(user_id="u1", session_id="s1", new_message=message)
+    await anext(events)  # the parent's call of the helper: the child has not started
+    with _providers.use_tracer_provider(provider):
+        async for _ in events:
+            pass
+    assert later.get_finished_spans() == ()
+    names = {span.name for span in spans.get_finished_spans()}
+    assert {"invoke_agent helper", "execute_tool helper"} <= names
+    provider.shutdown()
+
+
 async def test_tracing_off_hands_back_the_same_generators() -> None:
     from adk_mesh.telemetry import _spans
 

@@ -30,7 +30,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from adk_mesh.errors import InvalidArgumentError
-from adk_mesh.ids import random_uuid, shown
+from adk_mesh.ids import shown
 from adk_mesh.types import (
     Content,
     Event,
@@ -40,6 +40,7 @@ from adk_mesh.types import (
     LlmResponse,
     Part,
     ToolConfirmation,
+    new_function_call_id,
 )
 
 __all__ = [
@@ -74,7 +75,7 @@ def confirmation_request_event(
         confirmation = requested.get(call.id) if call.id else None
         if confirmation is None or call.id is None:
             continue
-        request_id = f"adk-{random_uuid()}"
+        request_id = new_function_call_id()
         tool_confirmation: dict[str, Any] = {
             "hint": confirmation.hint,
             "confirmed": False,

@@ -657,6 +657,12 @@ def new_event_id() -> str:
     return random_uuid()
 
 
+def new_function_call_id() -> str:
+    """The id of a function call the runtime makes (a confirmation request), or gives to one
+    a model left without an id: ``adk-`` and a random UUID, as google-adk writes them."""
+    return f"adk-{random_uuid()}"
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 

@@ -31,7 +31,6 @@ from adk_mesh.contexts import (
     TransferTarget,
 )
 from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
-from adk_mesh.ids import random_uuid
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
@@ -44,6 +43,7 @@ from adk_mesh.types import (
     Part,
     ToolConfirmation,
     ToolProgress,
+    new_function_call_id,
 )
 
 logger = logging.getLogger(__name__)
@@ -824,11 +824,6 @@ def _ends_turn(event: Event) -> bool:
 _DEFAULT_PREPARE = BaseTool.prepare_llm_request
 
 
-def _new_call_id() -> str:
-    """The id the runtime gives a function call the model left without one."""
-    return f"adk-{random_uuid()}"
-
-
 def _with_call_ids(response: LlmResponse) -> LlmResponse:
     """Give every function call an id, so its response can be matched to it."""
     content = response.content
@@ -838,7 +833,11 @@ def _with_call_ids(response: LlmResponse) -> LlmResponse:
         return response
     parts = [
         part.model_copy(
-            update={"function_call": part.function_call.model_copy(update={"id": _new_call_id()})}
+            update={
+                "function_call": part.function_call.model_copy(
+                    update={"id": new_function_call_id()}
+                )
+            }
         )
         if part.function_call is not None and not part.function_call.id
         else part

@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from adk_mesh.errors import AlreadyExistsError, SessionConflictError, SessionNotFoundError
-from adk_mesh.ids import check_id, random_uuid
+from adk_mesh.ids import check_id
+from adk_mesh.sessions._common import new_session_id
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import TEMP_PREFIX
 from adk_mesh.types import Event, new_event_id
@@ -47,7 +48,7 @@ class ViewSessions(SessionService):
         state: dict[str, Any] | None = None,
     ) -> Session:
         _check_ids(app_name, user_id, session_id)
-        session_id = session_id if session_id is not None else random_uuid()
+        session_id = new_session_id(session_id)
         if (app_name, user_id, session_id) in self._sessions:
             raise AlreadyExistsError(
                 f"session {session_id!r} already exists", metadata={"session_id": session_id}

@@ -50,13 +50,14 @@ from typing import TYPE_CHECKING, Any
 
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
 from adk_mesh.errors import AdkIOError, ConfigError, UnauthenticatedError
-from adk_mesh.ids import check_id, random_uuid
+from adk_mesh.ids import check_id
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._limits import ServerLimits
 from adk_mesh.mesh.auth import Principal, authenticate
 from adk_mesh.mesh.security import ServerSecurity, check_transport, is_loopback
 from adk_mesh.mesh.tool_server import _CallerAgent
 from adk_mesh.plugins._manager import PluginManager, execute_with_plugins
+from adk_mesh.runner import new_invocation_id
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset
@@ -238,7 +239,7 @@ class McpServer:
             state={},
         )
         return InvocationContext(
-            invocation_id=f"e-{random_uuid()}",
+            invocation_id=new_invocation_id(),
             agent=_CallerAgent(MCP_CALLER),
             session=session,
             tool_timeout=self.limits.tool_timeout,

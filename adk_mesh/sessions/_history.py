@@ -13,7 +13,7 @@ an append through it continues the cached history.
 Events this store appends are added as the objects appended when the store has them (the
 Runner's: what a turn appended is what its next turn reads, not decoded again), else as their
 JSON, decoded on the next read (a history that is not read again costs no decoding). The
-cache is bounded by the size of the events' JSON (decoded, an event takes roughly 7-8 times
+cache is bounded by the size of the events' JSON (decoded, an event takes roughly 10 times
 its JSON's size) and drops the sessions read least recently first.
 
 The events are shared by every session object built from the cache, which is why only

@@ -17,6 +17,9 @@ production). Each turn gets a fresh session, created before its block and delete
 (untimed), so history never grows. Block sizes are chosen from the warm-up so that a block
 of either side takes about ``--block-seconds``.
 
+Each side also reports how much of its turn the garbage collector took (the time of every
+collection during the blocks, from ``gc.callbacks``: information, part of the CPU above).
+
 Per round: google-adk's CPU per turn / adk-mesh's. The figure is the median over the rounds
 with the spread (slowest..fastest round), against issue 16's target of >= 25x.
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -45,6 +49,33 @@ DEFAULT_ADK_PYTHON = ROOT / ".venv" / "adk-compat" / "bin" / "python"
 
 # Runs ``count`` turns, each on a fresh session, and returns the CPU seconds they took.
 Block = Callable[[int], Awaitable[float]]
+
+
+class CollectorTime:
+    """Seconds this process's garbage collector has spent collecting since :meth:`install`:
+    each collection timed from its start to its stop (``gc.callbacks``). The bench runs one
+    thread on a CPU it does not share with the other side, where that is CPU time."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def install(self) -> CollectorTime:
+        gc.callbacks.append(self._note)
+        return self
+
+    def _note(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+
+async def measured(block: Block, count: int, collector: CollectorTime) -> tuple[float, float]:
+    """``block(count)``'s CPU seconds, and the seconds of garbage collection in them."""
+    before = collector.seconds
+    cpu = await block(count)
+    return cpu, collector.seconds - before
 
 
 def get_weather(city: str) -> dict[str, Any]:
@@ -167,16 +198,19 @@ def _quiet() -> None:
 
 
 async def serve_side(side: str) -> None:
-    """Answer ``{"turns": N}`` lines on stdin with ``{"cpu": seconds}`` on the original stdout
+    """Answer ``{"turns": N}`` lines on stdin with ``{"cpu": seconds, "gc": seconds}`` on the
+    original stdout
     (anything else the frameworks print goes to stderr)."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     _quiet()
     block, version = await (google_adk_block() if side == "google-adk" else adk_mesh_block())
+    collector = CollectorTime().install()
     protocol.write(json.dumps({"version": version, "python": sys.version.split()[0]}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
-        protocol.write(json.dumps({"cpu": await block(request["turns"])}) + "\n")
+        cpu, collecting = await measured(block, request["turns"], collector)
+        protocol.write(json.dumps({"cpu": cpu, "gc": collecting}) + "\n")
 
 
 class RemoteSide:
@@ -204,10 +238,12 @@ class RemoteSide:
         result: dict[str, Any] = json.loads(line)
         return result
 
-    async def block(self, count: int) -> float:
+    async def block(self, count: int) -> tuple[float, float]:
+        """CPU seconds of ``count`` turns, and the garbage collector's seconds in them."""
         assert self._process.stdin is not None
         self._process.stdin.write(json.dumps({"turns": count}) + "\n")
-        return float(self._read()["cpu"])
+        answer = self._read()
+        return float(answer["cpu"]), float(answer["gc"])
 
     def close(self) -> None:
         if self._process.stdin is not None:
@@ -217,13 +253,18 @@ class RemoteSide:
 
 async def drive(args: argparse.Namespace) -> None:
     _quiet()
-    ours, our_version = await adk_mesh_block()
+    our_block, our_version = await adk_mesh_block()
+    collector = CollectorTime().install()
     remote = RemoteSide(args.python)
+
+    async def ours(count: int) -> tuple[float, float]:
+        return await measured(our_block, count, collector)
+
     try:
         theirs = remote.block
         # Warm up both, then size the blocks to about --block-seconds of CPU each.
-        our_each = await ours(args.warmup) / args.warmup
-        their_each = await theirs(args.warmup) / args.warmup
+        our_each = (await ours(args.warmup))[0] / args.warmup
+        their_each = (await theirs(args.warmup))[0] / args.warmup
         our_turns = max(10, round(args.block_seconds / our_each))
         their_turns = max(10, round(args.block_seconds / their_each))
         print(
@@ -233,20 +274,26 @@ async def drive(args: argparse.Namespace) -> None:
             f"({our_turns} / {their_turns} turns a block)"
         )
         rounds: list[tuple[float, float]] = []
+        collecting: list[tuple[float, float]] = []  # the GC's share of each side, per round
         for number in range(args.rounds):
             cpu = {"ours": 0.0, "theirs": 0.0}
+            collected = {"ours": 0.0, "theirs": 0.0}
             order = ["ours", "theirs", "theirs", "ours"]
             if number % 2:
                 order.reverse()
             for _ in range(args.blocks // 2 or 1):
                 for side in order:
-                    if side == "ours":
-                        cpu["ours"] += await ours(our_turns)
-                    else:
-                        cpu["theirs"] += await theirs(their_turns)
+                    spent, collecting_seconds = await (
+                        ours(our_turns) if side == "ours" else theirs(their_turns)
+                    )
+                    cpu[side] += spent
+                    collected[side] += collecting_seconds
             blocks = 2 * (args.blocks // 2 or 1)
             rounds.append(
                 (cpu["ours"] / (blocks * our_turns), cpu["theirs"] / (blocks * their_turns))
+            )
+            collecting.append(
+                (collected["ours"] / cpu["ours"], collected["theirs"] / cpu["theirs"])
             )
     finally:
         remote.close()
@@ -255,9 +302,17 @@ async def drive(args: argparse.Namespace) -> None:
     ratio = statistics.median(ratios)
     our_us = statistics.median(our for our, _ in rounds) * 1e6
     their_us = statistics.median(their for _, their in rounds) * 1e6
+    our_gc = statistics.median(share for share, _ in collecting)
+    their_gc = statistics.median(share for _, share in collecting)
     verdict = "MET" if ratio >= TARGET_RATIO else "MISSED"
-    print(f"  adk-mesh     {our_us:8.1f} µs CPU per turn (median of rounds)")
-    print(f"  google-adk   {their_us:8.1f} µs CPU per turn")
+    print(
+        f"  adk-mesh     {our_us:8.1f} µs CPU per turn (median of rounds), of which the "
+        f"garbage collector {our_gc * our_us:5.1f} µs ({our_gc:.0%})"
+    )
+    print(
+        f"  google-adk   {their_us:8.1f} µs CPU per turn, of which the garbage collector "
+        f"{their_gc * their_us:5.1f} µs ({their_gc:.0%})"
+    )
     print(
         f"  google-adk / adk-mesh: {ratio:.1f}x (rounds {ratios[0]:.1f}..{ratios[-1]:.1f}x) "
         f"target >= {TARGET_RATIO:.0f}x  {verdict}"

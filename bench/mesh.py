@@ -819,6 +819,18 @@ async def parallel_part(args: argparse.Namespace) -> None:
         f"in-process child {local_cpu.median:.3f} ms ({local_cpu.spread('{:.3f}')}); a remote "
         f"turn p50 {walls.median:.1f} ms"
     )
+    # What the mesh adds to a child, beyond the call that carries it and the child's own run:
+    # the form session 11's note proposed for target 4 (information, not the target).
+    floors = Rounds(
+        [
+            r / (b + lo)
+            for r, b, lo in zip(remote_cpu.values, bare_cpu.values, local_cpu.values, strict=True)
+        ]
+    )
+    print(
+        f"  a remote child / (a bare call + an in-process child) = {floors.median:.2f}x "
+        f"(rounds {floors.spread()}; information)"
+    )
     print(f"  target <= 0.8 ms per remote child: {verdict(remote_cpu.median <= 0.8)}")
     RESULTS["4 parallel CPU"] = remote_cpu.median <= 0.8
 

@@ -23,7 +23,8 @@ collection during the blocks, from ``gc.callbacks``: information, part of the CP
 Per round: google-adk's CPU per turn / adk-mesh's. The figure is the median over the rounds
 with the spread (slowest..fastest round), against issue 16's target of >= 25x.
 
-Run: ``.venv/bin/python bench/runner.py [--rounds N] [--blocks N] [--block-seconds S]``
+Run: ``.venv/bin/python bench/runner.py [--rounds N] [--blocks N] [--block-seconds S]
+[--history-cache-bytes N]``
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": 22}
 
 
-async def adk_mesh_block() -> tuple[Block, str]:
+async def adk_mesh_block(history_cache_bytes: int | None = None) -> tuple[Block, str]:
     from collections.abc import AsyncGenerator
 
     from adk_mesh import Content, LlmAgent, LlmResponse, Runner, __version__
@@ -105,7 +106,13 @@ async def adk_mesh_block() -> tuple[Block, str]:
                 yield call("get_weather", {"city": "Paris"})
 
     agent = LlmAgent(name="weather", model=ScriptedLlm("scripted"), tools=[get_weather])
-    service = InMemorySessionService()  # the default store, bounded as in production
+    # The default store, bounded as in production (``--history-cache-bytes``: its cache of
+    # decoded histories otherwise, 0 for none).
+    service = (
+        InMemorySessionService()
+        if history_cache_bytes is None
+        else InMemorySessionService(history_cache_bytes=history_cache_bytes)
+    )
     runner = Runner(agent=agent, app_name="bench", session_service=service)
     message = Content.from_text("user", "Weather in Paris?")
 
@@ -253,7 +260,7 @@ class RemoteSide:
 
 async def drive(args: argparse.Namespace) -> None:
     _quiet()
-    our_block, our_version = await adk_mesh_block()
+    our_block, our_version = await adk_mesh_block(args.history_cache_bytes)
     collector = CollectorTime().install()
     remote = RemoteSide(args.python)
 
@@ -325,6 +332,11 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=4, help="blocks per side per round (even)")
     parser.add_argument("--block-seconds", type=float, default=0.3, help="CPU per block")
     parser.add_argument("--warmup", type=int, default=100, help="untimed turns per side")
+    parser.add_argument(
+        "--history-cache-bytes",
+        type=int,
+        help="adk-mesh's store keeps this many bytes of decoded histories (default: its default)",
+    )
     parser.add_argument("--side", choices=["google-adk", "adk-mesh"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:

@@ -29,7 +29,7 @@ events: the sessions it keeps, their estimated memory, and what clearing it free
 server (``A2aAgentServer``) sent 6,000 messages, each starting a task: its VmRSS keeping at most
 1,000 tasks, and keeping every task (as a2a-sdk's in-memory store alone does).
 
-Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS]``
+Run: ``.venv/bin/python bench/footprint.py [--rounds N] [--settle SECONDS] [--scale F]``
 """
 
 from __future__ import annotations
@@ -366,7 +366,9 @@ def a2a_rss(max_tasks: int, counts: list[int]) -> list[int]:
     return readings
 
 
-async def create_cost(held_counts: list[int], rounds: int) -> dict[int, list[float]]:
+async def create_cost(
+    held_counts: list[int], rounds: int, creates: int = 2_000
+) -> dict[int, list[float]]:
     """µs per create_session on a full store with ``held`` other sessions in use, per round."""
     from adk_mesh.sessions.memory import DEFAULT_MAX_SESSIONS, InMemorySessionService
 
@@ -378,7 +380,6 @@ async def create_cost(held_counts: list[int], rounds: int) -> dict[int, list[flo
         for _ in range(DEFAULT_MAX_SESSIONS):  # fill the bound with idle sessions
             await store.create_session(app_name="a", user_id="u")
         stores[held] = store
-    creates = 2_000
     results: dict[int, list[float]] = {held: [] for held in held_counts}
     for number in range(rounds):
         order = held_counts if number % 2 == 0 else held_counts[::-1]
@@ -400,10 +401,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--settle", type=float, default=1.0, help="idle seconds before reading")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply every load (turns, messages, sessions) by this; README's figures are at 1",
+    )
     args = parser.parse_args()
+    if args.scale <= 0:
+        parser.error("--scale must be positive")
+
+    def scaled(count: int) -> int:
+        return max(1, round(count * args.scale))
+
     if not Path("/proc/self/status").exists():
         print("footprint: needs /proc (Linux); skipped")
         return
+    if args.scale != 1:
+        print(f"(--scale {args.scale:g}: every load scaled; the figures are not README's)")
 
     print(
         f"idle RSS of each reference service after start ({args.rounds} rounds, alternating, "
@@ -435,19 +450,20 @@ def main() -> None:
 
     from adk_mesh.sessions.memory import DEFAULT_MAX_SESSIONS
 
-    counts = [2 * DEFAULT_MAX_SESSIONS, 4 * DEFAULT_MAX_SESSIONS]
+    counts = [scaled(2 * DEFAULT_MAX_SESSIONS), scaled(4 * DEFAULT_MAX_SESSIONS)]
     print(
         f"memory:// session store (bound {DEFAULT_MAX_SESSIONS:,} sessions): memory retained "
         "after N one-turn sessions, each of a new user"
     )
     for runs, kept, retained in asyncio.run(retained_by_store(counts)):
         print(f"  {runs:6,d} runs  {kept:6,d} sessions kept  {_mib(retained / 1024):>9s}")
+    sessions, events = scaled(200), scaled(300)
     print(
-        "an LlmAgent's request history after one turn on each of 200 SQLite sessions of 300 "
-        "events: the sessions it keeps, their events' estimated memory, and what clearing it "
-        "frees (tracemalloc; beyond what the store's own cache keeps)"
+        f"an LlmAgent's request history after one turn on each of {sessions:,d} SQLite sessions "
+        f"of {events:,d} events: the sessions it keeps, their events' estimated memory, and what "
+        "clearing it frees (tracemalloc; beyond what the store's own cache keeps)"
     )
-    kept, estimated, retained = asyncio.run(request_history_retained(200, 300))
+    kept, estimated, retained = asyncio.run(request_history_retained(sessions, events))
     print(
         f"  {kept} sessions kept  estimated {_mib(estimated / 1024)}  freed {_mib(retained / 1024)}"
     )
@@ -456,24 +472,28 @@ def main() -> None:
         "process), each turn on a new session: VmRSS of both after N turns (the event caches "
         "of each side bounded: codec.ENCODED_EVENTS, DECODED_EVENTS, VIEW_MEMOS, NAMED_WINDOWS)"
     )
-    for turns, server, client in asyncio.run(hops_rss([2_000, 8_000, 16_000])):
+    hops = [scaled(2_000), scaled(8_000), scaled(16_000)]
+    for turns, server, client in asyncio.run(hops_rss(hops)):
         print(f"  {turns:6,d} turns  server {_mib(server):>9s}  client {_mib(client):>9s}")
-    counts = [2_000, 4_000, 6_000]
+    counts = [scaled(2_000), scaled(4_000), scaled(6_000)]
+    bound = scaled(1_000)
     print(
         "an A2A server (A2aAgentServer, a child process) sent one message per new context by an "
-        "a2a-sdk client: VmRSS after N messages, keeping at most 1,000 tasks vs all of them"
+        f"a2a-sdk client: VmRSS after N messages, keeping at most {bound:,d} tasks vs all of them"
     )
-    for max_tasks, label in ((1_000, "at most 1,000 tasks"), (10**9, "every task")):
+    for max_tasks, label in ((bound, f"at most {bound:,d} tasks"), (10**9, "every task")):
         rss = a2a_rss(max_tasks, counts)
         readings = "  ".join(
             f"{count:,d}: {_mib(kib)}" for count, kib in zip(counts, rss, strict=True)
         )
         print(f"  {label:20s} {readings}")
+    creates = scaled(2_000)
     print(
         f"memory:// session store: µs per create_session past the bound, with N other "
-        f"sessions in use ({args.rounds} interleaved rounds of 2,000 creates, GC on)"
+        f"sessions in use ({args.rounds} interleaved rounds of {creates:,d} creates, GC on)"
     )
-    for held, per_create in asyncio.run(create_cost([0, 1_000, 5_000], args.rounds)).items():
+    held_counts = [0, scaled(1_000), scaled(5_000)]
+    for held, per_create in asyncio.run(create_cost(held_counts, args.rounds, creates)).items():
         print(
             f"  {held:6,d} in use  {statistics.median(per_create):7.1f} µs "
             f"(spread {min(per_create):.1f}..{max(per_create):.1f})"

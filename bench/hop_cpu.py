@@ -17,8 +17,9 @@ apart), four sides alternating in blocks, round after round, GC on:
 
 If the client's code cost the same wherever it ran, a remote turn would cost a bare call plus
 the turn answered in process. The rest — printed per round — is what the same code costs
-more when it runs between network waits, beside gRPC's threads and the server's process (on
-this 2-core machine, a thread that waited mostly resumes on caches other work has filled).
+more when it runs between network waits, beside gRPC's threads and the server's process
+(likely because a thread that waited resumes on caches other work has filled; this machine
+shows no hardware counters to tell).
 
 Run: ``.venv/bin/python bench/hop_cpu.py [--rounds N] [--block N]``
 """

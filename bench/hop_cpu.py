@@ -4,7 +4,8 @@
 twice a bare grpc.aio round trip, and splits that between the server and the client. This
 script takes the client apart, in CPU of its main thread (``time.thread_time``: the thread
 that runs the Runner, the codec and grpc.aio's Python side; gRPC's own threads are reported
-apart), four sides alternating in blocks, round after round, GC on:
+apart), four sides in blocks, their order rotating round by round as in ``bench/mesh.py``,
+GC on:
 
 - *bare call*: a bare ``grpc.aio`` stub (no interceptors, no options) sending the request a
   RemoteAgent sends (recorded once) to the AgentServer, reading its responses;
@@ -28,15 +29,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from mesh import (
+    Rounds,
     ServerProcess,
     agent_servers,
     bare_channel,
+    interleaved,
     record_hop,
     runner_for,
     text_agent,
@@ -88,29 +90,40 @@ def answered_in_process(name: str, target: str, recorded: Sequence[bytes]) -> Re
     return agent
 
 
+def thread_block(
+    operation: Callable[[], Awaitable[object]], times: int, main: Rounds, whole: Rounds
+) -> Callable[[], Awaitable[list[float]]]:
+    """A block of ``times`` calls of ``operation`` (for :func:`mesh.interleaved`): its
+    main-thread and whole-process CPU, in µs per call, go to ``main`` and ``whole``."""
+
+    async def run() -> list[float]:
+        thread, process = time.thread_time(), time.process_time()
+        for _ in range(times):
+            await operation()
+        main.values.append((time.thread_time() - thread) / times * 1e6)
+        whole.values.append((time.process_time() - process) / times * 1e6)
+        return []
+
+    return run
+
+
 async def measure(
     sides: dict[str, Callable[[], Awaitable[object]]], rounds: int, block: int
-) -> dict[str, tuple[list[float], list[float]]]:
+) -> dict[str, tuple[Rounds, Rounds]]:
     """Per side and round: main-thread and whole-process CPU, in µs per operation."""
-    results: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in sides}
-    for operation in sides.values():  # warm-up
-        for _ in range(block):
-            await operation()
-    order = list(sides)
-    for number in range(rounds):
-        for name in order if number % 2 == 0 else order[::-1]:
-            operation = sides[name]
-            thread, process = time.thread_time(), time.process_time()
-            for _ in range(block):
-                await operation()
-            main, whole = results[name]
-            main.append((time.thread_time() - thread) / block * 1e6)
-            whole.append((time.process_time() - process) / block * 1e6)
+    results = {name: (Rounds(), Rounds()) for name in sides}
+    blocks = [thread_block(operation, block, *results[name]) for name, operation in sides.items()]
+    for run_block in blocks:  # warm-up
+        await run_block()
+    for main, whole in results.values():
+        main.values.clear()
+        whole.values.clear()
+    await interleaved(blocks, rounds)
     return results
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):6.0f} µs ({min(values):.0f}..{max(values):.0f})"
+def spread(rounds: Rounds) -> str:
+    return f"{rounds.median:6.0f} µs ({rounds.spread('{:.0f}')})"
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -118,7 +131,7 @@ async def run(args: argparse.Namespace) -> None:
     servers = ServerProcess(agent_servers, *((factory, ()) for _, factory in workloads))
     print(
         "Client CPU of one hop (main thread; gRPC's threads apart), a fresh in-memory session "
-        f"per turn; {args.rounds} rounds x {args.block} per side, alternating"
+        f"per turn; {args.rounds} rounds x {args.block} per side, interleaved"
     )
     try:
         for (label, factory), target in zip(workloads, servers.targets, strict=True):
@@ -148,24 +161,26 @@ async def run(args: argparse.Namespace) -> None:
                 )
             await remote_agent.close()
             for side, (main, whole) in results.items():
-                others = [w - m for m, w in zip(main, whole, strict=True)]
+                others = Rounds([w - m for m, w in zip(main.values, whole.values, strict=True)])
                 print(
                     f"  {label}  {side:20s} main thread {spread(main)}; "
-                    f"gRPC's threads {statistics.median(others):4.0f} µs"
+                    f"gRPC's threads {others.median:4.0f} µs"
                 )
-            excess = [
-                remote - bare - alone
-                for remote, bare, alone in zip(
-                    results["remote turn"][0],
-                    results["bare call"][0],
-                    results["answered in process"][0],
-                    strict=True,
-                )
-            ]
-            alone = statistics.median(results["answered in process"][0])
+            alone = results["answered in process"][0]
+            excess = Rounds(
+                [
+                    remote - bare - answered
+                    for remote, bare, answered in zip(
+                        results["remote turn"][0].values,
+                        results["bare call"][0].values,
+                        alone.values,
+                        strict=True,
+                    )
+                ]
+            )
             print(
                 f"  {label}  remote turn - bare call - answered in process = {spread(excess)}: "
-                f"adk-mesh's client code costs {1 + statistics.median(excess) / alone:.1f}x "
+                f"adk-mesh's client code costs {1 + excess.median / alone.median:.1f}x "
                 "between network waits what it costs answered in process"
             )
     finally:

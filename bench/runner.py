@@ -206,8 +206,7 @@ def _quiet() -> None:
 
 async def serve_side(side: str) -> None:
     """Answer ``{"turns": N}`` lines on stdin with ``{"cpu": seconds, "gc": seconds}`` on the
-    original stdout
-    (anything else the frameworks print goes to stderr)."""
+    original stdout (anything else the frameworks print goes to stderr)."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     _quiet()

@@ -179,6 +179,53 @@ def decode_event(data: str | bytes) -> Event:
     return Event.model_validate_json(data)
 
 
+def decodes_to_itself(event: Event) -> bool:
+    """Whether :func:`decode_event` of the event's JSON gives the event back as it is, so that
+    the object may stand for what is stored: its fields typed ``Any`` (state delta, call
+    arguments, responses, payloads) hold only plain JSON, and its floats are finite. A tuple
+    there comes back as a list, an integer key as a string, infinity as null, a set or a
+    datetime (written as a list, a string) as something else again."""
+    actions = event.actions
+    values: list[Any] = [actions.state_delta]
+    values.extend(
+        confirmation.payload for confirmation in actions.requested_tool_confirmations.values()
+    )
+    content = event.llm_response.content
+    if content is not None:
+        for part in content.parts:
+            if part.function_call is not None:
+                values.append(part.function_call.args)
+            if part.function_response is not None:
+                values.append(part.function_response.response)
+    if event.tool_progress is not None:
+        values.append(event.tool_progress.data)
+        values.append(event.tool_progress.fraction)
+    return _is_plain_json(values)
+
+
+def _is_plain_json(value: Any) -> bool:
+    """Whether JSON keeps ``value`` as it is: dicts with string keys, lists, strings, bools,
+    integers, finite floats and None, nothing else (not even their subclasses). Iterative:
+    depth costs no Python stack."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind not in _IMMUTABLE_TYPES:
+            return False
+    return True
+
+
 def select_events(
     stamped: list[tuple[datetime, str]], num_recent_events: int | None, after: datetime | None
 ) -> list[tuple[datetime, str]]:

@@ -11,10 +11,12 @@ it, and is read whole again. Nothing else is trusted: the version is used only t
 an append through it continues the cached history.
 
 Events this store appends are added as the objects appended when the store has them (the
-Runner's: what a turn appended is what its next turn reads, not decoded again), else as their
-JSON, decoded on the next read (a history that is not read again costs no decoding). The
-cache is bounded by the size of the events' JSON (decoded, an event takes roughly 10 times
-its JSON's size) and drops the sessions read least recently first.
+Runner's: what a turn appended is what its next turn reads, not decoded again) and their JSON
+decodes to them as they are (no tuple, integer key, infinity... in their JSON-valued fields:
+:func:`~adk_mesh.sessions._common.decodes_to_itself`), else as their JSON, decoded on the
+next read (a history that is not read again costs no decoding). The cache is bounded by the
+size of the events' JSON (decoded, an event takes roughly 10 times its JSON's size) and drops
+the sessions read least recently first.
 
 The events are shared by every session object built from the cache, which is why only
 :meth:`~adk_mesh.sessions.SessionService.get_session_shared` hands them out: its callers (the
@@ -31,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from adk_mesh.sessions import _common
 from adk_mesh.types import Event
 
 __all__ = [
@@ -162,7 +165,10 @@ class HistoryCache:
         history = self._histories.get(key)
         if history is None or history.version != held_version or seq <= history.last_seq:
             return
-        history.pending.append(event if event is not None else data)
+        # The object only when decoding its JSON gives it back (else a shared read here
+        # would differ from what is stored, and from every other read of it).
+        kept = event if event is not None and _common.decodes_to_itself(event) else data
+        history.pending.append(kept)
         history.last_seq = seq
         history.version = version
         history.size += len(data)

@@ -1360,8 +1360,8 @@ class _Window:
         many of the first events it sends were sent with this window; else None (built
         afresh)."""
         end = self.end
-        if len(events) < end:
-            return None
+        if len(events) < end or not max_events:
+            return None  # shorter (another history), or a view of no events (it only counts)
         objects = self.objects
         # Compared as objects, in C: the history is the one sent. The newest few may have
         # been read back as copies: those are compared by value, and their entries moved to
@@ -1423,7 +1423,11 @@ class _Window:
         oldest = count - taken  # of ``entries``: the oldest event the walk takes
         if taken == max_events and older:
             step = max(1, max_events // WINDOW_STEPS)
-            start = -(-positions[oldest] // step) * step
+            # Where the walk stopped: before the partial events it skipped past the oldest.
+            start = positions[oldest]
+            while start > 0 and events[start - 1].partial:
+                start -= 1
+            start = -(-start // step) * step
             first = bisect.bisect_left(positions, start)
             sent_from = first + _leading_answers([entry.event for entry in entries[first:]])
         else:
@@ -1435,7 +1439,7 @@ class _Window:
             positions[oldest:],
             before=self.before + oldest,
             sent_from=sent_from - oldest,
-            origin=positions[oldest] if oldest < count else len(events),
+            origin=positions[oldest] if oldest < count else self.origin,
             digests=digests[oldest * DIGEST_BYTES :],
             cumulative=cumulative[oldest:],
             cumulative_weights=cumulative_weights[oldest:],

@@ -306,9 +306,14 @@ MAX_LOAD_EVENTS = 1000
 
 
 def _loaded_events(
-    load: tool_pb2.LoadEventsRequest, history: Sequence[Event], response: tool_pb2.ContextResponse
+    load: tool_pb2.LoadEventsRequest,
+    history: Sequence[Event],
+    response: tool_pb2.ContextResponse,
+    max_bytes: int,
 ) -> None:
-    """Answer ``load`` from ``history`` (what the callee may see of the session)."""
+    """Answer ``load`` from ``history`` (what the callee may see of the session), in at most
+    ``max_bytes`` of encoded events (never less than a view's default), as a view of that many
+    bytes would carry them."""
     visible = [event for event in history if not event.partial]
     skipped = 0
     if load.event_ids:
@@ -330,6 +335,7 @@ def _loaded_events(
     view = codec.session_view_to_proto(
         Session(id="history", app_name="history", user_id="history", events=chosen),
         max_events=len(chosen),
+        max_bytes=max(max_bytes, codec.DEFAULT_HISTORY_MAX_BYTES),
     )
     loaded = response.loaded_events
     loaded.SetInParent()
@@ -347,10 +353,15 @@ async def answer_context_request(
     user_id: str,
     session_id: str,
     history: Sequence[Event] | None = None,
+    history_max_bytes: int = codec.DEFAULT_HISTORY_MAX_BYTES,
 ) -> tool_pb2.ContextResponse:
     """The caller's answer, from ``artifacts`` and ``memory`` (already limited to what the
     callee may reach) and ``history`` (the session's events the callee may see) for its own
-    session; an error becomes the answer's ``error``."""
+    session; an error becomes the answer's ``error``. ``history_max_bytes``: a
+    ``RemoteAgent``'s bound on its views; an answer loading events carries up to that many
+    bytes of them when it is over the default (8 MiB), so that the events its views named by
+    digest, which it sent whole, come back whole when loaded (an event larger than what is
+    left of the answer is abridged, as in a view)."""
     response = tool_pb2.ContextResponse(request_id=request.request_id)
     ids: dict[str, Any] = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
     kind = request.WhichOneof("request")
@@ -358,7 +369,7 @@ async def answer_context_request(
         if kind == "load_events":
             if history is None:
                 raise InvalidArgumentError("this call shares no session history")
-            _loaded_events(request.load_events, history, response)
+            _loaded_events(request.load_events, history, response, history_max_bytes)
             return response
         if kind == "search_memory":
             found = (

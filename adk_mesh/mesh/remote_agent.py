@@ -357,7 +357,13 @@ class RemoteAgent(BaseAgent):
             return call, call
         call = stub.RunDelegated(timeout=timeout)
         answering = _answering(
-            call, message, ctx, artifacts=artifacts, memory=memory, history=history
+            call,
+            message,
+            ctx,
+            artifacts=artifacts,
+            memory=memory,
+            history=history,
+            history_max_bytes=self.history_max_bytes,
         )
         return call, answering
 
@@ -516,10 +522,12 @@ async def _answering(
     artifacts: ArtifactService | None,
     memory: MemoryService | None,
     history: Sequence[Event],
+    history_max_bytes: int,
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """Send ``opening`` on a ``RunDelegated`` call and yield its RunResponses; answer each
     context request from ``artifacts``, ``memory`` and ``history`` (the events the remote run
-    may see), for ``ctx``'s session only."""
+    may see, loaded in pages of at most ``history_max_bytes``, the views' own bound), for
+    ``ctx``'s session only."""
     await call.write(opening)
     async for message in call:
         if message.WhichOneof("message") == "context_request":
@@ -528,6 +536,7 @@ async def _answering(
                 artifacts=artifacts,
                 memory=memory,
                 history=history,
+                history_max_bytes=history_max_bytes,
                 app_name=ctx.app_name,
                 user_id=ctx.user_id,
                 session_id=ctx.session_id,

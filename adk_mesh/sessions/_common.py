@@ -186,21 +186,28 @@ def decodes_to_itself(event: Event) -> bool:
     there comes back as a list, an integer key as a string, infinity as null, a set or a
     datetime (written as a list, a string) as something else again."""
     actions = event.actions
-    values: list[Any] = [actions.state_delta]
-    values.extend(
-        confirmation.payload for confirmation in actions.requested_tool_confirmations.values()
-    )
+    # Most events hold none of these, or a few keys: looked at without building anything.
+    values: list[Any] = []
+    if actions.state_delta:
+        values.append(actions.state_delta)
+    if actions.requested_tool_confirmations:
+        values.extend(
+            confirmation.payload for confirmation in actions.requested_tool_confirmations.values()
+        )
     content = event.llm_response.content
     if content is not None:
         for part in content.parts:
-            if part.function_call is not None:
-                values.append(part.function_call.args)
-            if part.function_response is not None:
-                values.append(part.function_response.response)
-    if event.tool_progress is not None:
-        values.append(event.tool_progress.data)
-        values.append(event.tool_progress.fraction)
-    return _is_plain_json(values)
+            function_call = part.function_call
+            if function_call is not None and function_call.args:
+                values.append(function_call.args)
+            function_response = part.function_response
+            if function_response is not None and function_response.response:
+                values.append(function_response.response)
+    progress = event.tool_progress
+    if progress is not None:
+        values.append(progress.data)
+        values.append(progress.fraction)
+    return not values or _is_plain_json(values)
 
 
 def _is_plain_json(value: Any) -> bool:

@@ -8,9 +8,11 @@ stream never stores it, changes it or acts on it (the Runner and every agent pas
 is; a transfer or an end in a partial event is not followed), so the bytes the peer encoded are
 what the server would send after decoding and encoding them. The relay is used only where
 that holds: for the RemoteAgents of the run whose session the server streams (a run inside an
-AgentTool has a session of its own, and its partial events never reach the stream), and
-in the order the run produced its events — a RemoteAgent forwards a partial event at the point
-it would have yielded it, and the stream emits everything in the order it was handed over.
+AgentTool has a session of its own, and its partial events never reach the stream), in a
+root run only when no plugin of the server has an ``on_event`` hook (which sees, and may
+replace, every event of the turn, partial ones too), and in the order the run produced its
+events — a RemoteAgent forwards a partial event at the point it would have yielded it, and
+the stream emits everything in the order it was handed over.
 A RemoteAgent outside an AgentServer (a Runner in an application) decodes every event, as
 ever.
 """

@@ -374,7 +374,11 @@ class AgentServer(MeshServer):
             session=session,
             request_metadata=request_metadata,
         )
-        return _responses(events, session_id=session.id, batches=batches, session=session)
+        # The plugins' on_event sees (and may replace) every event of the turn, partial ones
+        # included: with such a plugin, the RemoteAgents' partial events are decoded, not
+        # relayed past it (mesh._relay).
+        relayed = None if self.plugins is not None and self.plugins.has("on_event") else session
+        return _responses(events, session_id=session.id, batches=batches, session=relayed)
 
     def _check_id(self, what: str, value: str) -> None:
         check_id(what, value, max_chars=self.limits.max_id_chars)

@@ -405,7 +405,12 @@ class RemoteAgent(BaseAgent):
                     ctx.end_invocation()
             delivery.delivered()
             if held is not None:
-                yield held
+                # The last event: a transfer the remote tree left to this one; or one it
+                # carried out to an agent of its own that added nothing (the invocation
+                # ended, say), which this tree, not holding that agent, cannot follow.
+                target = held.actions.transfer_to_agent
+                own = target is not None and self.root_agent.find_agent(target) is not None
+                yield held if own else _without_transfer(held)
             ctx.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
         except grpc.RpcError as error:
             ctx.add_llm_calls(llm_calls_in(error.trailing_metadata()))

@@ -13,7 +13,7 @@ import grpc.aio
 
 from adk_mesh import codec
 from adk_mesh.contexts import DEFAULT_TOOL_TIMEOUT, ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkError, AdkIOError, ConfigError, ToolError
+from adk_mesh.errors import AdkError, AdkIOError, ConfigError, ToolError, ToolNotFoundError
 from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._deadline import call_timeout
@@ -32,26 +32,33 @@ DEFAULT_LIST_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = DEFAULT_TOOL_TIMEOUT
 #: Seconds a kept listing is used without news from the server (see ``listing_max_age``).
 DEFAULT_LISTING_MAX_AGE = 60.0
-#: Listings kept, one per (app, user), least recently used dropped first.
+#: Listings kept, one per (app, user, agent), least recently used dropped first.
 MAX_KEPT_LISTINGS = 1024
 
 
 @dataclass
 class _Listing:
-    """The tools a ToolServer listed for one (app, user), and the listing's version."""
+    """The tools a ToolServer listed for one (app, user, agent), and the listing's version."""
 
     tools: list[BaseTool]
     version: str
     listed_at: float
     #: A result named another version: list again at the next model request.
     stale: bool = False
+    #: When (the toolset's tick) this listing was asked for.
+    asked: int = 0
+    #: When a result last named a version of this caller's listing, and the version it named:
+    #: a listing asked before that and answering with another version is not fresh.
+    heard: int = 0
+    heard_version: str = ""
 
 
 class RemoteToolset(Toolset):
     """A :class:`Toolset` whose tools live in a ToolServer at ``target``.
 
-    :meth:`tools` keeps the server's listing per (app, user) and asks again (``ListTools``,
-    with the caller's ids, so the answer may depend on the user) only when it has no fresh one:
+    :meth:`tools` keeps the server's listing per (app, user, agent) and asks again
+    (``ListTools``, with the caller's ids, so the answer may depend on the user or the agent)
+    only when it has no fresh one:
     every tool result carries the version of the listing the server would give now, so a
     listing that changed (a tool added, removed or redeclared) is asked again at the next model
     request after any call to this server's tools — within the turn that made the call — and a
@@ -108,9 +115,12 @@ class RemoteToolset(Toolset):
         self.listing_max_age = listing_max_age
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
-        # The last listing per (app, user). Also while the server is unreachable, the model
+        # The last listing per (app, user, agent). Also while the server is unreachable, the model
         # still sees these tools, and a call to one fails as a ToolError the model can read.
-        self._listings: OrderedDict[tuple[str, str], _Listing] = OrderedDict()
+        self._listings: OrderedDict[tuple[str, str, str], _Listing] = OrderedDict()
+        # Orders listings asked for and results heard, so that an answer that was overtaken
+        # (asked before a newer listing or result arrived) does not replace what is newer.
+        self._tick = 0
 
     def _stub(self) -> Any:
         # The channel is opened on first use so that it belongs to the running event loop.
@@ -125,13 +135,15 @@ class RemoteToolset(Toolset):
         return self._cached_stub
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
-        key = (ctx.app_name, ctx.user_id)
+        key = _key(ctx)
         kept = self._listings.get(key)
         if kept is not None and self._fresh(kept):
             self._listings.move_to_end(key)
             return kept.tools
         request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))
         timeout = call_timeout(ctx.invocation_context.deadline, self.list_timeout, "tool service")
+        self._tick += 1
+        asked = self._tick
         try:
             response = await self._stub().ListTools(request, timeout=timeout)
         except grpc.RpcError as error:
@@ -143,7 +155,16 @@ class RemoteToolset(Toolset):
             RemoteTool(self, codec.declaration_from_proto(declaration))
             for declaration in response.tools
         ]
-        self._listings[key] = _Listing(tools, response.listing_version, time.monotonic())
+        listing = _Listing(tools, response.listing_version, time.monotonic(), asked=asked)
+        current = self._listings.get(key)
+        if current is not None:
+            if current.asked > asked:
+                # A listing asked after this one has come back first: it is the one kept.
+                return tools
+            if current.heard > asked and current.heard_version != listing.version:
+                # A result since this was asked named another version: this may be older.
+                listing.stale = True
+        self._listings[key] = listing
         self._listings.move_to_end(key)
         if len(self._listings) > MAX_KEPT_LISTINGS:
             self._listings.popitem(last=False)
@@ -156,11 +177,15 @@ class RemoteToolset(Toolset):
             and time.monotonic() - listing.listed_at < self.listing_max_age
         )
 
-    def _confirm(self, key: tuple[str, str], version: str) -> None:
-        """A result said the listing of ``key`` is at ``version`` now."""
+    def _confirm(self, key: tuple[str, str, str], version: str) -> None:
+        """A result said the listing of ``key`` is at ``version`` now (empty: it may have
+        changed, e.g. the server no longer has the tool called)."""
         kept = self._listings.get(key)
         if kept is None:
             return
+        self._tick += 1
+        kept.heard = self._tick
+        kept.heard_version = version
         if version and version == kept.version:
             kept.listed_at = time.monotonic()
         else:
@@ -239,9 +264,13 @@ class RemoteTool(BaseTool):
                 response, error, actions = codec.tool_result_from_proto(message.result)
                 _apply_actions(ctx, actions)
                 outcome = (response, error)
-                toolset._confirm((ctx.app_name, ctx.user_id), message.result.listing_version)
+                toolset._confirm(_key(ctx), message.result.listing_version)
         except grpc.RpcError as error:
-            raise error_from_downstream(error, what, toolset.target) from error
+            downstream = error_from_downstream(error, what, toolset.target)
+            if isinstance(downstream, ToolNotFoundError):
+                # The kept listing offered a tool the server no longer has: ask again.
+                toolset._confirm(_key(ctx), "")
+            raise downstream from error
         finally:
             if not call.done():
                 call.cancel()
@@ -256,6 +285,13 @@ class RemoteTool(BaseTool):
         if failure is not None:
             raise failure
         return response
+
+
+def _key(ctx: ReadonlyContext) -> tuple[str, str, str]:
+    """Whose listing: the server is asked with the caller's ids and may answer per user and
+    per agent (one toolset may serve several agents); not per session, so a user's new
+    sessions reuse the listing."""
+    return (ctx.app_name, ctx.user_id, ctx.agent_name)
 
 
 def _apply_actions(ctx: ToolContext, actions: EventActions) -> None:

@@ -315,8 +315,19 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         version = self._versions.version(tools)
         async for response in _run_tool(tool, invocation, request, args, self._plugins):
             if response.HasField("result"):
-                response.result.listing_version = version
+                response.result.listing_version = await self._version_after(invocation, version)
             yield response
+
+    async def _version_after(self, invocation: InvocationContext, before: str) -> str:
+        """The caller's listing version once the tool has run: the call itself may have
+        changed the listing (a tool that unlocks others, an MCP server's list change)."""
+        try:
+            tools = _servable(await self._toolset.tools(ReadonlyContext(invocation)))
+        except AdkError as error:
+            # The result still goes back; the version the call started with goes with it.
+            logger.warning("tool service: listing after a call failed: %s", error.message)
+            return before
+        return self._versions.version(tools)
 
 
 async def _run_tool(

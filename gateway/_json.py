@@ -78,7 +78,7 @@ def _from_b64(text: object, where: str) -> bytes:
     padded = text + "=" * (-len(text) % 4)
     try:
         if "-" in text or "_" in text:
-            return base64.urlsafe_b64decode(padded)
+            return base64.b64decode(padded, altchars=b"-_", validate=True)
         return base64.b64decode(padded, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArgumentError(f"{where} is not valid base64") from None
@@ -429,7 +429,15 @@ def event_from_json(body: object, where: str = "event") -> Event:
     if isinstance(event.get("id"), str) and event["id"]:
         fields["id"] = event["id"]
     if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
-        fields["timestamp"] = datetime.fromtimestamp(float(timestamp), UTC)
+        try:
+            fields["timestamp"] = datetime.fromtimestamp(float(timestamp), UTC)
+        except (ValueError, OverflowError, OSError):
+            raise InvalidArgumentError(
+                f"{where}.timestamp is not a time (seconds since the epoch)"
+            ) from None
+    long_running = _member(event, "longRunningToolIds", "long_running_tool_ids") or []
+    if not isinstance(long_running, list) or not all(isinstance(i, str) for i in long_running):
+        raise InvalidArgumentError(f"{where}.longRunningToolIds must be an array of strings")
     return Event(
         **fields,
         invocation_id=_string(
@@ -470,7 +478,5 @@ def event_from_json(body: object, where: str = "event") -> Event:
             transfer_to_agent=_member(actions, "transferToAgent", "transfer_to_agent"),
             escalate=actions.get("escalate") is True,
         ),
-        long_running_tool_ids=sorted(
-            _member(event, "longRunningToolIds", "long_running_tool_ids") or []
-        ),
+        long_running_tool_ids=sorted(long_running),
     )

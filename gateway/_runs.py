@@ -28,7 +28,9 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
-from adk_mesh.errors import AdkError, InvalidArgumentError, InvocationCancelledError
+from adk_mesh.errors import AdkError, InvalidArgumentError
+from adk_mesh.ids import check_id
+from adk_mesh.runner import check_new_message
 from adk_mesh.types import Content, Event
 from gateway._json import content_from_json, event_to_json
 from gateway._mesh import MeshClient, RunStream
@@ -137,6 +139,12 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         message: Content = content_from_json(
             body.new_message.model_dump(by_alias=True, exclude_none=True)
         )
+        # What the service would refuse at once, refused here too: /run_sse's 200 is sent
+        # before the service answers, and a request that cannot start is a 400, not a stream.
+        check_id("userId", body.user_id)
+        if body.session_id:
+            check_id("sessionId", body.session_id)
+        check_new_message(message)
         stream = mesh.run(
             app,
             user_id=body.user_id,
@@ -231,9 +239,10 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
                     async for event in stream.events():
                         for frame in event_frames(event):
                             yield frame
-                except InvocationCancelledError:
-                    return  # the client went away; nobody reads an error frame
                 except AdkError as error:
+                    # A client that went away cancels this generator (asyncio.CancelledError,
+                    # passed through); an InvocationCancelledError is the service's CANCELLED,
+                    # which the client is told as any other failure.
                     yield error_frame(error)
                 finally:
                     stream.cancel()

@@ -47,6 +47,8 @@ _SESSION = _SESSIONS + "/{session_id}"
 _ARTIFACTS = _SESSION + "/artifacts"
 #: Seconds a session or artifact call may take.
 _CALL_SECONDS = 60.0
+#: The contract's artifact versions are int32.
+_MAX_VERSION = 2**31 - 1
 
 _PROBLEMS: dict[int | str, dict[str, Any]] = {
     status: {"model": ProblemBody, "content": {PROBLEM_JSON: {}}, "description": description}
@@ -216,6 +218,10 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
             user_id=user, session_id=session, filename=name
         )
         if version is not None:
+            if not -_MAX_VERSION <= version <= _MAX_VERSION:
+                raise InvalidArgumentError(
+                    f"version {version} is out of range; versions are numbered from 1"
+                )
             request.version = version
         response = await mesh.unary(
             app,

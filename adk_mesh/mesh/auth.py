@@ -22,13 +22,15 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
+import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
-from adk_mesh.errors import ConfigError, UnauthenticatedError
+from adk_mesh.errors import AdkIOError, ConfigError, UnauthenticatedError
 from adk_mesh.mesh._watched import WatchedFiles
 
 if TYPE_CHECKING:
@@ -46,6 +48,29 @@ __all__ = [
 
 #: Signature algorithms a token may use: asymmetric only, never ``none`` or a shared secret.
 DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _current(files: WatchedFiles[T], what: str) -> T:
+    """What ``files`` hold now. A file that cannot be read or parsed at a call (removed,
+    half-written while rotated) refuses credentials with UNAVAILABLE until it can: the detail
+    (the path, the parse error) goes to this service's log, never to the caller."""
+    try:
+        return files.get()
+    except Exception as error:  # OSError, a parse error of the file's format, ConfigError
+        logger.warning(
+            "the %s %s cannot be used (%s: %s); credentials are refused until it can",
+            what,
+            files.paths[0],
+            type(error).__name__,
+            error,
+        )
+        raise AdkIOError(
+            "this service cannot check credentials right now; try again later"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -147,6 +172,14 @@ class JwtAuthenticator(Authenticator):
         source = str(jwks)
         self._client: jwt.PyJWKClient | None = None
         self._file: WatchedFiles[jwt.PyJWKSet] | None = None
+        if source.startswith("http://"):
+            from adk_mesh.mesh.security import is_loopback
+
+            if not is_loopback(urlsplit(source).hostname or ""):
+                raise ConfigError(
+                    f"refusing to fetch the JWKS {source!r} over plaintext HTTP beyond this "
+                    "machine (anyone on the way could swap the keys): use an https:// URL"
+                )
         if source.startswith(("https://", "http://")):
             self._client = jwt.PyJWKClient(
                 source,
@@ -162,11 +195,11 @@ class JwtAuthenticator(Authenticator):
             self._file = WatchedFiles(
                 [path], lambda: jwt.PyJWKSet.from_json(path.read_text(encoding="utf-8"))
             )
-            self._keys()  # a file that is not a JWKS fails now, not at the first call
+            self._file.get()  # a file that is not a JWKS fails now, not at the first call
 
     def _keys(self) -> jwt.PyJWKSet:
         assert self._file is not None
-        return self._file.get()
+        return _current(self._file, "JWKS file")
 
     def _key(self, kid: str | None) -> jwt.PyJWK:
         import jwt
@@ -220,6 +253,11 @@ class JwtAuthenticator(Authenticator):
             raise UnauthenticatedError(
                 "token is signed by a key this service does not trust"
             ) from None
+        except jwt.PyJWKSetError as error:  # the JWKS URL served a set with no usable key
+            logger.warning("the JWKS cannot be used (%s); credentials are refused", error)
+            raise AdkIOError(
+                "this service cannot check credentials right now; try again later"
+            ) from None
         except jwt.InvalidTokenError as error:
             raise UnauthenticatedError(f"invalid token: {error}") from None
         user = claims.get(self.user_claim)
@@ -261,10 +299,10 @@ class ApiKeyAuthenticator(Authenticator):
             raise ConfigError(f"API key file {str(path)!r} does not exist")
         file = Path(path)
         self._file = WatchedFiles([file], lambda: _parse_api_keys(file.read_text(encoding="utf-8")))
-        self._users()  # a malformed file fails now
+        self._file.get()  # a malformed file fails now
 
     def _users(self) -> dict[str, str]:
-        return self._file.get()
+        return _current(self._file, "API key file")
 
     async def authenticate(self, metadata: Mapping[str, str]) -> Principal | None:
         key = metadata.get("x-api-key")

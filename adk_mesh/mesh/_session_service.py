@@ -37,10 +37,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
+from google.protobuf import timestamp_pb2
 from opentelemetry import trace
 
 from adk_mesh import codec
@@ -214,7 +216,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                 self._check_id("session_id", session_id)
                 _annotate(session_id=session_id)
             state = codec.state_from_map(request.state, request.state_json)
-            events = [codec.event_from_proto(event) for event in request.events]
+            events = [_event_from_proto(event) for event in request.events]
             _check_initial_events(events)
             async with contextlib.AsyncExitStack() as held:
                 if session_id is not None:
@@ -252,9 +254,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                         f"num_recent_events is {num_recent_events}; send 0 or more, or leave "
                         "it unset for every event"
                     )
-            after = (
-                codec.timestamp_to_datetime(request.after) if request.HasField("after") else None
-            )
+            after = _after(request.after) if request.HasField("after") else None
             session = await self._sessions.get_session(
                 app_name=key.app_name,
                 user_id=key.user_id,
@@ -519,6 +519,29 @@ def _artifact_not_found(
     )
 
 
+def _after(message: timestamp_pb2.Timestamp) -> datetime:
+    """``GetSessionRequest.after`` as a datetime; INVALID_ARGUMENT when no datetime holds it."""
+    try:
+        return codec.timestamp_to_datetime(message)
+    except OverflowError:
+        raise InvalidArgumentError(
+            f"GetSessionRequest.after ({message.seconds} s since the epoch) is out of range; "
+            "send a time between the years 1 and 9999"
+        ) from None
+
+
+def _event_from_proto(message: event_pb2.Event) -> Event:
+    """An initial event of CreateSession; INVALID_ARGUMENT when its timestamp is out of range."""
+    try:
+        return codec.event_from_proto(message)
+    except OverflowError:
+        raise InvalidArgumentError(
+            f"CreateSessionRequest.events holds event {shown(message.id)} whose timestamp "
+            f"({message.timestamp.seconds} s since the epoch) is out of range; send a time "
+            "between the years 1 and 9999"
+        ) from None
+
+
 def _check_initial_events(events: list[Event]) -> None:
     """Refuse, before the session is created, initial events the store would refuse midway."""
     seen: set[str] = set()
@@ -526,6 +549,12 @@ def _check_initial_events(events: list[Event]) -> None:
         if event.id and event.id in seen:
             raise InvalidArgumentError(
                 f"CreateSessionRequest.events holds the event id {shown(event.id)} twice"
+            )
+        if "\x00" in event.id:
+            # PostgreSQL text cannot hold it: one store would fail where the others store it.
+            raise InvalidArgumentError(
+                f"CreateSessionRequest.events holds the event id {shown(event.id)}, with a NUL "
+                "character; send ids without one (or none: each event then gets a UUID)"
             )
         seen.add(event.id)
 

@@ -316,18 +316,22 @@ class AgentServer(MeshServer):
         """One root turn, holding its session from before it is read until the last response:
         wait for the turn in flight on it in this process, claim it against other processes,
         get or create it, run it. Taken here, in the stream, so a stream never started holds
-        nothing. A new session (no id) is nobody else's yet: it needs no hold."""
+        nothing. A new session (no id) is named first and held too: the first response names
+        it, and from then on a client may send it another turn, a state update or a delete,
+        which must wait for this turn as on any other session."""
+        new = not session_id
+        if new:
+            session_id = random_uuid()
         async with AsyncExitStack() as held:
-            if session_id:
-                await held.enter_async_context(
-                    turns_for(self.session_service).hold(self.app_name, user_id, session_id)
+            await held.enter_async_context(
+                turns_for(self.session_service).hold(self.app_name, user_id, session_id)
+            )
+            await held.enter_async_context(
+                self.session_service.claim_session(
+                    app_name=self.app_name, user_id=user_id, session_id=session_id
                 )
-                await held.enter_async_context(
-                    self.session_service.claim_session(
-                        app_name=self.app_name, user_id=user_id, session_id=session_id
-                    )
-                )
-            session = await self._load_session(user_id, session_id)
+            )
+            session = await self._load_session(user_id, session_id, new=new)
             responses = self._run_turn(
                 agent,
                 session,
@@ -398,20 +402,23 @@ class AgentServer(MeshServer):
             max_llm_calls=llm_calls_made + self.limits.llm_calls_for(requested),
         )
 
-    async def _load_session(self, user_id: str, session_id: str) -> Session:
-        """The session ``session_id`` (whole), created when it is empty (a new id) or
-        unknown (get-or-create: a concurrent creator's session is read, not refused). Its
-        events are the store's shared ones (``get_session_shared``): a store that keeps decoded
-        histories reads only what was appended since, as the Runner does on its own."""
+    async def _load_session(self, user_id: str, session_id: str, *, new: bool) -> Session:
+        """The session ``session_id`` (whole), created when it is ``new`` (an id this server
+        just made) or unknown (get-or-create: a concurrent creator's session is read, not
+        refused). Its events are the store's shared ones (``get_session_shared``): a store
+        that keeps decoded histories reads only what was appended since, as the Runner does on
+        its own."""
         service = self.session_service
-        if session_id:
-            return await service.get_or_create_session(
-                app_name=self.app_name,
-                user_id=user_id,
-                session_id=session_id,
-                shared_events=True,
+        if new:
+            return await service.create_session(
+                app_name=self.app_name, user_id=user_id, session_id=session_id
             )
-        return await service.create_session(app_name=self.app_name, user_id=user_id)
+        return await service.get_or_create_session(
+            app_name=self.app_name,
+            user_id=user_id,
+            session_id=session_id,
+            shared_events=True,
+        )
 
     async def run_delegated(
         self, request: agent_pb2.RunRequest, *, deadline: float | None = None

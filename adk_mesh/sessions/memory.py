@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import weakref
 from collections import OrderedDict, deque
@@ -38,6 +39,9 @@ class _StoredSession:
     last_update_time: float
     # When the session was last created, read or appended to (``_monotonic``).
     last_used: float
+    # The session's rank in creation order (``list_sessions`` lists in that order; the
+    # store's own order is the least recently used first).
+    created: int = 0
     # (timestamp, event JSON): the serialized form makes stored events immutable without a
     # deep copy of the whole session on every read or append.
     events: list[tuple[datetime, str]] = field(default_factory=list)
@@ -120,6 +124,7 @@ class InMemorySessionService(SessionService):
         self._orphans: OrderedDict[_UserKey, float] = OrderedDict()
         # Sessions held by claim_session, with how many claims hold each.
         self._claims: dict[_SessionKey, int] = {}
+        self._creations = itertools.count()
 
     async def create_session(
         self,
@@ -139,7 +144,12 @@ class InMemorySessionService(SessionService):
                 f"session {session_id!r} of user {user_id!r} in app {app_name!r} already exists"
             )
         scoped = split_by_scope(_common.json_copy(state)) if state else None
-        stored = _StoredSession(state={}, last_update_time=_common.now(), last_used=_monotonic())
+        stored = _StoredSession(
+            state={},
+            last_update_time=_common.now(),
+            last_used=_monotonic(),
+            created=next(self._creations),
+        )
         user = (app_name, user_id)
         self._orphans.pop(user, None)
         self._user_sessions[user] = self._user_sessions.get(user, 0) + 1
@@ -213,12 +223,17 @@ class InMemorySessionService(SessionService):
         _common.check_ids(app_name, user_id)
         self._settle()
         self._expire()
-        # Listing is not a use: it neither refreshes the sessions nor holds them.
-        return [
-            self._build_session(key, stored, [], held=False)
-            for key, stored in self._sessions.items()
-            if key[0] == app_name and key[1] == user_id
-        ]
+        # Listing is not a use: it neither refreshes the sessions nor holds them. In creation
+        # order, as the SQL stores list them (``_sessions`` is in order of last use).
+        listed = sorted(
+            (
+                (stored.created, key, stored)
+                for key, stored in self._sessions.items()
+                if key[0] == app_name and key[1] == user_id
+            ),
+            key=lambda item: item[0],
+        )
+        return [self._build_session(key, stored, [], held=False) for _, key, stored in listed]
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         _common.check_ids(app_name, user_id, session_id)

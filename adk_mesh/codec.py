@@ -472,9 +472,17 @@ def _fill_timestamp(message: timestamp_pb2.Timestamp, value: datetime) -> None:
 
 
 def timestamp_to_datetime(message: timestamp_pb2.Timestamp) -> datetime:
+    """The timestamp as an aware UTC datetime; InvalidArgumentError when it is outside the
+    years 1 to 9999 (a datetime's range)."""
     # The epoch plus a timedelta: a third of the cost of fromtimestamp().replace(), once per
     # event decoded.
-    return _EPOCH + timedelta(seconds=message.seconds, microseconds=message.nanos // 1000)
+    try:
+        return _EPOCH + timedelta(seconds=message.seconds, microseconds=message.nanos // 1000)
+    except OverflowError:
+        raise InvalidArgumentError(
+            f"timestamp {message.seconds} s since the epoch is out of range; send a time "
+            "between the years 1 and 9999"
+        ) from None
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

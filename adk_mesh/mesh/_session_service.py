@@ -523,22 +523,18 @@ def _after(message: timestamp_pb2.Timestamp) -> datetime:
     """``GetSessionRequest.after`` as a datetime; INVALID_ARGUMENT when no datetime holds it."""
     try:
         return codec.timestamp_to_datetime(message)
-    except OverflowError:
-        raise InvalidArgumentError(
-            f"GetSessionRequest.after ({message.seconds} s since the epoch) is out of range; "
-            "send a time between the years 1 and 9999"
-        ) from None
+    except InvalidArgumentError as error:
+        raise InvalidArgumentError(f"GetSessionRequest.after: {error.message}") from None
 
 
 def _event_from_proto(message: event_pb2.Event) -> Event:
-    """An initial event of CreateSession; INVALID_ARGUMENT when its timestamp is out of range."""
+    """An initial event of CreateSession; INVALID_ARGUMENT, naming the event, when it cannot
+    be read (a timestamp out of range, say)."""
     try:
         return codec.event_from_proto(message)
-    except OverflowError:
+    except InvalidArgumentError as error:
         raise InvalidArgumentError(
-            f"CreateSessionRequest.events holds event {shown(message.id)} whose timestamp "
-            f"({message.timestamp.seconds} s since the epoch) is out of range; send a time "
-            "between the years 1 and 9999"
+            f"CreateSessionRequest.events holds event {shown(message.id)}: {error.message}"
         ) from None
 
 

@@ -371,3 +371,13 @@ def test_proto_messages_are_the_expected_types() -> None:
     ]
     for value, message_type in cases:
         assert type(to_proto(value)) is message_type
+
+
+@pytest.mark.parametrize("seconds", [2**62, -(2**62), 253402300800])
+def test_an_event_stamped_outside_a_datetimes_range_is_an_invalid_argument(seconds: int) -> None:
+    # Any decoder of events (a delegated view, a session created with events) refuses it as
+    # the caller's mistake, never an OverflowError (INTERNAL).
+    message = codec.event_to_proto(Event.new(author="a"))
+    message.timestamp.seconds = seconds
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        codec.event_from_proto(message)

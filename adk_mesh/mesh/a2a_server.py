@@ -387,17 +387,19 @@ class _TaskPublisher:
             )
             return
         response = event.llm_response
-        self._error = (
-            (response.error_code or "ERROR", response.error_message or "")
-            if response.error_code or response.error_message
-            else None
-        )
-        self._note_calls(event)
+        failed = bool(response.error_code or response.error_message)
         parts = content_to_a2a_parts(event.content)
+        # An event with nothing to read (an after-agent callback's state change) neither
+        # replaces the answer held nor clears an error: the answer is still the last.
+        if failed or parts:
+            self._error = (
+                (response.error_code or "ERROR", response.error_message or "") if failed else None
+            )
+        self._note_calls(event)
         if parts and event.author != "user" and _is_answer(event):
             await self._flush_answer()
             self._answer = event
-        else:
+        elif failed or parts:
             await self._flush_answer()
             if parts:
                 await self._working(self._message(event, parts))
@@ -512,6 +514,10 @@ class _Executor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         call = _call_of(context.call_context)
         task_id, context_id = str(context.task_id), str(context.context_id)
+        if context.current_task is not None and context.current_task.context_id:
+            # A message on a task that names no context (A2A allows it: a2a-sdk then makes
+            # up a new one) is in the task's context: its session.
+            context_id = context.current_task.context_id
         user_id = call.user_id
         # Everything the request can get wrong is refused before anything is stored.
         try:

@@ -221,7 +221,7 @@ class _OpenAIStreamParser(StreamParser):
                     self.parts.add_text(text)
                     partials.append(partial_text(text, model_version=self.model_version))
             for position, call in enumerate(delta.get("tool_calls") or []):
-                index = call.get("index", position)
+                index = self._call_index(call, position)
                 builder = self._calls.get(index)
                 if builder is None:
                     builder = self._calls[index] = _ToolCallBuilder()
@@ -241,6 +241,24 @@ class _OpenAIStreamParser(StreamParser):
                 self.finish_reason = finish
                 self._saw_finish = True
         return partials
+
+    def _call_index(self, call: dict[str, Any], position: int) -> int:
+        """Which tool call a tool-call delta adds to: the one its ``index`` names. Gemini's
+        OpenAI-compatible endpoint sends no index: each call whole in a delta of its own, with
+        its own id. Without an index, a delta with an id adds to the call with that id, else
+        to the last call while that one has no id yet, else starts a new call; a delta with
+        neither adds to the call at its position in the list."""
+        index = call.get("index")
+        if isinstance(index, int):
+            return index
+        call_id = call.get("id")
+        if not call_id or not self._calls:
+            return position
+        for known, builder in self._calls.items():
+            if builder.id == call_id:
+                return known
+        last = max(self._calls)
+        return last if self._calls[last].id is None else last + 1
 
     def final(self) -> LlmResponse:
         # Some compatible servers end without "[DONE]"; a finish_reason is enough then.

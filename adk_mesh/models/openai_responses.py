@@ -483,6 +483,8 @@ class _ResponsesStreamParser(StreamParser):
         super().__init__()
         self._items: dict[int, _ItemBuilder] = {}
         self._response: dict[str, Any] | None = None
+        #: (output index, event type, part index) of the last reasoning delta.
+        self._thought_part: tuple[Any, str, Any] | None = None
 
     def _builder(self, data: Mapping[str, Any]) -> _ItemBuilder | None:
         index = data.get("output_index")
@@ -506,7 +508,8 @@ class _ResponsesStreamParser(StreamParser):
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             delta = data.get("delta")
             if isinstance(delta, str) and delta:
-                return [partial_text(delta, thought=True, model_version=self.model_version)]
+                text = self._thought_separator(kind, data) + delta
+                return [partial_text(text, thought=True, model_version=self.model_version)]
             return []
         if kind in (
             "response.function_call_arguments.delta",
@@ -551,6 +554,16 @@ class _ResponsesStreamParser(StreamParser):
         # progress, ...) add nothing the completed response does not hold; events added to
         # the API later are ignored.
         return []
+
+    def _thought_separator(self, kind: str, data: Mapping[str, Any]) -> str:
+        """``"\\n\\n"`` before the first delta of a reasoning item's second or later summary
+        (or reasoning text) part, as the final response joins those parts; else ``""``."""
+        number = data.get("summary_index", data.get("content_index"))
+        part = (data.get("output_index"), kind, number)
+        if part == self._thought_part:
+            return ""
+        self._thought_part = part
+        return "\n\n" if isinstance(number, int) and number > 0 else ""
 
     def _note_response(self, response: Any) -> None:
         if not isinstance(response, dict):

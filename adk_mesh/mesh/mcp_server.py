@@ -337,7 +337,19 @@ class _Authenticating:
             await send({"type": "http.response.body", "body": body.encode()})
             return
         scope.setdefault("state", {})[_PRINCIPAL] = principal
+        # The SDK binds an MCP session to the user that opened it (another credential with
+        # its Mcp-Session-Id is answered 404) when it finds that user in the ASGI scope.
+        scope["user"] = _session_owner(principal)
         await self._app(scope, receive, send)
+
+
+def _session_owner(principal: Principal) -> Any:
+    """The principal as the SDK's authenticated user, whose sessions only it may use."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    token = AccessToken(token="", client_id=principal.user_id, scopes=[], subject=principal.user_id)
+    return AuthenticatedUser(token)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -416,7 +416,15 @@ class _Session:
     async def _on_message(self, message: IncomingMessage) -> None:
         from mcp.types import ToolListChangedNotification
 
-        if isinstance(message, Exception):
+        if isinstance(message, ValueError):
+            # A line (stdio) or an event (HTTP) that is not a JSON-RPC message: a stray
+            # print or a banner. The SDK logged it; the session goes on, as the SDK's own.
+            logger.warning(
+                "MCP server %s sent what is not an MCP message (ignored): %s",
+                self._toolset._where,
+                _reason(message),
+            )
+        elif isinstance(message, Exception):
             self.fail(message)
         elif isinstance(message, ToolListChangedNotification):
             self._toolset._listing_changed()
@@ -463,9 +471,9 @@ class McpTool(BaseTool):
     def __init__(self, toolset: McpToolset, tool: Tool) -> None:
         super().__init__(tool.name, tool.description or tool.title or "")
         self._toolset = toolset
-        schema = _model_friendly(dict(tool.input_schema)) if tool.input_schema else None
-        self._parameters = schema if schema and schema.get("properties") else None
-        self._response = _model_friendly(dict(tool.output_schema)) if tool.output_schema else None
+        schema = _friendly(tool.input_schema) if tool.input_schema else None
+        self._parameters = schema if schema and _takes_arguments(schema) else None
+        self._response = _friendly(tool.output_schema) if tool.output_schema else None
 
     @property
     def parameters_schema(self) -> dict[str, Any] | None:
@@ -531,6 +539,62 @@ class McpTool(BaseTool):
         )
 
 
+def _friendly(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A server's JSON Schema made model-friendly (:func:`_model_friendly`), after every local
+    ``$ref`` is made one into ``$defs``: MCP servers also point at ``#/definitions/X`` (draft
+    07) and into the schema itself (``#/properties/a``, as zod-to-json-schema does for a
+    schema used twice), which ``_model_friendly`` alone would turn into ``{}``."""
+    names: dict[str, str] = {}
+    definitions: dict[str, Any] = {}
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rewrite(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        result = {key: rewrite(value) for key, value in node.items()}
+        reference = node.get("$ref")
+        if isinstance(reference, str) and reference.startswith("#"):
+            name = names.get(reference)
+            if name is None:
+                name = names[reference] = f"ref{len(names)}"
+                definitions[name] = {}  # a reference inside its own target: recursive
+                definitions[name] = rewrite(_pointed_at(schema, reference))
+            result["$ref"] = f"#/$defs/{name}"
+        return result
+
+    rewritten = rewrite(dict(schema))
+    rewritten.pop("definitions", None)
+    rewritten["$defs"] = definitions
+    return _model_friendly(rewritten)
+
+
+def _pointed_at(schema: Mapping[str, Any], reference: str) -> Any:
+    """What a local JSON pointer (``#/a/b~1c``) names in ``schema``; ``{}`` when nothing."""
+    node: Any = schema
+    for token in reference[1:].split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return {}
+    return node
+
+
+def _takes_arguments(schema: Mapping[str, Any]) -> bool:
+    """Whether an input schema lets the model pass anything: named properties, or properties
+    of any name (``additionalProperties`` / ``patternProperties`` a schema), or alternatives
+    (``anyOf``, ``oneOf``, ``allOf``). A bare ``{"type": "object"}`` (or one with
+    ``additionalProperties: true``) declares no parameters."""
+    if schema.get("properties") or schema.get("patternProperties"):
+        return True
+    if isinstance(schema.get("additionalProperties"), dict):
+        return True
+    return any(schema.get(key) for key in ("anyOf", "oneOf", "allOf"))
+
+
 def _response(name: str, result: CallToolResult) -> dict[str, Any]:
     """A tool result as the model reads it; an ``isError`` result as a ToolError."""
     text = _content_text(result.content)
@@ -559,7 +623,8 @@ def _content_text(blocks: Sequence[Any]) -> str:
             pieces.append(block.text)
         elif isinstance(block, ImageContent | AudioContent):
             kind = "image" if isinstance(block, ImageContent) else "audio"
-            pieces.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
+            size = len(block.data.rstrip("=")) * 3 // 4  # base64's padding is no data
+            pieces.append(f"[{kind} {block.mime_type}, {size} bytes]")
         elif isinstance(block, ResourceLink):
             pieces.append(f"[resource {block.name}: {block.uri}]")
         elif isinstance(block, EmbeddedResource):

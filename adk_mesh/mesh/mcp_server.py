@@ -216,7 +216,9 @@ class McpServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
-        app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+        app = server.streamable_http_app(
+            streamable_http_path=MCP_PATH, host=host, transport_security=_rebinding_guard(host)
+        )
         if self.security.authenticators:
             return _Authenticating(app, self.security)
         return app
@@ -341,6 +343,25 @@ class _Authenticating:
         # its Mcp-Session-Id is answered 404) when it finds that user in the ASGI scope.
         scope["user"] = _session_owner(principal)
         await self._app(scope, receive, send)
+
+
+def _rebinding_guard(host: str) -> Any:
+    """On a loopback address, the SDK's DNS-rebinding protection: a request must name a
+    loopback ``Host`` (and ``Origin``, when it sends one) — the address served among them. The
+    SDK turns it on by itself only for three spellings of loopback (not ``127.0.0.2`` or
+    ``[::1]``). None beyond loopback, where TLS or authenticators guard the door."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    name = host.strip("[]")
+    if not is_loopback(name):
+        return None
+    served = f"[{name}]" if ":" in name else name
+    hosts = list(dict.fromkeys([f"{served}:*", "127.0.0.1:*", "localhost:*", "[::1]:*"]))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{allowed}" for allowed in hosts],
+    )
 
 
 def _session_owner(principal: Principal) -> Any:

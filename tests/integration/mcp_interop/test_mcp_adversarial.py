@@ -393,3 +393,37 @@ async def test_an_mcp_session_is_refused_to_another_authenticated_user(tmp_path:
             assert own.status_code == 200 and '"user":"ada"' in own.text.replace(" ", "")
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+async def test_on_any_loopback_address_a_request_must_name_a_loopback_host(host: str) -> None:
+    """The SDK's DNS-rebinding protection guards every loopback address it is served on (it
+    turned itself on for three spellings of loopback only: not 127.0.0.2)."""
+    server = McpServer(_StaticToolset("tools", [FunctionTool(whoami)]), name="tools")
+    port = await server.start(host, 0)
+    url = f"http://{host}:{port}/mcp"
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2025-11-25",
+    }
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    try:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            rebound = await http.post(
+                url, json=initialize, headers={**headers, "host": f"attacker.example:{port}"}
+            )
+            assert rebound.status_code in (400, 403, 421), rebound.text
+            assert "mcp-session-id" not in rebound.headers
+            own = await http.post(url, json=initialize, headers=headers)
+            assert own.status_code == 200, own.text
+    finally:
+        await server.stop()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from adk_mesh._confirmation import without_confirmations
 from adk_mesh._memory import event_bytes
+from adk_mesh.models._convert import is_model_role
 from adk_mesh.models._pairing import pair_function_calls
 from adk_mesh.types import Content, Event, Part
 
@@ -292,14 +293,25 @@ def _matching(
     position, count = marks[-1] if marks else (0, 0)
     kept = _kept_events(events[position:size], agent_name, branch, None)
     contents = [*prefix.contents[:count], *(_content_for(event, agent_name) for event in kept)]
-    if len(contents) != len(prefix.contents):  # pragma: no cover - equal events, equal contents
+    if len(contents) != len(prefix.contents):
         return None
+    # Matched by id alone, they may be other events (a session made again under the same id,
+    # its events reusing ids): the prefix stands only if they pair and wait as its own did.
+    if not all(map(_pairs_alike, contents[count:], prefix.contents[count:])) or (
+        _long_running_ids(held[same:size]) != _long_running_ids(events[same:size])
+    ):
+        return None
+    weights = prefix.weights[: same + 1]
+    total = weights[-1]
+    for event in events[same:size]:
+        total += event_bytes(event)
+        weights.append(total)
     return _Prefix(
         events=list(events[:size]),
         contents=contents,
         long_running_ids=prefix.long_running_ids,
         marks=prefix.marks,
-        weights=prefix.weights,  # the same events, read again: the same estimates
+        weights=weights,
     )
 
 
@@ -358,6 +370,18 @@ def _index_of(events: Sequence[Event], event: Event, start: int) -> int:
 def _needs_no_repair(contents: list[Content]) -> bool:
     repaired = pair_function_calls(contents)
     return len(repaired) == len(contents) and all(map(operator.is_, repaired, contents))
+
+
+def _pairs_alike(content: Content, other: Content) -> bool:
+    """Whether :func:`pair_function_calls` reads the two contents alike: a model's or not,
+    the same calls and responses by id."""
+    return (
+        is_model_role(content) == is_model_role(other)
+        and [call.id for call in content.function_calls]
+        == [call.id for call in other.function_calls]
+        and [response.id for response in content.function_responses]
+        == [response.id for response in other.function_responses]
+    )
 
 
 def _holds_function_responses(content: Content) -> bool:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import aclosing
 
-from adk_mesh._confirmation import check_confirmation_answers
+from adk_mesh._confirmation import awaiting_confirmation_ids, check_confirmation_answers
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts.base import ArtifactService
@@ -185,9 +185,9 @@ class Runner:
     the :class:`~adk_mesh.errors.AdkError`'s reason, or ``INTERNAL``) — yielded too when the
     turn failed with an exception, since its caller still reads — then lets the cancellation
     or exception go on. The recording runs shielded from a second cancellation
-    and is bounded by :data:`INTERRUPTION_RECORD_TIMEOUT`. Long-running calls are left open:
-    their result comes from the client. What a crash leaves open, the request-time repair
-    answers.
+    and is bounded by :data:`INTERRUPTION_RECORD_TIMEOUT`. Long-running calls, and calls
+    waiting for a person's confirmation, are left open: their result comes from the client.
+    What a crash leaves open, the request-time repair answers.
 
     **Plugins** (:class:`~adk_mesh.plugins.Plugin`): every agent, model call and tool call of
     the turns this Runner runs goes through ``plugins``' hooks (in order, before the agents'
@@ -416,10 +416,13 @@ async def _answer(ctx: InvocationContext, content: Content) -> AsyncGenerator[Ev
 
 def _note_calls(open_calls: dict[str, tuple[Event, FunctionCall]], event: Event) -> None:
     """Keep ``open_calls`` up to date with a stored event: its calls open (long-running ones
-    excepted: the client answers them), its responses close."""
+    excepted: the client answers them), its responses close, and so does its request for a
+    person to confirm calls (they wait for the client's answer, as long-running calls do)."""
     for response in event.function_responses():
         if response.id:
             open_calls.pop(response.id, None)
+    for call_id in awaiting_confirmation_ids(event):
+        open_calls.pop(call_id, None)
     long_running = set(event.long_running_tool_ids)
     for call in event.function_calls():
         if call.id and call.id not in long_running:

@@ -33,7 +33,8 @@ class BaseTool(abc.ABC):
     * ``name`` is what the model calls; ``description`` tells it when to; ``parameters_schema``
       (JSON Schema of an object) tells it what to pass; ``response_schema`` what comes back.
     * :meth:`execute` receives the model's arguments (already a dict) and returns a JSON
-      object (a dict). Raise :class:`~adk_mesh.errors.ToolError` for a failure the model should
+      object (a dict; any other value reaches the model as ``{"result": value}``, as in
+      google-adk). Raise :class:`~adk_mesh.errors.ToolError` for a failure the model should
       read and react to: the runtime turns it into ``{"error": message}`` in the function
       response. Any other exception is reported to the model the same way, with its type.
     * Side effects on the session go through ``ctx``: ``ctx.state[...] = ...``,
@@ -181,7 +182,12 @@ async def _execute(
     limit = asyncio.timeout(timeout)
     try:
         async with limit:
-            return await tool.execute(ctx, args), None
+            response = await tool.execute(ctx, args)
+        if response is not None and not isinstance(response, dict):
+            # As google-adk: a tool that answers with something other than an object (a
+            # string, a list, a number) answers ``{"result": value}``.
+            response = {"result": response}
+        return response, None
     except AdkError as error:
         return None, error
     except Exception as error:

@@ -374,7 +374,45 @@ def _command(value: object) -> object:
         )
     if not value:
         raise PydanticCustomError("command_empty", "the command is empty")
+    if isinstance(value[0], str) and not value[0]:
+        raise PydanticCustomError("command_empty", "the command's program is empty")
+    if any(isinstance(part, str) and "\0" in part for part in value):
+        raise PydanticCustomError("command_nul", "a command cannot hold a NUL character")
     return value
+
+
+def _service_command(command: list[str] | None) -> list[str] | None:
+    """A service's command, each word's placeholders ``{host}`` and ``{port}`` only (``{{``
+    and ``}}`` for braces): another would fail only when ``up`` starts the service."""
+    for word in command or ():
+        try:
+            word.format(host="", port=0)
+        except KeyError as error:
+            reason = f"unknown placeholder {{{error.args[0]}}}"
+        except (IndexError, ValueError, AttributeError, TypeError) as error:
+            reason = str(error)
+        else:
+            continue
+        raise PydanticCustomError(
+            "command_placeholder",
+            "{word}: {reason}; the placeholders are {placeholders}",
+            {
+                "word": _toml_value(word),
+                "reason": reason,
+                "placeholders": "{host} and {port} (write {{ and }} for braces)",
+            },
+        )
+    return command
+
+
+def _environment_name(name: str) -> str:
+    if not name or "=" in name or "\0" in name:
+        raise PydanticCustomError(
+            "environment_name",
+            "{name} is not an environment variable name (not empty, no '=' or NUL)",
+            {"name": _toml_value(name)},
+        )
+    return name
 
 
 def _environment_value(value: object) -> object:
@@ -388,11 +426,16 @@ def _environment_value(value: object) -> object:
             "expected a string (or a number), got {got}",
             {"got": _toml_value(value)},
         )
+    if "\0" in value:
+        raise PydanticCustomError(
+            "environment_nul", "an environment value cannot hold a NUL character"
+        )
     return value
 
 
 _Port = Annotated[int, AfterValidator(_port)]
 _EnvironmentValue = Annotated[str, BeforeValidator(_environment_value)]
+_EnvironmentName = Annotated[str, AfterValidator(_environment_name)]
 
 
 class _Table(BaseModel):
@@ -403,7 +446,7 @@ class _McpTable(_Table):
     """``[services.<name>.mcp.<toolset>]``: an MCP server the service gets as a toolset."""
 
     command: Annotated[list[str] | None, BeforeValidator(_command)] = None
-    env: dict[str, _EnvironmentValue] = {}
+    env: dict[_EnvironmentName, _EnvironmentValue] = {}
     cwd: str = ""
     url: str = ""
     headers: dict[str, str] = {}
@@ -472,13 +515,15 @@ class _ServiceTable(_Table):
     """``[services.<name>]``."""
 
     module: str | None = None
-    command: Annotated[list[str] | None, BeforeValidator(_command)] = None
+    command: Annotated[
+        list[str] | None, BeforeValidator(_command), AfterValidator(_service_command)
+    ] = None
     port: _Port
     mesh_port: _Port = 0
     after: list[str] = []
     root: bool = False
     model: str = ""
-    env: dict[str, _EnvironmentValue] = {}
+    env: dict[_EnvironmentName, _EnvironmentValue] = {}
     mcp: dict[Annotated[str, AfterValidator(_toolset_name)], _McpTable] = {}
     a2a_port: _Port | None = None
     a2a_agents: dict[Annotated[str, AfterValidator(_agent_name)], _A2aAgentTable] = {}
@@ -503,7 +548,7 @@ class _MeshTable(_Table):
     model: str = ""
     ready_timeout: Annotated[float, AfterValidator(_seconds(0, inclusive=False))] = 30.0
     grace: Annotated[float, AfterValidator(_seconds(0, inclusive=True))] = 5.0
-    env: dict[str, _EnvironmentValue] = {}
+    env: dict[_EnvironmentName, _EnvironmentValue] = {}
     tls: TlsMode = "dev"
     pki_dir: str = ""
 
@@ -658,6 +703,7 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
         )
         for name, table in parsed.services.items()
     }
+    _check_distinct(specs, parsed.gateway, source)
     gateway: GatewaySpec | None = None
     if parsed.gateway is not None:
         gateway_table = parsed.gateway
@@ -694,6 +740,53 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
         tls=mesh.tls,
         pki_dir=root_dir / mesh.pki_dir if mesh.pki_dir else None,
     )
+
+
+def _target_variable(name: str) -> str:
+    """``ADK_MESH_TARGET_<NAME>``: where the other services find service ``name``."""
+    return f"ADK_MESH_TARGET_{name.upper().replace('-', '_')}"
+
+
+def _check_distinct(
+    specs: Mapping[str, ServiceSpec], gateway: _GatewayTable | None, source: str
+) -> None:
+    """Refuse services whose target variables are the same (``a-b`` and ``A_B``), a service
+    named ``gateway`` beside a ``[gateway]`` (its certificate would be the gateway's), and a
+    port (not 0) given twice: the second process to bind it could only fail."""
+    variables: dict[str, str] = {}
+    for name in specs:
+        other = variables.setdefault(_target_variable(name), name)
+        if other != name:
+            raise ConfigError(
+                f"{source}: [services.{_toml_key(other)}] and [services.{_toml_key(name)}] "
+                f"are both {_target_variable(name)} to the other services; rename one"
+            )
+    if gateway is not None and "gateway" in specs:
+        raise ConfigError(
+            f"{source}: [services.gateway]: the name gateway is the [gateway]'s (its "
+            "certificate and identity); rename the service"
+        )
+    owners: dict[int, str] = {}
+    doors = [
+        (port, f"[services.{_toml_key(spec.name)}] {key}")
+        for spec in specs.values()
+        for key, port in (
+            ("port", spec.port),
+            ("mesh_port", spec.mesh_port),
+            ("a2a_port", spec.a2a_port),
+        )
+    ]
+    if gateway is not None:
+        doors.append((gateway.port, "[gateway] port"))
+    for port, where in doors:
+        if not port:
+            continue
+        other = owners.setdefault(port, where)
+        if other != where:
+            raise ConfigError(
+                f"{source}: {where}: port {port} is {other} already; give each its own port "
+                "(0 picks a free one)"
+            )
 
 
 def _start_order(specs: Mapping[str, ServiceSpec], source: str) -> tuple[ServiceSpec, ...]:
@@ -1137,7 +1230,7 @@ class Mesh:
         )
         # Services call each other at their mesh doors, with their own certificates.
         for name, address in self.mesh_targets.items():
-            env[f"ADK_MESH_TARGET_{name.upper().replace('-', '_')}"] = address
+            env[_target_variable(name)] = address
         certificate = self.certificates.get(spec.name)
         if certificate is not None:
             env[TLS_CA_ENV] = str(certificate.ca_file)
@@ -1192,15 +1285,20 @@ class Mesh:
         if "ADK_MESH_TRACE_DIR" not in os.environ:
             config.trace_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self.prepare_certificates)
-        for spec in config.services:
-            running = await self._spawn(spec)
-            front, mesh = await self._wait_ready(running)
-            self.targets[spec.name] = front
-            self.mesh_targets[spec.name] = mesh
-            if running.a2a_card:
-                self.a2a_cards[spec.name] = running.a2a_card
-        if config.gateway is not None:
-            await self._start_gateway(config.gateway)
+        try:
+            for spec in config.services:
+                running = await self._spawn(spec)
+                front, mesh = await self._wait_ready(running)
+                self.targets[spec.name] = front
+                self.mesh_targets[spec.name] = mesh
+                if running.a2a_card:
+                    self.a2a_cards[spec.name] = running.a2a_card
+            if config.gateway is not None:
+                await self._start_gateway(config.gateway)
+        except BaseException:
+            # Those started so far are stopped: none is left running behind a failed start.
+            await asyncio.shield(self.stop())
+            raise
 
     def gateway_command(self, gateway: GatewaySpec) -> list[str]:
         """The command of the ``[gateway]``: ``python -m gateway`` with each app at its
@@ -1226,7 +1324,9 @@ class Mesh:
 
     async def _start_gateway(self, gateway: GatewaySpec) -> None:
         argv = await asyncio.to_thread(self.gateway_command, gateway)
-        spec = ServiceSpec(name="gateway", port=gateway.port, command=tuple(argv))
+        # Its words are final: braces in a path are not placeholders (see ServiceSpec.argv).
+        words = tuple(word.replace("{", "{{").replace("}", "}}") for word in argv)
+        spec = ServiceSpec(name="gateway", port=gateway.port, command=words)
         running = await self._spawn(spec)
         try:
             address = await asyncio.wait_for(

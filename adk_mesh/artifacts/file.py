@@ -18,12 +18,16 @@ A version is claimed with an atomic ``mkdir`` (so concurrent savers, even in oth
 processes, never get the same number); ``data`` and then ``meta.json`` are written to a
 temporary file, fsynced and ``os.replace``-d into place. ``meta.json`` is the commit mark: a
 version without it (a crash mid-save) is invisible. Deleting renames the name's directory
-away first, so readers see all of its versions or none.
+away first, so readers see all of its versions or none. A save writes through descriptors of
+its directories, so one racing a delete of its name lands in the deleted directory (and goes
+with it) or, when the delete took the directory first, saves again after it: it never fails
+for the delete, nor writes into a version a later save made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -46,6 +50,8 @@ _META = "meta.json"
 # No encoded name starts with "%%" (an encoded "%" is always followed by two hex digits).
 _TOMBSTONE_PREFIX = "%%deleted-"
 _MAX_COMPONENT_BYTES = 255
+# Saves of a name that concurrent deletes keep taking away, before one gives up.
+_SAVE_ATTEMPTS = 100
 
 _T = TypeVar("_T")
 
@@ -137,11 +143,17 @@ class FileArtifactService(ArtifactService):
         def save() -> int:
             name_directory = self._name_directory(app_name, user_id, session_id, filename)
             self._check_inside_root(name_directory)
-            name_directory.mkdir(parents=True, exist_ok=True)
-            version_directory, version = _claim_version(name_directory)
-            _write_atomically(version_directory / _DATA, data)
-            _write_atomically(version_directory / _META, json.dumps(meta).encode())
-            return version
+            encoded_meta = json.dumps(meta).encode()
+            for attempt in range(_SAVE_ATTEMPTS):
+                try:
+                    name_directory.mkdir(parents=True, exist_ok=True)
+                    return _save_version(name_directory, data, encoded_meta)
+                except (FileNotFoundError, FileExistsError):
+                    # A delete took the name's directory away mid-save (mkdir's FileExistsError:
+                    # between its mkdir and its check): save again, after the delete.
+                    if attempt == _SAVE_ATTEMPTS - 1:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
 
         return await _in_thread(save)
 
@@ -238,35 +250,56 @@ class FileArtifactService(ArtifactService):
                 os.replace(name_directory, tombstone)
             except FileNotFoundError:
                 return
-            shutil.rmtree(tombstone)
+            # A save in flight may still write in it: what it leaves is never listed.
+            shutil.rmtree(tombstone, ignore_errors=True)
 
         await _in_thread(delete)
 
 
-def _claim_version(name_directory: Path) -> tuple[Path, int]:
+def _save_version(name_directory: Path, data: bytes, meta: bytes) -> int:
+    """Claim the next version of the name and write it, through descriptors of the name's
+    directory and of the version's: a delete that renames the name away meanwhile leaves the
+    write in the deleted directory (or fails it with ``FileNotFoundError``), never in a
+    version of the same number that a later save made."""
+    name_fd = os.open(name_directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        version = _claim_version(name_fd)
+        version_fd = os.open(str(version), os.O_RDONLY | os.O_DIRECTORY, dir_fd=name_fd)
+        try:
+            _write_atomically(version_fd, _DATA, data)
+            _write_atomically(version_fd, _META, meta)
+        finally:
+            os.close(version_fd)
+    finally:
+        os.close(name_fd)
+    return version
+
+
+def _claim_version(name_fd: int) -> int:
     """Create the next version's directory; ``mkdir`` is atomic, so a number is never shared."""
-    existing = [int(entry) for entry in os.listdir(name_directory) if entry.isdigit()]
+    existing = [int(entry) for entry in os.listdir(name_fd) if entry.isdigit()]
     version = max(existing, default=0) + 1
     while True:
-        directory = name_directory / str(version)
         try:
-            directory.mkdir()
+            os.mkdir(str(version), dir_fd=name_fd)
         except FileExistsError:
             version += 1
             continue
-        return directory, version
+        return version
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".tmp-{uuid.uuid4().hex}")
+def _write_atomically(directory_fd: int, name: str, data: bytes) -> None:
+    temporary = f".tmp-{uuid.uuid4().hex}"
     try:
-        with open(temporary, "wb") as file:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=directory_fd)
+        with open(fd, "wb") as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
+        os.replace(temporary, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=directory_fd)
         raise
 
 

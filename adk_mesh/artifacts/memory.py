@@ -89,13 +89,13 @@ class InMemoryArtifactService(ArtifactService):
     ) -> int:
         key = self._key(app_name, user_id, session_id, filename)
         stored = _common.normalize_part(artifact)
+        size = _size(stored)  # first: text UTF-8 cannot hold fails the save, storing nothing
         self._expire()
         scope = self._used(key)
         if scope is None:
             scope = self._scopes[key] = _Scope(last_used=_monotonic())
         versions = scope.names.setdefault(filename, [])
         versions.append(stored)
-        size = _size(stored)
         scope.size += size
         self._bytes += size
         self._evict(keep=key)

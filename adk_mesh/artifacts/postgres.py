@@ -65,6 +65,8 @@ _STORE = "artifacts"
 _WHAT = "artifact store"
 # The session column of user-scoped names: no session id is empty.
 _USER_SCOPE = ""
+# The largest version the integer column holds.
+_MAX_VERSION = 2**31 - 1
 
 
 class PostgresArtifactService(ArtifactService):
@@ -172,6 +174,8 @@ class PostgresArtifactService(ArtifactService):
     ) -> Part | None:
         key = self._key(app_name, user_id, session_id, filename)
         _common.check_version(version)
+        if version is not None and version > _MAX_VERSION:
+            return None  # never saved (the column is an integer), as in the other stores
         where = "app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4"
         async with self._database.connection("loading an artifact") as connection:
             if version is None:
@@ -231,5 +235,11 @@ class PostgresArtifactService(ArtifactService):
             self._database.connection("deleting an artifact") as connection,
             connection.transaction(),
         ):
-            await connection.execute(f"DELETE FROM adk_artifact_names WHERE {where}", *key)
-            await connection.execute(f"DELETE FROM adk_artifacts WHERE {where}", *key)
+            # The versions go only with the name's row: a row this statement does not see is
+            # a first save in flight, whose version the next statement would see committed
+            # while the row, and its count, stayed (the next save numbered after the gap).
+            deleted = await connection.fetchval(
+                f"DELETE FROM adk_artifact_names WHERE {where} RETURNING last_version", *key
+            )
+            if deleted is not None:
+                await connection.execute(f"DELETE FROM adk_artifacts WHERE {where}", *key)

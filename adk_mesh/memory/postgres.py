@@ -15,6 +15,9 @@
   quoted term, joined with ``|`` (OR): an entry that shares any word is found, ranked by
   ``ts_rank``, best first (ties: the order entries were added). Only word characters reach
   ``to_tsquery``, so nothing a user or a model writes is read as query syntax.
+* An entry's first :data:`MAX_INDEXED_CHARS` characters are indexed (its content is kept
+  whole): a ``tsvector`` holds at most 1 MiB of words and positions, and a longer text of
+  many distinct words would fail the whole add.
 * Adding a session again replaces its entries, in one transaction that first takes a
   transaction-scoped advisory lock on the session: concurrent adds of one session never
   leave both sets of entries. Entries are kept by event id (an id names one immutable
@@ -42,6 +45,7 @@ from adk_mesh.types import Event, LlmResponse
 
 __all__ = [
     "DEFAULT_TEXT_SEARCH_CONFIG",
+    "MAX_INDEXED_CHARS",
     "MAX_QUERY_WORDS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -95,6 +99,8 @@ DEFAULT_TEXT_SEARCH_CONFIG = "adk_memory"
 
 #: Distinct words of a query that are searched for; the rest are left out.
 MAX_QUERY_WORDS = 64
+#: Characters of an entry's text that are indexed (a few bytes of ``tsvector`` each at most).
+MAX_INDEXED_CHARS = 100_000
 
 _STORE = "memory"
 _WHAT = "memory store"
@@ -127,7 +133,7 @@ def _entry_row(event: Event) -> tuple[str, str]:
         author=event.author,
         llm_response=LlmResponse(content=event.content),
     )
-    return entry.model_dump_json(), _normalized(event.text)
+    return entry.model_dump_json(), _normalized(event.text)[:MAX_INDEXED_CHARS]
 
 
 class PostgresMemoryService(MemoryService):

@@ -200,6 +200,29 @@ def _grounding(
     return None if merged.is_empty() else merged
 
 
+def _renumber_parts(grounding: Any, positions: Mapping[int, int]) -> Any:
+    """``grounding`` with each support's ``partIndex`` (a position among the parts Gemini
+    sent) made a position among the content's parts, which leave out the code execution
+    parts: a support on a part the content does not hold gets ``-1``, placed nowhere."""
+    if not isinstance(grounding, dict):
+        return grounding
+    key = "groundingSupports" if "groundingSupports" in grounding else "grounding_supports"
+    supports = grounding.get(key)
+    if not isinstance(supports, list):
+        return grounding
+    renumbered: list[Any] = []
+    for support in supports:
+        segment = support.get("segment") if isinstance(support, dict) else None
+        if isinstance(segment, dict):
+            for name in ("partIndex", "part_index"):
+                index = segment.get(name)
+                if isinstance(index, int) and not isinstance(index, bool):
+                    segment = {**segment, name: positions.get(index, -1)}
+            support = {**support, "segment": segment}
+        renumbered.append(support)
+    return {**grounding, key: renumbered}
+
+
 def _usage(data: Mapping[str, Any]) -> UsageMetadata | None:
     usage = data.get("usageMetadata")
     if not isinstance(usage, dict):
@@ -515,11 +538,13 @@ class GeminiModel(HttpLlm):
             )
         candidate = candidates[0]
         code = GroundingCollector()
-        parts = [
-            part
-            for wire_part in (candidate.get("content") or {}).get("parts") or []
-            if not _code_part(wire_part, code) and (part := _part_from_wire(wire_part)) is not None
-        ]
+        parts: list[Part] = []
+        # Where each part Gemini sent is in our content (its code parts are grounding).
+        positions: dict[int, int] = {}
+        for wire_index, wire_part in enumerate((candidate.get("content") or {}).get("parts") or []):
+            if not _code_part(wire_part, code) and (part := _part_from_wire(wire_part)) is not None:
+                positions[wire_index] = len(parts)
+                parts.append(part)
         content = Content(role="model", parts=parts) if parts else None
         return LlmResponse(
             content=content,
@@ -527,7 +552,7 @@ class GeminiModel(HttpLlm):
             finish_reason=_finish_reason(candidate.get("finishReason")),
             turn_complete=True,
             grounding_metadata=_grounding(
-                candidate.get("groundingMetadata"),
+                _renumber_parts(candidate.get("groundingMetadata"), positions),
                 candidate.get("urlContextMetadata"),
                 code,
                 content,

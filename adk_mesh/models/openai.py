@@ -360,7 +360,9 @@ class OpenAIModel(HttpLlm):
                 for tool in request.tools
             ]
         for builtin in request.builtin_tools:
-            if builtin is BuiltinTool.WEB_SEARCH:
+            # The model the request names decides, as supports_builtin_tool does for the
+            # agent's: another model would answer the provider's 400.
+            if builtin is BuiltinTool.WEB_SEARCH and "search" in body["model"].lower():
                 body["web_search_options"] = {}
             else:
                 raise unsupported_builtin(

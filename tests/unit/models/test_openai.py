@@ -206,7 +206,10 @@ async def test_web_search_options_and_url_citations() -> None:
     }
     async with FakeOpenAI(RawReply(body=json.dumps(body).encode())) as server:
         (response,) = await run(
-            server, user("news?", builtin_tools=[BuiltinTool.WEB_SEARCH]), stream=False
+            server,
+            user("news?", builtin_tools=[BuiltinTool.WEB_SEARCH]),
+            stream=False,
+            model="gpt-4o-search-preview",
         )
 
     assert server.requests[0].json()["web_search_options"] == {}

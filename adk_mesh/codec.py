@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from google.protobuf import struct_pb2, timestamp_pb2
+from pydantic import ValidationError
 
 from adk_mesh._memory import MESSAGE_OBJECT_BYTES, event_bytes
 from adk_mesh.agents.delegation import DelegationOutcome, DelegationPolicy, StateMergePolicy
@@ -173,6 +174,13 @@ def _inexact_int(value: int) -> AdkJSONError:
     )
 
 
+def _not_utf8(text: str) -> AdkJSONError:
+    return AdkJSONError(
+        f"the string {text[:40]!r} holds a lone surrogate, which UTF-8 (and so the wire) "
+        "cannot carry"
+    )
+
+
 def _too_deep(what: str = "a JSON value") -> str:
     return f"{what} nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays"
 
@@ -184,7 +192,10 @@ def _fill_value(target: struct_pb2.Value, value: Any, depth: int) -> None:
     elif value is True or value is False:
         target.bool_value = value
     elif isinstance(value, str):
-        target.string_value = value
+        try:
+            target.string_value = value
+        except UnicodeEncodeError:
+            raise _not_utf8(value) from None
     elif isinstance(value, int):
         if -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
             target.number_value = value
@@ -209,7 +220,11 @@ def _fill_struct(target: struct_pb2.Struct, mapping: Mapping[str, Any], depth: i
     for key, item in mapping.items():
         if not isinstance(key, str):
             raise _not_json_key(key)
-        _fill_value(fields[key], item, depth)
+        try:
+            entry = fields[key]
+        except UnicodeEncodeError:
+            raise _not_utf8(key) from None
+        _fill_value(entry, item, depth)
     if not mapping:
         # Mark presence of an empty object so that {} is not read back as "absent".
         target.SetInParent()
@@ -268,7 +283,7 @@ def json_to_text(value: Any) -> str:
     Struct form is: :class:`~adk_mesh.errors.AdkJSONError` for what JSON cannot carry."""
     _check_json(value)
     try:
-        return json.dumps(
+        text = json.dumps(
             value,
             ensure_ascii=False,
             separators=(",", ":"),
@@ -278,6 +293,11 @@ def json_to_text(value: Any) -> str:
         )
     except RecursionError:  # pragma: no cover - MAX_JSON_DEPTH keeps well inside the stack
         raise AdkJSONError(_too_deep()) from None
+    try:
+        text.encode()
+    except UnicodeEncodeError as error:
+        raise _not_utf8(error.object[error.start :]) from None
+    return text
 
 
 def _number_from_text(text: str) -> int | float:
@@ -372,6 +392,8 @@ def _fill_value_map(target: Any, json_target: Any, mapping: Mapping[str, Any]) -
     for key, value in mapping.items():
         try:
             _fill_value(target[key], value, 0)
+        except UnicodeEncodeError:  # the key: a value's strings raise AdkJSONError
+            raise _not_utf8(key) from None
         except _TooDeepForStruct:
             del target[key]
             if json_target is None:
@@ -421,6 +443,10 @@ def json_from_value(message: struct_pb2.Value) -> Any:
         number = message.number_value
         if number.is_integer() and -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT:
             return int(number)
+        if not math.isfinite(number):
+            # Refused as the JSON text form refuses it: no JSON number, and no writer here
+            # could send it on.
+            raise InvalidArgumentError(f"a protobuf Value holds {number}, not a JSON number")
         return number
     if kind == "bool_value":
         return message.bool_value
@@ -483,6 +509,16 @@ def timestamp_to_datetime(message: timestamp_pb2.Timestamp) -> datetime:
             f"timestamp {message.seconds} s since the epoch is out of range; send a time "
             "between the years 1 and 9999"
         ) from None
+
+
+def _invalid(error: ValidationError, what: str) -> InvalidArgumentError:
+    """A message from a peer that decodes to no valid ``what`` (a citation ending before it
+    starts, say): INVALID_ARGUMENT naming the fields, rather than pydantic's error."""
+    problems = "; ".join(
+        f"{'.'.join(str(item) for item in problem['loc']) or what}: {problem['msg']}"
+        for problem in error.errors(include_url=False)
+    )
+    return InvalidArgumentError(f"the {what} is invalid: {problems}")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -575,7 +611,11 @@ def _part_fields(message: content_pb2.Part) -> dict[str, Any]:
 
 
 def part_from_proto(message: content_pb2.Part) -> Part:
-    return Part.model_validate(_part_fields(message))
+    fields = _part_fields(message)
+    try:
+        return Part.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "Part") from None
 
 
 def content_to_proto(content: Content) -> content_pb2.Content:
@@ -597,7 +637,11 @@ def _content_fields(message: content_pb2.Content) -> dict[str, Any]:
 
 
 def content_from_proto(message: content_pb2.Content) -> Content:
-    return Content.model_validate(_content_fields(message))
+    fields = _content_fields(message)
+    try:
+        return Content.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "Content") from None
 
 
 # --- events --------------------------------------------------------------------------------
@@ -641,7 +685,11 @@ def _usage_fields(message: event_pb2.UsageMetadata) -> dict[str, Any]:
 
 
 def usage_from_proto(message: event_pb2.UsageMetadata) -> UsageMetadata:
-    return UsageMetadata.model_validate(_usage_fields(message))
+    fields = _usage_fields(message)
+    try:
+        return UsageMetadata.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "UsageMetadata") from None
 
 
 def _fill_llm_response(message: event_pb2.LlmResponse, response: LlmResponse) -> None:
@@ -772,7 +820,11 @@ def _llm_response_fields(message: event_pb2.LlmResponse) -> dict[str, Any]:
 
 
 def llm_response_from_proto(message: event_pb2.LlmResponse) -> LlmResponse:
-    return LlmResponse.model_validate(_llm_response_fields(message))
+    fields = _llm_response_fields(message)
+    try:
+        return LlmResponse.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "LlmResponse") from None
 
 
 def _fill_actions(message: event_pb2.EventActions, actions: EventActions) -> None:
@@ -820,7 +872,11 @@ def _tool_confirmation_fields(message: event_pb2.ToolConfirmation) -> dict[str, 
 
 
 def tool_confirmation_from_proto(message: event_pb2.ToolConfirmation) -> ToolConfirmation:
-    return ToolConfirmation.model_validate(_tool_confirmation_fields(message))
+    fields = _tool_confirmation_fields(message)
+    try:
+        return ToolConfirmation.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "ToolConfirmation") from None
 
 
 def actions_to_proto(actions: EventActions) -> event_pb2.EventActions:
@@ -852,7 +908,11 @@ def _actions_fields(message: event_pb2.EventActions) -> dict[str, Any]:
 
 
 def actions_from_proto(message: event_pb2.EventActions) -> EventActions:
-    return EventActions.model_validate(_actions_fields(message))
+    fields = _actions_fields(message)
+    try:
+        return EventActions.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "EventActions") from None
 
 
 def event_to_proto(event: Event, *, into: event_pb2.Event | None = None) -> event_pb2.Event:
@@ -896,7 +956,11 @@ def _event_fields(message: event_pb2.Event) -> dict[str, Any]:
 
 
 def event_from_proto(message: event_pb2.Event) -> Event:
-    return Event.model_validate(_event_fields(message))
+    fields = _event_fields(message)
+    try:
+        return Event.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "Event") from None
 
 
 def _fill_tool_progress_update(
@@ -933,7 +997,11 @@ def _tool_progress_update_fields(message: event_pb2.ToolProgressUpdate) -> dict[
 
 
 def tool_progress_update_from_proto(message: event_pb2.ToolProgressUpdate) -> ToolProgress:
-    return ToolProgress.model_validate(_tool_progress_update_fields(message))
+    fields = _tool_progress_update_fields(message)
+    try:
+        return ToolProgress.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "ToolProgress") from None
 
 
 # --- tools ---------------------------------------------------------------------------------
@@ -1729,7 +1797,11 @@ class DecodedEvents:
         if entry is not None:
             self._entries.move_to_end(key)
             return entry[0], key, entry[1]
-        event = Event.model_validate(_event_fields(message))
+        fields = _event_fields(message)
+        try:
+            event = Event.model_validate(fields)
+        except ValidationError as error:
+            raise _invalid(error, "Event") from None
         weight = event_bytes(event)
         if weight <= self.max_bytes:
             self._entries[key] = (event, weight)

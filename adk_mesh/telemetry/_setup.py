@@ -67,6 +67,9 @@ class TelemetryHandle:
     _meter_provider: Any = field(default=None, repr=False)
     _logger_provider: Any = field(default=None, repr=False)
     _owned: bool = field(default=False, repr=False)
+    # Providers the application installed before adk-mesh's (the API sets each once): used,
+    # flushed, never shut down.
+    _foreign: tuple[Any, ...] = field(default=(), repr=False)
     _shut_down: bool = field(default=False, repr=False)
 
     @property
@@ -107,14 +110,23 @@ class TelemetryHandle:
             return
         if self.logs_exported:
             _stop_logging_handler()
+        foreign = self._foreign
         for provider in (self._tracer_provider, self._meter_provider, self._logger_provider):
-            if provider is not None:
+            if provider is None:
+                continue
+            if any(provider is other for other in foreign):
+                flush = getattr(provider, "force_flush", None)
+                if flush is not None:
+                    flush()
+            else:
                 provider.shutdown()
         # OpenTelemetry's global providers are set once: the instrumentation is pointed at
         # no-op providers instead, so it is off again, as before.
         if self._tracer_provider is not None:
             _providers.set_tracer_provider(trace.NoOpTracerProvider())
-        if self._meter_provider is not None:
+        if self._meter_provider is not None and not any(
+            self._meter_provider is other for other in foreign
+        ):
             _providers.set_meter_provider(metrics.NoOpMeterProvider())
 
 
@@ -286,6 +298,7 @@ def _install(service_name: str) -> TelemetryHandle:
 
     from opentelemetry._logs import get_logger_provider
     from opentelemetry.sdk._configuration import _initialize_components
+    from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk.resources import SERVICE_NAME
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -298,6 +311,10 @@ def _install(service_name: str) -> TelemetryHandle:
     span_processors: list[Any] = [InvocationSpanProcessor()]
     if trace_dir:
         span_processors.append(SimpleSpanProcessor(OtlpJsonFileSpanExporter(trace_dir)))
+    # An application may have installed a meter or logger provider (not a tracer provider):
+    # the API keeps it (each is set once), so it stays the application's.
+    meter_before = metrics.get_meter_provider()
+    logger_before = get_logger_provider()
     try:
         # The SDK's environment configuration, as opentelemetry-instrument runs it: it reads
         # the OTEL_*_EXPORTER variables itself (the implicit ``otlp`` names come in addition),
@@ -324,6 +341,17 @@ def _install(service_name: str) -> TelemetryHandle:
     span_exporters = tuple(name for name in span_exporters if name.lower() != "none")
     if trace_dir:
         span_exporters += ("otlp_json_file",)
+    foreign = tuple(
+        provider
+        for provider, before in ((meter_provider, meter_before), (logger_provider, logger_before))
+        if provider is before
+    )
+    if (
+        logger_provider is logger_before
+        and isinstance(logger_provider, LoggerProvider)
+        and logger_provider not in _joined
+    ):
+        logger_provider.add_log_record_processor(InvocationLogRecordProcessor())
     _joined.update((tracer_provider, logger_provider))
     # Spans or metrics nobody exports are not made at all: the instrumentation is pointed at
     # other providers for them (the SDK's global ones stay, set once). Spans still drive the
@@ -338,7 +366,7 @@ def _install(service_name: str) -> TelemetryHandle:
             _providers.set_tracer_provider(unsampled)
         else:
             _providers.set_tracer_provider(trace.NoOpTracerProvider())
-    if not asked["metrics"]:
+    if not asked["metrics"] and meter_provider is not meter_before:
         _providers.set_meter_provider(metrics.NoOpMeterProvider())
     if asked["logs"]:
         _start_logging_handler()
@@ -354,6 +382,7 @@ def _install(service_name: str) -> TelemetryHandle:
         _meter_provider=meter_provider,
         _logger_provider=logger_provider,
         _owned=True,
+        _foreign=foreign,
     )
     logger.debug("telemetry for %s: %s", handle.service_name, handle)
     return handle

@@ -400,6 +400,7 @@ def trace_model_call(
         response = final[0] if final else None
         input_tokens = output_tokens = None
         response_model = None
+        error_type = outcome.error_type
         if response is not None:
             response_model = response.model_version or request_model
             span.set_attribute("gen_ai.response.model", response_model)
@@ -413,9 +414,12 @@ def trace_model_call(
                 span.set_attribute(
                     "gen_ai.response.finish_reasons", [str(response.finish_reason).lower()]
                 )
-            if response.error_code:
+            if response.error_code and error_type is None:
+                # An error answer (no exception): the metrics say so as the span does.
                 span.set_status(Status(StatusCode.ERROR, response.error_code))
                 span.set_attribute(ERROR_TYPE, response.error_code)
+                error_type = response.error_code
+                _metrics.record_error("chat", error_type)
             if capture and response.content is not None:
                 span.set_attribute("gen_ai.output.messages", _messages_json([response.content]))
         _metrics.record_model_call(
@@ -425,7 +429,7 @@ def trace_model_call(
             response_model=response_model,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
-            error_type=outcome.error_type,
+            error_type=error_type,
         )
 
     return _traced(span, context, responses, operation="chat", on_item=on_item, on_end=on_end)

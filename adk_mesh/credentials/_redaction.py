@@ -11,14 +11,21 @@ searched for in text (it would match ordinary words); a Credential object is alw
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 from adk_mesh.credentials._credential import REDACTED, Credential
 
-__all__ = ["MIN_REDACTED_CHARS", "KnownSecrets"]
+__all__ = ["MIN_REDACTED_CHARS", "KnownSecrets", "RedactedChain"]
 
 #: Credential values shorter than this are not searched for inside text.
 MIN_REDACTED_CHARS = 8
+
+
+class RedactedChain(Exception):
+    """What an error a tool raised was raised from (its cause or context, traceback and
+    all), as text with the values handed out replaced: a logged traceback prints it in place
+    of the original exceptions, whose messages may hold a value."""
 
 
 class KnownSecrets:
@@ -47,6 +54,22 @@ class KnownSecrets:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+    def redact_chain(self, error: BaseException) -> None:
+        """Replace, in ``error``, its notes and the exceptions it was raised from (which a
+        logged traceback prints) by their text with the known values replaced."""
+        if not self._values:
+            return
+        notes = getattr(error, "__notes__", None)
+        if isinstance(notes, list):
+            error.__notes__ = [self.redact_text(str(note)) for note in notes]
+        chained = error.__cause__
+        if chained is None and not error.__suppress_context__:
+            chained = error.__context__
+        if chained is not None:
+            text = "".join(traceback.format_exception(chained)).rstrip()
+            error.__cause__ = RedactedChain(self.redact_text(text))
+        error.__context__ = None
 
     def redact_bytes(self, data: bytes) -> bytes:
         """``data`` with each known value (as UTF-8) replaced; the same object when none is

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from adk_mesh.credentials._credential import Credential
 from adk_mesh.credentials.base import CredentialService, check_credential_name
+from adk_mesh.errors import ConfigError
 
 __all__ = ["DEFAULT_PREFIX", "EnvironmentCredentialService", "environment_variable"]
 
@@ -39,7 +40,16 @@ class EnvironmentCredentialService(CredentialService):
 
     async def get(self, name: str, *, app_name: str, user_id: str) -> Credential | None:
         environ = os.environ if self._environ is None else self._environ
-        value = environ.get(environment_variable(name, self.prefix), "")
+        variable = environment_variable(name, self.prefix)
+        value = environ.get(variable, "")
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            # Bytes that are not UTF-8 (os.environ keeps them as surrogates): no header, no
+            # forwarded credential and no redaction could carry them.
+            raise ConfigError(
+                f"credential {name!r} (${variable}) is not UTF-8 text; set it as UTF-8"
+            ) from None
         return Credential(name, value) if value else None
 
     def __repr__(self) -> str:

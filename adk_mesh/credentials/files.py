@@ -48,7 +48,9 @@ class FileCredentialService(CredentialService):
         path = self.directory / name
         shown = f"credential {name!r} ({str(path)!r})"
         try:
-            descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # Non-blocking: a FIFO in the directory is refused below, not waited on forever.
+            flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+            descriptor = os.open(path, flags)
         except FileNotFoundError:
             return None
         except OSError as error:

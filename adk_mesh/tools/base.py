@@ -161,6 +161,9 @@ async def execute_tool(
             error.metadata = {
                 key: secrets.redact_text(item) for key, item in error.metadata.items()
             }
+            # A traceback logged later (the error ends the invocation) prints what it was
+            # raised from: an exception whose message may hold a value.
+            secrets.redact_chain(error)
         delta = ctx.actions.state_delta
         state = ctx.invocation_context.session.state
         for key, value in list(delta.items()):

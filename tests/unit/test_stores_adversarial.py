@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 import random
 import string
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import TypedDict
 
 import pytest
 
-from adk_mesh.artifacts import ArtifactService, FileArtifactService, InMemoryArtifactService
-from adk_mesh.memory import InMemoryMemoryService, MemoryService, SqliteMemoryService
+from adk_mesh.artifacts import ArtifactService
+from adk_mesh.memory import MemoryService
 from adk_mesh.sessions import Session
 from adk_mesh.types import Content, Event, Part
+from tests.unit.artifacts.test_contract import service
+from tests.unit.memory.test_contract import memory
 
 
 class Where(TypedDict):
@@ -27,40 +27,13 @@ class Where(TypedDict):
 WHERE = Where(app_name="app", user_id="alice", session_id="s1")
 
 
-@pytest.fixture(params=["memory", "file", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def artifacts(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[ArtifactService]:
-    service: ArtifactService
-    if request.param == "memory":
-        service = InMemoryArtifactService()
-    elif request.param == "file":
-        service = FileArtifactService(tmp_path / "artifacts")
-    else:
-        from adk_mesh.artifacts.postgres import PostgresArtifactService
-
-        service = PostgresArtifactService(request.getfixturevalue("postgres_url"))
-    try:
-        yield service
-    finally:
-        await service.close()
+@pytest.fixture
+def artifacts(service: ArtifactService) -> ArtifactService:
+    """Each artifact backend in turn (the contract tests' fixture)."""
+    return service
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def memory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryService]:
-    service: MemoryService
-    if request.param == "memory":
-        service = InMemoryMemoryService()
-    elif request.param == "sqlite":
-        service = SqliteMemoryService(tmp_path / "memory.db")
-    else:
-        from adk_mesh.memory.postgres import PostgresMemoryService
-
-        service = PostgresMemoryService(request.getfixturevalue("postgres_url"))
-    try:
-        yield service
-    finally:
-        await service.close()
+__all__ = ["memory", "service"]  # the contract tests' fixtures, used here
 
 
 def session_with(*texts: str, session_id: str = "s1", user_id: str = "alice") -> Session:

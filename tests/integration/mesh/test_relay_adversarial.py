@@ -509,11 +509,9 @@ async def test_an_error_of_b_after_relayed_partials_reaches_the_client_after_the
 # --- the client goes away mid-relay ---------------------------------------------------------
 
 
-async def test_a_client_cancelling_mid_relay_stops_the_run_on_a_and_b(
-    forwarded: list[object],
-) -> None:
-    model = Streamer("t", 50, block=True)
-    b, b_target = await serve(LlmAgent(name="talker", description="Talks.", model=model))
+def watched_front(b_target: str) -> tuple[LlmAgent, asyncio.Event]:
+    """A's root, which transfers to B's talker through a RemoteAgent, and an event set once
+    that RemoteAgent's run has ended (however it ended)."""
     ended = asyncio.Event()
 
     class Watched(RemoteAgent):
@@ -529,6 +527,15 @@ async def test_a_client_cancelling_mid_relay_stops_the_run_on_a_and_b(
         model=transfer_to("talker"),
         sub_agents=[Watched("talker", b_target, description="Talks.")],
     )
+    return front, ended
+
+
+async def test_a_client_cancelling_mid_relay_stops_the_run_on_a_and_b(
+    forwarded: list[object],
+) -> None:
+    model = Streamer("t", 50, block=True)
+    b, b_target = await serve(LlmAgent(name="talker", description="Talks.", model=model))
+    front, ended = watched_front(b_target)
     a, a_target = await serve(front, app_name="app")
     try:
         async with open_channel(a_target, tls=None) as channel:
@@ -567,21 +574,7 @@ async def test_a_client_that_stops_reading_holds_b_back(then: str, forwarded: li
     many = 12_000
     model = Streamer("t", many, pad=4096)
     b, b_target = await serve(LlmAgent(name="talker", description="Talks.", model=model))
-    ended = asyncio.Event()
-
-    class Watched(RemoteAgent):
-        async def _run_impl(self, ctx: InvocationContext) -> AsyncIterator[Event]:  # type: ignore[override]
-            try:
-                async for event in super()._run_impl(ctx):
-                    yield event
-            finally:
-                ended.set()
-
-    front = LlmAgent(
-        name="front",
-        model=transfer_to("talker"),
-        sub_agents=[Watched("talker", b_target, description="Talks.")],
-    )
+    front, ended = watched_front(b_target)
     sessions = InMemorySessionService()
     a, a_target = await serve(front, app_name="app", session_service=sessions)
     try:

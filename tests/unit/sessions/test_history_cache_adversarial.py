@@ -34,6 +34,7 @@ from adk_mesh.types import (
     ToolConfirmation,
 )
 from tests.strategies import events
+from tests.unit.sessions.test_shared_history import _makes
 
 APP = "app"
 USER = "alice"
@@ -44,26 +45,8 @@ MakeService = Callable[..., SessionService]
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def make_one(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeService]:
     """Makes services of one store (each with a cache of its own), closed after."""
-    made: list[SessionService] = []
-
-    def make(**options: Any) -> SessionService:
-        service: SessionService
-        if request.param == "memory":
-            service = InMemorySessionService(**options)
-        elif request.param == "sqlite":
-            service = SqliteSessionService(tmp_path / "sessions.db", **options)
-        else:
-            from adk_mesh.sessions.postgres import PostgresSessionService
-
-            service = PostgresSessionService(request.getfixturevalue("postgres_url"), **options)
-        made.append(service)
-        return service
-
-    try:
+    async for make in _makes(request, tmp_path):
         yield make
-    finally:
-        for service in made:
-            await service.close()
 
 
 async def shared(service: SessionService, session_id: str) -> Session:

@@ -823,6 +823,8 @@ def parse_arguments(raw: str | None, tool_name: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ModelError(
             f"the model returned arguments for tool {tool_name!r} that are not valid JSON"
+            f" ({len(raw)} characters; a call cut at the output token limit ends this way: "
+            "raise max_output_tokens if the response stopped for length)"
         ) from exc
     if not isinstance(value, dict):
         raise ModelError(

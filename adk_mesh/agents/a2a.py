@@ -374,6 +374,14 @@ class A2aAgent(BaseAgent):
                     yield event
             for event in await self._artifacts_left(remote, ctx):
                 yield event
+            if remote.state not in _FINISHED:
+                # The stream ended with the task still going on (or never named): what came
+                # is not the whole answer, and the run says so rather than pass it as one.
+                raise _CutShort(
+                    f"the stream ended with the remote task "
+                    f"{remote.state.removeprefix('TASK_STATE_').lower() or 'never started'}, "
+                    "before a final status"
+                )
         except BaseException as error:
             if span is not None and not isinstance(error, asyncio.CancelledError | GeneratorExit):
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
@@ -680,6 +688,10 @@ class _RemoteCall:
                 self.task_id,
                 error,
             )
+
+
+class _CutShort(AdkError):
+    """A remote task's stream that ended before the task did."""
 
 
 class _Unavailable(Exception):

@@ -7,6 +7,10 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from a2a.server.agent_execution import RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import a2a_pb2
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -221,3 +225,37 @@ async def test_the_trace_continues_across_the_hop(
         f"00-{client.context.trace_id:032x}-{client.context.span_id:016x}-"
     )
     await remote.close()
+
+
+class _Quitting(PlainExecutor):
+    """``quit``: streams half an answer, then ends the stream with the task still working."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        if context.get_user_input() != "quit":
+            await super().execute(context, event_queue)
+            return
+        updater = TaskUpdater(event_queue, str(context.task_id), str(context.context_id))
+        await event_queue.enqueue_event(
+            a2a_pb2.Task(
+                id=str(context.task_id),
+                context_id=str(context.context_id),
+                status=a2a_pb2.TaskStatus(state=a2a_pb2.TaskState.TASK_STATE_SUBMITTED),
+            )
+        )
+        await updater.start_work()
+        await updater.add_artifact([a2a_pb2.Part(text="half an ans")], name="answer")
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_stream_that_ends_before_its_task_is_an_error_event_not_an_answer(
+    binding: str,
+) -> None:
+    async with plain_server(_Quitting()) as plain:
+        remote = A2aAgent("plain", plain.url, binding=binding)  # type: ignore[arg-type]
+        runner, session_id = await _runner(remote)
+        events = await _turn(runner, session_id, "quit")
+        await remote.close()
+    assert events[-1].llm_response.error_code == "A2A_ERROR"
+    assert "ended with the remote task working" in (events[-1].llm_response.error_message or "")
+    # What did come is kept, before the error, as what it is: part of an answer.
+    assert any(e.content is not None and "half an ans" in e.content.text for e in events)

@@ -1871,7 +1871,7 @@ def abridged_event(event: Event, *, max_part_bytes: int = ABRIDGED_PART_BYTES) -
     ``{"omitted": "..."}`` as args or response (same id and name, so calls and responses still
     pair up), inline or file data as a text part naming it. State delta entries and grounding
     metadata that are as large, or cannot be carried, are left out (a delegated run reads the
-    state from the view's ``state``)."""
+    state from the view's ``state``), and so is a tool progress update's ``data``."""
     llm_response = event.llm_response
     update: dict[str, Any] = {}
     if llm_response.content is not None:
@@ -1887,12 +1887,16 @@ def abridged_event(event: Event, *, max_part_bytes: int = ABRIDGED_PART_BYTES) -
         for key, value in actions.state_delta.items()
         if _fits({key: value}, max_part_bytes)
     }
-    return event.model_copy(
-        update={
-            "llm_response": llm_response.model_copy(update=update),
-            "actions": actions.model_copy(update={"state_delta": state_delta}),
-        }
-    )
+    abridged: dict[str, Any] = {
+        "llm_response": llm_response.model_copy(update=update),
+        "actions": actions.model_copy(update={"state_delta": state_delta}),
+    }
+    progress = event.tool_progress
+    if progress is not None and progress.data is not None:
+        if not _fits(progress.data, max_part_bytes):
+            # Progress is for people: its data is left out, as a ToolServer leaves it out.
+            abridged["tool_progress"] = progress.model_copy(update={"data": None})
+    return event.model_copy(update=abridged)
 
 
 def _fits(value: Mapping[str, Any], max_bytes: int) -> bool:

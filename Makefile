@@ -102,7 +102,8 @@ deploy-check: $(DEPLOY_TOOLS) ## Render every Kubernetes overlay and validate ea
 	done
 	$(PY) tests/deploy/check_compose.py deploy/compose.yaml
 	$(PY) tests/deploy/check_compose.py deploy/compose.yaml tests/deploy/compose.test.yaml
-	$(PY) -m pytest -q -p no:cacheprovider tests/deploy/test_manifests.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/deploy/test_manifests.py \
+	  tests/deploy/test_manifests_adversarial.py
 
 deploy-test: $(DEPLOY_TOOLS) ## Build the image, run deploy/compose.yaml (podman), a conversation and its trace
 	PY=$(PY) tests/deploy/deploy-test.sh

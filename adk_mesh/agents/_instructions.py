@@ -3,8 +3,9 @@
 A placeholder is ``{key}`` (a state key, with its ``app:`` / ``user:`` / ``temp:`` prefix if
 any) or ``{artifact.NAME}`` (the text of the newest version of artifact ``NAME``); a trailing
 ``?`` makes it optional: empty when the key is unset or the artifact is missing. A required one
-that is missing is an :class:`~adk_mesh.errors.AgentError` naming it. Braces that hold neither
-(JSON examples, ``{{``) are left as they are.
+that is missing is an :class:`~adk_mesh.errors.AgentError` naming it. As in google-adk, doubled
+braces and spaces around the name do not change that (``{{key}}``, ``{ key }``); braces that hold
+neither (JSON examples, a lone ``{{``) are left as they are.
 
 Artifacts are read through the invocation's artifact service, the same way a tool's
 ``load_artifact`` reads them: in a delegated run served by another service that is the
@@ -22,9 +23,12 @@ from adk_mesh.types import Content, Part
 
 __all__ = ["insert_turn_instruction", "render_instruction"]
 
+# As google-adk reads them (``{+[^{}]*}+``, the name stripped): ``{{key}}`` and ``{ key }``
+# are the value of ``key`` too, not ``{value}`` nor text left as written.
 _PLACEHOLDER = re.compile(
-    r"\{(?:artifact\.(?P<artifact>[^{}?\s]+)|(?P<key>(?:app:|user:|temp:)?[A-Za-z_][A-Za-z0-9_.]*))"
-    r"(?P<optional>\?)?\}"
+    r"\{+\s*(?:artifact\.(?P<artifact>[^{}?\s]+)"
+    r"|(?P<key>(?:app:|user:|temp:)?[A-Za-z_][A-Za-z0-9_.]*))"
+    r"(?P<optional>\?)?\s*\}+"
 )
 _TEXT_MIME_TYPES = frozenset({"application/json", "application/xml", "application/yaml"})
 

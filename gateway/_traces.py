@@ -160,20 +160,25 @@ class _TraceFileReader:
             state = self._files[path] = _FileState(identity)
         if status.st_size == state.offset:
             return
-        with path.open("rb") as file:
-            file.seek(state.offset)
-            chunk = file.read(status.st_size - state.offset)
+        try:
+            with path.open("rb") as file:
+                file.seek(state.offset)
+                chunk = file.read(status.st_size - state.offset)
+        except OSError:  # not a readable regular file (a directory named *.jsonl, ...)
+            self._files.pop(path, None)
+            return
         complete = chunk.rfind(b"\n") + 1
         state.offset += complete
         for line in chunk[:complete].splitlines():
             if not line.strip():
                 continue
+            # A line that is not the exporter's OTLP JSON is skipped, not the end of the file.
             try:
                 data = json.loads(line)
-            except ValueError:
+                if isinstance(data, dict):
+                    state.records.extend(records_from_otlp_json(data))
+            except (ValueError, TypeError, AttributeError, RecursionError):
                 continue
-            if isinstance(data, dict):
-                state.records.extend(records_from_otlp_json(data))
 
 
 _readers: dict[Path, _TraceFileReader] = {}
@@ -282,7 +287,7 @@ async def _jaeger_spans(sources: TraceSources, invocation_id: str) -> list[SpanR
             for answer in answers:
                 answer.raise_for_status()
                 records.extend(records_from_jaeger(answer.json()))
-    except (httpx.HTTPError, ValueError, AttributeError) as error:
+    except (httpx.HTTPError, ValueError, TypeError, AttributeError) as error:
         raise TraceUnavailableError(
             f"the trace backend at {sources.query_url} could not be queried: {error}"
         ) from error

@@ -197,8 +197,9 @@ class MeshServer:
                 # max_connection_age_grace, a call running at that moment goes on to its end.
                 *age,
             ],
-            maximum_concurrent_rpcs=max_concurrent_calls,
+            # No maximum_concurrent_rpcs: it counts health checks too; the gate keeps the limit.
         )
+        self._gate.limit = max_concurrent_calls
         self._register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(

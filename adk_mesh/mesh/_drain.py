@@ -17,12 +17,14 @@ import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 
 from adk_mesh.errors import AdkIOError
+from adk_mesh.mesh import _status
 from adk_mesh.mesh._handlers import rewrap
 from adk_mesh.mesh._status import abort_with_error, refuse_stream
 
@@ -33,10 +35,18 @@ _SERVER_ERROR = -32000
 
 
 class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Counts calls in flight; refuses new ones once closed (except the ``exempt`` services)."""
+    """Counts calls in flight; refuses new ones once closed (except the ``exempt`` services),
+    and refuses one beyond ``limit`` calls at once with RESOURCE_EXHAUSTED.
 
-    def __init__(self, exempt: Iterable[str] = ()) -> None:
+    The limit is the gate's, not gRPC's ``maximum_concurrent_rpcs``: that one counts every
+    call, health checks and watches included, so a server busy with ``limit`` runs answered
+    its probes RESOURCE_EXHAUSTED (a liveness probe then kills a healthy, busy replica, and a
+    drain's NOT_SERVING could not be read)."""
+
+    def __init__(self, exempt: Iterable[str] = (), *, limit: int | None = None) -> None:
         self._exempt = tuple(f"/{service}/" for service in exempt)
+        #: Calls run at once (``None``: no limit); more are refused with RESOURCE_EXHAUSTED.
+        self.limit = limit
         self._in_flight = 0
         self._closed = False
         self._idle = asyncio.Event()
@@ -61,6 +71,26 @@ class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _enter(self) -> None:
         self._in_flight += 1
         self._idle.clear()
+
+    def _busy(self) -> bool:
+        return self.limit is not None and self._in_flight >= self.limit
+
+    async def _refuse_busy(
+        self, context: grpc.aio.ServicerContext, requests: AsyncIterator[Any] | None = None
+    ) -> NoReturn:
+        if requests is not None:
+            # A bidirectional call: refused once its first message came (see refuse_stream).
+            try:
+                async with asyncio.timeout(_status.FIRST_MESSAGE_WAIT):
+                    await anext(aiter(requests), None)
+            except (TimeoutError, grpc.RpcError, DecodeError):
+                pass
+        # As gRPC's own limit answered: no ErrorInfo, so a calling service reads "overloaded".
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"busy: this server runs {self.limit} calls at once; send it again later",
+        )
+        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
     def _exit(self) -> None:
         self._in_flight -= 1
@@ -87,11 +117,13 @@ class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             unary_stream=self._track_stream,
             # A bidirectional call (``CallToolInteractive``, ``RunDelegated``) is in flight
             # like a server-streaming one: the behaviour's first argument is its requests.
-            stream_stream=self._track_stream,
+            stream_stream=self._track_bidirectional,
         )
 
     def _track_unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def tracked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if self._busy():
+                await self._refuse_busy(context)
             self._enter()
             try:
                 return await behaviour(request, context)
@@ -100,10 +132,17 @@ class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return tracked
 
-    def _track_stream(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    def _track_bidirectional(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        return self._track_stream(behaviour, bidirectional=True)
+
+    def _track_stream(
+        self, behaviour: Callable[..., Any], *, bidirectional: bool = False
+    ) -> Callable[..., Any]:
         if not inspect.isasyncgenfunction(behaviour):
 
             async def tracked_writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if self._busy():
+                    await self._refuse_busy(context, request if bidirectional else None)
                 self._enter()
                 try:
                     return await behaviour(request, context)
@@ -113,6 +152,8 @@ class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return tracked_writer
 
         async def tracked(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if self._busy():
+                await self._refuse_busy(context, request if bidirectional else None)
             self._enter()
             try:
                 async for response in behaviour(request, context):

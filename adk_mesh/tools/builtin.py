@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -13,8 +15,11 @@ from adk_mesh.tools.native import WebSearchTool
 
 if TYPE_CHECKING:
     from adk_mesh.contexts import ToolContext
+    from adk_mesh.models.base import LlmRequest
 
 __all__ = ["ExitLoopTool", "GoogleSearchTool", "LoadArtifactsTool", "TransferToAgentTool"]
+
+logger = logging.getLogger("adk_mesh.tools")
 
 _TEXT_MIME_PREFIXES = ("text/",)
 _TEXT_MIME_TYPES = {"application/json", "application/xml", "application/yaml", "application/csv"}
@@ -86,8 +91,9 @@ class LoadArtifactsTool(BaseTool):
     Response: ``{"artifacts": [...]}`` with, per name, ``{"name", "content"}`` where content is
     the text of a text artifact, or ``{"mime_type", "data"}`` (base64) for binary data; or
     ``{"name", "error"}`` when that one could not be loaded (``"Artifact not found"`` when
-    it does not exist). The model must know the names from the conversation or the
-    instruction: ``process_llm_request`` has no context, so they are not listed for it.
+    it does not exist). Before each model call the artifacts of the session are named in the
+    system instruction, as google-adk does (none when there are none, or when they cannot be
+    listed: that is logged and the request goes without).
     """
 
     def __init__(self) -> None:
@@ -110,6 +116,27 @@ class LoadArtifactsTool(BaseTool):
             },
             "required": ["artifact_names"],
         }
+
+    async def prepare_llm_request(self, ctx: ToolContext, request: LlmRequest) -> None:
+        self.process_llm_request(request)
+        if ctx.invocation_context.artifact_service is None:
+            return
+        try:
+            names = await ctx.list_artifacts()
+        except Exception as error:
+            logger.warning(
+                "load_artifacts: the artifacts could not be listed; the request goes without "
+                "their names [invocation=%s]: %s",
+                ctx.invocation_id,
+                getattr(error, "message", None) or type(error).__name__,
+            )
+            return
+        if names:
+            request.append_instruction(
+                f"You have a list of artifacts:\n  {json.dumps(sorted(names))}\n\n"
+                "When the user asks questions about any of the artifacts, call load_artifacts "
+                "with their names to load them."
+            )
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         names = args.get("artifact_names")

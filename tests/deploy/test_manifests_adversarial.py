@@ -360,6 +360,18 @@ def test_compose_healthchecks_ask_the_port_the_service_listens_on() -> None:
         assert service.get("read_only") is True, name
 
 
+def test_compose_publishes_an_unauthenticated_front_door_on_loopback_only() -> None:
+    """A published port without a host address is on every interface; the dev stack's front
+    door names no authenticator, so its default address must be loopback."""
+    for name, service in _compose().items():
+        command = [str(part) for part in service.get("command") or []]
+        authenticated = any(part.startswith(("--auth-api-keys", "--auth-jwks")) for part in command)
+        for port in service.get("ports") or []:
+            host = str(port).rsplit(":", 2)[0] if str(port).count(":") >= 2 else ""
+            if not authenticated:
+                assert host.startswith(("127.0.0.1", "${ADK_MESH_BIND:-127.0.0.1}")), (name, port)
+
+
 # --- the image --------------------------------------------------------------------------------
 
 

@@ -52,6 +52,12 @@ DEFAULT_HISTORY_CACHE_BYTES = 5 * 512 * 1024
 SessionKey = tuple[str, str, str]
 
 
+def json_bytes(data: str) -> int:
+    """UTF-8 bytes of an event's JSON, what the bound counts: its length when ASCII (most
+    events; ``isascii`` is a fast scan), else its encoding's (a CJK character is 3 bytes)."""
+    return len(data) if data.isascii() else len(data.encode())
+
+
 @dataclass
 class HeldHistory:
     """A copy of what the cache holds of one session: its events up to ``last_seq``."""
@@ -134,7 +140,7 @@ class HistoryCache:
         events = base.events
         events.extend(self._decode(data) for _, data in new_events)
         last_seq = new_events[-1][0] if new_events else base.last_seq
-        size = base.size + sum(len(data) for _, data in new_events)
+        size = base.size + sum(json_bytes(data) for _, data in new_events)
         current = self._histories.get(key)
         if size > self._max_bytes:
             self.discard(key)  # would push out every other session, then itself
@@ -171,8 +177,9 @@ class HistoryCache:
         history.pending.append(kept)
         history.last_seq = seq
         history.version = version
-        history.size += len(data)
-        self._size += len(data)
+        size = json_bytes(data)
+        history.size += size
+        self._size += size
         self._shrink()
 
     def discard(self, key: SessionKey) -> None:

@@ -243,6 +243,16 @@ def test_the_cache_is_bounded_by_the_json_it_holds() -> None:
     assert cache.held(("a", "u", "9")) is not None
 
 
+def test_the_bound_counts_utf8_bytes_not_characters() -> None:
+    """Stored JSON keeps non-ASCII text as it is: 300 CJK characters are 900 bytes."""
+    cache = HistoryCache(10_000, Event.model_validate_json)
+    data = text_event("語" * 300).model_dump_json()
+    cache.store(("a", "u", "read"), None, version=1.0, new_events=[(1, data)])
+    assert cache.size == len(data.encode())
+    cache.appended(("a", "u", "read"), held_version=1.0, version=2.0, seq=2, data=data)
+    assert cache.size == 2 * len(data.encode()) > 2 * len(data) + 1_000
+
+
 async def test_what_a_turn_appended_is_what_the_next_shared_read_hands_undecoded(
     make_one: MakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

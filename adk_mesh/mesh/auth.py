@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
+import math
 import secrets
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-from adk_mesh.errors import AdkIOError, ConfigError, UnauthenticatedError
+from adk_mesh.errors import AdkError, AdkIOError, ConfigError, UnauthenticatedError
 from adk_mesh.mesh._watched import WatchedFiles
 
 if TYPE_CHECKING:
@@ -111,7 +115,19 @@ async def authenticate(
         UnauthenticatedError: no credential any of them knows, or an invalid one.
     """
     for authenticator in authenticators:
-        principal = await authenticator.authenticate(metadata)
+        try:
+            principal = await authenticator.authenticate(metadata)
+        except AdkError:
+            raise
+        except Exception as error:
+            # An authenticator of our own or yours that breaks must not answer UNKNOWN with
+            # its exception's text (a path, a URL): the detail goes to the log.
+            logger.error(
+                "authenticator %s failed: %s", type(authenticator).__name__, error, exc_info=error
+            )
+            raise AdkError(
+                "this service could not check the call's credentials; its log has the details"
+            ) from None
         if principal is not None:
             return principal
     raise UnauthenticatedError(
@@ -170,7 +186,7 @@ class JwtAuthenticator(Authenticator):
         import jwt
 
         source = str(jwks)
-        self._client: jwt.PyJWKClient | None = None
+        self._remote: _RemoteJwks | None = None
         self._file: WatchedFiles[jwt.PyJWKSet] | None = None
         if source.startswith("http://"):
             from adk_mesh.mesh.security import is_loopback
@@ -181,13 +197,7 @@ class JwtAuthenticator(Authenticator):
                     "machine (anyone on the way could swap the keys): use an https:// URL"
                 )
         if source.startswith(("https://", "http://")):
-            self._client = jwt.PyJWKClient(
-                source,
-                cache_jwk_set=True,
-                lifespan=300,
-                timeout=10,
-                cooldown_duration=jwks_refresh_cooldown,
-            )
+            self._remote = _RemoteJwks(source, cooldown=jwks_refresh_cooldown)
         else:
             if not Path(source).is_file():
                 raise ConfigError(f"JWKS file {source!r} does not exist")
@@ -201,17 +211,15 @@ class JwtAuthenticator(Authenticator):
         assert self._file is not None
         return _current(self._file, "JWKS file")
 
-    def _key(self, kid: str | None) -> jwt.PyJWK:
+    def _key(self, kid: object) -> jwt.PyJWK:
         import jwt
 
-        if self._client is not None:
-            # Cached; fetched again once for a kid it does not know (keys rotated).
-            return self._client.get_signing_key(kid or "")
-        keys = self._keys().keys
-        for key in keys:
-            if key.key_id == kid or (kid is None and len(keys) == 1):
-                return key
-        raise jwt.PyJWKClientError(f"no key with kid {kid!r}")
+        keys = self._keys()
+        signing = [key for key in keys.keys if key.public_key_use in ("sig", None)]
+        found = signing[0] if kid is None and len(signing) == 1 else _signing_key(keys, kid)
+        if found is None:
+            raise jwt.PyJWKClientError("no key with the token's kid")
+        return found
 
     async def authenticate(self, metadata: Mapping[str, str]) -> Principal | None:
         token = _bearer(metadata)
@@ -226,8 +234,8 @@ class JwtAuthenticator(Authenticator):
                 raise UnauthenticatedError(
                     f"token algorithm {algorithm!r} is not accepted ({', '.join(self.algorithms)})"
                 )
-            if self._client is not None:
-                key = await asyncio.to_thread(self._key, header.get("kid"))
+            if self._remote is not None:
+                key = await self._remote.key(header.get("kid"))
             else:
                 key = self._key(header.get("kid"))
             if key.algorithm_name != algorithm:
@@ -253,17 +261,118 @@ class JwtAuthenticator(Authenticator):
             raise UnauthenticatedError(
                 "token is signed by a key this service does not trust"
             ) from None
-        except jwt.PyJWKSetError as error:  # the JWKS URL served a set with no usable key
-            logger.warning("the JWKS cannot be used (%s); credentials are refused", error)
-            raise AdkIOError(
-                "this service cannot check credentials right now; try again later"
-            ) from None
         except jwt.InvalidTokenError as error:
             raise UnauthenticatedError(f"invalid token: {error}") from None
         user = claims.get(self.user_claim)
         if not isinstance(user, str) or not user:
             raise UnauthenticatedError(f"token claim {self.user_claim!r} names no user")
         return Principal(user_id=user, method="jwt", claims=claims)
+
+
+#: Seconds a JWKS URL whose fetch failed is left alone before it is fetched again: calls in
+#: between are refused with UNAVAILABLE rather than each hitting a failing issuer.
+_JWKS_RETRY_AFTER_FAILURE = 5.0
+#: Seconds a JWKS fetched from a URL is used before it is fetched again.
+_JWKS_LIFESPAN = 300.0
+#: Seconds one fetch of a JWKS URL may take.
+_JWKS_TIMEOUT = 10.0
+
+_UNAVAILABLE = "this service cannot check credentials right now; try again later"
+
+
+class _RemoteJwks:
+    """The keys a JWKS URL serves, fetched with PyJWT's client.
+
+    Cached for :data:`_JWKS_LIFESPAN` seconds. A token whose ``kid`` is not among them makes
+    the URL fetched again, at most once per ``cooldown`` seconds since the last fetch, whether
+    it succeeded or not; after a failed fetch the URL is not fetched again for
+    :data:`_JWKS_RETRY_AFTER_FAILURE` seconds (at most ``cooldown``) — so tokens with made-up
+    ids, or calls while the issuer is down, cannot hammer it. One fetch at a time, in a
+    worker thread, shared by every call that waits for it: no call holds a thread while it
+    waits. A fetch that fails (unreachable, an error status, not a JWKS, no usable key) is
+    UNAVAILABLE for the caller, with the detail in this service's log.
+    """
+
+    def __init__(self, url: str, *, cooldown: float) -> None:
+        import jwt
+
+        if not (cooldown >= 0 and math.isfinite(cooldown)):
+            raise ConfigError(f"jwks_refresh_cooldown must be 0 or more seconds, not {cooldown}")
+        self.url = url
+        self._cooldown = cooldown
+        self._retry_after_failure = min(cooldown, _JWKS_RETRY_AFTER_FAILURE)
+        # PyJWT's client fetches and parses; the caching and its timing are ours (above).
+        self._client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=_JWKS_TIMEOUT)
+        self._lock = threading.Lock()
+        self._keys: jwt.PyJWKSet | None = None
+        self._fetched_at = -math.inf  # time.monotonic() of the last fetch that succeeded
+        self._attempted_at = -math.inf  # ... of the last fetch, whatever came of it
+        self._failed = False  # whether the last fetch failed
+        self._fetching: concurrent.futures.Future[jwt.PyJWKSet] | None = None
+
+    async def key(self, kid: object) -> jwt.PyJWK:
+        """The signing key named ``kid``.
+
+        Raises:
+            jwt.PyJWKClientError: no key of the JWKS has that ``kid``.
+            AdkIOError: the JWKS cannot be fetched now.
+        """
+        import jwt
+
+        keys = self._keys
+        if keys is None or time.monotonic() - self._fetched_at >= _JWKS_LIFESPAN:
+            keys = await self._refresh()
+        found = _signing_key(keys, kid)
+        if found is None and time.monotonic() - self._attempted_at >= self._cooldown:
+            found = _signing_key(await self._refresh(), kid)  # keys rotated upstream?
+        if found is None:
+            raise jwt.PyJWKClientError("no key with the token's kid")
+        return found
+
+    async def _refresh(self) -> jwt.PyJWKSet:
+        with self._lock:
+            fetching = self._fetching
+            if fetching is None:
+                since = time.monotonic() - self._attempted_at
+                if self._failed and since < self._retry_after_failure:
+                    raise AdkIOError(_UNAVAILABLE)
+                self._attempted_at = time.monotonic()
+                fetching = self._fetching = concurrent.futures.Future()
+                # Running: a waiter that is cancelled cannot cancel the others' fetch.
+                fetching.set_running_or_notify_cancel()
+                asyncio.get_running_loop().run_in_executor(None, self._fetch, fetching)
+        return await asyncio.wrap_future(fetching)
+
+    def _fetch(self, fetching: concurrent.futures.Future[jwt.PyJWKSet]) -> None:
+        try:
+            keys = self._client.get_jwk_set(refresh=True)
+        except Exception as error:  # unreachable, HTTP error, not JSON, not a JWKS, no key
+            logger.warning(
+                "the JWKS %s cannot be fetched (%s: %s); credentials are refused until it can",
+                self.url,
+                type(error).__name__,
+                error,
+            )
+            with self._lock:
+                self._failed = True
+                self._fetching = None
+            fetching.set_exception(AdkIOError(_UNAVAILABLE))
+            return
+        with self._lock:
+            self._keys = keys
+            self._fetched_at = time.monotonic()
+            self._failed = False
+            self._fetching = None
+        fetching.set_result(keys)
+
+
+def _signing_key(keys: jwt.PyJWKSet, kid: object) -> jwt.PyJWK | None:
+    """The key of ``keys`` named ``kid`` that may verify signatures (``use`` absent or
+    ``sig``)."""
+    for key in keys.keys:
+        if key.key_id == kid and kid is not None and key.public_key_use in ("sig", None):
+            return key
+    return None
 
 
 def _hash(key: str) -> str:

@@ -9,12 +9,15 @@ protocol eras are served: a 2025-11-25 client through the ``initialize`` handsha
   as ``inputSchema`` (a tool without parameters takes an empty object).
 * ``tools/call``: the tool runs as it would for a remote agent, with a
   :class:`~adk_mesh.contexts.ToolContext`, the server's tool timeout and its plugins' tool
-  hooks; its progress becomes MCP progress notifications (``progress`` = the fraction and
-  ``total`` = 1 when the tool gives one, else the count of updates so far), its result the
-  ``structuredContent`` and the same JSON as text, its error (a
-  :class:`~adk_mesh.errors.ToolError` or any failure) an ``isError`` result whose text the
-  caller's model reads. An unknown tool is the protocol error ``-32602``, as the MCP
-  specification asks.
+  hooks; each of its progress updates becomes an MCP progress notification with its message,
+  on one scale whose ``progress`` increases with each notification, as the specification
+  requires (``progress`` = the fraction and ``total`` = 1 when the first update gives one,
+  else the count of updates so far; a falling fraction never moves it back: see
+  :class:`_ProgressScale`), its result the ``structuredContent`` and the same JSON as text,
+  its error (a :class:`~adk_mesh.errors.ToolError` or any failure, a plugin hook's refusal
+  included) an ``isError`` result whose text the caller's model reads. An unknown tool is
+  the protocol error ``-32602``, as the MCP specification asks; a toolset whose listing
+  fails, ``-32603`` (its cause only in the server's log).
 
 **Who calls, in which session.** An MCP call carries no adk-mesh context, so the server
 makes one: the app is the toolset's name; the user is the principal the credentials prove
@@ -43,13 +46,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkIOError, ConfigError, UnauthenticatedError
+from adk_mesh.errors import AdkError, AdkIOError, ConfigError, UnauthenticatedError
 from adk_mesh.ids import check_id
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._limits import ServerLimits
@@ -252,9 +256,23 @@ class McpServer:
     ) -> ListToolsResult:
         from mcp.types import ListToolsResult
 
-        invocation = self._invocation(ctx)
-        tools = await self.toolset.tools(ReadonlyContext(invocation))
+        tools = await self._tools(self._invocation(ctx))
         return ListToolsResult(tools=[_declared(tool) for tool in tools])
+
+    async def _tools(self, invocation: InvocationContext) -> list[BaseTool]:
+        """The toolset's tools for this caller. A listing that fails is the JSON-RPC error
+        ``-32603`` naming the toolset, its cause only in the server's log: the SDK would
+        answer code 0 (not a JSON-RPC error code) with the exception's text, which can
+        carry a backend's address or credentials."""
+        from mcp import MCPError
+        from mcp.types import INTERNAL_ERROR
+
+        try:
+            return await self.toolset.tools(ReadonlyContext(invocation))
+        except Exception:
+            logger.exception("MCP: listing the tools of %r failed", self.name)
+            message = f"the tool service {self.name!r} could not list its tools"
+            raise MCPError(code=INTERNAL_ERROR, message=message) from None
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
@@ -263,24 +281,26 @@ class McpServer:
         from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 
         invocation = self._invocation(ctx)
-        tools = await self.toolset.tools(ReadonlyContext(invocation))
+        tools = await self._tools(invocation)
         tool = next((t for t in tools if t.name == params.name), None)
         if tool is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         args = dict(params.arguments or {})
-        updates = 0
+        scale = _ProgressScale()
 
         async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
-            nonlocal updates
-            updates += 1
-            if fraction is not None:
-                await ctx.session.report_progress(fraction, 1.0, message or None)
-            else:
-                await ctx.session.report_progress(float(updates), None, message or None)
+            progress, total = scale.next(fraction)
+            await ctx.session.report_progress(progress, total, message or None)
 
         tool_context = ToolContext(invocation, progress=report)
         with telemetry.trace_tool_call(tool.name, tool, None, args, invocation):
-            response, error = await execute_with_plugins(self.plugins, tool, tool_context, args)
+            try:
+                response, error = await execute_with_plugins(self.plugins, tool, tool_context, args)
+            except AdkError as failed:
+                # A plugin's hook refused the call (a policy's PermissionDeniedError) or
+                # failed (an AgentError naming it): the call's error, for the caller's model
+                # to read, not a protocol error (code 0 from the SDK).
+                response, error = None, failed
             if error is not None:
                 telemetry.record_tool_error(error)
             else:
@@ -294,6 +314,54 @@ class McpServer:
             message = f"tool {tool.name!r} returned what cannot be sent back: {unfit}"
             return CallToolResult(content=[TextContent(text=message)], is_error=True)
         return CallToolResult(content=[TextContent(text=text)], structured_content=result)
+
+
+class _ProgressScale:
+    """Maps a tool's progress updates onto MCP ``progress``/``total`` values that increase
+    with each notification, as the MCP specification requires for a progress token, while
+    every update still reaches the client with its message.
+
+    The scale is chosen by the tool's first update:
+
+    * it gives a fraction: ``progress`` is the fraction and ``total`` 1 (a client shows a
+      percentage, an ``McpToolset`` reads the fraction back). A fraction below (or at) the
+      last one sent, or an update without one, is sent as the smallest float above the last
+      ``progress``: the bar never moves back, and the message is not dropped. (After 1 this
+      exceeds ``total`` by a rounding error; the alternative was to drop the message.)
+    * it does not: ``progress`` counts the updates so far, without a ``total``; once a
+      fraction ``f`` is given, ``total`` is ``progress / f``, so their ratio is the fraction
+      (a falling fraction raises the estimated total instead of lowering ``progress``).
+
+    Fractions are clamped to [0, 1]; one that is not a finite number counts as none.
+    """
+
+    def __init__(self) -> None:
+        self._counting: bool | None = None
+        self._updates = 0
+        self._last = -math.inf
+        self._fraction: float | None = None
+
+    def next(self, fraction: float | None) -> tuple[float, float | None]:
+        """The ``(progress, total)`` of the next notification."""
+        known = fraction is not None and math.isfinite(fraction)
+        if fraction is not None and known:
+            self._fraction = min(1.0, max(0.0, fraction))
+        if self._counting is None:
+            self._counting = not known
+        self._updates += 1
+        if self._counting:
+            return self._counted()
+        if known and self._fraction is not None and self._fraction > self._last:
+            self._last = self._fraction
+        else:
+            self._last = math.nextafter(self._last, math.inf)
+        return self._last, 1.0
+
+    def _counted(self) -> tuple[float, float | None]:
+        progress = float(self._updates)
+        if not self._fraction:  # none yet, or 0: the total is unknown
+            return progress, None
+        return progress, progress / self._fraction
 
 
 def _declared(tool: BaseTool) -> Tool:

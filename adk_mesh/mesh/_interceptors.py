@@ -49,6 +49,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
+from adk_mesh.mesh.security import peer_identities
 from adk_mesh.telemetry import _metrics
 from adk_mesh.telemetry._propagation import (
     attributes_from_baggage,
@@ -57,6 +58,7 @@ from adk_mesh.telemetry._propagation import (
     inject_context,
     invocation_as_baggage,
     invocation_from_baggage,
+    without_invocation_baggage,
 )
 from adk_mesh.telemetry._providers import get_tracer, tracing_enabled
 
@@ -308,13 +310,32 @@ def _server_outcome(
     return grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}"
 
 
+def _caller_context(
+    received: otel_context.Context, context: grpc.aio.ServicerContext
+) -> otel_context.Context:
+    """``received`` (the caller's trace context and baggage), without the invocation's ids
+    in its baggage unless the caller is of the mesh: a peer whose client certificate the
+    server verified, or, on a plaintext server (which listens on loopback only), a process
+    of this machine. Anyone else — a client of a TLS front door — would otherwise write what
+    it likes (another user's id, another invocation's) on this service's spans; its call is
+    still a child of its span (``traceparent``), and the invocation's spans carry the ids
+    this service gives them."""
+    ids = without_invocation_baggage(received)
+    if ids is received:  # no ids asserted: nothing to check (and no auth context to read)
+        return received
+    auth = context.auth_context() or {}
+    if b"ssl" not in auth.get("transport_security_type", ()) or peer_identities(auth):
+        return received
+    return ids
+
+
 def _start_server_span(
     full: str, service: str, method: str, context: grpc.aio.ServicerContext
 ) -> tuple[Span, otel_context.Context] | None:
     tracer = get_tracer()
     if tracer is None:
         return None
-    parent = extract_context(context.invocation_metadata() or ())
+    parent = _caller_context(extract_context(context.invocation_metadata() or ()), context)
     attributes = _rpc_attributes(service, method)
     attributes.update(attributes_from_baggage(parent))
     peer = context.peer()
@@ -336,7 +357,7 @@ def _handler_context(
     # opentelemetry-instrumentation-grpc's interceptor (the outer one) made the span and
     # attached the caller's context, baggage and all: the invocation's ids leave the baggage.
     current = otel_context.get_current()
-    scoped = invocation_from_baggage(current)
+    scoped = invocation_from_baggage(_caller_context(current, context))
     return None if scoped is current else (None, scoped)
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "invocation_from_baggage",
     "trace_headers",
     "with_invocation",
+    "without_invocation_baggage",
 ]
 
 INVOCATION_ID = "adk_mesh.invocation_id"
@@ -128,6 +129,19 @@ def invocation_from_baggage(context: Context) -> Context:
     if session_id is not None:
         ids[CONVERSATION_ID] = session_id
     return set_value(_INVOCATION, ids, moved)
+
+
+def without_invocation_baggage(context: Context) -> Context:
+    """``context`` without the invocation's ids in its baggage (other entries stay): for a
+    caller whose word on them is not taken (see the server interceptor)."""
+    entries = baggage.get_all(context)
+    if not entries or _BAGGAGE_KEY_SET.isdisjoint(entries):
+        return context
+    kept = baggage.clear(context)
+    for key, value in entries.items():
+        if key not in _BAGGAGE_KEY_SET:
+            kept = baggage.set_baggage(key, value, context=kept)
+    return kept
 
 
 def attributes_from_baggage(context: Context | None = None) -> dict[str, AttributeValue]:

@@ -37,7 +37,9 @@ queue and claim, the same Runner, the session persisted in the server's store):
   ``input-required``, its status message holding the call: the client answers with a
   ``function_response`` data part in a message on the same task. A run that fails is
   ``failed`` with ``"<reason>: <message>"`` (internal errors say only that); a request the
-  run refuses (an empty message, a bad id) is an invalid-params error, with nothing stored;
+  run refuses (an empty message, a bad id) is an invalid-params error, with nothing stored
+  (checked before a2a-sdk makes the task); a message on a task that has ended runs nothing
+  (unsupported operation);
 * ``CancelTask`` cancels the run (the Runner records the interruption as for a cancelled
   ``Run``) and the task ends ``canceled``.
 
@@ -82,7 +84,11 @@ from typing import Any
 import grpc
 import grpc.aio
 from a2a.auth.user import UnauthenticatedUser, User
-from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.agent_execution import (
+    AgentExecutor,
+    RequestContext,
+    SimpleRequestContextBuilder,
+)
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import (
@@ -98,7 +104,7 @@ from a2a.server.routes import (
 from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -171,6 +177,7 @@ CONNECTIONS_PER_CALL = 4
 _PROTOCOL_VERSION = "1.0"
 _CALL_STATE = "adk_mesh.a2a_call"
 _SCOPE_CALL = "adk_mesh.a2a_call"
+_PREPARED_STATE = "adk_mesh.a2a_prepared_run"
 _TERMINAL = frozenset(
     {
         a2a_pb2.TaskState.TASK_STATE_COMPLETED,
@@ -513,31 +520,27 @@ class _Executor(AgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         call = _call_of(context.call_context)
-        task_id, context_id = str(context.task_id), str(context.context_id)
-        if context.current_task is not None and context.current_task.context_id:
-            # A message on a task that names no context (A2A allows it: a2a-sdk then makes
-            # up a new one) is in the task's context: its session.
-            context_id = context.current_task.context_id
-        user_id = call.user_id
-        # Everything the request can get wrong is refused before anything is stored.
-        try:
-            check_id("contextId", context_id)
-            if context.message is None:
-                raise InvalidArgumentError("the request carries no message")
-            message = a2a_parts_to_content(context.message.parts, "user")
-            invocation_id = _invocation_id(context.message)
-            request = agent_pb2.RunRequest(
-                root=agent_pb2.RootRun(
-                    user_id=user_id,
-                    session_id=context_id,
-                    new_message=codec.content_to_proto(message),
-                )
+        task_id = str(context.task_id)
+        # Checked and prepared by _CheckingContextBuilder, before a2a-sdk made the task.
+        prepared = context.call_context.state.pop(_PREPARED_STATE, None)
+        current = context.current_task
+        if current is not None and current.status.state in _TERMINAL:
+            # a2a-sdk runs a task's messages one after another, each on the task as the one
+            # before left it: a second answer sent while the first was running comes here
+            # once that run ended the task. It gets the task as it ended; nothing runs again.
+            logger.info("A2A message on task %s, which has ended: nothing runs", task_id)
+            if isinstance(prepared, _PreparedRun):
+                await prepared.responses.aclose()
+            return
+        if not isinstance(prepared, _PreparedRun):  # pragma: no cover - the builder prepares
+            session_id = current.context_id if current is not None and current.context_id else None
+            prepared = await _prepare_run(
+                self._server, call, context.message, session_id or str(context.context_id)
             )
-            request.run_config.streaming_mode = agent_pb2.STREAMING_MODE_SSE
-            # The checks of a gRPC root run; the turn starts when the responses are read.
-            responses = await self._server._root_responses(request, invocation_id=invocation_id)
-        except InvalidArgumentError as error:
-            raise InvalidParamsError(message=error.message) from None
+        user_id, context_id = prepared.user_id, prepared.session_id
+        invocation_id, responses = prepared.invocation_id, prepared.responses
+        if context.message is None:  # pragma: no cover - _prepare_run refuses it
+            raise InvalidParamsError(message="the request carries no message")
         updater = TaskUpdater(event_queue, task_id, context_id)
         metadata = _status_metadata(invocation_id, context_id)
         if context.current_task is None:
@@ -622,6 +625,95 @@ class _Executor(AgentExecutor):
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CANCEL_WAIT):
                 await ended.wait()
+
+
+@dataclass(frozen=True)
+class _PreparedRun:
+    """A message's root run, checked and not yet started (nothing held, nothing stored)."""
+
+    user_id: str
+    session_id: str
+    invocation_id: str
+    responses: AsyncGenerator[agent_pb2.RunResponse, None]
+
+
+async def _prepare_run(
+    server: A2aAgentServer, call: _A2aCall, message: a2a_pb2.Message | None, session_id: str
+) -> _PreparedRun:
+    """The root run of ``message`` in session ``session_id`` (the A2A contextId), with every
+    check a gRPC ``Run`` makes.
+
+    Raises:
+        InvalidParamsError: the request is wrong (no readable parts, a contextId that is not
+            a session id, a user id that is not an id, ...): a JSON-RPC -32602 / gRPC
+            INVALID_ARGUMENT, with what was wrong.
+    """
+    try:
+        check_id("contextId", session_id)
+        if message is None:
+            raise InvalidArgumentError("the request carries no message")
+        content = a2a_parts_to_content(message.parts, "user")
+        invocation_id = _invocation_id(message)
+        request = agent_pb2.RunRequest(
+            root=agent_pb2.RootRun(
+                user_id=call.user_id,
+                session_id=session_id,
+                new_message=codec.content_to_proto(content),
+            )
+        )
+        request.run_config.streaming_mode = agent_pb2.STREAMING_MODE_SSE
+        # The checks of a gRPC root run; the turn starts when the responses are read.
+        responses = await server._root_responses(request, invocation_id=invocation_id)
+    except InvalidArgumentError as error:
+        logger.debug("A2A message refused: %s", error.message)
+        raise InvalidParamsError(message=error.message) from None
+    return _PreparedRun(call.user_id, session_id, invocation_id, responses)
+
+
+class _CheckingContextBuilder(SimpleRequestContextBuilder):
+    """a2a-sdk's request context of a message, built only once its run is checked and
+    prepared (:func:`_prepare_run`; the run handed to the executor in the call's state) and
+    the task it names, if any, is not over.
+
+    a2a-sdk builds this context after its own checks and before it makes the task; the
+    executor runs after. A refusal raised by the executor left a ``failed`` task in the store
+    (counted toward ``max_tasks``: bad requests locked good ones out), failed a task waiting
+    for input that a bad answer named, and logged a2a-sdk's traceback. Raised here, it is
+    only the request's error.
+    """
+
+    def __init__(self, server: A2aAgentServer) -> None:
+        super().__init__()
+        self._server = server
+
+    async def build(
+        self,
+        context: ServerCallContext,
+        params: a2a_pb2.SendMessageRequest | None = None,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        task: a2a_pb2.Task | None = None,
+    ) -> RequestContext:
+        if params is not None and task_id:
+            named = await self._server.task_store.get(task_id, context)
+            if named is not None and named.status.state in _TERMINAL:
+                # a2a-sdk's own refusal comes once it made the task's queues, which it then
+                # leaves pending: each such message logged asyncio's "Task was destroyed".
+                state = a2a_pb2.TaskState.Name(named.status.state)
+                raise UnsupportedOperationError(
+                    message=f"task {task_id} has ended ({state}); send a message without "
+                    "taskId to start a new one"
+                )
+            if named is not None and named.context_id and not context_id:
+                # A message on a task that names no context (A2A allows it) is in the
+                # task's context, its session; a2a-sdk would make up a new one.
+                context_id = named.context_id
+        built = await super().build(context, params, task_id, context_id, task)
+        if params is not None:
+            context.state[_PREPARED_STATE] = await _prepare_run(
+                self._server, _call_of(context), built.message, str(built.context_id)
+            )
+        return built
 
 
 def _invocation_id(message: a2a_pb2.Message) -> str:
@@ -977,7 +1069,10 @@ class A2aAgentServer(AgentServer):
         )
         self._executor = _Executor(self, DEFAULT_MAX_CONCURRENT_CALLS)
         self._handler = DefaultRequestHandler(
-            agent_executor=self._executor, task_store=self.task_store, agent_card=self.a2a_card
+            agent_executor=self._executor,
+            task_store=self.task_store,
+            agent_card=self.a2a_card,
+            request_context_builder=_CheckingContextBuilder(self),
         )
         self._authenticators: tuple[Authenticator, ...] = ()
         self._http: Any = None

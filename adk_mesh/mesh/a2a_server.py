@@ -137,7 +137,13 @@ from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._status import abort_with_error
 from adk_mesh.mesh.agent_server import AgentServer
-from adk_mesh.mesh.auth import ApiKeyAuthenticator, Authenticator, JwtAuthenticator, authenticate
+from adk_mesh.mesh.auth import (
+    ApiKeyAuthenticator,
+    Authenticator,
+    JwtAuthenticator,
+    authenticate,
+    refusal_http_status,
+)
 from adk_mesh.mesh.security import ServerSecurity, check_transport
 from adk_mesh.runner import new_invocation_id
 from adk_mesh.telemetry._propagation import extract_context
@@ -288,6 +294,7 @@ async def _admit(authenticators: tuple[Authenticator, ...], headers: Mapping[str
 
     Raises:
         UnauthenticatedError: the server has authenticators and none knows the credential.
+        AdkError: the credentials cannot be checked now (UNAVAILABLE), or a check broke.
     """
     if not authenticators:
         return UnauthenticatedUser()
@@ -840,6 +847,9 @@ class _HttpDoor:
         except UnauthenticatedError as error:
             await _respond(send, 401, {"error": error.message}, (b"www-authenticate", b"Bearer"))
             return
+        except AdkError as error:  # the credentials cannot be checked now, or a check broke
+            await _respond(send, refusal_http_status(error), {"error": error.message})
+            return
         replayed = False
 
         async def replay() -> Any:
@@ -969,7 +979,7 @@ class _GrpcDoor(GrpcHandler):
         }
         try:
             user = await _admit(self._authenticators, headers)
-        except UnauthenticatedError as error:
+        except AdkError as error:  # UNAUTHENTICATED, or UNAVAILABLE / INTERNAL from the check
             await abort_with_error(context, error)
         _admitted.set(
             _A2aCall(

@@ -57,7 +57,7 @@ from adk_mesh.errors import AdkError, AdkIOError, ConfigError, UnauthenticatedEr
 from adk_mesh.ids import check_id
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._limits import ServerLimits
-from adk_mesh.mesh.auth import Principal, authenticate
+from adk_mesh.mesh.auth import Principal, authenticate, refusal_http_status
 from adk_mesh.mesh.security import ServerSecurity, check_transport, is_loopback
 from adk_mesh.mesh.tool_server import _CallerAgent
 from adk_mesh.plugins._manager import PluginManager, execute_with_plugins
@@ -402,6 +402,17 @@ class _Authenticating:
                         (b"content-type", b"application/json"),
                         (b"www-authenticate", b'Bearer realm="adk-mesh"'),
                     ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body.encode()})
+            return
+        except AdkError as error:  # the credentials cannot be checked now, or a check broke
+            body = json.dumps({"error": "server_error", "error_description": error.message})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": refusal_http_status(error),
+                    "headers": [(b"content-type", b"application/json")],
                 }
             )
             await send({"type": "http.response.body", "body": body.encode()})

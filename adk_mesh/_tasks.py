@@ -12,6 +12,7 @@ deadline — cancels the work and waits for it, leaving no task behind and nothi
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -37,16 +38,25 @@ class TaskFeed(Generic[T, R]):
       item was read; if the work failed, its exception is raised after the items sent before
       it.
     * :meth:`send` waits while ``max_pending`` items are unread (back-pressure on the work);
-      :meth:`send_nowait` never waits (``max_pending=0``, the default, bounds nothing).
+      :meth:`send_nowait` never waits (``max_pending=0``, the default, bounds nothing), nor
+      does :meth:`send_anyway`, for a sender that cannot wait and must lose nothing.
     * Leaving the ``async with`` block cancels the work if it still runs, and waits for it.
     * The reader waits on a plain future, never on a task of its own, so a cancelled reader
       leaves nothing pending.
     """
 
     def __init__(self, *, max_pending: int = 0) -> None:
-        self._items: asyncio.Queue[T] = asyncio.Queue(max_pending)
+        self._items: collections.deque[T] = collections.deque()
+        self._max_pending = max_pending
         self._task: asyncio.Task[R] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # One future per send waiting for room: a cancelled send cancels only its own.
+        self._senders: list[asyncio.Future[None]] = []
+
+    @property
+    def pending(self) -> int:
+        """How many items were sent and not read yet."""
+        return len(self._items)
 
     def start(self, work: Coroutine[Any, Any, R]) -> None:
         """Run ``work`` in a task (with a copy of the current context)."""
@@ -58,19 +68,34 @@ class TaskFeed(Generic[T, R]):
 
     async def send(self, item: T) -> None:
         """Hand ``item`` to the reader; waits while ``max_pending`` items are unread."""
-        await self._items.put(item)
-        self._wake()
+        while self._full():
+            room = asyncio.get_running_loop().create_future()
+            self._senders.append(room)
+            try:
+                await room
+            finally:
+                self._senders.remove(room)
+        self._put(item)
 
     def send_nowait(self, item: T) -> None:
         """Hand ``item`` to the reader at once (raises ``asyncio.QueueFull`` on a full feed)."""
-        self._items.put_nowait(item)
-        self._wake()
+        if self._full():
+            raise asyncio.QueueFull
+        self._put(item)
+
+    def send_anyway(self, item: T) -> None:
+        """Hand ``item`` to the reader at once, past ``max_pending`` if need be: for a sender
+        that cannot wait (a synchronous callback) and must not lose the item. The feed may
+        then hold more than ``max_pending`` items; :meth:`send` waits until they are read."""
+        self._put(item)
 
     def take_ready(self, limit: int) -> list[T]:
         """The items already sent and not yet read, up to ``limit``, without waiting."""
         ready: list[T] = []
-        while len(ready) < limit and not self._items.empty():
-            ready.append(self._items.get_nowait())
+        while len(ready) < limit and self._items:
+            ready.append(self._items.popleft())
+        if ready:
+            self._wake_senders()
         return ready
 
     def result(self) -> R:
@@ -81,6 +106,20 @@ class TaskFeed(Generic[T, R]):
         if self._task is None:
             raise RuntimeError("start the TaskFeed's work first")
         return self._task
+
+    def _full(self) -> bool:
+        return 0 < self._max_pending <= len(self._items)
+
+    def _put(self, item: T) -> None:
+        self._items.append(item)
+        self._wake()
+
+    def _wake_senders(self) -> None:
+        """Let every waiting send look for room again (each takes it or waits anew): waking
+        one alone could leave the room unused when that send is cancelled meanwhile."""
+        for room in self._senders:
+            if not room.done():
+                room.set_result(None)
 
     def _wake(self, _: object = None) -> None:
         waiter = self._waiter
@@ -93,8 +132,10 @@ class TaskFeed(Generic[T, R]):
     async def __anext__(self) -> T:
         task = self._started()
         while True:
-            if not self._items.empty():
-                return self._items.get_nowait()
+            if self._items:
+                item = self._items.popleft()
+                self._wake_senders()
+                return item
             if task.done():
                 task.result()  # the work's failure, after every item sent before it
                 raise StopAsyncIteration

@@ -68,6 +68,13 @@ DEFAULT_TOOL_TIMEOUT = 600.0
 #: ``(message, data, fraction) -> None``: where a running tool's progress goes.
 ProgressReporter = Callable[[str, "dict[str, Any] | None", "float | None"], Awaitable[None]]
 
+#: How many of a tool call's events (its progress, and in process the events it forwards) may
+#: wait unread before :meth:`ToolContext.report_progress` waits for the reader: a tool that
+#: reports in a tight loop to a slow reader (a slow client, a slow consumer of the Runner's
+#: events) then runs at the reader's pace instead of buffering without end. Held per reader
+#: of a model step's calls (an agent's) and per call a ToolServer serves.
+MAX_UNREAD_TOOL_EVENTS = 64
+
 #: The deadline (``time.monotonic()``) of the call a mesh service is serving, for the contexts
 #: created while serving it: a root run's context is built by the Runner, which knows nothing
 #: of gRPC. Set by the mesh servicers; each served call runs in its own task, so it ends there.
@@ -700,7 +707,11 @@ class ToolContext(CallbackContext):
     def forward_event(self, event: Event) -> None:
         """Show an event in the calling agent's stream while the tool runs (AgentTool with
         ``forward_events``). Forwarded events are persisted by the Runner like any other; a
-        tool must strip actions it does not want applied. Dropped when nobody listens."""
+        tool must strip actions it does not want applied. Dropped when nobody listens.
+
+        Never waits (it is synchronous), so never held back by a slow reader: a forwarded
+        event is kept even past :data:`MAX_UNREAD_TOOL_EVENTS`, and :meth:`report_progress`
+        waits until it is read."""
         if self._event_sink is not None:
             self._event_sink(event)
 
@@ -748,7 +759,11 @@ class ToolContext(CallbackContext):
         """Report progress of a running tool: an event with ``tool_progress`` (tool name,
         call id, message, fraction, data) in the calling agent's stream, never model text; a
         ToolProgress message when the tool is served over the mesh. Dropped when nobody
-        listens (a context built without a progress reporter)."""
+        listens (a context built without a progress reporter).
+
+        Back-pressured: waits while :data:`MAX_UNREAD_TOOL_EVENTS` of the call's updates are
+        unread, so a tool reporting faster than its reader reads runs at the reader's pace;
+        nothing is dropped, and updates arrive in the order they were reported."""
         if self._progress is not None:
             secrets = self._invocation.known_secrets
             if secrets:

@@ -22,6 +22,7 @@ from adk_mesh.agents.base import (
 )
 from adk_mesh.agents.history import RequestHistory, request_contents
 from adk_mesh.contexts import (
+    MAX_UNREAD_TOOL_EVENTS,
     CallbackContext,
     InvocationContext,
     ProgressReporter,
@@ -581,15 +582,27 @@ class LlmAgent(BaseAgent):
         if self._runs_inline(ctx, calls, tools):
             # Nothing can send an event while it runs: no task to read it from.
             sent: list[Event] = []
-            results = [await self._call_tool(ctx, calls[0], tools, sent.append, confirmations)]
+
+            async def keep(event: Event) -> None:
+                sent.append(event)
+
+            results = [
+                await self._call_tool(ctx, calls[0], tools, keep, sent.append, confirmations)
+            ]
             for event in sent:  # a tool that said it sends none sent some: late, not lost
                 yield event
         else:
-            async with TaskFeed[Event, list[tuple[Part | None, EventActions]]]() as feed:
+            # Bounded: progress waits for a slow reader; forwarded events (sent by a
+            # synchronous callback) go in anyway, never dropped (see MAX_UNREAD_TOOL_EVENTS).
+            async with TaskFeed[Event, list[tuple[Part | None, EventActions]]](
+                max_pending=MAX_UNREAD_TOOL_EVENTS
+            ) as feed:
                 feed.start(
                     run_all(
                         [
-                            self._call_tool(ctx, call, tools, feed.send_nowait, confirmations)
+                            self._call_tool(
+                                ctx, call, tools, feed.send, feed.send_anyway, confirmations
+                            )
                             for call in calls
                         ]
                     )
@@ -645,14 +658,17 @@ class LlmAgent(BaseAgent):
         ctx: InvocationContext,
         call: FunctionCall,
         tools: dict[str, BaseTool],
-        sink: Callable[[Event], None],
+        send: Callable[[Event], Awaitable[None]],
+        forward: Callable[[Event], None],
         confirmations: dict[str, ToolConfirmation] | None = None,
     ) -> tuple[Part | None, EventActions]:
+        """Answer one call; its progress goes to ``send`` (awaited: the reader's pace), the
+        events it forwards to ``forward`` (a synchronous callback cannot wait)."""
         tool_context = ToolContext(
             ctx,
             function_call_id=call.id,
-            event_sink=sink,
-            progress=self._progress_reporter(ctx, call, sink),
+            event_sink=forward,
+            progress=self._progress_reporter(ctx, call, send),
             tool_confirmation=confirmations.get(call.id) if confirmations and call.id else None,
         )
         tool = tools.get(call.name)
@@ -675,7 +691,7 @@ class LlmAgent(BaseAgent):
         return part, tool_context.actions
 
     def _progress_reporter(
-        self, ctx: InvocationContext, call: FunctionCall, sink: Callable[[Event], None]
+        self, ctx: InvocationContext, call: FunctionCall, send: Callable[[Event], Awaitable[None]]
     ) -> ProgressReporter:
         """Where ``call``'s tool reports progress (a local tool, or a remote one's progress
         as it arrives): a progress event in this agent's stream, never model text."""
@@ -688,7 +704,7 @@ class LlmAgent(BaseAgent):
                 fraction=_clamped(fraction),
                 data=data,
             )
-            sink(
+            await send(
                 Event.for_tool_progress(
                     progress, author=self.name, invocation_id=ctx.invocation_id, branch=ctx.branch
                 )

@@ -13,7 +13,13 @@ import grpc.aio
 from adk_mesh import codec
 from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent
-from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext, serving_deadline
+from adk_mesh.contexts import (
+    MAX_UNREAD_TOOL_EVENTS,
+    InvocationContext,
+    ReadonlyContext,
+    ToolContext,
+    serving_deadline,
+)
 from adk_mesh.credentials import CredentialService
 from adk_mesh.errors import (
     AdkError,
@@ -338,8 +344,15 @@ async def _run_tool(
     plugins: PluginManager | None = None,
 ) -> AsyncIterator[tool_pb2.CallToolResponse]:
     """Run the tool in a task (through this server's plugins' tool hooks); stream its progress
-    as it comes, then exactly one result."""
-    feed = TaskFeed[tool_pb2.ToolProgress, tuple[dict[str, Any] | None, AdkError | None]]()
+    as it comes, then exactly one result.
+
+    Back-pressured end to end: each response is written before the next is read (grpc.aio
+    waits for the client's flow-control window), and the tool's ``report_progress`` waits
+    while MAX_UNREAD_TOOL_EVENTS updates are unread, so a slow client slows the tool down
+    instead of the server buffering its progress without end."""
+    feed = TaskFeed[tool_pb2.ToolProgress, tuple[dict[str, Any] | None, AdkError | None]](
+        max_pending=MAX_UNREAD_TOOL_EVENTS
+    )
 
     async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
         try:
@@ -350,7 +363,7 @@ async def _run_tool(
                 "tool %r reported progress data the wire cannot carry: %s", tool.name, error
             )
             progress = codec.tool_progress_to_proto(message, None, fraction)
-        feed.send_nowait(progress)
+        await feed.send(progress)
 
     call_id = request.function_call_id if request.HasField("function_call_id") else None
     tool_context = ToolContext(

@@ -25,6 +25,7 @@ __all__ = [
     "BaseAgent",
     "RemoteLocation",
     "call_callbacks",
+    "checked_callback_result",
     "validate_agent_name",
 ]
 
@@ -54,6 +55,23 @@ async def call_callbacks(callbacks: Sequence[Callable[..., Any]], *args: Any) ->
         if result is not None:
             return result
     return None
+
+
+def checked_callback_result(result: object, expected: type[Any], hook: str, agent: str) -> Any:
+    """``result`` of an agent's ``hook`` callbacks (or its plugins' hook), checked to be
+    ``expected`` or ``None``, what google-adk's callback type says it returns: google-adk
+    then fails deep inside its event building, with an error that names neither the hook
+    nor the agent; this names both.
+
+    Raises:
+        ConfigError: any other value (a mistake in the callback's code).
+    """
+    if result is None or isinstance(result, expected):
+        return result
+    raise ConfigError(
+        f"the {hook} callback of agent {agent!r} returned a {type(result).__name__}; it must "
+        f"return {expected.__name__} or None"
+    )
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -249,6 +267,7 @@ class BaseAgent(abc.ABC):
                 )
             if content is None and self.before_agent_callbacks:
                 content = await call_callbacks(self.before_agent_callbacks, callback_context)
+            content = checked_callback_result(content, Content, "before_agent", self.name)
             if content is not None or callback_context.state.has_delta():
                 yield ctx.new_event(content=content, actions=callback_context.actions)
             if content is not None:
@@ -270,6 +289,7 @@ class BaseAgent(abc.ABC):
             )
         if content is None and self.after_agent_callbacks:
             content = await call_callbacks(self.after_agent_callbacks, callback_context)
+        content = checked_callback_result(content, Content, "after_agent", self.name)
         if content is not None or callback_context.state.has_delta():
             yield ctx.new_event(content=content, actions=callback_context.actions)
 

@@ -19,6 +19,7 @@ from adk_mesh.agents.base import (
     BaseAgent,
     _as_list,
     call_callbacks,
+    checked_callback_result,
 )
 from adk_mesh.agents.history import RequestHistory, request_contents
 from adk_mesh.contexts import (
@@ -34,7 +35,7 @@ from adk_mesh.contexts import (
 from adk_mesh.errors import AdkError, AgentError, ConfigError, ToolError
 from adk_mesh.models.base import GenerateContentConfig, Llm, LlmRequest
 from adk_mesh.telemetry import _spans as telemetry
-from adk_mesh.tools.base import BaseTool, Toolset, execute_tool
+from adk_mesh.tools.base import BaseTool, Toolset, as_tool_response, execute_tool
 from adk_mesh.types import (
     Content,
     Event,
@@ -66,6 +67,7 @@ InstructionProvider = Callable[[ReadonlyContext], "str | Awaitable[str]"]
 ModelCallback = Callable[..., "LlmResponse | Awaitable[LlmResponse | None] | None"]
 #: before: ``(tool, args, tool_context) -> dict | None`` (a dict skips the tool);
 #: after: ``(tool, args, tool_context, response) -> dict | None`` (replaces the response).
+#: Another value (a string, a list, a number) answers as ``{"result": value}``, as google-adk.
 ToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
 #: ``(callback_context, llm_request, error) -> LlmResponse | None``: a response answers in the
 #: failed model call's place; ``None`` lets the error go on.
@@ -480,6 +482,7 @@ class LlmAgent(BaseAgent):
             response = await plugins.before_model(callback_context, request)
         if response is None and self.before_model_callbacks:
             response = await call_callbacks(self.before_model_callbacks, callback_context, request)
+        response = checked_callback_result(response, LlmResponse, "before_model", self.name)
         if response is None:
             ctx.count_llm_call()
             streaming = ctx.run_config.streaming_mode is StreamingMode.SSE
@@ -505,6 +508,9 @@ class LlmAgent(BaseAgent):
                     response = await call_callbacks(
                         self.on_model_error_callbacks, callback_context, request, error
                     )
+                response = checked_callback_result(
+                    response, LlmResponse, "on_model_error", self.name
+                )
                 if response is None:
                     raise
             if response is None:
@@ -514,6 +520,7 @@ class LlmAgent(BaseAgent):
             replaced = await plugins.after_model(callback_context, response)
         if replaced is None and self.after_model_callbacks:
             replaced = await call_callbacks(self.after_model_callbacks, callback_context, response)
+        replaced = checked_callback_result(replaced, LlmResponse, "after_model", self.name)
         if replaced is not None:
             response = replaced
 
@@ -733,25 +740,26 @@ class LlmAgent(BaseAgent):
             replaced = await call_callbacks(
                 self.after_tool_callbacks, tool, args, tool_context, response
             )
-        return replaced if replaced is not None else response
+        return as_tool_response(replaced) if replaced is not None else response
 
     async def _before_tool(
         self, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        """The plugins' ``before_tool``, then the agent's callbacks: a dict answers the call."""
+        """The plugins' ``before_tool``, then the agent's callbacks: a value answers the call
+        (see :func:`~adk_mesh.tools.base.as_tool_response`)."""
         plugins = tool_context.invocation_context.plugins
         response = None
         if plugins is not None:
             response = await plugins.before_tool(tool, args, tool_context)
         if response is None and self.before_tool_callbacks:
             response = await call_callbacks(self.before_tool_callbacks, tool, args, tool_context)
-        return response
+        return as_tool_response(response)
 
     async def _on_tool_error(
         self, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, error: AdkError
     ) -> dict[str, Any] | None:
-        """The plugins' ``on_tool_error``, then the agent's callbacks: a dict answers for the
-        error."""
+        """The plugins' ``on_tool_error``, then the agent's callbacks: a value answers for the
+        error (see :func:`~adk_mesh.tools.base.as_tool_response`)."""
         plugins = tool_context.invocation_context.plugins
         replaced = None
         if plugins is not None:
@@ -760,7 +768,7 @@ class LlmAgent(BaseAgent):
             replaced = await call_callbacks(
                 self.on_tool_error_callbacks, tool, args, tool_context, error
             )
-        return dict(replaced) if replaced is not None else None
+        return as_tool_response(replaced)
 
     async def _answer_missing(
         self,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from adk_mesh.errors import AdkError, AgentError, ConfigError
 from adk_mesh.plugins.base import Plugin
+from adk_mesh.tools.base import as_tool_response
 
 if TYPE_CHECKING:
     from adk_mesh.contexts import CallbackContext, ToolContext
@@ -137,10 +138,10 @@ class PluginManager:
     async def before_tool(
         self, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        result: dict[str, Any] | None = await self.run(
+        result = await self.run(
             "before_tool", tool=tool, tool_args=tool_args, tool_context=tool_context
         )
-        return result
+        return as_tool_response(result)
 
     async def after_tool(
         self,
@@ -149,18 +150,18 @@ class PluginManager:
         tool_context: ToolContext,
         result: dict[str, Any],
     ) -> dict[str, Any] | None:
-        replaced: dict[str, Any] | None = await self.run(
+        replaced = await self.run(
             "after_tool", tool=tool, tool_args=tool_args, tool_context=tool_context, result=result
         )
-        return replaced
+        return as_tool_response(replaced)
 
     async def on_tool_error(
         self, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, error: Exception
     ) -> dict[str, Any] | None:
-        result: dict[str, Any] | None = await self.run(
+        result = await self.run(
             "on_tool_error", tool=tool, tool_args=tool_args, tool_context=tool_context, error=error
         )
-        return result
+        return as_tool_response(result)
 
     async def close(self) -> None:
         """Close every plugin, in order; a failure is logged and the others still close."""
@@ -186,10 +187,11 @@ async def execute_with_plugins(
     plugins: PluginManager | None, tool: BaseTool, tool_context: ToolContext, args: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, AdkError | None]:
     """Run a tool as :func:`~adk_mesh.tools.base.execute_tool` does, through the plugins' tool
-    hooks: ``before_tool`` (a dict skips the tool), ``on_tool_error`` (a dict answers for the
-    error) and ``after_tool`` (a dict replaces the result). What a service that serves tools
-    (a ToolServer) runs for each call; an LlmAgent calls the same hooks around its own
-    callbacks."""
+    hooks: ``before_tool`` (a value skips the tool), ``on_tool_error`` (a value answers for
+    the error) and ``after_tool`` (a value replaces the result); a value that is not a dict
+    answers as ``{"result": value}`` (:func:`~adk_mesh.tools.base.as_tool_response`). What a
+    service that serves tools (a ToolServer) runs for each call; an LlmAgent calls the same
+    hooks around its own callbacks."""
     from adk_mesh.tools.base import execute_tool
 
     if plugins is None:
@@ -201,7 +203,7 @@ async def execute_with_plugins(
         if error is not None:
             recovered = await plugins.on_tool_error(tool, args, tool_context, error)
             if recovered is not None:
-                response, error = dict(recovered), None
+                response, error = recovered, None
     if error is None and response is not None:
         replaced = await plugins.after_tool(tool, args, tool_context, response)
         if replaced is not None:

@@ -127,7 +127,8 @@ class Plugin:
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
         """A tool is about to run (``tool_args`` may be changed in place). Return a dict to
-        use as its response instead: the tool does not run."""
+        use as its response instead (another value answers as ``{"result": value}``, as in
+        google-adk): the tool does not run."""
         return None
 
     async def after_tool(
@@ -138,7 +139,8 @@ class Plugin:
         tool_context: ToolContext,
         result: dict[str, Any],
     ) -> dict[str, Any] | None:
-        """A tool returned ``result``. Return a dict to use as its response instead."""
+        """A tool returned ``result``. Return a dict to use as its response instead (another
+        value answers as ``{"result": value}``)."""
         return None
 
     async def on_tool_error(
@@ -150,9 +152,9 @@ class Plugin:
         error: Exception,
     ) -> dict[str, Any] | None:
         """The tool failed with ``error`` (an :class:`~adk_mesh.errors.AdkError`: a tool bug
-        or a timeout comes as a ToolError). Return a dict to use as its response instead;
-        ``None`` lets the error go on (the model reads it as an ``{"error": ...}``
-        response)."""
+        or a timeout comes as a ToolError). Return a dict to use as its response instead
+        (another value answers as ``{"result": value}``); ``None`` lets the error go on (the
+        model reads it as an ``{"error": ...}`` response)."""
         return None
 
     async def close(self) -> None:

@@ -6,6 +6,7 @@ import abc
 import asyncio
 import logging
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from adk_mesh.errors import AdkError, ToolError
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from adk_mesh.contexts import ReadonlyContext, ToolContext
     from adk_mesh.models.base import LlmRequest
 
-__all__ = ["LONG_RUNNING_NOTE", "BaseTool", "Toolset", "execute_tool"]
+__all__ = ["LONG_RUNNING_NOTE", "BaseTool", "Toolset", "as_tool_response", "execute_tool"]
 
 logger = logging.getLogger("adk_mesh.tools")
 
@@ -140,6 +141,18 @@ class Toolset(abc.ABC):
         """Release connections. Idempotent."""
 
 
+def as_tool_response(value: object) -> dict[str, Any] | None:
+    """What a tool or a tool hook (before/after tool, on tool error: a plugin's or an
+    agent's callback) returned, as the call's response. As google-adk: a dict as it is, any
+    other value (a string, a list, a number, falsy ones too) as ``{"result": value}``; and a
+    mapping of another kind as a dict of its own. ``None``: no answer."""
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, Mapping):
+        return dict(value)
+    return {"result": value}
+
+
 async def execute_tool(
     tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, AdkError | None]:
@@ -186,11 +199,7 @@ async def _execute(
     try:
         async with limit:
             response = await tool.execute(ctx, args)
-        if response is not None and not isinstance(response, dict):
-            # As google-adk: a tool that answers with something other than an object (a
-            # string, a list, a number) answers ``{"result": value}``.
-            response = {"result": response}
-        return response, None
+        return as_tool_response(response), None
     except AdkError as error:
         return None, error
     except Exception as error:

@@ -30,8 +30,10 @@ from adk_mesh.types import Content, Event, FunctionCall, LlmResponse, Part
 __all__ = [
     "INTERRUPTED_CALL_ERROR",
     "Runner",
+    "answered_call_event",
     "check_new_message",
     "find_agent_to_run",
+    "find_branch_to_run",
     "new_invocation_id",
 ]
 
@@ -92,6 +94,29 @@ def _transferable_across_tree(agent: BaseAgent, root: BaseAgent | None = None) -
             break
         current = current.parent_agent
     return True
+def answered_call_event(session: Session, new_message: Content) -> Event | None:
+    """The newest stored event holding a call that ``new_message`` answers (a long-running
+    tool's result, a confirmation), or ``None``."""
+    response_ids = {r.id for r in new_message.function_responses if r.id}
+    if not response_ids:
+        return None
+    for event in reversed(session.events):
+        if any(call.id in response_ids for call in event.function_calls()):
+            return event
+    return None
+
+
+def find_branch_to_run(agent: BaseAgent, session: Session, new_message: Content) -> str | None:
+    """The branch ``agent`` resumes on when ``new_message`` answers a call it made: the
+    branch it made the call on (a ParallelAgent's child keeps its own, so its history stays
+    its branch's), as google-adk restores it; ``None`` when the message answers no call of
+    ``agent``'s (the turn runs on the branch it would anyway)."""
+    answered = answered_call_event(session, new_message)
+    if answered is None or answered.author != agent.name:
+        return None
+    return answered.branch
+
+
 
 
 def find_agent_to_run(
@@ -104,8 +129,9 @@ def find_agent_to_run(
     """Which agent answers the next user turn.
 
     A message answering a function call (a long-running tool's result) goes to the agent that
-    made the call. Otherwise the turn resumes with the agent that answered last, if it can
-    keep the conversation (see :func:`_transferable_across_tree`); else the root.
+    made the call (on the branch it made it on: :func:`find_branch_to_run`). Otherwise the
+    turn resumes with the agent that answered last, if it can keep the conversation (see
+    :func:`_transferable_across_tree`); else the root.
 
     ``foreign_authors_end``: for a run another service handed to ``root`` (a subtree of this
     service's tree) by a transfer. The history holds the caller's agents too: the newest event
@@ -113,14 +139,11 @@ def find_agent_to_run(
     ``root`` answers; otherwise the agent of the subtree that answered last resumes, as it
     would if the two trees were one.
     """
-    response_ids = {r.id for r in new_message.function_responses if r.id}
-    if response_ids:
-        for event in reversed(session.events):
-            if any(call.id in response_ids for call in event.function_calls()):
-                agent = root.find_agent(event.author)
-                if agent is not None:
-                    return agent
-                break
+    answered = answered_call_event(session, new_message)
+    if answered is not None:
+        agent = root.find_agent(answered.author)
+        if agent is not None:
+            return agent
     for event in reversed(session.events):
         if event.author == "user":
             continue
@@ -299,6 +322,7 @@ class Runner:
                 new_message = ctx.user_content = _owned(check_new_message(replaced))
         check_confirmation_answers(session.events, new_message)
         agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
+        ctx.branch = find_branch_to_run(agent, session, new_message) or ""
         user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)
         await self.session_service.append_event(session, user_event)
         append = self.session_service.append_event

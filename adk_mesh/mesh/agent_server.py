@@ -61,7 +61,13 @@ from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downs
 from adk_mesh.mesh._view_sessions import ViewSessions
 from adk_mesh.plugins._manager import plugin_manager
 from adk_mesh.plugins.base import Plugin
-from adk_mesh.runner import Runner, check_new_message, find_agent_to_run, new_invocation_id
+from adk_mesh.runner import (
+    Runner,
+    check_new_message,
+    find_agent_to_run,
+    find_branch_to_run,
+    new_invocation_id,
+)
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import annotate_current_span
@@ -584,14 +590,13 @@ class AgentServer(MeshServer):
         )
         agent_tool = delegated.HasField("agent_tool")
         handed_to = agent
+        branch = delegated.branch
         if not agent_tool:
-            # Resumed where the conversation was left, in this tree as across the two.
-            agent = find_agent_to_run(
-                agent,
-                session,
-                user_content or Content(role="user", parts=[]),
-                foreign_authors_end=True,
-            )
+            # Resumed where the conversation was left, in this tree as across the two: an
+            # answered call goes on where it was made, on its branch.
+            message = user_content or Content(role="user", parts=[])
+            agent = find_agent_to_run(agent, session, message, foreign_authors_end=True)
+            branch = find_branch_to_run(agent, session, message) or branch
         if delegated.no_caller_stores:
             # The caller has none to offer: as it would answer over the call.
             artifacts, memory = None, None
@@ -608,7 +613,7 @@ class AgentServer(MeshServer):
             memory_service=scoped_memory(memory, scope),
             run_config=run_config,
             user_content=user_content,
-            branch=delegated.branch,
+            branch=branch,
             delegation_depth=delegated.delegation_depth,
             max_delegation_depth=limit,
             call_path=(*call_path, self.agent.name),

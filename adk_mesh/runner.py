@@ -44,8 +44,6 @@ INTERRUPTED_CALL_ERROR = "the turn was interrupted before this call finished"
 #: How long recording an interrupted turn may take (seconds); past it, the request-time repair
 #: (:func:`~adk_mesh.models._pairing.pair_function_calls`) answers the calls instead.
 INTERRUPTION_RECORD_TIMEOUT = 5.0
-#: Recordings still running after their turn was cancelled again: kept until they finish.
-_recordings: set[asyncio.Task[None]] = set()
 
 
 def new_invocation_id() -> str:
@@ -94,6 +92,8 @@ def _transferable_across_tree(agent: BaseAgent, root: BaseAgent | None = None) -
             break
         current = current.parent_agent
     return True
+
+
 def answered_call_event(session: Session, new_message: Content) -> Event | None:
     """The newest stored event holding a call that ``new_message`` answers (a long-running
     tool's result, a confirmation), or ``None``."""
@@ -115,8 +115,6 @@ def find_branch_to_run(agent: BaseAgent, session: Session, new_message: Content)
     if answered is None or answered.author != agent.name:
         return None
     return answered.branch
-
-
 
 
 def find_agent_to_run(
@@ -207,9 +205,11 @@ class Runner:
     ``llm_response.interrupted`` with an ``error_code`` (``CANCELLED``, ``DEADLINE_EXCEEDED``,
     the :class:`~adk_mesh.errors.AdkError`'s reason, or ``INTERNAL``) — yielded too when the
     turn failed with an exception, since its caller still reads — then lets the cancellation
-    or exception go on. The recording runs shielded from a second cancellation
-    and is bounded by :data:`INTERRUPTION_RECORD_TIMEOUT`. Long-running calls, and calls
-    waiting for a person's confirmation, are left open: their result comes from the client.
+    or exception go on. The recording runs shielded from a second cancellation, which waits
+    for it (the turn is not over, nor its session's hold released, before the recording is)
+    and is raised then; it is bounded by :data:`INTERRUPTION_RECORD_TIMEOUT`. Long-running
+    calls, and calls waiting for a person's confirmation, are left open: their result comes
+    from the client.
     What a crash leaves open, the request-time repair answers.
 
     **Plugins** (:class:`~adk_mesh.plugins.Plugin`): every agent, model call and tool call of
@@ -382,8 +382,14 @@ class Runner:
         error: BaseException,
     ) -> list[Event]:
         """Answer the calls an abnormal end left open (see the class docstring) and return
-        the events stored; never raises, so the error that ended the turn is the one that
-        goes on."""
+        the events stored. A failure to record is logged, so the error that ended the turn is
+        the one that goes on; a cancellation that arrives while recording is raised once the
+        recording is over.
+
+        The recording ends before this returns, however often the turn is cancelled: the
+        turn's caller holds the session until the turn is over (an AgentServer's hold, its
+        claim against other processes), and an append made after that would race the next
+        turn's on the same session. The timeout bounds the wait."""
         code, message = _interruption_reason(error, ctx)
         events = _interruption_events(calls, ctx.invocation_id, code, message)
         stored: list[Event] = []
@@ -394,16 +400,11 @@ class Runner:
                     stored.append(await self.session_service.append_event(session, event))
 
         # In a task of its own, so that cancelling this turn again (it is being cancelled,
-        # most likely) does not cut the recording short; the timeout bounds it.
+        # most likely) does not cut the recording short.
         task = asyncio.ensure_future(record())
-        _recordings.add(task)
-        task.add_done_callback(_recordings.discard)
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            # Cancelled again while recording: the task finishes on its own, bounded.
-            return []
-        except Exception as failure:
+        cancelled_again = await _wait_shielded(task)
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
             logger.warning(
                 "could not record the interrupted calls of invocation %s (%s); the next "
                 "request answers them: %s",
@@ -411,7 +412,23 @@ class Runner:
                 code,
                 failure if isinstance(failure, AdkError) else type(failure).__name__,
             )
+        if cancelled_again:
+            raise asyncio.CancelledError
         return stored
+
+
+async def _wait_shielded(task: asyncio.Future[None]) -> bool:
+    """Wait until ``task`` is done, through any cancellation of the waiter; whether one came
+    (the caller raises it once it is done with ``task``)."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break  # done: the caller reads its exception
+    return cancelled
 
 
 async def _with_run_hooks(

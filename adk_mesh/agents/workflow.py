@@ -90,7 +90,10 @@ class ParallelAgent(BaseAgent):
     """Runs its sub-agents concurrently, each on its own branch ``<parent>.<child>`` so that
     they do not see each other's events. Events interleave as they are produced; each child
     waits until its previous event was taken (and so appended by the Runner) before it goes
-    on. When one child fails, the others are cancelled and the failure is raised."""
+    on. When one child fails, the others are cancelled and the failure is raised. When one
+    child escalates (``exit_loop``), the others are cancelled and the ParallelAgent ends, as
+    in google-adk: the escalation is addressed to the workflow that directly encloses the
+    escalating agent (a LoopAgent above then ends too, as it does on any escalation)."""
 
     owns_child_transfers = True
 
@@ -111,6 +114,9 @@ class ParallelAgent(BaseAgent):
             # One child's failure cancels the others, then is raised after the events sent
             # before it.
             feed.start(run_all([drive(sub_agent) for sub_agent in self.sub_agents]))
+            children = {sub_agent.name for sub_agent in self.sub_agents}
             async for event, taken in feed:
                 yield event
+                if event.actions.escalate and event.author in children:
+                    return  # leaving the feed cancels the other children
                 taken.set()

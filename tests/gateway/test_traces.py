@@ -88,6 +88,7 @@ def app_with(sources: TraceSources | None) -> FastAPI:
 
 @pytest.fixture
 async def client_for() -> AsyncIterator[Any]:
+    """``client_for(sources)``: a client of the trace route alone, reading ``sources``."""
     clients: list[httpx.AsyncClient] = []
 
     def make(sources: TraceSources | None) -> httpx.AsyncClient:

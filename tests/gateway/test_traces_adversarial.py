@@ -5,9 +5,7 @@ are not files, ids and paths that try to leave their directory."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +17,10 @@ pytest.importorskip("fastapi", reason="the gateway's extra is not installed")
 from adk_mesh.mesh.auth import ApiKeyAuthenticator, new_api_key
 from gateway import GatewaySettings, create_app
 from gateway._traces import TraceSources
-from tests.gateway.test_traces import INVOCATION, app_with, write_invocation
+from tests.gateway.test_traces import INVOCATION, client_for, write_invocation
+from tests.http_servers import serve_json
 
-
-@pytest.fixture
-async def client_for() -> AsyncIterator[Any]:
-    """``client_for(sources)``: a client of the trace route alone, reading ``sources``."""
-    clients: list[httpx.AsyncClient] = []
-
-    def make(sources: TraceSources | None) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app_with(sources)), base_url="http://gateway"
-        )
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
+__all__ = ["client_for"]
 
 
 def span_line(span: dict[str, Any]) -> str:
@@ -210,34 +194,6 @@ async def test_another_user_cannot_read_an_invocation_mixed_into_their_trace(
     assert as_ada.status_code == 200 and as_ada.json()["traces"] == []
 
 
-class MalformedJaeger:
-    """A Jaeger query API that answers ``body`` (JSON, but not Jaeger's) to a trace search."""
-
-    def __init__(self, body: Any) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                answer = {"data": ["concierge"]} if self.path == "/api/services" else body
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
 @pytest.mark.parametrize(
     "body",
     [
@@ -250,12 +206,13 @@ class MalformedJaeger:
     ids=range(5),
 )
 async def test_a_backend_answer_that_is_not_jaegers_is_a_502(body: Any, client_for: Any) -> None:
-    jaeger = MalformedJaeger(body)
-    try:
-        client = client_for(TraceSources(query_url=jaeger.url))
+    # Jaeger's query API, but a trace search answers ``body`` (JSON, not Jaeger's).
+    def answer(path: str) -> Any:
+        return {"data": ["concierge"]} if path == "/api/services" else body
+
+    with serve_json(answer) as url:
+        client = client_for(TraceSources(query_url=url))
         response = await client.get(f"/debug/traces/{INVOCATION}")
-    finally:
-        jaeger.close()
 
     assert response.status_code == 502
     assert response.json()["reason"] == "TRACE_BACKEND_UNAVAILABLE"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from adk_mesh.mesh.auth import (
     authenticate,
     new_api_key,
 )
+from tests.http_servers import serve_json
 
 ISSUER = "https://login.example.test/"
 AUDIENCE = "adk-mesh"
@@ -224,28 +223,12 @@ def jwks_server(signers: dict[str, Signer]) -> Iterator[tuple[str, dict[str, Any
     served: dict[str, Any] = {"keys": [signers["rsa"].jwk]}
     fetched: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            fetched.append(self.path)
-            body = json.dumps(served).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> dict[str, Any]:
+        fetched.append(path)
+        return served
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json", served, fetched
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_json(answer) as url:
+        yield f"{url}/jwks.json", served, fetched
 
 
 async def test_a_jwks_url_is_cached_and_fetched_again_for_an_unknown_key(

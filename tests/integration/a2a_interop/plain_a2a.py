@@ -48,6 +48,16 @@ class Seen:
     text: str
 
 
+def submitted_task(context: RequestContext) -> a2a_pb2.Task:
+    """The task of ``context``, submitted: the first event an executor enqueues for a new
+    task."""
+    return a2a_pb2.Task(
+        id=str(context.task_id),
+        context_id=str(context.context_id),
+        status=a2a_pb2.TaskStatus(state=a2a_pb2.TaskState.TASK_STATE_SUBMITTED),
+    )
+
+
 @dataclass
 class PlainExecutor(AgentExecutor):
     seen: list[Seen] = field(default_factory=list)
@@ -78,13 +88,7 @@ class PlainExecutor(AgentExecutor):
             self.received.set()
             await self.release.wait()
         if context.current_task is None:
-            await event_queue.enqueue_event(
-                a2a_pb2.Task(
-                    id=str(context.task_id),
-                    context_id=str(context.context_id),
-                    status=a2a_pb2.TaskStatus(state=a2a_pb2.TaskState.TASK_STATE_SUBMITTED),
-                )
-            )
+            await event_queue.enqueue_event(submitted_task(context))
         await updater.start_work()
         word, _, rest = text.partition(" ")
         if context.current_task is not None and context.current_task.status.state == (

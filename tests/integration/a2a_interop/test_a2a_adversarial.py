@@ -4,6 +4,8 @@ other users' tasks, and malformed JSON-RPC requests."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, A2aAgentServer
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Content, LlmResponse
 from tests.a2a_clients import a2a_client
+from tests.integration.a2a_interop.test_a2a_server import _send
 
 BINDINGS = [TransportProtocol.JSONRPC, TransportProtocol.GRPC]
 State = a2a_pb2.TaskState
@@ -42,10 +45,25 @@ def _message(
     )
 
 
-async def _send(
-    client: Client, request: a2a_pb2.SendMessageRequest, context: ClientCallContext | None = None
-) -> list[a2a_pb2.StreamResponse]:
-    return [response async for response in client.send_message(request, context=context)]
+@contextlib.asynccontextmanager
+async def _served(
+    agent: LlmAgent,
+    binding: str = TransportProtocol.JSONRPC,
+    security: ServerSecurity | None = None,
+) -> AsyncIterator[tuple[A2aAgentServer, Client]]:
+    """``agent`` behind an A2aAgentServer on 127.0.0.1 and a plain a2a-sdk client of it over
+    ``binding``; the client is closed and the server stopped after."""
+    server = A2aAgentServer(agent)
+    await server.start("127.0.0.1:0", security=security)
+    try:
+        assert server.a2a_port is not None
+        client = await a2a_client(server.a2a_port, binding)
+        try:
+            yield server, client
+        finally:
+            await client.close()
+    finally:
+        await server.stop(1)
 
 
 def _job_answer() -> a2a_pb2.Part:
@@ -68,11 +86,7 @@ async def test_an_answer_naming_only_its_task_continues_the_tasks_session(bindin
     agent = LlmAgent(
         name="jobs", model=model, tools=[FunctionTool(start_job, is_long_running=True)]
     )
-    server = A2aAgentServer(agent)
-    await server.start("127.0.0.1:0")
-    try:
-        assert server.a2a_port is not None
-        client = await a2a_client(server.a2a_port, binding)
+    async with _served(agent, binding) as (server, client):
         asked = await _send(client, _message([a2a_pb2.Part(text="report")], "ctx-j", "", "m1"))
         waiting = asked[-1].status_update
         assert waiting.status.state == State.TASK_STATE_INPUT_REQUIRED
@@ -87,9 +101,6 @@ async def test_an_answer_naming_only_its_task_continues_the_tasks_session(bindin
         assert seen[-1].function_responses[0].response == {"v": 42}
         listed = await server.session_service.list_sessions(app_name="jobs", user_id=ANONYMOUS_USER)
         assert [s.id for s in listed] == ["ctx-j"]
-        await client.close()
-    finally:
-        await server.stop(1)
 
 
 def _count_turns(callback_context: CallbackContext) -> None:
@@ -102,11 +113,7 @@ async def test_an_event_with_nothing_to_read_after_the_answer_leaves_it_the_answ
     # never closed; A2aAgent then showed the answer twice (the message and the open artifact).
     model = ScriptedModel(["Hello there", "Hello again"])
     agent = LlmAgent(name="greeter", model=model, after_agent_callback=_count_turns)
-    server = A2aAgentServer(agent)
-    await server.start("127.0.0.1:0")
-    try:
-        assert server.a2a_port is not None
-        client = await a2a_client(server.a2a_port, TransportProtocol.JSONRPC)
+    async with _served(agent) as (server, client):
         responses = await _send(client, _message([a2a_pb2.Part(text="hi")], "ctx-s"))
         updates = [r.status_update for r in responses if r.HasField("status_update")]
         assert [u.status.state for u in updates] == [
@@ -116,7 +123,6 @@ async def test_an_event_with_nothing_to_read_after_the_answer_leaves_it_the_answ
         assert not any(u.status.HasField("message") for u in updates)
         final = [r.artifact_update for r in responses if r.HasField("artifact_update")][-1]
         assert (final.artifact.parts[0].text, final.last_chunk) == ("Hello there", True)
-        await client.close()
         remote = A2aAgent("greeter", f"http://127.0.0.1:{server.a2a_port}")
         sessions = InMemorySessionService()
         runner = Runner(agent=remote, app_name="app", session_service=sessions)
@@ -129,25 +135,16 @@ async def test_an_event_with_nothing_to_read_after_the_answer_leaves_it_the_answ
         ]
         assert [e.text for e in events if not e.partial] == ["Hello again"]
         await remote.close()
-    finally:
-        await server.stop(1)
 
 
 async def test_a_model_error_then_an_event_with_nothing_to_read_fails_the_task() -> None:
     model = ScriptedModel([LlmResponse(error_code="RESOURCE_EXHAUSTED", error_message="quota")])
     agent = LlmAgent(name="greeter", model=model, after_agent_callback=_count_turns)
-    server = A2aAgentServer(agent)
-    await server.start("127.0.0.1:0")
-    try:
-        assert server.a2a_port is not None
-        client = await a2a_client(server.a2a_port, TransportProtocol.JSONRPC)
+    async with _served(agent) as (_, client):
         responses = await _send(client, _message([a2a_pb2.Part(text="hi")], "ctx-e"))
         last = responses[-1].status_update
         assert last.status.state == State.TASK_STATE_FAILED
         assert last.status.message.parts[0].text == "RESOURCE_EXHAUSTED: quota"
-        await client.close()
-    finally:
-        await server.stop(1)
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
@@ -160,12 +157,8 @@ async def test_a_user_reaches_no_other_users_task_or_session(tmp_path: Path, bin
     agent = LlmAgent(
         name="jobs", model=model, tools=[FunctionTool(start_job, is_long_running=True)]
     )
-    server = A2aAgentServer(agent)
     security = ServerSecurity(authenticators=(ApiKeyAuthenticator(keys),))
-    await server.start("127.0.0.1:0", security=security)
-    try:
-        assert server.a2a_port is not None
-        client = await a2a_client(server.a2a_port, binding)
+    async with _served(agent, binding, security) as (_, client):
         ana = ClientCallContext(service_parameters={"x-api-key": ana_key})
         bob = ClientCallContext(service_parameters={"x-api-key": bob_key})
         asked = await _send(client, _message([a2a_pb2.Part(text="report")], "ctx-1"), ana)
@@ -185,9 +178,6 @@ async def test_a_user_reaches_no_other_users_task_or_session(tmp_path: Path, bin
         # Ana's task is untouched and still hers.
         task = await client.get_task(a2a_pb2.GetTaskRequest(id=task_id), context=ana)
         assert task.status.state == State.TASK_STATE_INPUT_REQUIRED
-        await client.close()
-    finally:
-        await server.stop(1)
 
 
 def _text_message(**fields: Any) -> dict[str, Any]:

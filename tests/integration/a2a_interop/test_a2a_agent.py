@@ -19,7 +19,12 @@ from adk_mesh.agents.a2a import context_state_key
 from adk_mesh.sessions import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Content, Event
-from tests.integration.a2a_interop.plain_a2a import PlainExecutor, PlainServer, plain_server
+from tests.integration.a2a_interop.plain_a2a import (
+    PlainExecutor,
+    PlainServer,
+    plain_server,
+    submitted_task,
+)
 
 BINDINGS = ["jsonrpc", "grpc"]
 
@@ -235,13 +240,7 @@ class _Quitting(PlainExecutor):
             await super().execute(context, event_queue)
             return
         updater = TaskUpdater(event_queue, str(context.task_id), str(context.context_id))
-        await event_queue.enqueue_event(
-            a2a_pb2.Task(
-                id=str(context.task_id),
-                context_id=str(context.context_id),
-                status=a2a_pb2.TaskStatus(state=a2a_pb2.TaskState.TASK_STATE_SUBMITTED),
-            )
-        )
+        await event_queue.enqueue_event(submitted_task(context))
         await updater.start_work()
         await updater.add_artifact([a2a_pb2.Part(text="half an ans")], name="answer")
 

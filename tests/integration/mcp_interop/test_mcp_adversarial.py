@@ -338,6 +338,23 @@ def whoami(tool_context: ToolContext) -> dict[str, str]:
     return {"user": session.user_id, "session": session.id}
 
 
+# A raw MCP client's requests: the headers each one carries, and the first one.
+MCP_HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2025-11-25",
+}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
 async def test_an_mcp_session_is_refused_to_another_authenticated_user(tmp_path: Path) -> None:
     """The SDK answers a session id used with another credential than the one that opened it
     as an unknown session (404): another user holding the id neither calls in it nor ends it."""
@@ -353,39 +370,25 @@ async def test_an_mcp_session_is_refused_to_another_authenticated_user(tmp_path:
     )
     port = await server.start("127.0.0.1", 0)
     url = f"http://127.0.0.1:{port}/mcp"
-    accept = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
 
     async def post(
         http: httpx2.AsyncClient, user: str, body: dict[str, Any], sid: str | None = None
     ) -> httpx2.Response:
-        headers = {**accept, "x-api-key": keys[user]}
+        headers = {**MCP_HEADERS, "x-api-key": keys[user]}
         if sid is not None:
             headers["mcp-session-id"] = sid
         return await http.post(url, json=body, headers=headers)
 
     try:
         async with httpx2.AsyncClient(timeout=30) as http:
-            opened = await post(
-                http,
-                "ada",
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
-            )
+            opened = await post(http, "ada", INITIALIZE)
             sid = opened.headers["mcp-session-id"]
             await post(http, "ada", {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
             call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "whoami"}}
             hijack = await post(http, "bob", call, sid)
             assert hijack.status_code == 404, hijack.text
             ended = await http.delete(
-                url, headers={**accept, "x-api-key": keys["bob"], "mcp-session-id": sid}
+                url, headers={**MCP_HEADERS, "x-api-key": keys["bob"], "mcp-session-id": sid}
             )
             assert ended.status_code == 404
             # Ada's session is hers, and still open.
@@ -402,28 +405,14 @@ async def test_on_any_loopback_address_a_request_must_name_a_loopback_host(host:
     server = McpServer(_StaticToolset("tools", [FunctionTool(whoami)]), name="tools")
     port = await server.start(host, 0)
     url = f"http://{host}:{port}/mcp"
-    headers = {
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": "2025-11-25",
-    }
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
     try:
         async with httpx2.AsyncClient(timeout=30) as http:
             rebound = await http.post(
-                url, json=initialize, headers={**headers, "host": f"attacker.example:{port}"}
+                url, json=INITIALIZE, headers={**MCP_HEADERS, "host": f"attacker.example:{port}"}
             )
             assert rebound.status_code in (400, 403, 421), rebound.text
             assert "mcp-session-id" not in rebound.headers
-            own = await http.post(url, json=initialize, headers=headers)
+            own = await http.post(url, json=INITIALIZE, headers=MCP_HEADERS)
             assert own.status_code == 200, own.text
     finally:
         await server.stop()

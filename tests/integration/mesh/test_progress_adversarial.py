@@ -10,15 +10,13 @@ from typing import Any
 
 import pytest
 
-from adk_mesh import codec
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.contexts import ToolContext
 from adk_mesh.mesh import AgentServer, RemoteToolset, ToolServer
-from adk_mesh.mesh._channel import open_channel
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content, Event, LlmResponse, Part
-from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+from tests.integration.mesh.test_tool_progress import run_over_grpc
 
 
 class NotJson:
@@ -45,21 +43,6 @@ async def step(n: int, tool_context: ToolContext) -> dict[str, Any]:
     return {"n": n}
 
 
-async def run_over_grpc(target: str) -> list[Event]:
-    request = agent_pb2.RunRequest(
-        root=agent_pb2.RootRun(
-            user_id="u1",
-            new_message=content_pb2.Content(role="user", parts=[content_pb2.Part(text="go")]),
-        ),
-        accept_event_batches=True,
-    )
-    events: list[Event] = []
-    async with open_channel(target) as channel:
-        async for response in agent_pb2_grpc.AgentServiceStub(channel).Run(request, timeout=30):
-            events.extend(codec.run_response_events(response))
-    return [event for event in events if event.author != "user"]
-
-
 @pytest.fixture
 async def tool_target() -> AsyncIterator[str]:
     timed = FunctionTool(step)
@@ -76,7 +59,7 @@ async def serve_and_run(agent: LlmAgent) -> list[Event]:
     server = AgentServer(agent)
     port = await server.start("127.0.0.1:0")
     try:
-        return await run_over_grpc(f"127.0.0.1:{port}")
+        return await run_over_grpc(f"127.0.0.1:{port}", batches=True, text="go")
     finally:
         await server.stop(None)
 

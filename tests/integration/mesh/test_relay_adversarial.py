@@ -85,6 +85,11 @@ def transfer_to(name: str) -> FunctionModel:
     return FunctionModel(lambda _: call("transfer_to_agent", {"agent_name": name}))
 
 
+def talker_front(talker: RemoteAgent) -> LlmAgent:
+    """A's root, which transfers to B's talker through ``talker``."""
+    return LlmAgent(name="front", model=transfer_to("talker"), sub_agents=[talker])
+
+
 async def serve(agent: BaseAgent, **kwargs: Any) -> tuple[AgentServer, str]:
     server = AgentServer(agent, **kwargs)
     port = await server.start("127.0.0.1:0")
@@ -124,6 +129,13 @@ async def in_process(agent: BaseAgent, plugins: list[Plugin] | None = None) -> l
             run_config=SSE,
         )
     ]
+
+
+async def close_remote_agents(tree: BaseAgent) -> None:
+    """Close the RemoteAgents of a tree this process ran (their channels to B)."""
+    for agent in tree.walk():
+        if isinstance(agent, RemoteAgent):
+            await agent.close()
 
 
 Shape = tuple[str, bool, str, str, str | None]
@@ -201,11 +213,7 @@ async def test_on_event_plugins_of_a_see_and_replace_every_partial_event(
     )
     plugin = Bracketing()
     sessions = InMemorySessionService()
-    front = LlmAgent(
-        name="front",
-        model=transfer_to("talker"),
-        sub_agents=[RemoteAgent("talker", b_target, description="Talks.")],
-    )
+    front = talker_front(RemoteAgent("talker", b_target, description="Talks."))
     a, a_target = await serve(front, app_name="app", session_service=sessions, plugins=[plugin])
     try:
         session_id, events = await through(a_target, batches=batches)
@@ -367,9 +375,7 @@ async def test_a_client_reads_through_a_what_the_tree_yields_in_process(
         assert forwarded, "A relayed B's partial events"
         _, unbatched = await through(a_target, batches=False)
     finally:
-        for agent in local.walk():
-            if isinstance(agent, RemoteAgent):
-                await agent.close()
+        await close_remote_agents(local)
         await a.stop(None)
         await b.stop(None)
     assert shape(batched) == expected
@@ -446,9 +452,7 @@ async def test_parallel_branches_keep_each_branchs_order(forwarded: list[object]
         forwarded.clear()
         session_id, received = await through(a_target, batches=True)
     finally:
-        for agent in local.walk():
-            if isinstance(agent, RemoteAgent):
-                await agent.close()
+        await close_remote_agents(local)
         await a.stop(None)
         await b.stop(None)
 
@@ -478,11 +482,7 @@ async def test_an_error_of_b_after_relayed_partials_reaches_the_client_after_the
         )
     )
     sessions = InMemorySessionService()
-    front = LlmAgent(
-        name="front",
-        model=transfer_to("talker"),
-        sub_agents=[RemoteAgent("talker", b_target, description="Talks.")],
-    )
+    front = talker_front(RemoteAgent("talker", b_target, description="Talks."))
     a, a_target = await serve(front, app_name="app", session_service=sessions)
     received: list[Event] = []
     session_id = ""
@@ -522,11 +522,7 @@ def watched_front(b_target: str) -> tuple[LlmAgent, asyncio.Event]:
             finally:
                 ended.set()
 
-    front = LlmAgent(
-        name="front",
-        model=transfer_to("talker"),
-        sub_agents=[Watched("talker", b_target, description="Talks.")],
-    )
+    front = talker_front(Watched("talker", b_target, description="Talks."))
     return front, ended
 
 

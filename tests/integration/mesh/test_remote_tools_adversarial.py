@@ -79,6 +79,21 @@ def calling(tool: str) -> Callable[[LlmRequest], LlmResponse]:
     return script
 
 
+def runner_of(
+    model: FunctionModel,
+    toolset: RemoteToolset,
+    *,
+    name: str = "agent",
+    sessions: InMemorySessionService | None = None,
+) -> Runner:
+    """A Runner of the agent ``name``, whose ``model`` is offered the tools of ``toolset``."""
+    return Runner(
+        agent=LlmAgent(name=name, model=model, tools=[toolset]),
+        app_name="app",
+        session_service=InMemorySessionService() if sessions is None else sessions,
+    )
+
+
 async def turn(runner: Runner, user_id: str = "u") -> None:
     session = await runner.session_service.create_session(app_name="app", user_id=user_id)
     message = Content.from_text("user", "Paris?")
@@ -110,11 +125,7 @@ async def test_a_tool_removed_and_then_called_is_no_longer_offered_in_that_turn(
     target, server_tools = served
     toolset = RemoteToolset(target, tls=None, listing_max_age=max_age)
     model = FunctionModel(calling("get_time"))
-    runner = Runner(
-        agent=LlmAgent(name="agent", model=model, tools=[toolset]),
-        app_name="app",
-        session_service=InMemorySessionService(),
-    )
+    runner = runner_of(model, toolset)
     try:
         await turn(runner)
         server_tools.served = [FunctionTool(get_weather)]
@@ -145,11 +156,7 @@ async def test_one_toolset_shared_by_agents_the_server_tells_apart(
     sessions = InMemorySessionService()
     models = {name: FunctionModel(calling("get_weather")) for name in ("helper", "planner")}
     runners = {
-        name: Runner(
-            agent=LlmAgent(name=name, model=model, tools=[toolset]),
-            app_name="app",
-            session_service=sessions,
-        )
+        name: runner_of(model, toolset, name=name, sessions=sessions)
         for name, model in models.items()
     }
     try:
@@ -315,11 +322,7 @@ async def test_a_tool_that_changes_the_listing_is_followed_in_its_turn(
     server_tools.served = [FunctionTool(get_weather), FunctionTool(unlock)]
     toolset = RemoteToolset(target, tls=None, listing_max_age=max_age)
     model = FunctionModel(calling("unlock"))
-    runner = Runner(
-        agent=LlmAgent(name="agent", model=model, tools=[toolset]),
-        app_name="app",
-        session_service=InMemorySessionService(),
-    )
+    runner = runner_of(model, toolset)
     try:
         await turn(runner)
         assert offered(model) == [

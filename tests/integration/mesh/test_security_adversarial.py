@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,33 +20,18 @@ from adk_mesh.errors import AdkIOError, ConfigError
 from adk_mesh.mesh import AgentServer
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh.auth import ApiKeyAuthenticator, JwtAuthenticator, new_api_key
-from adk_mesh.mesh.pki import DevCertificateAuthority, IssuedCertificate
-from adk_mesh.mesh.security import ClientTLS, ServerSecurity, ServerTLS
+from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.models.base import LlmRequest
 from adk_mesh.sessions.sqlite import SqliteSessionService
 from adk_mesh.testing import FunctionModel
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
+from tests.http_servers import serve_json
+from tests.integration.mesh.test_security import Pki, pki
 from tests.unit.test_auth import AUDIENCE, ISSUER, Signer
 
-APP = "researcher"
+__all__ = ["pki"]
 
-
-@dataclass
-class Pki:
-    ca: DevCertificateAuthority
-    server: IssuedCertificate
-    peer: IssuedCertificate
-
-    def client(self, who: IssuedCertificate | None = None) -> ClientTLS:
-        if who is None:
-            return ClientTLS(ca_file=self.ca.ca_file)
-        return ClientTLS(ca_file=self.ca.ca_file, cert_file=who.cert_file, key_file=who.key_file)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    ca = DevCertificateAuthority(tmp_path_factory.mktemp("pki") / "mesh")
-    return Pki(ca=ca, server=ca.issue(APP), peer=ca.issue("coordinator"))
+APP = "researcher"  # the service pki.server is issued for
 
 
 @dataclass
@@ -92,11 +75,7 @@ async def guarded(pki: Pki, tmp_path: Path) -> AsyncIterator[Guarded]:
     store = SqliteSessionService(tmp_path / "sessions.db")
     model = FunctionModel(_seen)
     server = AgentServer(LlmAgent(name=APP, model=model), session_service=store)
-    security = ServerSecurity(
-        tls=ServerTLS(pki.server.cert_file, pki.server.key_file, pki.ca.ca_file),
-        allow_peers=frozenset({pki.peer.identity}),
-        authenticators=authenticators,
-    )
+    security = pki.server_security(authenticators=authenticators)
     port = await server.start("127.0.0.1:0", security=security, mesh_address="127.0.0.1:0")
     try:
         yield Guarded(
@@ -307,28 +286,8 @@ def test_a_jwks_url_over_https_or_on_loopback_is_taken(url: str) -> None:
 def jwks_url() -> Iterator[tuple[str, dict[str, Any]]]:
     """A JWKS URL on 127.0.0.1 and the set it serves (change it to rotate)."""
     served: dict[str, Any] = {"keys": []}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps(served).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json", served
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_json(lambda _path: served) as url:
+        yield f"{url}/jwks.json", served
 
 
 async def test_a_jwks_url_that_serves_no_key_refuses_with_unavailable(

@@ -121,11 +121,13 @@ async def test_a_remote_tool_s_progress_is_the_same_as_a_local_one(tool_target: 
     assert not any(event.tool_progress is not None for event in stored)
 
 
-async def run_over_grpc(target: str, *, batches: bool) -> list[Event]:
+async def run_over_grpc(target: str, *, batches: bool, text: str = "fares") -> list[Event]:
+    """The events other than the user's that an AgentService client reads of one turn of
+    user u1 saying ``text`` at ``target``."""
     request = agent_pb2.RunRequest(
         root=agent_pb2.RootRun(
             user_id="u1",
-            new_message=content_pb2.Content(role="user", parts=[content_pb2.Part(text="fares")]),
+            new_message=content_pb2.Content(role="user", parts=[content_pb2.Part(text=text)]),
         ),
         accept_event_batches=batches,
     )

@@ -60,11 +60,12 @@ def test_the_public_endpoint_uses_max_completion_tokens_and_no_top_k() -> None:
     assert "max_tokens" not in wire.body and "top_k" not in wire.body
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+def chunk(delta: dict[str, Any], finish: str | None = None, model: str = "gpt-4o-mini") -> bytes:
+    """One streamed ``chat.completion.chunk`` record of ``model``."""
     body = {
         "id": "chatcmpl-x",
         "object": "chat.completion.chunk",
-        "model": "gpt-4o-mini",
+        "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     return b"data: " + json.dumps(body).encode() + b"\n\n"

@@ -19,6 +19,7 @@ from adk_mesh.testing.fake_providers import (
 )
 from adk_mesh.testing.fake_responses import FakeOpenAIResponses
 from adk_mesh.types import Content, FinishReason, LlmResponse
+from tests.unit.models.test_openai import chunk
 
 
 async def stream(server_type: type[FakeProviderServer], records: list[bytes]) -> list[LlmResponse]:
@@ -29,13 +30,8 @@ async def stream(server_type: type[FakeProviderServer], records: list[bytes]) ->
 
 
 def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {
-        "id": "chatcmpl-x",
-        "object": "chat.completion.chunk",
-        "model": "gemini-2.5-flash",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    """A chunk record of Gemini's OpenAI-compatible endpoint."""
+    return chunk(delta, finish, model="gemini-2.5-flash")
 
 
 def event(kind: str, **data: Any) -> bytes:

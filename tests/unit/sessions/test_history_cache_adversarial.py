@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import math
 import tempfile
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -34,31 +33,16 @@ from adk_mesh.types import (
     ToolConfirmation,
 )
 from tests.strategies import events
-from tests.unit.sessions.test_shared_history import _makes
+from tests.unit.sessions.test_shared_history import (
+    APP,
+    USER,
+    MakeService,
+    make_one,
+    shared,
+    whole,
+)
 
-APP = "app"
-USER = "alice"
-
-MakeService = Callable[..., SessionService]
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def make_one(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeService]:
-    """Makes services of one store (each with a cache of its own), closed after."""
-    async for make in _makes(request, tmp_path):
-        yield make
-
-
-async def shared(service: SessionService, session_id: str) -> Session:
-    loaded = await service.get_session_shared(app_name=APP, user_id=USER, session_id=session_id)
-    assert loaded is not None
-    return loaded
-
-
-async def whole(service: SessionService, session_id: str) -> Session:
-    loaded = await service.get_session(app_name=APP, user_id=USER, session_id=session_id)
-    assert loaded is not None
-    return loaded
+__all__ = ["make_one"]
 
 
 def _not_json_as_is() -> list[Event]:

@@ -13,7 +13,6 @@ import threading
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,7 @@ from adk_mesh.telemetry import (
 from adk_mesh.telemetry._propagation import with_invocation
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Content, Part
+from tests.http_servers import QuietHandler, serve_http
 
 # --- isolation ------------------------------------------------------------------------------
 
@@ -166,7 +166,7 @@ def http_receiver() -> Iterator[tuple[str, Received]]:
     """An OTLP/HTTP (protobuf) receiver on 127.0.0.1: ``POST /v1/traces``."""
     received = Received()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
@@ -174,24 +174,10 @@ def http_receiver() -> Iterator[tuple[str, Received]]:
             headers[":path"] = self.path
             received.add(headers, request)
             answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            self.reply(answer, "application/x-protobuf")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_http(Handler) as url:
+        yield url, received
 
 
 # --- what gets installed --------------------------------------------------------------------

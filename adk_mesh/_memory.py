@@ -59,6 +59,10 @@ def event_bytes(event: Event) -> int:
                 total += value_bytes(part.function_call.args)
             elif part.function_response is not None:
                 total += value_bytes(part.function_response.response)
+            elif part.server_tool_call is not None:
+                total += value_bytes(part.server_tool_call.args)
+            elif part.server_tool_response is not None:
+                total += value_bytes(part.server_tool_response.response)
     delta = event.actions.state_delta
     if delta:
         total += value_bytes(delta)

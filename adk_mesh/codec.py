@@ -66,6 +66,8 @@ from adk_mesh.types import (
     GroundingMetadata,
     LlmResponse,
     Part,
+    ServerToolCall,
+    ServerToolResponse,
     ToolConfirmation,
     ToolDeclaration,
     ToolProgress,
@@ -561,6 +563,20 @@ def _fill_part(message: content_pb2.Part, part: Part) -> None:
         if response.id is not None:
             reply.id = response.id
         _fill_object(reply, "response", "response_json", response.response)
+    elif part.server_tool_call is not None:
+        server_call = part.server_tool_call
+        call_target = message.server_tool_call
+        call_target.tool_type = server_call.tool_type
+        if server_call.id is not None:
+            call_target.id = server_call.id
+        _fill_object(call_target, "args", "args_json", server_call.args)
+    elif part.server_tool_response is not None:
+        server_reply = part.server_tool_response
+        reply_target = message.server_tool_response
+        reply_target.tool_type = server_reply.tool_type
+        if server_reply.id is not None:
+            reply_target.id = server_reply.id
+        _fill_object(reply_target, "response", "response_json", server_reply.response)
 
 
 # Decoding builds plain field dicts from the messages and validates the whole tree with one
@@ -598,10 +614,28 @@ def _part_fields(message: content_pb2.Part) -> dict[str, Any]:
     elif kind == "file_data":
         file = message.file_data
         fields = {"file_data": {"mime_type": file.mime_type, "file_uri": file.file_uri}}
+    elif kind == "server_tool_call":
+        server_call = message.server_tool_call
+        fields = {
+            "server_tool_call": {
+                "tool_type": server_call.tool_type,
+                "args": _read_object(server_call, "args", "args_json") or {},
+                "id": server_call.id if server_call.HasField("id") else None,
+            }
+        }
+    elif kind == "server_tool_response":
+        server_reply = message.server_tool_response
+        fields = {
+            "server_tool_response": {
+                "tool_type": server_reply.tool_type,
+                "response": _read_object(server_reply, "response", "response_json") or {},
+                "id": server_reply.id if server_reply.HasField("id") else None,
+            }
+        }
     else:
         raise InvalidArgumentError(
-            "a Part must set one of text, inline_data, file_data, "
-            "function_call or function_response; this one sets none"
+            "a Part must set one of text, inline_data, file_data, function_call, "
+            "function_response, server_tool_call or server_tool_response; this one sets none"
         )
     if message.thought:
         fields["thought"] = True
@@ -1928,6 +1962,20 @@ def _abridged_part(part: Part, max_bytes: int) -> Part:
         reply = part.function_response
         kept["function_response"] = FunctionResponse(
             name=reply.name, id=reply.id, response={"omitted": f"the response was {omitted}"}
+        )
+    elif part.server_tool_call is not None:
+        server_call = part.server_tool_call
+        kept["server_tool_call"] = ServerToolCall(
+            tool_type=server_call.tool_type,
+            id=server_call.id,
+            args={"omitted": f"the arguments were {omitted}"},
+        )
+    elif part.server_tool_response is not None:
+        server_reply = part.server_tool_response
+        kept["server_tool_response"] = ServerToolResponse(
+            tool_type=server_reply.tool_type,
+            id=server_reply.id,
+            response={"omitted": f"the response was {omitted}"},
         )
     elif part.inline_data is not None:
         blob = part.inline_data

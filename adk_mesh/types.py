@@ -41,6 +41,8 @@ __all__ = [
     "GroundingSource",
     "LlmResponse",
     "Part",
+    "ServerToolCall",
+    "ServerToolResponse",
     "ToolConfirmation",
     "ToolDeclaration",
     "ToolProgress",
@@ -88,12 +90,44 @@ class FunctionResponse(_Data):
     id: str | None = None
 
 
-_PART_KINDS = ("text", "inline_data", "file_data", "function_call", "function_response")
+class ServerToolCall(_Data):
+    """A built-in tool the provider ran itself during a model call (Gemini's ``toolCall``,
+    e.g. a Google Search): never executed here, unlike a :class:`FunctionCall`. It is the
+    provider's context, kept in the model's turn so it goes back to the provider with it.
+
+    ``tool_type`` is the provider's name for the tool (``"GOOGLE_SEARCH_WEB"``,
+    ``"URL_CONTEXT"``, ...; empty when it sent none).
+    """
+
+    tool_type: str = ""
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ServerToolResponse(_Data):
+    """What a built-in tool the provider ran returned (Gemini's ``toolResponse``), answering
+    the :class:`ServerToolCall` with the same ``id``; provider context, like the call."""
+
+    tool_type: str = ""
+    response: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+_PART_KINDS = (
+    "text",
+    "inline_data",
+    "file_data",
+    "function_call",
+    "function_response",
+    "server_tool_call",
+    "server_tool_response",
+)
 
 
 class Part(_Data):
     """One piece of a :class:`Content`: exactly one of text, inline data, file data, a function
-    call or a function response.
+    call, a function response, or a call or response of a tool the provider ran itself
+    (``server_tool_call`` / ``server_tool_response``, which only the provider reads).
 
     Build parts with the ``from_*`` constructors and inspect them through the properties, which
     are ``None`` where they do not apply.
@@ -104,6 +138,8 @@ class Part(_Data):
     file_data: FileData | None = None
     function_call: FunctionCall | None = None
     function_response: FunctionResponse | None = None
+    server_tool_call: ServerToolCall | None = None
+    server_tool_response: ServerToolResponse | None = None
     thought: bool = False
     thought_signature: bytes | None = None
 
@@ -117,6 +153,8 @@ class Part(_Data):
             + (self.file_data is not None)
             + (self.function_call is not None)
             + (self.function_response is not None)
+            + (self.server_tool_call is not None)
+            + (self.server_tool_response is not None)
         )
         if count != 1:
             raise ValueError(
@@ -148,10 +186,26 @@ class Part(_Data):
     ) -> Part:
         return cls(function_response=FunctionResponse(name=name, response=response or {}, id=id))
 
+    @classmethod
+    def from_server_tool_call(
+        cls, tool_type: str, args: dict[str, Any] | None = None, id: str | None = None
+    ) -> Part:
+        return cls(server_tool_call=ServerToolCall(tool_type=tool_type, args=args or {}, id=id))
+
+    @classmethod
+    def from_server_tool_response(
+        cls, tool_type: str, response: dict[str, Any] | None = None, id: str | None = None
+    ) -> Part:
+        return cls(
+            server_tool_response=ServerToolResponse(
+                tool_type=tool_type, response=response or {}, id=id
+            )
+        )
+
     @property
     def kind(self) -> str:
-        """Which member is set: "text", "inline_data", "file_data", "function_call" or
-        "function_response"."""
+        """Which member is set: "text", "inline_data", "file_data", "function_call",
+        "function_response", "server_tool_call" or "server_tool_response"."""
         for kind in _PART_KINDS:
             if getattr(self, kind) is not None:
                 return kind
@@ -175,6 +229,12 @@ class Part(_Data):
     def is_media(self) -> bool:
         """True for binary media: inline data or a file reference."""
         return self.inline_data is not None or self.file_data is not None
+
+    @property
+    def is_server_tool(self) -> bool:
+        """True for a call or response of a tool the provider ran itself: context only that
+        provider reads (others leave it out of their requests), never a call to execute."""
+        return self.server_tool_call is not None or self.server_tool_response is not None
 
 
 class Content(_Data):

@@ -52,6 +52,8 @@ from adk_mesh.types import (
     GroundingMetadata,
     LlmResponse,
     Part,
+    ServerToolCall,
+    ServerToolResponse,
     ToolConfirmation,
     ToolProgress,
     UsageMetadata,
@@ -118,11 +120,26 @@ def part_to_json(part: Part) -> dict[str, Any]:
             "fileUri": part.file_data.file_uri,
             "mimeType": part.file_data.mime_type,
         }
+    elif part.server_tool_call is not None:
+        out["toolCall"] = _server_tool_json(part.server_tool_call, "args")
+    elif part.server_tool_response is not None:
+        out["toolResponse"] = _server_tool_json(part.server_tool_response, "response")
     if part.thought:
         out["thought"] = True
     if part.thought_signature is not None:
         out["thoughtSignature"] = _b64(part.thought_signature)
     return out
+
+
+def _server_tool_json(member: ServerToolCall | ServerToolResponse, key: str) -> dict[str, Any]:
+    """genai's ``ToolCall`` / ``ToolResponse``: ``id`` and ``toolType`` only when known."""
+    body: dict[str, Any] = {}
+    if member.id is not None:
+        body["id"] = member.id
+    if member.tool_type:
+        body["toolType"] = member.tool_type
+    body[key] = getattr(member, key)
+    return body
 
 
 def content_to_json(content: Content) -> dict[str, Any]:
@@ -322,6 +339,10 @@ _PART_KINDS = {
     "inline_data": "inline_data",
     "fileData": "file_data",
     "file_data": "file_data",
+    "toolCall": "server_tool_call",
+    "tool_call": "server_tool_call",
+    "toolResponse": "server_tool_response",
+    "tool_response": "server_tool_response",
 }
 _PART_EXTRAS = {"thought", "thoughtSignature", "thought_signature"}
 
@@ -331,7 +352,8 @@ def part_from_json(body: object, where: str = "part") -> Part:
 
     Raises:
         InvalidArgumentError: not one of the kinds adk-mesh carries (text, functionCall,
-            functionResponse, inlineData, fileData), or a malformed member.
+            functionResponse, inlineData, fileData, toolCall, toolResponse), or a malformed
+            member.
     """
     part = _object(body, where)
     kinds = [key for key, value in part.items() if key in _PART_KINDS and value is not None]
@@ -343,12 +365,13 @@ def part_from_json(body: object, where: str = "part") -> Part:
     if unknown:
         raise InvalidArgumentError(
             f"{where} has {', '.join(sorted(unknown))}, which adk-mesh does not carry; a part "
-            "holds text, functionCall, functionResponse, inlineData or fileData"
+            "holds text, functionCall, functionResponse, inlineData, fileData, toolCall or "
+            "toolResponse"
         )
     if len(kinds) != 1:
         raise InvalidArgumentError(
-            f"{where} must hold exactly one of text, functionCall, functionResponse, inlineData "
-            f"or fileData; it holds {len(kinds)}"
+            f"{where} must hold exactly one of text, functionCall, functionResponse, inlineData, "
+            f"fileData, toolCall or toolResponse; it holds {len(kinds)}"
         )
     kind = _PART_KINDS[kinds[0]]
     value = part[kinds[0]]
@@ -373,6 +396,26 @@ def part_from_json(body: object, where: str = "part") -> Part:
             name=_string(answer.get("name"), f"{where}.functionResponse.name"),
             response=_object(answer.get("response"), f"{where}.functionResponse.response"),
             id=answer.get("id"),
+        )
+    elif kind == "server_tool_call":
+        call = _object(value, f"{where}.toolCall")
+        fields["server_tool_call"] = ServerToolCall(
+            tool_type=_string(
+                _member(call, "toolType", "tool_type"), f"{where}.toolCall.toolType", optional=True
+            ),
+            args=_object(call.get("args"), f"{where}.toolCall.args"),
+            id=_string(call.get("id"), f"{where}.toolCall.id", optional=True) or None,
+        )
+    elif kind == "server_tool_response":
+        answer = _object(value, f"{where}.toolResponse")
+        fields["server_tool_response"] = ServerToolResponse(
+            tool_type=_string(
+                _member(answer, "toolType", "tool_type"),
+                f"{where}.toolResponse.toolType",
+                optional=True,
+            ),
+            response=_object(answer.get("response"), f"{where}.toolResponse.response"),
+            id=_string(answer.get("id"), f"{where}.toolResponse.id", optional=True) or None,
         )
     elif kind == "inline_data":
         blob = _object(value, f"{where}.inlineData")

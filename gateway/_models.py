@@ -53,6 +53,22 @@ class FunctionResponseBody(_Body):
     response: dict[str, Any] | None = None
 
 
+class ToolCallBody(_Body):
+    """genai's ToolCall: a built-in tool the model's provider ran itself (never run here)."""
+
+    id: str | None = None
+    tool_type: str | None = Field(default=None, description='e.g. "GOOGLE_SEARCH_WEB"')
+    args: dict[str, Any] | None = None
+
+
+class ToolResponseBody(_Body):
+    """genai's ToolResponse: what that built-in tool returned."""
+
+    id: str | None = None
+    tool_type: str | None = None
+    response: dict[str, Any] | None = None
+
+
 class BlobBody(_Body):
     mime_type: str
     data: str = Field(description="The bytes, base64 (standard or URL-safe).")
@@ -65,13 +81,15 @@ class FileDataBody(_Body):
 
 class PartBody(_OpenBody):
     """google-genai's Part: exactly one of text, functionCall, functionResponse, inlineData,
-    fileData (the kinds adk-mesh carries)."""
+    fileData, toolCall, toolResponse (the kinds adk-mesh carries)."""
 
     text: str | None = None
     function_call: FunctionCallBody | None = None
     function_response: FunctionResponseBody | None = None
     inline_data: BlobBody | None = None
     file_data: FileDataBody | None = None
+    tool_call: ToolCallBody | None = None
+    tool_response: ToolResponseBody | None = None
     thought: bool | None = None
     thought_signature: str | None = Field(default=None, description="base64")
 

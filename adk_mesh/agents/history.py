@@ -461,7 +461,9 @@ def _join_late_function_response(events: list[Event]) -> list[Event]:
 def _as_context(author: str, content: Content) -> Content:
     parts: list[Part] = [Part(text="For context:")]
     for part in content.parts:
-        if part.thought:
+        if part.thought or part.is_server_tool:
+            # Reasoning, and the built-in tool calls another agent's model ran, belong to that
+            # model's turn: the answer they grounded is what this one is told.
             continue
         if part.text is not None:
             if part.text.strip():

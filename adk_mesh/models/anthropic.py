@@ -530,6 +530,8 @@ class AnthropicModel(HttpLlm):
             results: list[dict[str, Any]] = []
             blocks: list[dict[str, Any]] = []
             for part_index, part in enumerate(content.parts):
+                if part.is_server_tool:
+                    continue  # Gemini's own context, for no other provider
                 if role == "assistant":
                     block = self._assistant_block(content_index, part_index, content, part, ids)
                     if block is not None:

@@ -9,6 +9,13 @@ Tool and response schemas are JSON Schema, so by default they go out as
 that only know the OpenAPI subset. Thought parts and ``thoughtSignature`` (base64 on the wire,
 bytes in :attr:`Part.thought_signature`) round-trip unchanged, as the API requires for
 function calling with thinking models.
+
+Built-in tools (``google_search``, ``url_context``, ``code_execution``) go in the same request
+as function declarations only to Gemini 3 and later, with
+``toolConfig.includeServerSideToolInvocations``; the calls and responses of the built-in tools
+that Gemini then returns (``toolCall`` / ``toolResponse`` parts) become
+:attr:`Part.server_tool_call` / :attr:`Part.server_tool_response` and are sent back as received.
+Earlier models refuse the mix, so it is refused here before anything is sent.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ import base64
 import binascii
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import httpx
 
-from adk_mesh.errors import ConfigError, ModelError, model_error
+from adk_mesh.errors import ConfigError, ModelError, ModelRequestError, model_error
 from adk_mesh.models._convert import (
     GroundingCollector,
     b64encode,
@@ -54,6 +62,8 @@ from adk_mesh.types import (
     GroundingSource,
     LlmResponse,
     Part,
+    ServerToolCall,
+    ServerToolResponse,
     UsageMetadata,
 )
 
@@ -126,11 +136,83 @@ def _part_from_wire(part: Mapping[str, Any]) -> Part | None:
             ),
             thought_signature=signature,
         )
+    server_part = _server_tool_part(part)
+    if server_part is not None:
+        return server_part.model_copy(update={"thought_signature": signature})
     if signature is not None:
         # A part that carries only a signature: keep it so it goes back as received.
         return Part(text="", thought=bool(part.get("thought")), thought_signature=signature)
     logger.debug("ignoring a Gemini part of an unknown kind: %s", sorted(part))
     return None
+
+
+def _server_tool_part(part: Mapping[str, Any]) -> Part | None:
+    """A ``toolCall`` / ``toolResponse`` part (a built-in tool Gemini ran itself, returned
+    under ``includeServerSideToolInvocations``) as its own kind, else None. Gemini wants them
+    back in the model's turn on later requests, so nothing of them is dropped."""
+    call = part.get("toolCall", part.get("tool_call"))
+    if isinstance(call, dict):
+        args = call.get("args")
+        return Part(
+            server_tool_call=ServerToolCall(
+                tool_type=_tool_type(call),
+                args=args if isinstance(args, dict) else {},
+                id=_optional_id(call),
+            )
+        )
+    answer = part.get("toolResponse", part.get("tool_response"))
+    if isinstance(answer, dict):
+        response = answer.get("response")
+        return Part(
+            server_tool_response=ServerToolResponse(
+                tool_type=_tool_type(answer),
+                response=response if isinstance(response, dict) else {},
+                id=_optional_id(answer),
+            )
+        )
+    return None
+
+
+def _tool_type(member: Mapping[str, Any]) -> str:
+    value = member.get("toolType", member.get("tool_type"))
+    return value if isinstance(value, str) else ""
+
+
+def _optional_id(member: Mapping[str, Any]) -> str | None:
+    value = member.get("id")
+    return value if isinstance(value, str) else None
+
+
+#: ``gemini-<major>[.<minor>...]`` at the start of a model name (after any ``models/``).
+_GEMINI_VERSION = re.compile(r"^gemini-(\d+)(?:\.\d+)*(?:-|$)")
+
+
+def mixes_builtin_and_function_tools(model: str) -> bool:
+    """Whether the Gemini model ``model`` takes built-in tools and function declarations in
+    one request.
+
+    The API decides by generation: Gemini 1.x and 2.x answer such a request with 400
+    INVALID_ARGUMENT "Tool use with function calling is unsupported by the model."; Gemini 3
+    and later accept it when ``toolConfig.includeServerSideToolInvocations`` is true. A name
+    whose major version cannot be read (an alias, a tuned model) counts as an earlier one:
+    refusing before the call beats a 400 after it.
+    """
+    name = model.strip().removeprefix("models/").rsplit("/", 1)[-1]
+    match = _GEMINI_VERSION.match(name)
+    return match is not None and int(match.group(1)) >= 3
+
+
+def _mix_refused(model: str, builtins: list[str]) -> ModelRequestError:
+    """The refusal of built-in tools beside function tools on a Gemini before 3, worded for
+    whoever reads it (a developer, or a model told of the failure): what, why, the fix."""
+    names = ", ".join(builtins)
+    return ModelRequestError(
+        f"gemini model '{model}' cannot run the built-in tool(s) {names} in the same request "
+        "as function tools: Gemini before 3 refuses the mix ('Tool use with function calling "
+        "is unsupported by the model'). Use a Gemini 3 model, or give the built-in tool its "
+        "own LlmAgent and offer that agent through AgentTool.",
+        metadata={"provider": "gemini"},
+    )
 
 
 _OUTCOMES: dict[str, CodeExecutionOutcome] = {
@@ -380,19 +462,33 @@ class GeminiModel(HttpLlm):
         body: dict[str, Any] = {"contents": self._contents(request.contents)}
         if request.system_instruction:
             body["systemInstruction"] = {"parts": [{"text": request.system_instruction}]}
+        model = self._model_for(request).removeprefix("models/")
         tools = self._tools(request)
         if tools:
             body["tools"] = tools
+        if request.tools and request.builtin_tools:
+            self._allow_builtin_tools_with_functions(body, model, tools)
         generation_config = self._generation_config(request)
         if generation_config:
             body["generationConfig"] = generation_config
-        model = self._model_for(request).removeprefix("models/")
         method = "streamGenerateContent" if stream else "generateContent"
         return WireRequest(
             path=f"/{self.api_version}/models/{model}:{method}",
             body=body,
             params={"alt": "sse"} if stream else {},
         )
+
+    @staticmethod
+    def _allow_builtin_tools_with_functions(
+        body: dict[str, Any], model: str, tools: list[dict[str, Any]]
+    ) -> None:
+        """Ask Gemini 3+ for the mix of built-in and function tools (the API refuses it
+        without the flag); refuse it for earlier models, which cannot run it at all."""
+        if not mixes_builtin_and_function_tools(model):
+            builtins = [name for tool in tools for name in tool if name != "functionDeclarations"]
+            raise _mix_refused(model, builtins)
+        tool_config = body.setdefault("toolConfig", {})
+        tool_config["includeServerSideToolInvocations"] = True
 
     def _contents(self, contents: list[Content]) -> list[dict[str, Any]]:
         wire: list[dict[str, Any]] = []
@@ -451,6 +547,8 @@ class GeminiModel(HttpLlm):
             if part.function_call.id:
                 call["id"] = part.function_call.id
             wire = {"functionCall": call}
+        elif part.server_tool_call is not None or part.server_tool_response is not None:
+            wire = self._server_tool_part(part)
         else:
             assert part.function_response is not None
             response: dict[str, Any] = {
@@ -463,6 +561,23 @@ class GeminiModel(HttpLlm):
         if part.thought_signature is not None:
             wire["thoughtSignature"] = b64encode(part.thought_signature)
         return wire
+
+    @staticmethod
+    def _server_tool_part(part: Part) -> dict[str, Any]:
+        """A built-in tool's call or response as Gemini sent it: the API needs them back in
+        the model's turn (with their signatures) to continue from where that turn was."""
+        member: dict[str, Any]
+        if part.server_tool_call is not None:
+            call = part.server_tool_call
+            member = {"args": call.args, "toolType": call.tool_type, "id": call.id}
+            name = "toolCall"
+        else:
+            assert part.server_tool_response is not None
+            answer = part.server_tool_response
+            member = {"response": answer.response, "toolType": answer.tool_type, "id": answer.id}
+            name = "toolResponse"
+        # What Gemini left out (an id, a type) stays out.
+        return {name: {key: value for key, value in member.items() if value not in (None, "")}}
 
     def _tools(self, request: LlmRequest) -> list[dict[str, Any]]:
         tools: list[dict[str, Any]] = []

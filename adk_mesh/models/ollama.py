@@ -297,6 +297,8 @@ class OllamaModel(HttpLlm):
         thinking: list[str] = []
         calls: list[dict[str, Any]] = []
         for part_index, part in enumerate(content.parts):
+            if part.is_server_tool:
+                continue  # Gemini's own context, for no other provider
             if part.text is not None:
                 (thinking if part.thought else texts).append(part.text)
             elif part.function_call is not None:

@@ -427,6 +427,8 @@ class OpenAIModel(HttpLlm):
         texts: list[str] = []
         tool_calls: list[dict[str, Any]] = []
         for part_index, part in enumerate(content.parts):
+            if part.is_server_tool:
+                continue  # Gemini's own context, for no other provider
             if part.text is not None:
                 if not part.thought:
                     texts.append(part.text)

@@ -776,6 +776,8 @@ class OpenAIResponsesModel(HttpLlm):
                 items.append({"role": "assistant", "content": text})
 
         for part_index, part in enumerate(content.parts):
+            if part.is_server_tool:
+                continue  # Gemini's own context, for no other provider
             if part.text is not None:
                 if not part.thought:
                     texts.append(part.text)

@@ -203,6 +203,10 @@ def decodes_to_itself(event: Event) -> bool:
             function_response = part.function_response
             if function_response is not None and function_response.response:
                 values.append(function_response.response)
+            if part.server_tool_call is not None:
+                values.append(part.server_tool_call.args)
+            elif part.server_tool_response is not None:
+                values.append(part.server_tool_response.response)
     progress = event.tool_progress
     if progress is not None:
         values.append(progress.data)

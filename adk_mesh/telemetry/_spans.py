@@ -307,6 +307,22 @@ def _part_json(part: Any) -> dict[str, Any]:
         return {"type": "blob", "mime_type": part.inline_data.mime_type}
     if part.file_data is not None:
         return {"type": "uri", "mime_type": part.file_data.mime_type}
+    if part.server_tool_call is not None:
+        # A tool the provider ran itself: told apart from the calls the runtime executes.
+        server_call = part.server_tool_call
+        return {
+            "type": "server_tool_call",
+            "id": server_call.id,
+            "name": server_call.tool_type,
+            "arguments": _redacted(server_call.args),
+        }
+    if part.server_tool_response is not None:
+        server_reply = part.server_tool_response
+        return {
+            "type": "server_tool_call_response",
+            "id": server_reply.id,
+            "response": _redacted(server_reply.response),
+        }
     return {"type": "unknown"}
 
 

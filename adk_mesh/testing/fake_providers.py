@@ -40,6 +40,7 @@ import contextlib
 import http
 import itertools
 import json
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -619,8 +620,19 @@ _GOOGLE_STATUS = {
 }
 
 
+#: The ``toolType`` Gemini reports for a server-side call of each scripted native tool.
+_GEMINI_TOOL_TYPES = {ScriptedWebSearch: "GOOGLE_SEARCH_WEB", ScriptedUrlFetch: "URL_CONTEXT"}
+
+
 class FakeGemini(FakeProviderServer):
-    """``generateContent`` and ``streamGenerateContent?alt=sse``."""
+    """``generateContent`` and ``streamGenerateContent?alt=sse``.
+
+    Like the real API it refuses (400 ``INVALID_ARGUMENT``) built-in tools beside function
+    declarations on a model before Gemini 3, and on Gemini 3+ without
+    ``toolConfig.includeServerSideToolInvocations``. With that flag, each scripted search or
+    URL fetch of a turn (``native``) also comes back as a ``toolCall`` part (signed
+    ``server-tool-signature:<id>``) and a ``toolResponse`` part, before the text.
+    """
 
     provider = "gemini"
     default_model = "gemini-2.5-flash"
@@ -733,10 +745,79 @@ class FakeGemini(FakeProviderServer):
                 parts.append({"codeExecutionResult": {"outcome": outcome, "output": item.output}})
         return parts
 
+    def _server_tool_parts(
+        self, turn: ScriptedTurn, request: RecordedRequest
+    ) -> list[dict[str, Any]]:
+        """The turn's searches and fetches as ``toolCall`` / ``toolResponse`` parts, when the
+        request asked for server-side tool invocations (else none, as the API sends none)."""
+        try:
+            tool_config = request.json().get("toolConfig") or {}
+        except (ValueError, AttributeError):
+            return []
+        if tool_config.get("includeServerSideToolInvocations") is not True:
+            return []
+        parts: list[dict[str, Any]] = []
+        for index, item in enumerate(turn.native):
+            tool_type = _GEMINI_TOOL_TYPES.get(type(item))
+            if tool_type is None:
+                continue  # code execution stays executableCode / codeExecutionResult parts
+            call_id = f"server-{len(self.requests)}-{index}"
+            if isinstance(item, ScriptedWebSearch):
+                args: dict[str, Any] = {"queries": [item.query]}
+                response: dict[str, Any] = {
+                    "results": [{"uri": page.url, "title": page.title} for page in item.results]
+                }
+            else:
+                assert isinstance(item, ScriptedUrlFetch)
+                args = {"urls": [item.url]}
+                response = {"urlMetadata": [{"retrievedUrl": item.url}]}
+            signature = base64.b64encode(f"server-tool-signature:{call_id}".encode()).decode()
+            parts.append(
+                {
+                    "toolCall": {"id": call_id, "toolType": tool_type, "args": args},
+                    "thoughtSignature": signature,
+                }
+            )
+            parts.append(
+                {"toolResponse": {"id": call_id, "toolType": tool_type, "response": response}}
+            )
+        return parts
+
+    def refusal(self, request: RecordedRequest) -> RawReply | None:
+        """The API's 400s for built-in tools beside function declarations: refused before
+        Gemini 3, and on Gemini 3+ unless the request includes server-side tool invocations."""
+        try:
+            body = request.json()
+        except ValueError:
+            return None
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(tools, list):
+            return None
+        keys = {key for tool in tools if isinstance(tool, dict) for key in tool}
+        if not {"functionDeclarations", "function_declarations"} & keys or not keys - {
+            "functionDeclarations",
+            "function_declarations",
+        }:
+            return None
+        version = re.match(r"gemini-(\d+)", self.requested_model(request))
+        if version is None or int(version.group(1)) < 3:
+            return self._refuse("Tool use with function calling is unsupported by the model.")
+        tool_config = body.get("toolConfig") or {}
+        if tool_config.get("includeServerSideToolInvocations") is not True:
+            return self._refuse(
+                "Please enable tool_config.include_server_side_tool_invocations to use "
+                "Built-in tools with Function calling."
+            )
+        return None
+
+    def _refuse(self, message: str) -> RawReply:
+        return RawReply(status=400, body=_json_bytes(self.error_body(400, message)))
+
     def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
         parts: list[dict[str, Any]] = []
         if turn.thoughts:
             parts.append({"text": "".join(turn.thoughts), "thought": True})
+        parts.extend(self._server_tool_parts(turn, request))
         parts.extend(self._code_parts(turn))
         if turn.text_deltas:
             parts.append({"text": "".join(turn.text_deltas)})
@@ -748,6 +829,7 @@ class FakeGemini(FakeProviderServer):
         chunks: list[list[dict[str, Any]]] = [
             [{"text": thought, "thought": True}] for thought in turn.thoughts
         ]
+        chunks.extend([part] for part in self._server_tool_parts(turn, request))
         chunks.extend([part] for part in self._code_parts(turn))
         chunks.extend([{"text": text}] for text in turn.text_deltas)
         if turn.tool_calls:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61\x64k_mesh/v1/content.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x1cgoogle/protobuf/struct.proto\"9\n\x07\x43ontent\x12\x0c\n\x04role\x18\x01 \x01(\t\x12 \n\x05parts\x18\x02 \x03(\x0b\x32\x11.adk_mesh.v1.Part\"\xab\x02\n\x04Part\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x0binline_data\x18\x02 \x01(\x0b\x32\x11.adk_mesh.v1.BlobH\x00\x12*\n\tfile_data\x18\x03 \x01(\x0b\x32\x15.adk_mesh.v1.FileDataH\x00\x12\x32\n\rfunction_call\x18\x04 \x01(\x0b\x32\x19.adk_mesh.v1.FunctionCallH\x00\x12:\n\x11\x66unction_response\x18\x05 \x01(\x0b\x32\x1d.adk_mesh.v1.FunctionResponseH\x00\x12\x0f\n\x07thought\x18\x06 \x01(\x08\x12\x1e\n\x11thought_signature\x18\x07 \x01(\x0cH\x01\x88\x01\x01\x42\x06\n\x04\x64\x61taB\x14\n\x12_thought_signature\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"/\n\x08\x46ileData\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x10\n\x08\x66ile_uri\x18\x02 \x01(\t\"n\n\x0c\x46unctionCall\x12\x0f\n\x02id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04name\x18\x02 \x01(\t\x12%\n\x04\x61rgs\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\targs_json\x18\x04 \x01(\tB\x05\n\x03_id\"z\n\x10\x46unctionResponse\x12\x0f\n\x02id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04name\x18\x02 \x01(\t\x12)\n\x08response\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rresponse_json\x18\x04 \x01(\tB\x05\n\x03_idb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61\x64k_mesh/v1/content.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x1cgoogle/protobuf/struct.proto\"9\n\x07\x43ontent\x12\x0c\n\x04role\x18\x01 \x01(\t\x12 \n\x05parts\x18\x02 \x03(\x0b\x32\x11.adk_mesh.v1.Part\"\xa5\x03\n\x04Part\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x0binline_data\x18\x02 \x01(\x0b\x32\x11.adk_mesh.v1.BlobH\x00\x12*\n\tfile_data\x18\x03 \x01(\x0b\x32\x15.adk_mesh.v1.FileDataH\x00\x12\x32\n\rfunction_call\x18\x04 \x01(\x0b\x32\x19.adk_mesh.v1.FunctionCallH\x00\x12:\n\x11\x66unction_response\x18\x05 \x01(\x0b\x32\x1d.adk_mesh.v1.FunctionResponseH\x00\x12\x37\n\x10server_tool_call\x18\x08 \x01(\x0b\x32\x1b.adk_mesh.v1.ServerToolCallH\x00\x12?\n\x14server_tool_response\x18\t \x01(\x0b\x32\x1f.adk_mesh.v1.ServerToolResponseH\x00\x12\x0f\n\x07thought\x18\x06 \x01(\x08\x12\x1e\n\x11thought_signature\x18\x07 \x01(\x0cH\x01\x88\x01\x01\x42\x06\n\x04\x64\x61taB\x14\n\x12_thought_signature\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"/\n\x08\x46ileData\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x10\n\x08\x66ile_uri\x18\x02 \x01(\t\"n\n\x0c\x46unctionCall\x12\x0f\n\x02id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04name\x18\x02 \x01(\t\x12%\n\x04\x61rgs\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\targs_json\x18\x04 \x01(\tB\x05\n\x03_id\"z\n\x10\x46unctionResponse\x12\x0f\n\x02id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x0c\n\x04name\x18\x02 \x01(\t\x12)\n\x08response\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rresponse_json\x18\x04 \x01(\tB\x05\n\x03_id\"u\n\x0eServerToolCall\x12\x0f\n\x02id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x11\n\ttool_type\x18\x02 \x01(\t\x12%\n\x04\x61rgs\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\targs_json\x18\x04 \x01(\tB\x05\n\x03_id\"\x81\x01\n\x12ServerToolResponse\x12\x0f\n\x02id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x11\n\ttool_type\x18\x02 \x01(\t\x12)\n\x08response\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rresponse_json\x18\x04 \x01(\tB\x05\n\x03_idb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,13 +35,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONTENT']._serialized_start=72
   _globals['_CONTENT']._serialized_end=129
   _globals['_PART']._serialized_start=132
-  _globals['_PART']._serialized_end=431
-  _globals['_BLOB']._serialized_start=433
-  _globals['_BLOB']._serialized_end=472
-  _globals['_FILEDATA']._serialized_start=474
-  _globals['_FILEDATA']._serialized_end=521
-  _globals['_FUNCTIONCALL']._serialized_start=523
-  _globals['_FUNCTIONCALL']._serialized_end=633
-  _globals['_FUNCTIONRESPONSE']._serialized_start=635
-  _globals['_FUNCTIONRESPONSE']._serialized_end=757
+  _globals['_PART']._serialized_end=553
+  _globals['_BLOB']._serialized_start=555
+  _globals['_BLOB']._serialized_end=594
+  _globals['_FILEDATA']._serialized_start=596
+  _globals['_FILEDATA']._serialized_end=643
+  _globals['_FUNCTIONCALL']._serialized_start=645
+  _globals['_FUNCTIONCALL']._serialized_end=755
+  _globals['_FUNCTIONRESPONSE']._serialized_start=757
+  _globals['_FUNCTIONRESPONSE']._serialized_end=879
+  _globals['_SERVERTOOLCALL']._serialized_start=881
+  _globals['_SERVERTOOLCALL']._serialized_end=998
+  _globals['_SERVERTOOLRESPONSE']._serialized_start=1001
+  _globals['_SERVERTOOLRESPONSE']._serialized_end=1130
 # @@protoc_insertion_point(module_scope)

@@ -152,8 +152,9 @@ def tools() -> list[Any]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_gemini_runs_search_url_context_and_code_beside_a_function_tool(stream: bool) -> None:
+    # Only Gemini 3+ takes built-in tools beside functions (test_gemini_builtin_function_mix.py).
     native = {"native": [SEARCH, FETCH, CODE], "citations": CITATIONS}
-    async with FakeGemini(*two_turns(**native)) as server:
+    async with FakeGemini(*two_turns(**native), model="gemini-3-flash-preview") as server:
         async with server.make_model() as model:
             agent = LlmAgent(name="researcher", model=model, tools=tools())
             events = await run_agent(agent, stream=stream)
@@ -175,6 +176,7 @@ async def test_gemini_runs_search_url_context_and_code_beside_a_function_tool(st
             {"url_context": {}},
             {"code_execution": {}},
         ]
+        assert request.json()["toolConfig"] == {"includeServerSideToolInvocations": True}
     assert events[1].function_responses()[0].response["population"] == 717_710
     final = events[-1]
     assert final.text == ANSWER

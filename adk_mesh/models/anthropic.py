@@ -6,15 +6,17 @@ required by the API: it is ``config.max_output_tokens`` or ``default_max_tokens`
 
 What each part becomes:
 
-- text: a ``text`` block (empty text is left out: the API rejects empty blocks);
+- text: a ``text`` block (empty and whitespace-only text is left out: the API rejects
+  such blocks);
 - inline ``image/*``: an ``image`` block with a ``base64`` source; inline ``application/pdf``:
   a ``document`` block with a ``base64`` source; inline ``text/plain``: a ``document`` block
   with a ``text`` source;
 - http(s) file URIs of images and PDFs: ``image`` / ``document`` blocks with a ``url`` source;
 - function calls: ``tool_use`` blocks; function responses: ``tool_result`` blocks (placed
   first in their user turn, as the API requires), paired by id;
-- thought parts whose signature came from Claude: ``thinking`` blocks; other thought parts are
-  not sent (the API accepts only its own signed reasoning);
+- thought parts whose signature came from Claude (base64 text): ``thinking`` blocks; other
+  thought parts, another provider's signed ones among them, are not sent (the API accepts
+  only its own signed reasoning);
 - anything else (audio, video, other URIs, media in assistant turns) raises
   :class:`ModelError` naming the part.
 
@@ -43,6 +45,7 @@ prompt says so; forcing the schema's tool would leave the model no way to call t
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any, cast
@@ -138,25 +141,46 @@ def _stop_reason(value: Any) -> FinishReason | None:
     return _STOP_REASONS.get(value, FinishReason.OTHER)
 
 
-def _usage(usage: Any, previous: UsageMetadata | None = None) -> UsageMetadata | None:
+#: The usage counts the Messages API reports: ``input_tokens`` leaves out the prompt's cached
+#: tokens (read from and written to the cache), which are counted apart.
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def _merge_usage(fields: dict[str, int], usage: Any) -> None:
+    """Add a stream event's usage to ``fields``. ``message_delta`` counts are cumulative but
+    may leave a field out or send it as null: the ``message_start`` value then stands (else
+    the prompt's cached tokens would drop out of its count)."""
     if not isinstance(usage, dict):
-        return previous
-    base = previous or UsageMetadata()
+        return
+    for key in _USAGE_FIELDS:
+        value = usage.get(key)
+        if isinstance(value, int):
+            fields[key] = value
+
+
+def _usage(usage: Any) -> UsageMetadata | None:
+    if not isinstance(usage, dict):
+        return None
+
+    def count(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) else 0
+
     cache_read = usage.get("cache_read_input_tokens")
-    cache_write = usage.get("cache_creation_input_tokens")
-    input_tokens = usage.get("input_tokens")
-    if isinstance(input_tokens, int):
-        prompt = input_tokens
-        prompt += cache_read if isinstance(cache_read, int) else 0
-        prompt += cache_write if isinstance(cache_write, int) else 0
-    else:
-        prompt = base.prompt_token_count
-    output = usage.get("output_tokens")
-    candidates = output if isinstance(output, int) else base.candidates_token_count
+    prompt = (
+        count("input_tokens")
+        + count("cache_read_input_tokens")
+        + count("cache_creation_input_tokens")
+    )
     return make_usage(
         prompt,
-        candidates,
-        cached=cache_read if isinstance(cache_read, int) else base.cached_content_token_count,
+        usage.get("output_tokens"),
+        cached=cache_read if isinstance(cache_read, int) else None,
     )
 
 
@@ -170,13 +194,54 @@ def _error(error: Any) -> ModelError:
     )
 
 
+#: What a Claude thinking signature is made of (base64). Other providers' signatures (Gemini's
+#: raw bytes, the OpenAI Responses adapter's marked JSON) are not, and the API refuses a
+#: thinking block whose signature it did not issue: those thoughts are not sent.
+_SIGNATURE_TEXT = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
+
+
 def _signature_text(signature: bytes | None) -> str | None:
-    if signature is None:
+    if not signature:
         return None
     try:
-        return signature.decode("ascii")
+        text = signature.decode("ascii")
     except UnicodeDecodeError:
         return None
+    return text if _SIGNATURE_TEXT.fullmatch(text) else None
+
+
+def _text_block(text: str) -> dict[str, Any] | None:
+    """A text block, or ``None`` for text the API refuses: it rejects any empty or
+    whitespace-only text block ("text content blocks must contain non-whitespace text")."""
+    return {"type": "text", "text": text} if text and not text.isspace() else None
+
+
+_TOOL_BLOCKS = ("tool_use", "server_tool_use")
+
+
+def _cut_position(kinds: list[str], finish: FinishReason | None) -> int | None:
+    """The position of the tool block the output token limit cut, if any.
+
+    A response stopped by ``max_tokens`` ends in the block being written: when that is a
+    tool call, its input is cut short (a stream's JSON is broken; a plain response's input
+    is whatever of it parsed, valid JSON or not). Running it would run a call the model never
+    finished, and sending it back would show the model arguments it never wrote.
+    """
+    if finish is FinishReason.MAX_TOKENS and kinds and kinds[-1] in _TOOL_BLOCKS:
+        return len(kinds) - 1
+    return None
+
+
+def _refuse_cut_call(kind: str, block: Mapping[str, Any]) -> None:
+    """Raise the :class:`ModelError` a cut call of one of our tools is, plain or streamed
+    alike (a server tool's cut call ran nowhere: the rest of the response stands)."""
+    if kind == "tool_use":
+        raise ModelError(
+            f"anthropic: the model's call of tool {block.get('name')!r} was cut at the output "
+            "token limit (stop_reason max_tokens), so there is no call to run: raise "
+            "max_output_tokens",
+            metadata={"provider": "anthropic"},
+        )
 
 
 class _Block:
@@ -284,6 +349,12 @@ class _AnthropicStreamParser(StreamParser):
         super().__init__()
         self._blocks: dict[int, _Block] = {}
         self._grounding = _Grounding()
+        self._usage_fields: dict[str, int] = {}
+
+    def _add_usage(self, usage: Any) -> None:
+        _merge_usage(self._usage_fields, usage)
+        if self._usage_fields:
+            self.usage = _usage(self._usage_fields)
 
     def feed(self, event: StreamRecord) -> list[LlmResponse]:
         data = load_json(event.data, "a stream event")
@@ -309,13 +380,13 @@ class _AnthropicStreamParser(StreamParser):
             message = data.get("message") or {}
             if isinstance(message.get("model"), str):
                 self.model_version = message["model"]
-            self.usage = _usage(message.get("usage"), self.usage)
+            self._add_usage(message.get("usage"))
         elif kind == "message_delta":
             delta = data.get("delta") or {}
             finish = _stop_reason(delta.get("stop_reason"))
             if finish is not None:
                 self.finish_reason = finish
-            self.usage = _usage(data.get("usage"), self.usage)
+            self._add_usage(data.get("usage"))
         elif kind == "message_stop":
             self.complete = True
         elif kind == "error":
@@ -348,8 +419,15 @@ class _AnthropicStreamParser(StreamParser):
 
     def final(self) -> LlmResponse:
         self.check_complete()
-        for index in sorted(self._blocks):
+        indexes = sorted(self._blocks)
+        cut = _cut_position([self._blocks[i].type for i in indexes], self.finish_reason)
+        cut_block = self._blocks[indexes[cut]] if cut is not None else None
+        if cut_block is not None:
+            _refuse_cut_call(cut_block.type, cut_block.data)
+        for index in indexes:
             block = self._blocks[index]
+            if block is cut_block:
+                continue
             if block.type == "text":
                 text = "".join(block.pieces)
                 self.parts.add_text(text)
@@ -569,7 +647,7 @@ class AnthropicModel(HttpLlm):
                 if signature is None:
                     return None
                 return {"type": "thinking", "thinking": part.text, "signature": signature}
-            return {"type": "text", "text": part.text} if part.text else None
+            return _text_block(part.text)
         if part.function_call is not None:
             return {
                 "type": "tool_use",
@@ -590,9 +668,7 @@ class AnthropicModel(HttpLlm):
         self, content_index: int, part_index: int, content: Content, part: Part
     ) -> dict[str, Any] | None:
         if part.text is not None:
-            if part.thought or not part.text:
-                return None
-            return {"type": "text", "text": part.text}
+            return None if part.thought else _text_block(part.text)
         if part.inline_data is not None:
             mime = part.inline_data.mime_type.lower()
             data = part.inline_data.data
@@ -659,7 +735,12 @@ class AnthropicModel(HttpLlm):
             raise ModelError("anthropic returned a body that is not a JSON object")
         parts: list[Part] = []
         grounding = _Grounding()
-        for block in data.get("content") or []:
+        blocks = list(data.get("content") or [])
+        finish = _stop_reason(data.get("stop_reason"))
+        cut = _cut_position([str(block.get("type", "")) for block in blocks], finish)
+        if cut is not None:
+            _refuse_cut_call(str(blocks[cut].get("type")), blocks.pop())
+        for block in blocks:
             kind = block.get("type")
             if kind == "text":
                 text = str(block.get("text", ""))
@@ -688,7 +769,7 @@ class AnthropicModel(HttpLlm):
         return LlmResponse(
             content=Content(role="model", parts=parts) if parts else None,
             usage_metadata=_usage(data.get("usage")),
-            finish_reason=_stop_reason(data.get("stop_reason")),
+            finish_reason=finish,
             turn_complete=True,
             grounding_metadata=grounding.metadata(),
             model_version=data.get("model") if isinstance(data.get("model"), str) else None,

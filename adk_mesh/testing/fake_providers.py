@@ -1060,6 +1060,10 @@ _ANTHROPIC_ERROR_TYPES = {
 }
 
 
+#: What a thinking signature the Messages API issued looks like (the fake cannot check it).
+_ISSUED_SIGNATURE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
+
+
 class FakeAnthropic(FakeProviderServer):
     """``POST /v1/messages``, plain and streamed with every SSE event type."""
 
@@ -1283,15 +1287,59 @@ class FakeAnthropic(FakeProviderServer):
         return blocks
 
     def refusal(self, request: RecordedRequest) -> RawReply | None:
-        """The Messages API's 400s for tool blocks out of place: every ``tool_use`` block
-        of an assistant message needs a ``tool_result`` block in the very next message, and a
-        ``tool_result`` block must answer a ``tool_use`` of the message before it."""
+        """The Messages API's 400s for a history it does not take: a message with no content
+        (but a final assistant one), an empty or whitespace-only text block, a thinking
+        block without a signature it issued (here: base64 text), and tool blocks out of
+        place: every ``tool_use`` block of an assistant message needs a ``tool_result`` block
+        in the very next message, ahead of its other blocks, and a ``tool_result`` block must
+        answer a ``tool_use`` of the message before it. Consecutive messages of one role are
+        not refused: the API joins them into one turn."""
         try:
             messages = request.json().get("messages")
         except (ValueError, AttributeError):
             return None
         if not isinstance(messages, list):
             return None
+        return self._content_refusal(messages) or self._tool_refusal(messages)
+
+    def _content_refusal(self, messages: list[Any]) -> RawReply | None:
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            if not isinstance(blocks, list):
+                continue
+            final_assistant = index == len(messages) - 1 and message.get("role") == "assistant"
+            if not blocks and not final_assistant:
+                return self._refuse(
+                    f"messages.{index}: all messages must have non-empty content except for "
+                    "the optional final assistant message"
+                )
+            for position, block in enumerate(blocks):
+                refused = self._block_refusal(index, position, block)
+                if refused is not None:
+                    return self._refuse(refused)
+        return None
+
+    @staticmethod
+    def _block_refusal(index: int, position: int, block: Any) -> str | None:
+        if not isinstance(block, dict):
+            return None
+        if block.get("type") == "text":
+            text = block.get("text")
+            if not text:
+                return "messages: text content blocks must be non-empty"
+            if isinstance(text, str) and text.isspace():
+                return "messages: text content blocks must contain non-whitespace text"
+        if block.get("type") == "thinking":
+            signature = block.get("signature")
+            if not isinstance(signature, str) or not _ISSUED_SIGNATURE.fullmatch(signature):
+                where = f"messages.{index}.content.{position}"
+                return f"{where}: Invalid `signature` in `thinking` block"
+        return None
+
+    def _tool_refusal(self, messages: list[Any]) -> RawReply | None:
         previous_uses: list[str] = []
         for index, message in enumerate(messages):
             blocks = message.get("content") if isinstance(message, dict) else None
@@ -1310,6 +1358,10 @@ class FakeAnthropic(FakeProviderServer):
                     )
             answered = {use_id for _, use_id in results}
             missing = [use_id for use_id in previous_uses if use_id not in answered]
+            if previous_uses and results and results[-1][0] != len(results) - 1:
+                # The results must lead their message: one after another block is not
+                # "immediately after" its tool_use.
+                missing = previous_uses
             if missing:
                 return self._unanswered(missing, index - 1)
             previous_uses = [

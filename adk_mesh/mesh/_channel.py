@@ -11,7 +11,8 @@ Servers derive from :class:`MeshServer`, which registers gRPC health (``SERVING`
 the door of each call (see :mod:`adk_mesh.mesh.security`) and bounds the calls it runs at once.
 
 Both sides speak TLS when told (:class:`~adk_mesh.mesh.security.ServerTLS`,
-:class:`~adk_mesh.mesh.security.ClientTLS`; a client reads ``ADK_MESH_TLS_*`` by default).
+:class:`~adk_mesh.mesh.security.ClientTLS`; a client reads ``ADK_MESH_TLS_*`` by default), and
+both follow their certificate files: a renewed certificate needs no restart.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -31,6 +32,7 @@ from adk_mesh.errors import AdkIOError, ConfigError
 from adk_mesh.mesh._doors import DoorKeeper
 from adk_mesh.mesh._drain import CallGate
 from adk_mesh.mesh._interceptors import TracedChannel, server_interceptors
+from adk_mesh.mesh._watched import WatchedFiles
 from adk_mesh.mesh.security import (
     ClientTLS,
     ServerSecurity,
@@ -117,10 +119,205 @@ def open_channel(target: str, *, tls: ClientTLS | None = _FROM_ENV) -> grpc.aio.
     if tls is _FROM_ENV:
         tls = ClientTLS.from_env()
     if tls is None:
-        channel = grpc.aio.insecure_channel(target, options=channel_options())
-    else:
-        channel = grpc.aio.secure_channel(target, tls.credentials(), options=channel_options())
-    return TracedChannel(channel)
+        return TracedChannel(grpc.aio.insecure_channel(target, options=channel_options()))
+    if not tls.files:
+        return TracedChannel(
+            grpc.aio.secure_channel(target, tls.credentials(), options=channel_options())
+        )
+    return _RenewingChannel(target, tls)
+
+
+def _secure_channel(target: str, credentials: grpc.ChannelCredentials) -> TracedChannel:
+    return TracedChannel(grpc.aio.secure_channel(target, credentials, options=channel_options()))
+
+
+class _Generation:
+    """One underlying channel of a :class:`_RenewingChannel`, and the calls running on it."""
+
+    __slots__ = ("active", "channel", "credentials", "retired")
+
+    def __init__(self, channel: TracedChannel, credentials: grpc.ChannelCredentials) -> None:
+        self.channel = channel
+        self.credentials = credentials
+        self.active = 0
+        self.retired = False
+
+
+class _RenewingChannel(grpc.aio.Channel):  # type: ignore[misc]
+    """A TLS channel that follows its certificate files.
+
+    grpcio has dynamic credentials for servers only: a client channel keeps the certificate it
+    was made with, so once that expires every reconnection (one each max_connection_age) is
+    refused. Here each call first checks the files (one ``stat`` each, through
+    :class:`~adk_mesh.mesh._watched.WatchedFiles`); once they changed and load as a matching
+    certificate and key, new calls go to a new channel made with them, and the previous
+    channel is closed when the last call running on it ends (a stream is never cut). Files
+    that do not load yet (a renewal half-written) leave the current channel in use.
+    """
+
+    def __init__(self, target: str, tls: ClientTLS) -> None:
+        self._target = target
+        self._files = WatchedFiles(tls.files, tls.credentials)
+        credentials = self._files.get()
+        self._current = _Generation(_secure_channel(target, credentials), credentials)
+        self._retired: set[_Generation] = set()
+        self._closing: set[asyncio.Task[None]] = set()
+        self._warned = False
+        self._closed = False
+
+    def _generation(self) -> _Generation:
+        """The generation new calls use, renewed first if the files changed."""
+        if self._closed:
+            return self._current
+        try:
+            credentials = self._files.get()
+        except (OSError, ConfigError, ValueError) as error:
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "client TLS files for %s changed but do not load yet (%s); calls keep "
+                    "the previous certificate",
+                    self._target,
+                    str(error),  # not the error: its traceback would keep this call alive
+                )
+            return self._current
+        self._warned = False
+        if credentials is not self._current.credentials:
+            previous = self._current
+            self._current = _Generation(_secure_channel(self._target, credentials), credentials)
+            logger.info(
+                "client TLS certificate for %s reloaded from %s: new calls use it",
+                self._target,
+                ", ".join(str(path) for path in self._files.paths),
+            )
+            self._retire(previous)
+        return self._current
+
+    def _retire(self, generation: _Generation) -> None:
+        generation.retired = True
+        if generation.active or not self._close_soon(generation):
+            self._retired.add(generation)
+
+    def _call_started(self, generation: _Generation, call: Any) -> None:
+        generation.active += 1
+
+        def done(_: Any) -> None:
+            generation.active -= 1
+            if generation.retired and not generation.active and generation in self._retired:
+                if self._close_soon(generation):
+                    self._retired.discard(generation)
+
+        call.add_done_callback(done)
+
+    def _close_soon(self, generation: _Generation) -> bool:
+        """Close ``generation``'s channel in a task; ``False``: no running loop here (then
+        :meth:`close` closes it)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - gRPC runs done-callbacks in the loop
+            return False
+        task = loop.create_task(generation.channel.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        return True
+
+    async def __aenter__(self) -> _RenewingChannel:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    async def close(self, grace: float | None = None) -> None:
+        self._closed = True
+        retired, self._retired = self._retired, set()
+        await asyncio.gather(
+            *(generation.channel.close(grace) for generation in (*retired, self._current)),
+            *self._closing,
+        )
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self._current.channel.get_state(try_to_connect)
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        await self._current.channel.wait_for_state_change(last_observed_state)
+
+    async def channel_ready(self) -> None:
+        await self._generation().channel.channel_ready()
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> _RenewingMultiCallable:
+        return _RenewingMultiCallable(
+            self,
+            "unary_unary",
+            (method, request_serializer, response_deserializer, _registered_method),
+        )
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> _RenewingMultiCallable:
+        return _RenewingMultiCallable(
+            self,
+            "unary_stream",
+            (method, request_serializer, response_deserializer, _registered_method),
+        )
+
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> _RenewingMultiCallable:
+        return _RenewingMultiCallable(
+            self,
+            "stream_unary",
+            (method, request_serializer, response_deserializer, _registered_method),
+        )
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> _RenewingMultiCallable:
+        return _RenewingMultiCallable(
+            self,
+            "stream_stream",
+            (method, request_serializer, response_deserializer, _registered_method),
+        )
+
+
+class _RenewingMultiCallable:
+    """A stub's multi-callable on a :class:`_RenewingChannel`: each call goes to the channel's
+    current generation (the real multi-callable is made again when that changed)."""
+
+    __slots__ = ("_arguments", "_channel", "_generation", "_inner", "_kind")
+
+    def __init__(self, channel: _RenewingChannel, kind: str, arguments: tuple[Any, ...]) -> None:
+        self._channel = channel
+        self._kind = kind
+        self._arguments = arguments
+        self._generation: _Generation | None = None
+        self._inner: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        generation = self._channel._generation()
+        if generation is not self._generation:
+            self._inner = getattr(generation.channel, self._kind)(*self._arguments)
+            self._generation = generation
+        call = self._inner(*args, **kwargs)
+        self._channel._call_started(generation, call)
+        return call
 
 
 class MeshServer:

@@ -3,8 +3,8 @@
 **Transport.** A server serves TLS with :class:`ServerTLS` (its certificate and key, and the CA
 its mesh peers' client certificates must chain to); a client connects with :class:`ClientTLS`
 (the CA to trust, and its own certificate for mutual TLS), by default from ``ADK_MESH_TLS_CA``,
-``ADK_MESH_TLS_CERT`` and ``ADK_MESH_TLS_KEY``. Certificate files are read again when they change,
-at the next handshake: rotation needs no restart.
+``ADK_MESH_TLS_CERT`` and ``ADK_MESH_TLS_KEY``. Certificate files are read again when they change
+(a server's at its next handshake, a client's at its next call): rotation needs no restart.
 
 **The two doors.** End users come in by the *front door*: root runs and ``Describe``. Other
 services of the mesh come in by the *mesh door*: delegated runs, ``ListTools`` and ``CallTool`` —
@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 
 from adk_mesh.errors import ConfigError
 from adk_mesh.mesh._watched import WatchedFiles
@@ -72,6 +75,39 @@ def _read(path: Path, what: str) -> bytes:
         return path.read_bytes()
     except OSError as error:
         raise ConfigError(f"cannot read the {what} {str(path)!r}: {error.strerror}") from None
+
+
+def _read_certificates(path: Path, what: str) -> bytes:
+    """The PEM certificates of ``path``, checked to parse (a half-written file does not)."""
+    data = _read(path, what)
+    try:
+        x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise ConfigError(f"the {what} {str(path)!r} holds no whole PEM certificate") from None
+    return data
+
+
+def _read_key_pair(cert_path: Path, key_path: Path) -> tuple[bytes, bytes]:
+    """A certificate chain and its private key, checked to parse and to go together.
+
+    gRPC checks neither before a handshake: a renewal caught half-written (the new certificate
+    with the old key) would otherwise fail every connection made with it.
+    """
+    cert = _read_certificates(cert_path, "certificate")
+    key = _read(key_path, "key")
+    try:
+        private_key = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise ConfigError(
+            f"the key {str(key_path)!r} is not a whole, unencrypted PEM private key"
+        ) from None
+    leaf = x509.load_pem_x509_certificate(cert)
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if leaf.public_key().public_bytes(*spki) != private_key.public_key().public_bytes(*spki):
+        raise ConfigError(
+            f"the certificate {str(cert_path)!r} and the key {str(key_path)!r} do not match"
+        )
+    return cert, key
 
 
 @dataclass(frozen=True)
@@ -120,12 +156,12 @@ class _RotatingServerCertificate:
         self._files = WatchedFiles(paths, lambda: self._load(paths))
         self.initial = self._files.get()
         self._served = self.initial
+        self._warned = False
 
     @staticmethod
     def _load(paths: list[Path]) -> Any:
-        cert = _read(paths[0], "certificate")
-        key = _read(paths[1], "key")
-        client_ca = _read(paths[2], "client CA") if len(paths) > 2 else None
+        cert, key = _read_key_pair(paths[0], paths[1])
+        client_ca = _read_certificates(paths[2], "client CA") if len(paths) > 2 else None
         return grpc.ssl_server_certificate_configuration([(key, cert)], client_ca)
 
     def fetch(self) -> Any:
@@ -133,8 +169,17 @@ class _RotatingServerCertificate:
         try:
             configuration = self._files.get()
         except (OSError, ConfigError, ValueError) as error:
-            logger.warning("TLS files changed but could not be loaded yet: %s", error)
+            # gRPC would refuse such a configuration and keep the previous one: say so, once
+            # until the files load again (a renewal is written one file at a time).
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "TLS files changed but do not load as a certificate and its key yet (%s); "
+                    "still serving the previous certificate",
+                    str(error),
+                )
             return None
+        self._warned = False
         if configuration is self._served:
             return None
         self._served = configuration
@@ -145,7 +190,11 @@ class _RotatingServerCertificate:
 @dataclass(frozen=True)
 class ClientTLS:
     """A client's TLS: the CA that signs the servers' certificates (``None``: the system's
-    roots), and for the mesh door this service's own certificate and key (mutual TLS)."""
+    roots), and for the mesh door this service's own certificate and key (mutual TLS).
+
+    A channel of :func:`~adk_mesh.mesh._channel.open_channel` follows the files: the calls
+    made after they changed (and load as a matching certificate and key) use the new ones.
+    """
 
     ca_file: str | Path | None = None
     cert_file: str | Path | None = None
@@ -164,10 +213,25 @@ class ClientTLS:
             return None
         return cls(ca_file=ca or None, cert_file=cert or None, key_file=key or None)
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files these credentials are read from (none: the system's roots, no
+        certificate)."""
+        return tuple(
+            Path(path) for path in (self.ca_file, self.cert_file, self.key_file) if path is not None
+        )
+
     def credentials(self) -> grpc.ChannelCredentials:
-        ca = _read(Path(self.ca_file), "CA") if self.ca_file is not None else None
-        cert = _read(Path(self.cert_file), "certificate") if self.cert_file is not None else None
-        key = _read(Path(self.key_file), "key") if self.key_file is not None else None
+        """Credentials from the files as they are now.
+
+        Raises:
+            ConfigError: a file cannot be read, is not whole PEM, or the certificate and key
+                do not match (e.g. a renewal half-written).
+        """
+        ca = _read_certificates(Path(self.ca_file), "CA") if self.ca_file is not None else None
+        cert = key = None
+        if self.cert_file is not None and self.key_file is not None:
+            cert, key = _read_key_pair(Path(self.cert_file), Path(self.key_file))
         return grpc.ssl_channel_credentials(
             root_certificates=ca, private_key=key, certificate_chain=cert
         )

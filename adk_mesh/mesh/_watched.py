@@ -1,6 +1,7 @@
 """Files read again when they change: certificates, JWKS and API-key files rotate without a
-restart. A change is a new modification time or size of any of the files; checking costs one
-``stat`` per file."""
+restart. A change is a new inode, modification or change time, or size of any of the files
+(a renewal swapped in by a rename, or written within one clock tick at the same size, is still
+seen); checking costs one ``stat`` per file."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ class WatchedFiles(Generic[T]):
         self.paths = [Path(path) for path in paths]
         self._load = load
         self._lock = threading.Lock()
-        self._signature: tuple[tuple[int, int], ...] | None = None
+        self._signature: tuple[tuple[int, int, int, int], ...] | None = None
         self._value: T | None = None
 
-    def _stat(self) -> tuple[tuple[int, int], ...]:
+    def _stat(self) -> tuple[tuple[int, int, int, int], ...]:
         signature = []
         for path in self.paths:
             status = path.stat()
-            signature.append((status.st_mtime_ns, status.st_size))
+            signature.append(
+                (status.st_ino, status.st_mtime_ns, status.st_ctime_ns, status.st_size)
+            )
         return tuple(signature)
 
     def get(self) -> T:

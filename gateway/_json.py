@@ -218,11 +218,13 @@ def _grounding_from_json(
     """The grounding of an event as :func:`event_to_json` writes it: google-adk's
     ``groundingMetadata`` and the code executions under ``customMetadata.adkMesh``."""
     raw = _member(event, "groundingMetadata", "grounding_metadata")
-    grounding = (
-        None
-        if raw is None
-        else GroundingMetadata.from_genai(_object(raw, f"{where}.groundingMetadata"), content)
-    )
+    grounding = None
+    if raw is not None:
+        checked = _object(raw, f"{where}.groundingMetadata")
+        # from_genai skips what it cannot read (it reads providers' answers); a client's body
+        # is checked first, so that nothing it sent is dropped without a word.
+        _check_grounding(checked, f"{where}.groundingMetadata")
+        grounding = GroundingMetadata.from_genai(checked, content)
     custom = _object(_member(event, "customMetadata", "custom_metadata"), f"{where}.customMetadata")
     mesh = _object(custom.get("adkMesh"), f"{where}.customMetadata.adkMesh")
     executions = mesh.get("codeExecutions")
@@ -237,6 +239,49 @@ def _grounding_from_json(
             f"{where}.customMetadata.adkMesh.codeExecutions: {error.errors()[0]['msg']}"
         ) from None
     return (grounding or GroundingMetadata()).model_copy(update={"code_executions": parsed})
+
+
+def _check_grounding(grounding: Mapping[str, Any], where: str) -> None:
+    """Refuse, naming the member, the parts of genai's ``GroundingMetadata`` that
+    :meth:`GroundingMetadata.from_genai` reads and would skip as malformed."""
+    chunks = _array(
+        _member(grounding, "groundingChunks", "grounding_chunks"), f"{where}.groundingChunks"
+    )
+    for index, chunk in enumerate(chunks):
+        at = f"{where}.groundingChunks[{index}]"
+        for camel, snake in (("web", "web"), ("retrievedContext", "retrieved_context")):
+            found = _object(_member(_object(chunk, at), camel, snake), f"{at}.{camel}")
+            _optional_string(found.get("uri"), f"{at}.{camel}.uri")
+            _optional_string(found.get("title"), f"{at}.{camel}.title")
+    supports = _member(grounding, "groundingSupports", "grounding_supports")
+    for index, support in enumerate(_array(supports, f"{where}.groundingSupports")):
+        at = f"{where}.groundingSupports[{index}]"
+        support = _object(support, at)
+        segment = _object(support.get("segment"), f"{at}.segment")
+        for camel, snake in (
+            ("partIndex", "part_index"),
+            ("startIndex", "start_index"),
+            ("endIndex", "end_index"),
+        ):
+            _count(_member(segment, camel, snake), f"{at}.segment.{camel}")
+        _optional_string(segment.get("text"), f"{at}.segment.text")
+        indices = _member(support, "groundingChunkIndices", "grounding_chunk_indices")
+        for position, chunk_index in enumerate(_array(indices, f"{at}.groundingChunkIndices")):
+            named = f"{at}.groundingChunkIndices[{position}]"
+            if _count(chunk_index, named) is None or chunk_index >= len(chunks):
+                raise InvalidArgumentError(
+                    f"{named} must be the index of one of the {len(chunks)} groundingChunks"
+                )
+    queries = _member(grounding, "webSearchQueries", "web_search_queries")
+    for index, query in enumerate(_array(queries, f"{where}.webSearchQueries")):
+        _string(query, f"{where}.webSearchQueries[{index}]")
+    entry = _object(
+        _member(grounding, "searchEntryPoint", "search_entry_point"), f"{where}.searchEntryPoint"
+    )
+    _optional_string(
+        _member(entry, "renderedContent", "rendered_content"),
+        f"{where}.searchEntryPoint.renderedContent",
+    )
 
 
 def event_to_json(event: Event) -> dict[str, Any]:
@@ -327,6 +372,46 @@ def _string(value: object, where: str, *, optional: bool = False) -> str:
     return value
 
 
+def _optional_string(value: object, where: str) -> str | None:
+    return None if value is None else _string(value, where)
+
+
+def _flag(value: object, where: str) -> bool:
+    """A boolean member: absent (or null) is false; anything but true or false is refused."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{where} must be true or false")
+    return value
+
+
+def _count(value: object, where: str) -> int | None:
+    """A member that holds a count: absent (or null) is None; else a non-negative integer."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{where} must be a non-negative integer")
+    return value
+
+
+def _array(value: object, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidArgumentError(f"{where} must be an array")
+    return value
+
+
+def _only(body: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    """Refuse the members of ``body`` adk-mesh does not carry, by name, rather than drop them."""
+    unknown = sorted(key for key, value in body.items() if value is not None and key not in allowed)
+    if unknown:
+        raise InvalidArgumentError(
+            f"{where} has {', '.join(unknown)}, which adk-mesh does not carry; it holds "
+            f"{', '.join(sorted(name for name in allowed if '_' not in name))}"
+        )
+
+
 #: Members of google-genai's Part that adk-mesh carries; any other one (executableCode,
 #: videoMetadata, ...) is refused rather than dropped without a word.
 _PART_KINDS = {
@@ -345,6 +430,18 @@ _PART_KINDS = {
     "tool_response": "server_tool_response",
 }
 _PART_EXTRAS = {"thought", "thoughtSignature", "thought_signature"}
+#: The members of each kind of part that adk-mesh carries (both spellings); others are refused.
+_CALL_MEMBERS = frozenset({"id", "name", "args"})
+_RESPONSE_MEMBERS = frozenset({"id", "name", "response"})
+_TOOL_CALL_MEMBERS = frozenset({"id", "toolType", "tool_type", "args"})
+_TOOL_RESPONSE_MEMBERS = frozenset({"id", "toolType", "tool_type", "response"})
+#: ``displayName`` is only a label (google-adk's web UI names each attachment with it), so it
+#: is taken and not kept rather than refused.
+_BLOB_MEMBERS = frozenset({"data", "mimeType", "mime_type", "displayName", "display_name"})
+_FILE_MEMBERS = frozenset(
+    {"fileUri", "file_uri", "mimeType", "mime_type", "displayName", "display_name"}
+)
+_CONTENT_MEMBERS = frozenset({"role", "parts"})
 
 
 def part_from_json(body: object, where: str = "part") -> Part:
@@ -375,7 +472,7 @@ def part_from_json(body: object, where: str = "part") -> Part:
         )
     kind = _PART_KINDS[kinds[0]]
     value = part[kinds[0]]
-    thought = part.get("thought") is True
+    thought = _flag(part.get("thought"), f"{where}.thought")
     signature_text = _member(part, "thoughtSignature", "thought_signature")
     signature = (
         None if signature_text is None else _from_b64(signature_text, f"{where}.thoughtSignature")
@@ -385,20 +482,23 @@ def part_from_json(body: object, where: str = "part") -> Part:
         fields["text"] = _string(value, f"{where}.text")
     elif kind == "function_call":
         call = _object(value, f"{where}.functionCall")
+        _only(call, _CALL_MEMBERS, f"{where}.functionCall")
         fields["function_call"] = FunctionCall(
             name=_string(call.get("name"), f"{where}.functionCall.name"),
             args=_object(call.get("args"), f"{where}.functionCall.args"),
-            id=call.get("id"),
+            id=_optional_string(call.get("id"), f"{where}.functionCall.id"),
         )
     elif kind == "function_response":
         answer = _object(value, f"{where}.functionResponse")
+        _only(answer, _RESPONSE_MEMBERS, f"{where}.functionResponse")
         fields["function_response"] = FunctionResponse(
             name=_string(answer.get("name"), f"{where}.functionResponse.name"),
             response=_object(answer.get("response"), f"{where}.functionResponse.response"),
-            id=answer.get("id"),
+            id=_optional_string(answer.get("id"), f"{where}.functionResponse.id"),
         )
     elif kind == "server_tool_call":
         call = _object(value, f"{where}.toolCall")
+        _only(call, _TOOL_CALL_MEMBERS, f"{where}.toolCall")
         fields["server_tool_call"] = ServerToolCall(
             tool_type=_string(
                 _member(call, "toolType", "tool_type"), f"{where}.toolCall.toolType", optional=True
@@ -408,6 +508,7 @@ def part_from_json(body: object, where: str = "part") -> Part:
         )
     elif kind == "server_tool_response":
         answer = _object(value, f"{where}.toolResponse")
+        _only(answer, _TOOL_RESPONSE_MEMBERS, f"{where}.toolResponse")
         fields["server_tool_response"] = ServerToolResponse(
             tool_type=_string(
                 _member(answer, "toolType", "tool_type"),
@@ -419,6 +520,7 @@ def part_from_json(body: object, where: str = "part") -> Part:
         )
     elif kind == "inline_data":
         blob = _object(value, f"{where}.inlineData")
+        _only(blob, _BLOB_MEMBERS, f"{where}.inlineData")
         fields["inline_data"] = Blob(
             mime_type=_string(
                 _member(blob, "mimeType", "mime_type"), f"{where}.inlineData.mimeType"
@@ -427,6 +529,7 @@ def part_from_json(body: object, where: str = "part") -> Part:
         )
     else:
         file = _object(value, f"{where}.fileData")
+        _only(file, _FILE_MEMBERS, f"{where}.fileData")
         fields["file_data"] = FileData(
             mime_type=_string(
                 _member(file, "mimeType", "mime_type"), f"{where}.fileData.mimeType", optional=True
@@ -439,9 +542,8 @@ def part_from_json(body: object, where: str = "part") -> Part:
 def content_from_json(body: object, where: str = "newMessage") -> Content:
     """A content from google-genai's ``Content`` JSON (camelCase or snake_case)."""
     content = _object(body, where)
-    parts = content.get("parts") or []
-    if not isinstance(parts, list):
-        raise InvalidArgumentError(f"{where}.parts must be an array")
+    _only(content, _CONTENT_MEMBERS, where)
+    parts = _array(content.get("parts"), f"{where}.parts")
     role = content.get("role")
     return Content(
         role=_string(role, f"{where}.role", optional=True),
@@ -458,10 +560,73 @@ def _finish_from_json(value: object) -> FinishReason | None:
         return FinishReason.OTHER
 
 
+def _usage_from_json(usage: Mapping[str, Any], where: str) -> UsageMetadata | None:
+    if not usage:
+        return None
+    counts = {
+        snake: _count(_member(usage, camel, snake), f"{where}.{camel}")
+        for camel, snake in (
+            ("promptTokenCount", "prompt_token_count"),
+            ("candidatesTokenCount", "candidates_token_count"),
+            ("totalTokenCount", "total_token_count"),
+            ("cachedContentTokenCount", "cached_content_token_count"),
+            ("thoughtsTokenCount", "thoughts_token_count"),
+        )
+    }
+    return UsageMetadata(
+        prompt_token_count=counts["prompt_token_count"] or 0,
+        candidates_token_count=counts["candidates_token_count"] or 0,
+        total_token_count=counts["total_token_count"] or 0,
+        cached_content_token_count=counts["cached_content_token_count"],
+        thoughts_token_count=counts["thoughts_token_count"],
+    )
+
+
+def _actions_from_json(actions: Mapping[str, Any], where: str) -> EventActions:
+    artifact_delta = _object(
+        _member(actions, "artifactDelta", "artifact_delta"), f"{where}.artifactDelta"
+    )
+    for name, version in artifact_delta.items():
+        if _count(version, f"{where}.artifactDelta[{name!r}]") is None:
+            raise InvalidArgumentError(f"{where}.artifactDelta[{name!r}] must be a version number")
+    confirmations: dict[str, ToolConfirmation] = {}
+    requested = _object(
+        _member(actions, "requestedToolConfirmations", "requested_tool_confirmations"),
+        f"{where}.requestedToolConfirmations",
+    )
+    for call_id, raw in requested.items():
+        at = f"{where}.requestedToolConfirmations[{call_id!r}]"
+        confirmation = _object(raw, at)
+        confirmations[call_id] = ToolConfirmation(
+            hint=_string(confirmation.get("hint"), f"{at}.hint", optional=True),
+            confirmed=_flag(confirmation.get("confirmed"), f"{at}.confirmed"),
+            payload=confirmation.get("payload"),
+        )
+    return EventActions(
+        state_delta=_object(_member(actions, "stateDelta", "state_delta"), f"{where}.stateDelta"),
+        artifact_delta=artifact_delta,
+        skip_summarization=_flag(
+            _member(actions, "skipSummarization", "skip_summarization"),
+            f"{where}.skipSummarization",
+        ),
+        transfer_to_agent=_optional_string(
+            _member(actions, "transferToAgent", "transfer_to_agent"), f"{where}.transferToAgent"
+        ),
+        escalate=_flag(actions.get("escalate"), f"{where}.escalate"),
+        requested_tool_confirmations=confirmations,
+    )
+
+
 def event_from_json(body: object, where: str = "event") -> Event:
     """An event from google-adk's ``Event`` JSON (camelCase or snake_case): what adk-mesh
     carries of it; members it has no field for are ignored, as google-adk ignores unknown
-    members of an Event."""
+    members of an Event.
+
+    Raises:
+        InvalidArgumentError: a member adk-mesh carries that does not parse (a string where an
+            object belongs, a grounding chunk index out of range, ...), naming its path
+            (``events[0].actions.stateDelta``); nothing is ever dropped without a word.
+    """
     event = _object(body, where)
     content = event.get("content")
     parsed_content = None if content is None else content_from_json(content, f"{where}.content")
@@ -469,9 +634,14 @@ def event_from_json(body: object, where: str = "event") -> Event:
     usage = _object(_member(event, "usageMetadata", "usage_metadata"), f"{where}.usageMetadata")
     timestamp = event.get("timestamp")
     fields: dict[str, Any] = {}
-    if isinstance(event.get("id"), str) and event["id"]:
-        fields["id"] = event["id"]
-    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+    event_id = _optional_string(event.get("id"), f"{where}.id")
+    if event_id:
+        fields["id"] = event_id
+    if timestamp is not None:
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
+            raise InvalidArgumentError(
+                f"{where}.timestamp must be a number (seconds since the epoch)"
+            )
         try:
             fields["timestamp"] = datetime.fromtimestamp(float(timestamp), UTC)
         except (ValueError, OverflowError, OSError):
@@ -481,6 +651,9 @@ def event_from_json(body: object, where: str = "event") -> Event:
     long_running = _member(event, "longRunningToolIds", "long_running_tool_ids") or []
     if not isinstance(long_running, list) or not all(isinstance(i, str) for i in long_running):
         raise InvalidArgumentError(f"{where}.longRunningToolIds must be an array of strings")
+    finish_reason = _optional_string(
+        _member(event, "finishReason", "finish_reason"), f"{where}.finishReason"
+    )
     return Event(
         **fields,
         invocation_id=_string(
@@ -490,36 +663,24 @@ def event_from_json(body: object, where: str = "event") -> Event:
         branch=_string(event.get("branch"), f"{where}.branch", optional=True),
         llm_response=LlmResponse(
             content=parsed_content,
-            partial=event.get("partial") is True,
-            turn_complete=_member(event, "turnComplete", "turn_complete") is True,
-            interrupted=event.get("interrupted") is True,
-            finish_reason=_finish_from_json(_member(event, "finishReason", "finish_reason")),
-            error_code=_member(event, "errorCode", "error_code"),
-            error_message=_member(event, "errorMessage", "error_message"),
-            model_version=_member(event, "modelVersion", "model_version"),
+            partial=_flag(event.get("partial"), f"{where}.partial"),
+            turn_complete=_flag(
+                _member(event, "turnComplete", "turn_complete"), f"{where}.turnComplete"
+            ),
+            interrupted=_flag(event.get("interrupted"), f"{where}.interrupted"),
+            finish_reason=_finish_from_json(finish_reason),
+            error_code=_optional_string(
+                _member(event, "errorCode", "error_code"), f"{where}.errorCode"
+            ),
+            error_message=_optional_string(
+                _member(event, "errorMessage", "error_message"), f"{where}.errorMessage"
+            ),
+            model_version=_optional_string(
+                _member(event, "modelVersion", "model_version"), f"{where}.modelVersion"
+            ),
             grounding_metadata=_grounding_from_json(event, parsed_content, where),
-            usage_metadata=None
-            if not usage
-            else UsageMetadata(
-                prompt_token_count=_member(usage, "promptTokenCount", "prompt_token_count") or 0,
-                candidates_token_count=_member(
-                    usage, "candidatesTokenCount", "candidates_token_count"
-                )
-                or 0,
-                total_token_count=_member(usage, "totalTokenCount", "total_token_count") or 0,
-            ),
+            usage_metadata=_usage_from_json(usage, f"{where}.usageMetadata"),
         ),
-        actions=EventActions(
-            state_delta=_object(
-                _member(actions, "stateDelta", "state_delta"), f"{where}.actions.stateDelta"
-            ),
-            artifact_delta=_object(
-                _member(actions, "artifactDelta", "artifact_delta"),
-                f"{where}.actions.artifactDelta",
-            ),
-            skip_summarization=_member(actions, "skipSummarization", "skip_summarization") is True,
-            transfer_to_agent=_member(actions, "transferToAgent", "transfer_to_agent"),
-            escalate=actions.get("escalate") is True,
-        ),
+        actions=_actions_from_json(actions, f"{where}.actions"),
         long_running_tool_ids=sorted(long_running),
     )

@@ -41,19 +41,19 @@ class _OpenBody(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
 
-class FunctionCallBody(_Body):
+class FunctionCallBody(_OpenBody):
     id: str | None = None
     name: str
     args: dict[str, Any] | None = None
 
 
-class FunctionResponseBody(_Body):
+class FunctionResponseBody(_OpenBody):
     id: str | None = None
     name: str
     response: dict[str, Any] | None = None
 
 
-class ToolCallBody(_Body):
+class ToolCallBody(_OpenBody):
     """genai's ToolCall: a built-in tool the model's provider ran itself (never run here)."""
 
     id: str | None = None
@@ -61,7 +61,7 @@ class ToolCallBody(_Body):
     args: dict[str, Any] | None = None
 
 
-class ToolResponseBody(_Body):
+class ToolResponseBody(_OpenBody):
     """genai's ToolResponse: what that built-in tool returned."""
 
     id: str | None = None
@@ -69,12 +69,12 @@ class ToolResponseBody(_Body):
     response: dict[str, Any] | None = None
 
 
-class BlobBody(_Body):
+class BlobBody(_OpenBody):
     mime_type: str
     data: str = Field(description="The bytes, base64 (standard or URL-safe).")
 
 
-class FileDataBody(_Body):
+class FileDataBody(_OpenBody):
     mime_type: str | None = None
     file_uri: str
 
@@ -94,7 +94,7 @@ class PartBody(_OpenBody):
     thought_signature: str | None = Field(default=None, description="base64")
 
 
-class ContentBody(_Body):
+class ContentBody(_OpenBody):
     """google-genai's Content."""
 
     role: str | None = None

@@ -40,10 +40,10 @@ from google.protobuf import json_format
 
 from adk_mesh import __version__, codec
 from adk_mesh.errors import AdkError, ConfigError
-from adk_mesh.types import Event, Part, ToolProgress
+from adk_mesh.types import Event, Part, ServerToolCall, ToolProgress
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2
 
-__all__ = ["EventPrinter", "format_card", "format_progress", "main"]
+__all__ = ["EventPrinter", "format_card", "format_progress", "format_server_tool_call", "main"]
 
 #: Stores of ``serve agent`` when ``--store`` is not given. In memory for now: sessions are
 #: lost when the process stops; pass ``--store sqlite:///sessions.db`` to keep them.
@@ -77,9 +77,37 @@ def format_progress(progress: ToolProgress) -> str:
     return text
 
 
+#: What people call the built-in tools a provider names by type (Gemini's ``toolType``).
+_SERVER_TOOL_LABELS = {"GOOGLE_SEARCH_WEB": "google search", "URL_CONTEXT": "url fetch"}
+#: The longest argument summary a server tool's line shows.
+_SERVER_TOOL_SUMMARY_CHARS = 120
+
+
+def format_server_tool_call(call: ServerToolCall) -> str:
+    """A built-in tool the provider ran, as one line: ``[google search] "ørsta population"``;
+    its queries or URLs when its arguments hold them, else its arguments as compact JSON."""
+    label = _SERVER_TOOL_LABELS.get(call.tool_type) or (
+        call.tool_type.lower().replace("_", " ") or "server tool"
+    )
+    listed = call.args.get("queries", call.args.get("urls"))
+    if (
+        len(call.args) == 1
+        and isinstance(listed, list)
+        and all(isinstance(item, str) for item in listed)
+    ):
+        summary = " ".join(_json(item) for item in listed)
+    else:
+        summary = _json(call.args) if call.args else ""
+    if len(summary) > _SERVER_TOOL_SUMMARY_CHARS:
+        summary = summary[: _SERVER_TOOL_SUMMARY_CHARS - 1] + "…"
+    return f"[{label}] {summary}".rstrip()
+
+
 class EventPrinter:
     """Prints a run's events for people: one line per text, tool call, result and action;
-    a running tool's progress on a line of its own (``… checking SkyLark (25%)``).
+    a running tool's progress on a line of its own (``… checking SkyLark (25%)``); a built-in
+    tool the provider ran itself on one short line (``[google search] "query"``), what it
+    returned not at all (the answer's text, and its grounding, say what it found).
 
     Partial (streamed) text is written inline as it comes; the final event that repeats it
     closes the line instead of printing it again.
@@ -158,6 +186,8 @@ class EventPrinter:
             self._line(author, f"<{blob.mime_type}, {len(blob.data)} bytes>")
         elif part.file_data is not None:
             self._line(author, f"<{part.file_data.mime_type} {part.file_data.file_uri}>")
+        elif part.server_tool_call is not None:
+            self._line(author, format_server_tool_call(part.server_tool_call))
 
     def finish(self) -> None:
         self._close_line()

@@ -26,6 +26,14 @@ export const functionCalls = (event) =>
 export const functionResponses = (event) =>
   parts(event).map((part) => field(part, "functionResponse")).filter(Boolean);
 
+/** Built-in tools the model's provider ran itself (genai's `toolCall`, e.g. Google Search). */
+export const serverToolCalls = (event) =>
+  parts(event).map((part) => field(part, "toolCall")).filter(Boolean);
+
+/** What those built-in tools returned (genai's `toolResponse`). */
+export const serverToolResponses = (event) =>
+  parts(event).map((part) => field(part, "toolResponse")).filter(Boolean);
+
 /** The event's actions with every field present. */
 export function actionsOf(event) {
   const actions = field(event, "actions") ?? {};
@@ -175,6 +183,48 @@ function responseLine(response) {
     " ",
     h("code.tool", { text: name }),
     h("span.args", { text: `: ${shortJson(shown, 220)}` }),
+  );
+}
+
+const SERVER_TOOL_LABELS = { GOOGLE_SEARCH_WEB: "google search", URL_CONTEXT: "url fetch" };
+
+/** What people call a built-in tool the provider names by type (`GOOGLE_SEARCH_WEB`). */
+export function serverToolLabel(toolType) {
+  if (typeof toolType !== "string" || !toolType) return "built-in tool";
+  return SERVER_TOOL_LABELS[toolType] ?? toolType.toLowerCase().replace(/_/g, " ");
+}
+
+/** A built-in tool's call: its searches or URLs when that is all it holds, else its args. */
+function serverCallLine(call) {
+  const toolType = field(call, "toolType") ?? "";
+  const args = field(call, "args") ?? {};
+  const listed = field(args, "queries") ?? field(args, "urls");
+  const items =
+    Array.isArray(listed) && Object.keys(args).length === 1 && listed.every((item) => typeof item === "string")
+      ? listed
+      : null;
+  return h(
+    "div.line.server-call",
+    { dataset: { toolType: String(toolType), callId: field(call, "id") ?? "" } },
+    mark("→", "built-in", "call"),
+    " ",
+    h("code.tool", { text: serverToolLabel(toolType) }),
+    " ",
+    items
+      ? items.flatMap((item, index) => [index ? ", " : "", h("q.query", { text: item })])
+      : h("span.args", { text: `(${shortJson(args, 160)})` }),
+  );
+}
+
+function serverResponseLine(response) {
+  const toolType = field(response, "toolType") ?? "";
+  return h(
+    "div.line.server-response",
+    { dataset: { toolType: String(toolType), callId: field(response, "id") ?? "" } },
+    mark("←", "built-in", "result"),
+    " ",
+    h("code.tool", { text: serverToolLabel(toolType) }),
+    h("span.args", { text: `: ${shortJson(field(response, "response") ?? {}, 220)}` }),
   );
 }
 
@@ -333,6 +383,8 @@ export function eventCard(event) {
     ...thoughts.map((part) => h("p.thought", { text: part.text })),
     text ? h("p.text", { text }) : null,
     grounding ? groundingBlock(grounding) : null,
+    ...serverToolCalls(event).map(serverCallLine),
+    ...serverToolResponses(event).map(serverResponseLine),
     ...functionCalls(event).map(callLine),
     ...functionResponses(event).map(responseLine),
     progress ? progressLine(progress) : null,

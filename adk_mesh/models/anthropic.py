@@ -24,10 +24,23 @@ Server tools: :attr:`BuiltinTool.WEB_SEARCH` adds ``{"type": "web_search_2025030
 "web_search"}``, :attr:`BuiltinTool.URL_CONTEXT` ``{"type": "web_fetch_20250910", "name":
 "web_fetch"}`` and :attr:`BuiltinTool.CODE_EXECUTION` ``{"type": "code_execution_20250825",
 "name": "code_execution"}`` (the last two with the ``anthropic-beta`` header they need, added
-to the one given to the constructor). Their ``server_tool_use`` / ``*_tool_result`` blocks and
-the citations on text blocks become :attr:`LlmResponse.grounding_metadata` (queries, sources,
-citations on their text block's span of the answer, code and its output), never function
-calls (the provider ran them), and are not sent back in later turns.
+to the one given to the constructor). Their ``server_tool_use`` blocks become
+:attr:`Part.server_tool_call` parts (``tool_type`` is the block's name, ``"web_search"``, ...)
+and their ``*_tool_result`` blocks :attr:`Part.server_tool_response` parts (``tool_type`` is
+the block's type, ``response`` its fields but ``type`` and ``tool_use_id``), in place in the
+model's turn, never function calls (the provider ran them); they go back unchanged in the
+assistant turns of later requests (search results' ``encrypted_content`` verbatim), as the
+API asks. Only Claude's own are sent back (the server tools it names and their result
+blocks): another provider's server-tool parts are left out. The blocks and the citations on
+text blocks also become :attr:`LlmResponse.grounding_metadata` (queries, sources, citations
+on their text block's span of the answer, code and its output).
+
+A response that stops with ``pause_turn`` (the API pausing a long server-tool turn) is
+continued within the same call, as Anthropic documents: the same request goes again with the
+paused content appended as the last assistant message, and the continuation joins the
+response (streamed, its deltas follow in the same stream; usage adds up), up to
+:data:`MAX_PAUSE_CONTINUATIONS` continuations, past which the call fails with
+:class:`ModelError`.
 
 The Messages API has no ``seed`` and no JSON mode: ``seed`` is not sent, and
 ``response_mime_type="application/json"`` alone becomes an instruction appended to the system
@@ -46,13 +59,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from typing import Any, cast
+from dataclasses import replace
+from typing import Any, ParamSpec, TypeVar
 
 import httpx
 
-from adk_mesh.errors import ConfigError, ModelError, model_error
+from adk_mesh.errors import AdkError, ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
     GroundingCollector,
     ToolCallIds,
@@ -86,10 +100,15 @@ from adk_mesh.types import (
     GroundingMetadata,
     LlmResponse,
     Part,
+    ServerToolCall,
+    ServerToolResponse,
     UsageMetadata,
 )
 
 __all__ = ["AnthropicModel"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_API_VERSION = "2023-06-01"
@@ -97,6 +116,10 @@ DEFAULT_MAX_TOKENS = 4096
 WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 WEB_FETCH_TOOL_TYPE = "web_fetch_20250910"
 CODE_EXECUTION_TOOL_TYPE = "code_execution_20250825"
+#: How many times one model call continues a turn the API paused (``stop_reason``
+#: ``pause_turn``) before it fails with :class:`ModelError`.
+MAX_PAUSE_CONTINUATIONS = 10
+_PAUSE_TURN = "pause_turn"
 
 #: The built-in tools Claude runs: (server tool type, name, the ``anthropic-beta`` it needs).
 _SERVER_TOOLS: dict[BuiltinTool, tuple[str, str, str | None]] = {
@@ -108,6 +131,19 @@ _SERVER_TOOLS: dict[BuiltinTool, tuple[str, str, str | None]] = {
         "code-execution-2025-08-25",
     ),
 }
+
+#: The names Claude's server tools carry in ``server_tool_use`` blocks (code execution runs as
+#: its bash and text editor tools); each one's result block is of type ``<name>_tool_result``.
+_SERVER_TOOL_NAMES = frozenset(
+    {
+        "web_search",
+        "web_fetch",
+        "code_execution",
+        "bash_code_execution",
+        "text_editor_code_execution",
+    }
+)
+_SERVER_RESULT_TYPES = frozenset(f"{name}_tool_result" for name in _SERVER_TOOL_NAMES)
 
 _STOP_REASONS: dict[str, FinishReason] = {
     "end_turn": FinishReason.STOP,
@@ -244,6 +280,88 @@ def _refuse_cut_call(kind: str, block: Mapping[str, Any]) -> None:
         )
 
 
+def _is_server_result(kind: str) -> bool:
+    return kind.endswith("_tool_result") and kind != "tool_result"
+
+
+def _server_tool_part(block: Mapping[str, Any]) -> Part | None:
+    """A ``server_tool_use`` or ``*_tool_result`` block as its part, else None. The part keeps
+    all the block holds, so it can go back to the API as it came."""
+    kind = str(block.get("type", ""))
+    block_id = block.get("id") if kind == "server_tool_use" else block.get("tool_use_id")
+    block_id = block_id if isinstance(block_id, str) else None
+    if kind == "server_tool_use":
+        tool_input = block.get("input")
+        return Part(
+            server_tool_call=ServerToolCall(
+                tool_type=str(block.get("name", "")),
+                args=tool_input if isinstance(tool_input, dict) else {},
+                id=block_id,
+            )
+        )
+    if _is_server_result(kind):
+        response = {
+            key: value for key, value in block.items() if key not in ("type", "tool_use_id")
+        }
+        return Part(
+            server_tool_response=ServerToolResponse(tool_type=kind, response=response, id=block_id)
+        )
+    return None
+
+
+def _server_tool_block(part: Part) -> dict[str, Any] | None:
+    """A server-tool part back as the block it came from; None for one that is not Claude's
+    (Gemini's, say: the API refuses blocks it does not know) or has no id to pair it by."""
+    call = part.server_tool_call
+    if call is not None:
+        if call.tool_type not in _SERVER_TOOL_NAMES or not call.id:
+            return None
+        return {
+            "type": "server_tool_use",
+            "id": call.id,
+            "name": call.tool_type,
+            "input": call.args,
+        }
+    answer = part.server_tool_response
+    if answer is None or answer.tool_type not in _SERVER_RESULT_TYPES or not answer.id:
+        return None
+    return {**answer.response, "type": answer.tool_type, "tool_use_id": answer.id}
+
+
+def _add_usage(total: dict[str, int], usage: Any) -> None:
+    """Add one response's usage to ``total``: a paused turn's continuations each count."""
+    if not isinstance(usage, dict):
+        return
+    for key in _USAGE_FIELDS:
+        value = usage.get(key)
+        if isinstance(value, int):
+            total[key] = total.get(key, 0) + value
+
+
+def _too_many_pauses() -> ModelError:
+    return ModelError(
+        f"anthropic: the turn was still paused (stop_reason pause_turn) after "
+        f"{MAX_PAUSE_CONTINUATIONS} continuations (MAX_PAUSE_CONTINUATIONS); giving up",
+        metadata={"provider": "anthropic"},
+    )
+
+
+def _continued(wire: WireRequest, paused: list[dict[str, Any]]) -> WireRequest:
+    """``wire`` again with the paused assistant content as its last assistant message (joined
+    to a final assistant message it already has, as the API would join them)."""
+    messages = list(wire.body["messages"])
+    content = [
+        block
+        for block in paused
+        # The API refuses empty text blocks back, though it may send one.
+        if block.get("type") != "text" or _text_block(str(block.get("text", ""))) is not None
+    ]
+    if messages and messages[-1].get("role") == "assistant":
+        content = [*messages.pop()["content"], *content]
+    messages.append({"role": "assistant", "content": content})
+    return replace(wire, body={**wire.body, "messages": messages})
+
+
 class _Block:
     __slots__ = ("citations", "data", "pieces", "type")
 
@@ -345,22 +463,60 @@ class _Grounding:
 
 
 class _AnthropicStreamParser(StreamParser):
+    """One streamed response; continued after a ``pause_turn`` (:meth:`continue_paused`),
+    the continuation's blocks follow the paused ones and its usage adds to theirs."""
+
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, _Block] = {}
         self._grounding = _Grounding()
         self._usage_fields: dict[str, int] = {}
+        self._earlier_usage: dict[str, int] = {}
+        self._first_index = 0
+        self.stop_reason: str | None = None
 
     def _add_usage(self, usage: Any) -> None:
         _merge_usage(self._usage_fields, usage)
-        if self._usage_fields:
-            self.usage = _usage(self._usage_fields)
+        if self._usage_fields or self._earlier_usage:
+            total = dict(self._earlier_usage)
+            _add_usage(total, self._usage_fields)
+            self.usage = _usage(total)
+
+    def paused_content(self) -> list[dict[str, Any]]:
+        """The blocks received so far, as the API sent them (to go back after a pause)."""
+        blocks: list[dict[str, Any]] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            data = dict(block.data)
+            joined = "".join(block.pieces)
+            if block.type == "text":
+                data["text"] = joined
+                data.pop("citations", None)
+                if block.citations:
+                    data["citations"] = block.citations
+            elif block.type == "thinking":
+                data["thinking"] = joined
+            elif block.type in _TOOL_BLOCKS and joined:
+                data["input"] = parse_arguments(joined, str(data.get("name", "")))
+            blocks.append(data)
+        return blocks
+
+    def continue_paused(self) -> None:
+        """Take the continuation of a paused turn next: a new message of the same turn."""
+        _add_usage(self._earlier_usage, self._usage_fields)
+        self._usage_fields = {}
+        self._first_index = max(self._blocks, default=-1) + 1
+        self.complete = False
+        self.finish_reason = None
+        self.stop_reason = None
 
     def feed(self, event: StreamRecord) -> list[LlmResponse]:
         data = load_json(event.data, "a stream event")
         if not isinstance(data, dict):
             raise ModelError("anthropic sent a stream event that is not a JSON object")
         kind = data.get("type", event.event)
+        if isinstance(data.get("index"), int):
+            data["index"] += self._first_index
         if kind == "content_block_delta":
             return self._delta(data)
         if kind == "content_block_start":
@@ -386,6 +542,7 @@ class _AnthropicStreamParser(StreamParser):
             finish = _stop_reason(delta.get("stop_reason"))
             if finish is not None:
                 self.finish_reason = finish
+                self.stop_reason = delta["stop_reason"]
             self._add_usage(data.get("usage"))
         elif kind == "message_stop":
             self.complete = True
@@ -448,13 +605,15 @@ class _AnthropicStreamParser(StreamParser):
                 self.parts.add_part(
                     Part(function_call=FunctionCall(name=name, args=args, id=block.data.get("id")))
                 )
-            elif block.type == "server_tool_use":
-                raw = "".join(block.pieces)
-                if raw:
-                    block.data["input"] = parse_arguments(raw, str(block.data.get("name", "")))
-                self._grounding.add_block(block.data)
             else:
+                if block.type == "server_tool_use":
+                    raw = "".join(block.pieces)
+                    if raw:
+                        block.data["input"] = parse_arguments(raw, str(block.data.get("name", "")))
                 self._grounding.add_block(block.data)
+                server_part = _server_tool_part(block.data)
+                if server_part is not None:
+                    self.parts.add_part(server_part)
         self.grounding_metadata = self._grounding.metadata()
         return super().final()
 
@@ -609,7 +768,11 @@ class AnthropicModel(HttpLlm):
             blocks: list[dict[str, Any]] = []
             for part_index, part in enumerate(content.parts):
                 if part.is_server_tool:
-                    continue  # Gemini's own context, for no other provider
+                    # Claude's own go back in place; another provider's are its context only.
+                    server_block = _server_tool_block(part) if role == "assistant" else None
+                    if server_block is not None:
+                        blocks.append(server_block)
+                    continue
                 if role == "assistant":
                     block = self._assistant_block(content_index, part_index, content, part, ids)
                     if block is not None:
@@ -766,6 +929,9 @@ class AnthropicModel(HttpLlm):
                 )
             else:
                 grounding.add_block(block)
+                server_part = _server_tool_part(block)
+                if server_part is not None:
+                    parts.append(server_part)
         return LlmResponse(
             content=Content(role="model", parts=parts) if parts else None,
             usage_metadata=_usage(data.get("usage")),
@@ -778,18 +944,71 @@ class AnthropicModel(HttpLlm):
     def _new_stream_parser(self) -> StreamParser:
         return _AnthropicStreamParser()
 
+    def _guarded(self, step: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``step(...)``, a malformed response's failure raised as :class:`ModelError`."""
+        try:
+            return step(*args, **kwargs)
+        except AdkError:
+            raise
+        except Exception as exc:
+            raise self._wrap(exc) from exc
+
+    async def _plain(self, request: LlmRequest) -> AsyncGenerator[LlmResponse, None]:
+        """One plain response; a paused turn's messages joined into it."""
+        self._check_credentials()
+        wire = self._build_request(request, stream=False)
+        blocks: list[dict[str, Any]] = []
+        usage: dict[str, int] = {}
+        for continuation in range(MAX_PAUSE_CONTINUATIONS + 1):
+            sent = self._guarded(_continued, wire, blocks) if continuation else wire
+            data = await self._transport.post_json(sent)
+            if not isinstance(data, dict) or data.get("type") == "error":
+                # _parse_response says what is wrong with it.
+                yield self._guarded(self._parse_response, data)
+                return
+            content = data.get("content")
+            blocks.extend(content if isinstance(content, list) else [])
+            _add_usage(usage, data.get("usage"))
+            if data.get("stop_reason") != _PAUSE_TURN:
+                joined = {**data, "content": blocks, "usage": usage or None}
+                yield self._guarded(self._parse_response, joined)
+                return
+        raise _too_many_pauses()
+
+    async def _stream(self, request: LlmRequest) -> AsyncGenerator[LlmResponse, None]:
+        """Partial responses, then the final one; a paused turn's continuations streamed on."""
+        self._check_credentials()
+        wire = self._build_request(request, stream=True)
+        parser = _AnthropicStreamParser()
+        for continuation in range(MAX_PAUSE_CONTINUATIONS + 1):
+            if continuation:
+                sent = _continued(wire, self._guarded(parser.paused_content))
+                parser.continue_paused()
+            else:
+                sent = wire
+            async with self._transport.stream(sent, self._records) as records:
+                async for record in records:
+                    for partial in self._guarded(parser.feed, record):
+                        yield partial
+                if parser.stop_reason != _PAUSE_TURN:
+                    final = self._guarded(parser.final)
+                    break
+                self._guarded(parser.check_complete)
+        else:
+            raise _too_many_pauses()
+        yield final
+
     async def generate_content(
         self, request: LlmRequest, *, stream: bool = False
     ) -> AsyncIterator[LlmResponse]:
-        """As every provider; with a response schema, the final response's call of the
-        schema's tool becomes its answer: a text part holding the call's input as JSON."""
+        """As every provider, a paused turn continued (see the module's docstring); with a
+        response schema, the final response's call of the schema's tool becomes its answer: a
+        text part holding the call's input as JSON."""
         answer_tool = (
             _answer_tool_name(request) if request.config.response_schema is not None else None
         )
-        # HttpLlm's is an async generator: closing this one closes it, and its request.
-        inner = cast(
-            AsyncGenerator[LlmResponse, None], super().generate_content(request, stream=stream)
-        )
+        # An async generator: closing this one closes it, and its request.
+        inner = self._stream(request) if stream else self._plain(request)
         async with aclosing(inner) as responses:
             async for response in responses:
                 if answer_tool is not None and not response.partial:

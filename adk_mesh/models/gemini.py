@@ -499,6 +499,10 @@ class GeminiModel(HttpLlm):
                 for part_index, part in enumerate(content.parts)
                 # The API rejects empty text; an empty part that carries a signature stays.
                 if part.text != "" or part.thought_signature is not None
+                # Gemini's server-tool parts only (ToolType names are upper case; others' not).
+                if not getattr(
+                    part.server_tool_call or part.server_tool_response, "tool_type", ""
+                ).islower()
             ]
             if not parts:
                 continue

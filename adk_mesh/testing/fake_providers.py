@@ -64,6 +64,7 @@ __all__ = [
     "ScriptedCitation",
     "ScriptedCodeRun",
     "ScriptedNative",
+    "ScriptedPausedTurn",
     "ScriptedSource",
     "ScriptedToolCall",
     "ScriptedTurn",
@@ -1064,11 +1065,34 @@ _ANTHROPIC_ERROR_TYPES = {
 _ISSUED_SIGNATURE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
 
 
+@dataclass
+class ScriptedPausedTurn(ScriptedTurn):
+    """A :class:`FakeAnthropic` turn the Messages API pauses (``stop_reason: "pause_turn"``,
+    as it does in a long server-tool turn): its blocks (``native`` tool use and results, text)
+    are sent, and the server then expects the client to continue it: the next request must
+    end with an assistant message ending in the paused content, else it is refused (400)."""
+
+
 class FakeAnthropic(FakeProviderServer):
-    """``POST /v1/messages``, plain and streamed with every SSE event type."""
+    """``POST /v1/messages``, plain and streamed with every SSE event type.
+
+    A :class:`ScriptedPausedTurn` stops with ``pause_turn``; the request after it must carry
+    the paused content back (what all paused turns since the last finished one sent).
+    """
 
     provider = "anthropic"
     default_model = "claude-sonnet-4-5"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The paused content the next request must end with, after a pause_turn.
+        self._paused: list[dict[str, Any]] | None = None
+
+    def _note_turn(self, turn: ScriptedTurn, content: list[dict[str, Any]]) -> None:
+        if isinstance(turn, ScriptedPausedTurn):
+            self._paused = [*(self._paused or []), *content]
+        else:
+            self._paused = None
 
     def make_model(self, **kwargs: Any) -> AnthropicModel:
         kwargs.setdefault("api_key", "test-anthropic-key")
@@ -1081,6 +1105,8 @@ class FakeAnthropic(FakeProviderServer):
 
     @staticmethod
     def _stop_reason(turn: ScriptedTurn) -> str:
+        if isinstance(turn, ScriptedPausedTurn):
+            return "pause_turn"
         return {"length": "max_tokens", "tool_calls": "tool_use", "safety": "refusal"}.get(
             turn.finish_kind, "end_turn"
         )
@@ -1090,6 +1116,11 @@ class FakeAnthropic(FakeProviderServer):
         return turn.thought_signature.decode() if turn.thought_signature else "c2lnbmF0dXJl"
 
     def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
+        message = self._message(turn, request)
+        self._note_turn(turn, message["content"])
+        return message
+
+    def _message(self, turn: ScriptedTurn, request: RecordedRequest) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         if turn.thoughts:
             content.append(
@@ -1099,7 +1130,7 @@ class FakeAnthropic(FakeProviderServer):
                     "signature": self._signature(turn),
                 }
             )
-        for use, result in self._server_blocks(turn):
+        for use, result in self._server_blocks(turn, len(self.requests)):
             content.append(use)
             content.append(result)
         if turn.citations:
@@ -1131,6 +1162,9 @@ class FakeAnthropic(FakeProviderServer):
         }
 
     def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
+        # The streamed blocks are the plain message's, in deltas.
+        self._note_turn(turn, self._message(turn, request)["content"])
+
         def event(kind: str, data: dict[str, Any]) -> bytes:
             return f"event: {kind}\ndata: ".encode() + _json_bytes({"type": kind, **data}) + b"\n\n"
 
@@ -1169,7 +1203,7 @@ class FakeAnthropic(FakeProviderServer):
                 [{"type": "thinking_delta", "thinking": t} for t in turn.thoughts]
                 + [{"type": "signature_delta", "signature": self._signature(turn)}],
             )
-        for use, result in self._server_blocks(turn):
+        for use, result in self._server_blocks(turn, len(self.requests)):
             block(
                 {**use, "input": {}},
                 [{"type": "input_json_delta", "partial_json": json.dumps(use["input"])}],
@@ -1211,12 +1245,14 @@ class FakeAnthropic(FakeProviderServer):
         return records
 
     @staticmethod
-    def _server_blocks(turn: ScriptedTurn) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    def _server_blocks(
+        turn: ScriptedTurn, request_number: int
+    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """Each native tool use of the turn as the Messages API reports it: a
-        ``server_tool_use`` block and its ``*_tool_result`` block."""
+        ``server_tool_use`` block and its ``*_tool_result`` block (ids unique to the request)."""
         blocks: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for index, item in enumerate(turn.native):
-            use_id = f"srvtoolu_{index:02d}"
+            use_id = f"srvtoolu_{request_number:02d}{index:02d}"
             use: dict[str, Any] = {"type": "server_tool_use", "id": use_id}
             result: dict[str, Any] = {"tool_use_id": use_id}
             if isinstance(item, ScriptedWebSearch):
@@ -1292,15 +1328,66 @@ class FakeAnthropic(FakeProviderServer):
         block without a signature it issued (here: base64 text), and tool blocks out of
         place: every ``tool_use`` block of an assistant message needs a ``tool_result`` block
         in the very next message, ahead of its other blocks, and a ``tool_result`` block must
-        answer a ``tool_use`` of the message before it. Consecutive messages of one role are
-        not refused: the API joins them into one turn."""
+        answer a ``tool_use`` of the message before it; a server tool's result block
+        (``*_tool_result``) must follow its ``server_tool_use`` in the same assistant turn.
+        Consecutive messages of one role are not refused: the API joins them into one turn. After a
+        ``pause_turn``, a request that does not continue the paused content is refused too
+        (the fake's check: the API would start a new turn instead)."""
         try:
             messages = request.json().get("messages")
         except (ValueError, AttributeError):
             return None
         if not isinstance(messages, list):
             return None
-        return self._content_refusal(messages) or self._tool_refusal(messages)
+        return (
+            self._content_refusal(messages)
+            or self._tool_refusal(messages)
+            or self._server_tool_refusal(messages)
+            or self._continuation_refusal(messages)
+        )
+
+    def _server_tool_refusal(self, messages: list[Any]) -> RawReply | None:
+        uses: set[Any] = set()
+        previous_role = None
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+                continue
+            role = message.get("role")
+            if role != previous_role:
+                uses = set()  # a turn's server tool blocks pair up inside the turn
+            previous_role = role
+            for position, block in enumerate(message["content"]):
+                if not isinstance(block, dict):
+                    continue
+                kind = str(block.get("type", ""))
+                if kind == "server_tool_use" and role == "assistant":
+                    uses.add(block.get("id"))
+                elif kind.endswith("_tool_result") and kind != "tool_result":
+                    if block.get("tool_use_id") not in uses:
+                        return self._refuse(
+                            f"messages.{index}.content.{position}: `{kind}` block with "
+                            f"tool_use_id `{block.get('tool_use_id')}` has no corresponding "
+                            "`server_tool_use` block before it in the assistant turn"
+                        )
+        return None
+
+    def _continuation_refusal(self, messages: list[Any]) -> RawReply | None:
+        paused = self._paused
+        if paused is None:
+            return None
+        last = messages[-1] if messages else None
+        content = last.get("content") if isinstance(last, dict) else None
+        if (
+            isinstance(last, dict)
+            and last.get("role") == "assistant"
+            and isinstance(content, list)
+            and content[len(content) - len(paused) :] == paused
+        ):
+            return None
+        return self._refuse(
+            "fake server: the turn was paused (stop_reason pause_turn): the next request "
+            "must end with an assistant message ending in the paused content"
+        )
 
     def _content_refusal(self, messages: list[Any]) -> RawReply | None:
         for index, message in enumerate(messages):

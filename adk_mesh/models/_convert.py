@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 from collections import defaultdict, deque
@@ -34,7 +33,6 @@ __all__ = [
     "is_model_role",
     "json_dumps",
     "response_schema_name",
-    "stable_call_id",
     "unsupported_builtin",
     "unsupported_part",
     "uri_scheme",
@@ -149,12 +147,6 @@ def response_schema_name(config: GenerateContentConfig) -> str:
     ``"final_response"``."""
     name = _NAME_REFUSED.sub("_", config.response_schema_name or "").strip("_")[:64]
     return name or DEFAULT_RESPONSE_SCHEMA_NAME
-
-
-def stable_call_id(prefix: str, index: int, name: str, args: dict[str, Any]) -> str:
-    """A deterministic tool-call id for providers that send none (same call, same id)."""
-    digest = hashlib.sha256(f"{index}:{name}:{json_dumps(args)}".encode()).hexdigest()[:16]
-    return f"{prefix}{index}_{digest}"
 
 
 class ToolCallIds:

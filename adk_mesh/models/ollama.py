@@ -5,18 +5,22 @@ URL; ``0.0.0.0`` means this machine), else ``http://127.0.0.1:11434``. No key is
 ``api_key`` given to the constructor is sent as ``Authorization: Bearer`` (for hosted Ollama or
 an authenticating proxy).
 
-Ollama tool calls carry no ids, so each gets a stable one derived from its position, name and
-arguments (the same call always gets the same id, in partial and final responses alike). Tool
-results go back as ``tool`` messages with ``tool_name``. Images travel as the message's
-``images`` list (base64); inline ``text/*`` becomes text; every other part (PDFs, audio, file
-URIs, media in assistant turns) raises :class:`ModelError` naming it. Thought parts map to the
-message's ``thinking`` field both ways. Ollama has no server-side tools: any
-:class:`BuiltinTool` raises :class:`ModelError`.
+Ollama tool calls carry no ids, so each gets a new random one (``call_`` and 32 hex digits),
+unique across calls, responses and sessions: the runtime matches responses, long-running
+answers and confirmations to calls by id, so the same call made again in a later turn must not
+share the earlier one's id. A turn that ends with tool calls finishes with
+:attr:`FinishReason.TOOL_CALLS`, as OpenAI's and Anthropic's do (Ollama itself says ``stop``);
+``length`` stays MAX_TOKENS. Tool results go back as ``tool`` messages with ``tool_name``.
+Images travel as the message's ``images`` list (base64); inline ``text/*`` becomes text; every
+other part (PDFs, audio, file URIs, media in assistant turns) raises :class:`ModelError` naming
+it. Thought parts map to the message's ``thinking`` field both ways. Ollama has no server-side
+tools: any :class:`BuiltinTool` raises :class:`ModelError`.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +32,6 @@ from adk_mesh.models._convert import (
     b64encode,
     is_model_role,
     json_dumps,
-    stable_call_id,
     unsupported_builtin,
     unsupported_part,
 )
@@ -75,10 +78,18 @@ def normalize_host(host: str) -> str:
     return f"{parts.scheme}://{hostname}:{port}{parts.path}"
 
 
-def _done_reason(value: Any) -> FinishReason:
+def _done_reason(value: Any, *, has_calls: bool) -> FinishReason:
     if not isinstance(value, str) or not value:
-        return FinishReason.STOP
-    return _DONE_REASONS.get(value, FinishReason.OTHER)
+        value = "stop"
+    reason = _DONE_REASONS.get(value, FinishReason.OTHER)
+    # Ollama says "stop" after tool calls; the other adapters say TOOL_CALLS there.
+    return FinishReason.TOOL_CALLS if has_calls and reason is FinishReason.STOP else reason
+
+
+def _new_call_id() -> str:
+    """A fresh id for a tool call: Ollama sends none, and one derived from the call would be
+    the same for the same call made again (in a later turn or another session)."""
+    return f"call_{uuid.uuid4().hex}"
 
 
 def _usage(data: Mapping[str, Any]) -> UsageMetadata | None:
@@ -92,22 +103,22 @@ def _raise_if_error(data: Any) -> None:
         raise ModelError(f"ollama error: {data['error']}", metadata={"provider": "ollama"})
 
 
-def _tool_call_parts(calls: Any, start: int) -> list[Part]:
+def _tool_call_parts(calls: Any) -> list[Part]:
     parts: list[Part] = []
-    for offset, call in enumerate(calls or []):
+    for call in calls or []:
         function = call.get("function") or {}
         name = function.get("name")
         if not name:
             raise ModelError("ollama returned a tool call without a function name")
         raw = function.get("arguments")
         args = parse_arguments(raw, name) if isinstance(raw, str) else dict(raw or {})
-        index = function.get("index", start + offset)
+        call_id = call.get("id")
         parts.append(
             Part(
                 function_call=FunctionCall(
                     name=name,
                     args=args,
-                    id=call.get("id") or stable_call_id("call_", index, name, args),
+                    id=call_id if isinstance(call_id, str) and call_id else _new_call_id(),
                 )
             )
         )
@@ -137,10 +148,10 @@ class _OllamaStreamParser(StreamParser):
             self.parts.add_text(text)
             partials.append(partial_text(text, model_version=self.model_version))
         if message.get("tool_calls"):
-            self._calls.extend(_tool_call_parts(message["tool_calls"], len(self._calls)))
+            self._calls.extend(_tool_call_parts(message["tool_calls"]))
         if data.get("done"):
             self.complete = True
-            self.finish_reason = _done_reason(data.get("done_reason"))
+            self.finish_reason = _done_reason(data.get("done_reason"), has_calls=bool(self._calls))
             self.usage = _usage(data)
         return partials
 
@@ -340,11 +351,12 @@ class OllamaModel(HttpLlm):
         text = message.get("content")
         if isinstance(text, str) and text:
             parts.append(Part(text=text))
-        parts.extend(_tool_call_parts(message.get("tool_calls"), 0))
+        calls = _tool_call_parts(message.get("tool_calls"))
+        parts.extend(calls)
         return LlmResponse(
             content=Content(role="model", parts=parts) if parts else None,
             usage_metadata=_usage(data),
-            finish_reason=_done_reason(data.get("done_reason")),
+            finish_reason=_done_reason(data.get("done_reason"), has_calls=bool(calls)),
             turn_complete=True,
             model_version=data.get("model") if isinstance(data.get("model"), str) else None,
         )

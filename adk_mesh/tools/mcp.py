@@ -28,8 +28,16 @@ with ``structuredContent`` returns that object; otherwise its content as text in
 ``{"result": ...}`` (images, audio and binary resources are described, not passed on). Every
 failure is a :class:`~adk_mesh.errors.ToolError` whose message the model reads: an ``isError``
 result (its text), a protocol error (the server's message), a server that cannot be reached
-or that died during the call. A call is never retried (it may have had effects); after a
-dead session the next listing or call connects again, starting a stdio server anew.
+or that died during the call, and a result larger than ``max_result_bytes``. A call is never
+retried (it may have had effects); after a dead session the next listing or call connects
+again, starting a stdio server anew.
+
+**Result size.** ``max_result_bytes`` (default 32 MiB, the mesh's gRPC message cap) bounds a
+result as the server sends it: the JSON of its content blocks and ``structuredContent`` (a
+server that sends the result both ways, as adk-mesh's own McpServer does, uses twice its
+size). Over HTTP it is the SDK's limit on one server-sent event, so a larger streamed answer is
+never buffered whole; a plain JSON answer (and a stdio line) is measured once received. A
+result over it is a ToolError the model reads, and the session stays open.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import ssl
 import sys
 from collections.abc import Collection, Mapping, Sequence
@@ -75,6 +84,17 @@ DEFAULT_LIST_TIMEOUT = 30.0
 #: Pages of one tools/list walk at most: a server whose cursor never ends cannot hang a listing.
 MAX_LIST_PAGES = 100
 
+#: The largest result a toolset takes by default (``max_result_bytes``): the mesh's gRPC
+#: message cap, ``adk_mesh.mesh._channel.MAX_MESSAGE_BYTES`` (a test pins them equal), so a
+#: result that arrives can also cross the mesh. Not imported from there: ``adk_mesh.tools``
+#: imports this module, and importing ``adk_mesh.mesh`` here would load grpc and the whole mesh
+#: package with it (and import it in a cycle).
+DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
+
+#: How the SDK says an SSE event was over its ``max_sse_event_size`` (it gives the failed
+#: request a CONNECTION_CLOSED error whose message only holds this text).
+_EVENT_TOO_LARGE = re.compile(r"exceeded the \d+ byte limit")
+
 _CONFIG_KEYS = frozenset({"command", "args", "env", "cwd", "url", "headers", "tools"})
 
 
@@ -98,9 +118,12 @@ class McpToolset(Toolset):
         name: this toolset's name (default: ``mcp:<command or url>``).
         connect_timeout: seconds to start or reach the server and open the session.
         list_timeout: seconds one ``tools/list`` page may take.
+        max_result_bytes: the largest result a call may return, as the server sends it (see
+            the module docstring); a larger one is a ToolError the model reads.
 
     Raises:
-        ConfigError: neither or both of ``command`` and ``url``; options of the other transport.
+        ConfigError: neither or both of ``command`` and ``url``; options of the other
+            transport; a ``max_result_bytes`` below 1.
     """
 
     def __init__(
@@ -117,6 +140,7 @@ class McpToolset(Toolset):
         name: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         list_timeout: float = DEFAULT_LIST_TIMEOUT,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         if (command is None) == (url is None):
             raise ConfigError("McpToolset needs either command (a stdio server) or url (HTTP)")
@@ -130,6 +154,10 @@ class McpToolset(Toolset):
             raise ConfigError("the command of an MCP server is empty")
         if isinstance(tool_filter, str):
             raise ConfigError("tool_filter is a collection of tool names, not one string")
+        if isinstance(max_result_bytes, bool) or not isinstance(max_result_bytes, int):
+            raise ConfigError(f"max_result_bytes is a number of bytes, not {max_result_bytes!r}")
+        if max_result_bytes < 1:
+            raise ConfigError(f"max_result_bytes must be at least 1, not {max_result_bytes}")
         super().__init__(name or f"mcp:{command if command is not None else url}")
         self.command = command
         self.args = tuple(args)
@@ -141,6 +169,7 @@ class McpToolset(Toolset):
         self.tool_filter = None if tool_filter is None else frozenset(tool_filter)
         self.connect_timeout = connect_timeout
         self.list_timeout = list_timeout
+        self.max_result_bytes = max_result_bytes
         self._session: _Session | None = None
         self._connecting: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -287,7 +316,10 @@ class McpToolset(Toolset):
             client = httpx2.AsyncClient(
                 headers=self.headers or None, timeout=client.timeout, verify=context
             )
-        return _OwnedHttpTransport(streamable_http_client(url, http_client=client), client)
+        transport = streamable_http_client(
+            url, http_client=client, max_sse_event_size=self.max_result_bytes
+        )
+        return _OwnedHttpTransport(transport, client)
 
     async def close(self) -> None:
         """End the session (a stdio server is stopped). Idempotent; a later listing or call
@@ -513,6 +545,9 @@ class McpTool(BaseTool):
         try:
             result = await session.client.call_tool(self.name, args, progress_callback=on_progress)
         except MCPError as error:
+            if _EVENT_TOO_LARGE.search(error.error.message):
+                # The answer came and was too large: the session is fine, the result dropped.
+                raise self._too_large() from error
             session.check(error)
             if session.failure is not None:
                 raise self._lost(error) from error
@@ -524,7 +559,17 @@ class McpTool(BaseTool):
             if session.failure is not None:
                 raise self._lost(error) from error
             raise ToolError(f"the call to {self.name!r} failed: {_reason(error)}") from error
+        if _result_bytes(result) > toolset.max_result_bytes:
+            raise self._too_large()
         return _response(self.name, result)
+
+    def _too_large(self) -> ToolError:
+        toolset = self._toolset
+        return ToolError(
+            f"the MCP tool's result is larger than {toolset.max_result_bytes} bytes (the "
+            f"max_result_bytes of toolset {toolset.name!r}), so the result of {self.name!r} "
+            "was dropped; it ran. Ask it for less (a narrower query, fewer items)."
+        )
 
     def _lost(self, error: BaseException) -> ToolError:
         logger.warning(
@@ -593,6 +638,12 @@ def _takes_arguments(schema: Mapping[str, Any]) -> bool:
     if isinstance(schema.get("additionalProperties"), dict):
         return True
     return any(schema.get(key) for key in ("anyOf", "oneOf", "allOf"))
+
+
+def _result_bytes(result: CallToolResult) -> int:
+    """The size of a result as the server sends it: its content blocks and
+    ``structuredContent`` as JSON (what an SSE event carries, less the JSON-RPC envelope)."""
+    return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
 def _response(name: str, result: CallToolResult) -> dict[str, Any]:

@@ -242,7 +242,16 @@ class _RenewingChannel(grpc.aio.Channel):  # type: ignore[misc]
         await self._current.channel.wait_for_state_change(last_observed_state)
 
     async def channel_ready(self) -> None:
-        await self._generation().channel.channel_ready()
+        while True:
+            generation = self._generation()
+            try:
+                await generation.channel.channel_ready()
+                return
+            except grpc.aio.UsageError:
+                # "Channel is closed": a renewal retired the channel waited on (and closed it,
+                # no call running on it). Wait for its successor; only our own close ends this.
+                if self._closed or generation is self._current:
+                    raise
 
     def unary_unary(
         self,

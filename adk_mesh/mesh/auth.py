@@ -341,17 +341,24 @@ class _RemoteJwks:
         if keys is None or time.monotonic() - self._fetched_at >= _JWKS_LIFESPAN:
             keys = await self._refresh()
         found = _signing_key(keys, kid)
-        if found is None and time.monotonic() - self._attempted_at >= self._cooldown:
-            found = _signing_key(await self._refresh(), kid)  # keys rotated upstream?
+        if found is None:
+            # Keys rotated upstream? A fetch already under way is shared whatever the
+            # cooldown (it may bring this kid: a call refused meanwhile was refused wrongly),
+            # and so are the keys a fetch brought since ``keys`` was read.
+            found = _signing_key(await self._refresh(cooldown=self._cooldown), kid)
         if found is None:
             raise jwt.PyJWKClientError("no key with the token's kid")
         return found
 
-    async def _refresh(self) -> jwt.PyJWKSet:
+    async def _refresh(self, *, cooldown: float = 0.0) -> jwt.PyJWKSet:
+        """The keys of a new fetch, or of the one under way; the keys held when the last
+        fetch began less than ``cooldown`` seconds ago (then there are some)."""
         with self._lock:
             fetching = self._fetching
             if fetching is None:
                 since = time.monotonic() - self._attempted_at
+                if since < cooldown and self._keys is not None:
+                    return self._keys
                 if self._failed and since < self._retry_after_failure:
                     raise AdkIOError(_UNAVAILABLE)
                 self._attempted_at = time.monotonic()

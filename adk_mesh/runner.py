@@ -34,6 +34,7 @@ __all__ = [
     "check_new_message",
     "find_agent_to_run",
     "find_branch_to_run",
+    "load_agents_behind",
     "new_invocation_id",
 ]
 
@@ -106,13 +107,47 @@ def answered_call_event(session: Session, new_message: Content) -> Event | None:
     return None
 
 
+def _agent_placing(root: BaseAgent, author: str) -> BaseAgent | None:
+    """The agent of ``root``'s tree that ``author``'s events belong to: the agent of that
+    name, or the one it runs behind in another service's tree
+    (:meth:`~adk_mesh.agents.base.BaseAgent.agents_behind`: a RemoteAgent whose served tree
+    holds it); ``None`` when neither is known."""
+    agent = root.find_agent(author)
+    if agent is not None:
+        return agent
+    for candidate in root.walk():
+        if author in candidate.agents_behind():
+            return candidate
+    return None
+
+
+async def load_agents_behind(root: BaseAgent, session: Session, new_message: Content) -> None:
+    """Before :func:`find_agent_to_run`: when the author it must place first (the answered
+    call's, or the newest that is not the user) is in ``root``'s tree under no name known,
+    let the agents of the tree learn which agents run behind them in other services
+    (:meth:`~adk_mesh.agents.base.BaseAgent.load_agents_behind`: a RemoteAgent asks its
+    service once). The events a RemoteAgent relays teach it those it ran; asking covers a
+    turn that this process's objects did not run (a restarted service, another replica).
+    Asks nothing when the author is placed."""
+    answered = answered_call_event(session, new_message)
+    author = answered.author if answered is not None else None
+    if author is None:
+        author = next((e.author for e in reversed(session.events) if e.author != "user"), None)
+    if author is None or _agent_placing(root, author) is not None:
+        return
+    await asyncio.gather(*(agent.load_agents_behind() for agent in root.walk()))
+
+
 def find_branch_to_run(agent: BaseAgent, session: Session, new_message: Content) -> str | None:
-    """The branch ``agent`` resumes on when ``new_message`` answers a call it made: the
-    branch it made the call on (a ParallelAgent's child keeps its own, so its history stays
-    its branch's), as google-adk restores it; ``None`` when the message answers no call of
+    """The branch ``agent`` resumes on when ``new_message`` answers a call it made (or an
+    agent behind it in another service made: :meth:`~BaseAgent.agents_behind`): the branch
+    the call was made on (a ParallelAgent's child keeps its own, so its history stays its
+    branch's), as google-adk restores it; ``None`` when the message answers no call of
     ``agent``'s (the turn runs on the branch it would anyway)."""
     answered = answered_call_event(session, new_message)
-    if answered is None or answered.author != agent.name:
+    if answered is None:
+        return None
+    if answered.author != agent.name and answered.author not in agent.agents_behind():
         return None
     return answered.branch
 
@@ -129,7 +164,10 @@ def find_agent_to_run(
     A message answering a function call (a long-running tool's result) goes to the agent that
     made the call (on the branch it made it on: :func:`find_branch_to_run`). Otherwise the
     turn resumes with the agent that answered last, if it can keep the conversation (see
-    :func:`_transferable_across_tree`); else the root.
+    :func:`_transferable_across_tree`); else the root. An author that runs in another
+    service's tree, behind an agent of ``root``'s (a RemoteAgent:
+    :meth:`~adk_mesh.agents.base.BaseAgent.agents_behind`; :func:`load_agents_behind` lets
+    the agents learn them), is placed on that agent, whose service resumes the author there.
 
     ``foreign_authors_end``: for a run another service handed to ``root`` (a subtree of this
     service's tree) by a transfer. The history holds the caller's agents too: the newest event
@@ -139,7 +177,7 @@ def find_agent_to_run(
     """
     answered = answered_call_event(session, new_message)
     if answered is not None:
-        agent = root.find_agent(answered.author)
+        agent = _agent_placing(root, answered.author)
         if agent is not None:
             return agent
     for event in reversed(session.events):
@@ -147,7 +185,7 @@ def find_agent_to_run(
             continue
         if event.author == root.name:
             return root
-        agent = root.find_sub_agent(event.author)
+        agent = _agent_placing(root, event.author)
         if agent is None:
             if foreign_authors_end:
                 return root
@@ -321,6 +359,7 @@ class Runner:
             if replaced is not None:
                 new_message = ctx.user_content = _owned(check_new_message(replaced))
         check_confirmation_answers(session.events, new_message)
+        await load_agents_behind(self.agent, session, new_message)
         agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
         ctx.branch = find_branch_to_run(agent, session, new_message) or ""
         user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)

@@ -127,7 +127,8 @@ class BaseAgent(abc.ABC):
     What the runtime needs to know of an agent it asks the agent, never its class: whether it
     owns its children's transfers (:attr:`owns_child_transfers`), whether it keeps the
     conversation for the user's next turn (:attr:`keeps_conversation`), whether it runs in
-    another service (:attr:`remote_location`), and how it runs as an AgentTool's child
+    another service (:attr:`remote_location`) and which agents run behind it there
+    (:meth:`agents_behind`), and how it runs as an AgentTool's child
     (:meth:`run_delegation`: here, unless it runs elsewhere). An agent of your own declares
     them as the built-in ones do.
     """
@@ -199,6 +200,20 @@ class BaseAgent(abc.ABC):
     def remote_location(self) -> RemoteLocation | None:
         """Where the agent runs when it runs in another service; ``None`` for this process."""
         return None
+
+    def agents_behind(self) -> frozenset[str]:
+        """The names of the agents that run behind this one in another service's tree (the
+        agents a remote agent's service runs in its place: its served subtree, the agents
+        its runs transferred to), as far as known without I/O; none by default. The Runner
+        places an event of such an author on this agent: a call one of them made is answered
+        through this agent, and one of them answering last gives this agent the next turn."""
+        return frozenset()
+
+    async def load_agents_behind(self) -> frozenset[str]:
+        """:meth:`agents_behind`, after what learning them takes: an agent that runs in
+        another service asks that service (once it answered). What cannot be learned now
+        (the service is down) is left out, with a warning, not raised."""
+        return self.agents_behind()
 
     def declared_schemas(self) -> AgentSchemas:
         """This agent's :class:`AgentSchemas` as far as known without I/O (none by default)."""

@@ -66,6 +66,7 @@ from adk_mesh.runner import (
     check_new_message,
     find_agent_to_run,
     find_branch_to_run,
+    load_agents_behind,
     new_invocation_id,
 )
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
@@ -595,6 +596,8 @@ class AgentServer(MeshServer):
             # Resumed where the conversation was left, in this tree as across the two: an
             # answered call goes on where it was made, on its branch.
             message = user_content or Content(role="user", parts=[])
+            # An author behind a RemoteAgent of this tree (a third service's) resumes there.
+            await load_agents_behind(agent, session, message)
             agent = find_agent_to_run(agent, session, message, foreign_authors_end=True)
             branch = find_branch_to_run(agent, session, message) or branch
         if delegated.no_caller_stores:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
@@ -40,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a RemoteAgent waits for its service's AgentCard (its schemas).
 DESCRIBE_TIMEOUT = 10.0
+#: At most this many names of agents behind a RemoteAgent are kept (a served tree is smaller).
+MAX_AGENTS_BEHIND = 1024
 
 
 class RemoteAgent(BaseAgent):
@@ -146,6 +149,10 @@ class RemoteAgent(BaseAgent):
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
         self._schemas: AgentSchemas | None = None
+        # The agents of the served tree that run behind this one (agents_behind), and whether
+        # its service's cards listed them all.
+        self._behind: frozenset[str] = frozenset()
+        self._behind_described = False
 
     @property
     def keeps_conversation(self) -> bool:
@@ -232,6 +239,69 @@ class RemoteAgent(BaseAgent):
             return AgentSchemas()
         self._schemas = schemas
         return schemas
+
+    def agents_behind(self) -> frozenset[str]:
+        """The agents of its service's tree known to run in its place: the authors of the
+        events its runs relayed, and once :meth:`load_agents_behind` asked, the agents of
+        the served subtree its service's cards list."""
+        return self._behind
+
+    def _note_behind(self, author: str) -> None:
+        # Rebuilt only for a new name: this runs for every event the agent relays.
+        if author in self._behind or author == self.name:
+            return
+        if len(self._behind) < MAX_AGENTS_BEHIND:
+            self._behind = self._behind | {author}
+
+    async def load_agents_behind(self) -> frozenset[str]:
+        """:meth:`agents_behind`, once its service's AgentCards (``Describe``) listed the
+        served subtree: the served agent's card, then each sub-agent's, level by level; an
+        agent that service serves from a third one is listed with its own sub-agents, which
+        that service does not describe (NOT_FOUND, left there: this agent leads to them
+        anyway). Asked until one walk succeeds; a failure (the service down, refusing the
+        call) is a warning, and the names known so far stay."""
+        if self._behind_described:
+            return self.agents_behind()
+        stub = self._stub()
+        what = f"remote agent {self.name!r}"
+        level = [self.agent_name]
+        described: set[str] = set()
+        try:
+            while level and len(self._behind) < MAX_AGENTS_BEHIND:
+                described.update(level)
+                answers = await asyncio.gather(
+                    *(
+                        stub.Describe(
+                            agent_pb2.DescribeRequest(agent_name=name), timeout=DESCRIBE_TIMEOUT
+                        )
+                        for name in level
+                    ),
+                    return_exceptions=True,
+                )
+                next_level: list[str] = []
+                for answer in answers:
+                    if isinstance(answer, grpc.RpcError) and answer.code() == (
+                        grpc.StatusCode.NOT_FOUND
+                    ):
+                        continue
+                    if isinstance(answer, BaseException):
+                        raise answer
+                    card = answer.card
+                    self._note_behind(card.name)
+                    for sub_agent in card.sub_agents:
+                        self._note_behind(sub_agent.name)
+                        if sub_agent.name not in described:
+                            next_level.append(sub_agent.name)
+                level = next_level
+        except grpc.RpcError as error:
+            failure = error_from_downstream(error, what, self.target)
+            logger.warning("the agents behind %s are unknown for now: %s", what, failure.message)
+            return self.agents_behind()
+        except AdkError as error:
+            logger.warning("the agents behind %s are unknown for now: %s", what, error.message)
+            return self.agents_behind()
+        self._behind_described = True
+        return self.agents_behind()
 
     def _call_path(self, ctx: InvocationContext) -> tuple[str, ...]:
         if ctx.call_path:
@@ -397,6 +467,8 @@ class RemoteAgent(BaseAgent):
                         await relay.forward(message)
                         continue
                     event = codec.event_from_proto(message)
+                    if not event.partial:
+                        self._note_behind(event.author)
                     if event.actions.transfer_to_agent and not event.partial:
                         held = event
                         continue

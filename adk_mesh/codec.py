@@ -66,8 +66,6 @@ from adk_mesh.types import (
     GroundingMetadata,
     LlmResponse,
     Part,
-    ServerToolCall,
-    ServerToolResponse,
     ToolConfirmation,
     ToolDeclaration,
     ToolProgress,
@@ -1903,13 +1901,17 @@ def abridged_event(event: Event, *, max_part_bytes: int = ABRIDGED_PART_BYTES) -
     placeholder of the same kind that says what was left out — text cut to its first
     :data:`ABRIDGED_TEXT_CHARS` characters, a function call or response with
     ``{"omitted": "..."}`` as args or response (same id and name, so calls and responses still
-    pair up), inline or file data as a text part naming it. State delta entries and grounding
+    pair up), inline or file data as a text part naming it. A built-in tool's call or response
+    the provider ran (``server_tool_call`` / ``server_tool_response``) is left out instead,
+    with the other part of its pair: the provider reads it verbatim, and would refuse a
+    placeholder (see :func:`_without_large_server_tools`). State delta entries and grounding
     metadata that are as large, or cannot be carried, are left out (a delegated run reads the
     state from the view's ``state``), and so is a tool progress update's ``data``."""
     llm_response = event.llm_response
     update: dict[str, Any] = {}
     if llm_response.content is not None:
-        parts = [_abridged_part(part, max_part_bytes) for part in llm_response.content.parts]
+        kept_parts = _without_large_server_tools(llm_response.content.parts, max_part_bytes)
+        parts = [_abridged_part(part, max_part_bytes) for part in kept_parts]
         update["content"] = llm_response.content.model_copy(update={"parts": parts})
     if llm_response.grounding_metadata is not None and not _fits(
         llm_response.grounding_metadata.model_dump(mode="json"), max_part_bytes
@@ -1940,6 +1942,37 @@ def _fits(value: Mapping[str, Any], max_bytes: int) -> bool:
         return False
 
 
+def _part_fits(part: Part, max_bytes: int) -> bool:
+    try:
+        return part_to_proto(part).ByteSize() <= max_bytes
+    except AdkJSONError:
+        return False
+
+
+def _without_large_server_tools(parts: list[Part], max_bytes: int) -> list[Part]:
+    """``parts`` without each server-tool call or response that does not fit ``max_bytes``,
+    and without the other part of its pair (same id). The provider reads these verbatim (a
+    Claude ``*_tool_result`` block must hold its ``content``, and its ``server_tool_use`` must
+    be answered in the turn): a placeholder would be a block the API refuses, while a turn
+    without the pair is one it takes, as every other provider gets it."""
+    large = [part for part in parts if part.is_server_tool and not _part_fits(part, max_bytes)]
+    if not large:
+        return parts
+    ids = {
+        member.id
+        for part in large
+        if (member := part.server_tool_call or part.server_tool_response) is not None and member.id
+    }
+
+    def left_out(part: Part) -> bool:
+        if any(part is large_part for large_part in large):
+            return True
+        member = part.server_tool_call or part.server_tool_response
+        return member is not None and member.id is not None and member.id in ids
+
+    return [part for part in parts if not left_out(part)]
+
+
 def _abridged_part(part: Part, max_bytes: int) -> Part:
     try:
         size = part_to_proto(part).ByteSize()
@@ -1962,20 +1995,6 @@ def _abridged_part(part: Part, max_bytes: int) -> Part:
         reply = part.function_response
         kept["function_response"] = FunctionResponse(
             name=reply.name, id=reply.id, response={"omitted": f"the response was {omitted}"}
-        )
-    elif part.server_tool_call is not None:
-        server_call = part.server_tool_call
-        kept["server_tool_call"] = ServerToolCall(
-            tool_type=server_call.tool_type,
-            id=server_call.id,
-            args={"omitted": f"the arguments were {omitted}"},
-        )
-    elif part.server_tool_response is not None:
-        server_reply = part.server_tool_response
-        kept["server_tool_response"] = ServerToolResponse(
-            tool_type=server_reply.tool_type,
-            id=server_reply.id,
-            response={"omitted": f"the response was {omitted}"},
         )
     elif part.inline_data is not None:
         blob = part.inline_data

@@ -1061,6 +1061,9 @@ _ANTHROPIC_ERROR_TYPES = {
 }
 
 
+#: The fields of a server tool's result block (``*_tool_result``) the Messages API takes back.
+_SERVER_RESULT_FIELDS = frozenset({"type", "tool_use_id", "content", "cache_control"})
+
 #: What a thinking signature the Messages API issued looks like (the fake cannot check it).
 _ISSUED_SIGNATURE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
 
@@ -1329,7 +1332,8 @@ class FakeAnthropic(FakeProviderServer):
         place: every ``tool_use`` block of an assistant message needs a ``tool_result`` block
         in the very next message, ahead of its other blocks, and a ``tool_result`` block must
         answer a ``tool_use`` of the message before it; a server tool's result block
-        (``*_tool_result``) must follow its ``server_tool_use`` in the same assistant turn.
+        (``*_tool_result``) must follow its ``server_tool_use`` in the same assistant turn and
+        hold its ``content`` and no field the API does not know.
         Consecutive messages of one role are not refused: the API joins them into one turn. After a
         ``pause_turn``, a request that does not continue the paused content is refused too
         (the fake's check: the API would start a new turn instead)."""
@@ -1369,6 +1373,12 @@ class FakeAnthropic(FakeProviderServer):
                             f"tool_use_id `{block.get('tool_use_id')}` has no corresponding "
                             "`server_tool_use` block before it in the assistant turn"
                         )
+                    where = f"messages.{index}.content.{position}.{kind}"
+                    if "content" not in block:
+                        return self._refuse(f"{where}.content: Field required")
+                    extra = sorted(set(block) - _SERVER_RESULT_FIELDS)
+                    if extra:
+                        return self._refuse(f"{where}.{extra[0]}: Extra inputs are not permitted")
         return None
 
     def _continuation_refusal(self, messages: list[Any]) -> RawReply | None:

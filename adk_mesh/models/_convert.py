@@ -102,11 +102,14 @@ def user_turn_items(
 ) -> list[dict[str, Any]]:
     """A user turn as OpenAI's APIs take it (Chat Completions and Responses): each function
     response as an item of its own (``function_output``), in order, then the turn's other
-    parts (``user_part``; thoughts left out) as one user message, its text alone when it is a
-    single part of ``text_type``. A function call there is refused: calls are the model's."""
+    parts (``user_part``; thoughts and server-tool parts left out) as one user message, its
+    text alone when it is a single part of ``text_type``. A function call there is refused:
+    calls are the model's."""
     items: list[dict[str, Any]] = []
     user_parts: list[dict[str, Any]] = []
     for part_index, part in enumerate(content.parts):
+        if part.is_server_tool:
+            continue  # another provider's context, as in the model's turns
         if part.function_response is not None:
             items.append(function_output(part.function_response))
         elif part.function_call is not None:

@@ -263,6 +263,8 @@ class OllamaModel(HttpLlm):
             texts: list[str] = []
             images: list[str] = []
             for part_index, part in enumerate(content.parts):
+                if part.is_server_tool:
+                    continue  # another provider's context, as in the model's turns
                 if part.function_response is not None:
                     messages.append(
                         {

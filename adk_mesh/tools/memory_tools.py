@@ -7,7 +7,9 @@ Without a memory service they find nothing.
 
 * ``load_memory`` is a tool the model calls with a query; it answers
   ``{"memories": [{"content": ..., "author": ..., "timestamp": ..., "session_id": ...}]}``,
-  best match first, and tells the model, in the system instruction, that it has memory.
+  best match first (each content without the built-in tool calls and results a provider ran,
+  which are that model's own context), and tells the model, in the system instruction, that
+  it has memory.
 * ``preload_memory`` is not called by the model: before each model call it searches memory
   with the user's current message and adds what it finds to the system instruction, between
   ``<PAST_CONVERSATIONS>`` tags. A failing search is logged and the request goes without.
@@ -92,12 +94,7 @@ class LoadMemoryTool(BaseTool):
         entries = await ctx.search_memory(query)
         if self.max_memories is not None:
             entries = entries[: self.max_memories]
-        return {
-            "memories": [
-                entry.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-                for entry in entries
-            ]
-        }
+        return {"memories": [_memory_json(entry) for entry in entries]}
 
 
 class PreloadMemoryTool(BaseTool):
@@ -152,6 +149,18 @@ class PreloadMemoryTool(BaseTool):
             "preload_memory is not a function to call: past conversations are already in "
             "the instructions"
         )
+
+
+def _memory_json(entry: MemoryEntry) -> dict[str, Any]:
+    """An entry as ``load_memory`` answers it: its content without the calls and results of
+    built-in tools a provider ran in that turn (``server_tool_call`` / ``server_tool_response``:
+    that model's own context, such as Claude's encrypted search results, which no model reads
+    as a memory); the answer they grounded stays."""
+    content = entry.content
+    if any(part.is_server_tool for part in content.parts):
+        parts = [part for part in content.parts if not part.is_server_tool]
+        entry = entry.model_copy(update={"content": content.model_copy(update={"parts": parts})})
+    return entry.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
 
 
 def _memory_lines(entry: MemoryEntry) -> list[str]:

@@ -5,8 +5,9 @@ Every conversion is lossless for what the wire can carry:
 * JSON values (function-call args, responses, state deltas) travel as
   ``google.protobuf.Value``. Protobuf has a single number type (a double), so integers come
   back as ``int`` when the double is integral and within +-2**53, the range a double holds
-  exactly; other numbers come back as ``float``. ``2.0`` therefore returns as ``2``, which
-  compares equal. Integers outside that range cannot be carried exactly and are refused with
+  exactly (``-0.0`` excepted: an int has no sign of zero); other numbers come back as
+  ``float``. ``2.0`` therefore returns as ``2``, which compares equal. Integers outside that
+  range cannot be carried exactly and are refused with
   :class:`~adk_mesh.errors.AdkJSONError` rather than silently rounded.
 * A JSON value nested deeper than :data:`STRUCT_MAX_DEPTH` (20) levels travels as JSON text in
   the ``*_json`` field next to its Struct / Value field, never as a Struct a protobuf decoder
@@ -300,11 +301,21 @@ def json_to_text(value: Any) -> str:
     return text
 
 
+def _integral(number: float) -> bool:
+    """Whether a double reads back as a JSON integer: integral, exact, and not ``-0.0`` (an
+    int has no sign of zero: ``-0.0`` stays a float, so it goes on as it came)."""
+    return (
+        number.is_integer()
+        and -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT
+        and (number != 0 or math.copysign(1.0, number) > 0)
+    )
+
+
 def _number_from_text(text: str) -> int | float:
     number = float(text)
     if not math.isfinite(number):
         raise ValueError(f"{text} is not a finite number")
-    if number.is_integer() and -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT:
+    if _integral(number):
         return int(number)
     return number
 
@@ -441,7 +452,7 @@ def json_from_value(message: struct_pb2.Value) -> Any:
         return message.string_value
     if kind == "number_value":
         number = message.number_value
-        if number.is_integer() and -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT:
+        if _integral(number):
             return int(number)
         if not math.isfinite(number):
             # Refused as the JSON text form refuses it: no JSON number, and no writer here

@@ -11,6 +11,7 @@ included), integers within +-2**53, finite floats, and nested lists and string-k
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -274,8 +275,14 @@ tool_declarations: st.SearchStrategy[ToolDeclaration] = st.builds(
 
 def expected_json(value: Any) -> Any:
     """What a JSON value looks like after the wire: integral floats within +-2**53 become ints
-    (the codec's documented number rule) and tuples become lists; all else is unchanged."""
-    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_EXACT_INT:
+    (the codec's documented number rule) but ``-0.0``, which an int cannot hold, and tuples
+    become lists; all else is unchanged."""
+    if (
+        isinstance(value, float)
+        and value.is_integer()
+        and abs(value) <= MAX_EXACT_INT
+        and (value != 0 or math.copysign(1.0, value) > 0)
+    ):
         return int(value)
     if isinstance(value, dict):
         return {key: expected_json(item) for key, item in value.items()}

@@ -187,9 +187,16 @@ def test_integral_doubles_beyond_two_to_the_53_from_a_peer_read_as_floats(
         codec.json_to_value(int(number))
 
 
-def test_minus_zero_comes_back_as_zero_in_both_forms() -> None:
-    assert_strictly_equal(codec.json_from_value(codec.json_to_value(-0.0)), 0)
-    assert_strictly_equal(codec.json_from_text(codec.json_to_text(-0.0)), 0)
+def test_minus_zero_comes_back_as_minus_zero_in_both_forms() -> None:
+    """An int has no sign of zero, so ``-0.0`` stays a float: what JSON (the stores, an event
+    in process) gives back, and what a peer's ``-0`` re-encodes to."""
+    for back in (
+        codec.json_from_value(codec.json_to_value(-0.0)),
+        codec.json_from_text(codec.json_to_text(-0.0)),
+    ):
+        assert_strictly_equal(back, -0.0)
+        assert math.copysign(1.0, back) == -1.0
+    assert_strictly_equal(codec.json_from_value(codec.json_to_value(0.0)), 0)
 
 
 @PROPERTY

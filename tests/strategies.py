@@ -33,6 +33,8 @@ from adk_mesh.types import (
     GroundingSource,
     LlmResponse,
     Part,
+    ServerToolCall,
+    ServerToolResponse,
     ToolDeclaration,
     UsageMetadata,
 )
@@ -52,6 +54,8 @@ __all__ = [
     "json_values",
     "llm_responses",
     "parts",
+    "server_tool_calls",
+    "server_tool_responses",
     "texts",
     "timestamps",
     "tool_declarations",
@@ -128,12 +132,22 @@ function_responses: st.SearchStrategy[FunctionResponse] = st.builds(
     FunctionResponse, name=texts, response=json_objects, id=_optional_texts
 )
 
+_tool_types = st.sampled_from(["", "GOOGLE_SEARCH_WEB", "URL_CONTEXT", "web_search"]) | texts
+server_tool_calls: st.SearchStrategy[ServerToolCall] = st.builds(
+    ServerToolCall, tool_type=_tool_types, args=json_objects, id=_optional_texts
+)
+server_tool_responses: st.SearchStrategy[ServerToolResponse] = st.builds(
+    ServerToolResponse, tool_type=_tool_types, response=json_objects, id=_optional_texts
+)
+
 _part_kinds: st.SearchStrategy[dict[str, Any]] = st.one_of(
     st.fixed_dictionaries({"text": texts}),
     st.fixed_dictionaries({"inline_data": blobs}),
     st.fixed_dictionaries({"file_data": file_datas}),
     st.fixed_dictionaries({"function_call": function_calls}),
     st.fixed_dictionaries({"function_response": function_responses}),
+    st.fixed_dictionaries({"server_tool_call": server_tool_calls}),
+    st.fixed_dictionaries({"server_tool_response": server_tool_responses}),
 )
 
 
@@ -141,7 +155,7 @@ def _part(kind: dict[str, Any], thought: bool, thought_signature: bytes | None) 
     return Part(**kind, thought=thought, thought_signature=thought_signature)
 
 
-#: A Part of any of the five kinds, with or without the thought flag and signature.
+#: A Part of any of the seven kinds, with or without the thought flag and signature.
 parts: st.SearchStrategy[Part] = st.builds(
     _part, _part_kinds, st.booleans(), st.none() | st.binary(max_size=32)
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,9 @@ logger = logging.getLogger(__name__)
 DESCRIBE_TIMEOUT = 10.0
 #: At most this many names of agents behind a RemoteAgent are kept (a served tree is smaller).
 MAX_AGENTS_BEHIND = 1024
+#: Seconds after a failed walk of its service's cards before a RemoteAgent asks again: a
+#: service down would otherwise hold every turn that needs the names up to DESCRIBE_TIMEOUT.
+AGENTS_BEHIND_RETRY_AFTER = 30.0
 
 
 class RemoteAgent(BaseAgent):
@@ -153,6 +157,7 @@ class RemoteAgent(BaseAgent):
         # its service's cards listed them all.
         self._behind: frozenset[str] = frozenset()
         self._behind_described = False
+        self._behind_failed_at = -AGENTS_BEHIND_RETRY_AFTER  # time.monotonic() of a failure
 
     @property
     def keeps_conversation(self) -> bool:
@@ -259,8 +264,11 @@ class RemoteAgent(BaseAgent):
         agent that service serves from a third one is listed with its own sub-agents, which
         that service does not describe (NOT_FOUND, left there: this agent leads to them
         anyway). Asked until one walk succeeds; a failure (the service down, refusing the
-        call) is a warning, and the names known so far stay."""
-        if self._behind_described:
+        call) is a warning, the names known so far stay, and the service is not asked again
+        for :data:`AGENTS_BEHIND_RETRY_AFTER` seconds."""
+        if self._behind_described or (
+            time.monotonic() - self._behind_failed_at < AGENTS_BEHIND_RETRY_AFTER
+        ):
             return self.agents_behind()
         stub = self._stub()
         what = f"remote agent {self.name!r}"
@@ -294,10 +302,12 @@ class RemoteAgent(BaseAgent):
                             next_level.append(sub_agent.name)
                 level = next_level
         except grpc.RpcError as error:
+            self._behind_failed_at = time.monotonic()
             failure = error_from_downstream(error, what, self.target)
             logger.warning("the agents behind %s are unknown for now: %s", what, failure.message)
             return self.agents_behind()
         except AdkError as error:
+            self._behind_failed_at = time.monotonic()
             logger.warning("the agents behind %s are unknown for now: %s", what, error.message)
             return self.agents_behind()
         self._behind_described = True

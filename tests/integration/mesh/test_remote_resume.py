@@ -20,6 +20,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
 from adk_mesh.agents.base import BaseAgent
@@ -31,6 +33,7 @@ from adk_mesh.sessions.sqlite import SqliteSessionService
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content, LlmResponse, Part
+from adk_mesh.v1 import agent_pb2_grpc
 from tests.integration.mesh.test_parity import (
     IN_PROCESS,
     REMOTE,
@@ -275,3 +278,32 @@ async def test_a_follow_up_turn_resumes_the_agent_two_services_away(
     last = local["stored"][-1]
     assert last["author"] == "payer"
     assert last["llm_response"]["content"]["parts"][0]["text"] == "Paid with the blue card."
+
+
+class _RefusingDescribe(agent_pb2_grpc.AgentServiceServicer):
+    """An agent service whose Describe always fails, counting the calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def Describe(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.calls += 1
+        await context.abort(grpc.StatusCode.INTERNAL, "cards unavailable")
+
+
+async def test_a_service_that_cannot_describe_its_tree_is_not_asked_on_every_turn() -> None:
+    """A failed walk of the cards is not tried again for a while: each turn that needs the
+    names would otherwise wait on the service again (up to the Describe timeout)."""
+    servicer = _RefusingDescribe()
+    server = grpc.aio.server()
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    remote = RemoteAgent("planner", f"127.0.0.1:{port}")
+    try:
+        for _ in range(3):
+            assert await remote.load_agents_behind() == frozenset()
+        assert servicer.calls == 1
+    finally:
+        await remote.close()
+        await server.stop(None)

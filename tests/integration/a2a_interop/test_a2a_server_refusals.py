@@ -20,6 +20,7 @@ from adk_mesh.mesh.a2a_server import ANONYMOUS_USER, A2aAgentServer
 from adk_mesh.testing import FunctionModel, ScriptedModel, call
 from adk_mesh.types import LlmResponse
 from tests.a2a_clients import a2a_client
+from tests.integration.a2a_interop.test_a2a_adversarial import _job_answer, start_job
 
 BINDINGS = [TransportProtocol.JSONRPC, TransportProtocol.GRPC]
 State = a2a_pb2.TaskState
@@ -50,18 +51,6 @@ def _nameless_call() -> a2a_pb2.Part:
     part.data.struct_value.update({"args": {"x": 1}})
     part.metadata.update({"adk_mesh.part_kind": "function_call"})
     return part
-
-
-def _job_answer() -> a2a_pb2.Part:
-    part = a2a_pb2.Part()
-    part.data.struct_value.update({"name": "start_job", "response": {"v": 42}, "id": "job-1"})
-    part.metadata.update({"adk_mesh.part_kind": "function_response"})
-    return part
-
-
-def start_job(kind: str) -> None:
-    """Starts a job; the result comes later."""
-    return None
 
 
 #: Requests a2a-sdk accepts and our run refuses, with a word of what the error must name.

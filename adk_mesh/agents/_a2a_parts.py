@@ -14,12 +14,24 @@ function_call               ``data`` ``{"name", "args", "id"}``, metadata
                             ``adk_mesh.part_kind: "function_call"``
 function_response           ``data`` ``{"name", "response", "id"}``, metadata
                             ``adk_mesh.part_kind: "function_response"``
+server_tool_call            ``data`` ``{"tool_type", "args", "id"}``, metadata
+                            ``adk_mesh.part_kind: "server_tool_call"`` (a built-in tool the
+                            provider ran itself: a client can show that a search happened)
+server_tool_response        ``data`` ``{"tool_type", "response", "id"}``, metadata
+                            ``adk_mesh.part_kind: "server_tool_response"``
 text holding JSON           ``data`` without that metadata: our Content has no data part,
                             and every model reads text, so it arrives as its JSON text
 ==========================  ==============================================================
 
-A part that cannot be read (a data part marked as a function call without a name, a part
-with no content) raises :class:`~adk_mesh.errors.InvalidArgumentError` naming it.
+An empty ``id`` is no id. Read back, each marked data part is a part of its kind again, whoever
+sent it: a client's message may carry function calls and responses and server-tool parts, as a
+gRPC ``Run``'s may (a calling LlmAgent's history keeps another agent's server-tool parts out of
+its model's request, and providers send back only their own).
+
+A part that cannot be read (a data part marked as a function call without a name, a marked data
+part that is not an object, a server-tool part whose ``tool_type`` is not a string, arguments or
+a response that are not an object, a part with no content) raises
+:class:`~adk_mesh.errors.InvalidArgumentError` naming it.
 """
 
 from __future__ import annotations
@@ -45,7 +57,8 @@ __all__ = [
 
 #: Message, task and event metadata: ``{"adk_mesh": {"invocation_id": ..., ...}}``.
 METADATA_KEY = "adk_mesh"
-#: A part's metadata naming what a data part carries (a function call or response).
+#: A part's metadata naming what a data part carries (a function call or response, or a
+#: call or response of a tool the provider ran itself).
 PART_KIND_KEY = "adk_mesh.part_kind"
 THOUGHT_KEY = "adk_mesh.thought"
 _DEFAULT_MEDIA_TYPE = "application/octet-stream"
@@ -105,6 +118,30 @@ def content_to_a2a_parts(content: Content | None) -> list[a2a_pb2.Part]:
                     {"name": answer.name, "response": answer.response, "id": answer.id or ""},
                 )
             )
+        elif part.server_tool_call is not None:
+            server_call = part.server_tool_call
+            parts.append(
+                _data_part(
+                    "server_tool_call",
+                    {
+                        "tool_type": server_call.tool_type,
+                        "args": server_call.args,
+                        "id": server_call.id or "",
+                    },
+                )
+            )
+        elif part.server_tool_response is not None:
+            server_reply = part.server_tool_response
+            parts.append(
+                _data_part(
+                    "server_tool_response",
+                    {
+                        "tool_type": server_reply.tool_type,
+                        "response": server_reply.response,
+                        "id": server_reply.id or "",
+                    },
+                )
+            )
     return parts
 
 
@@ -124,6 +161,25 @@ def _function_part(kind: str, value: Any, index: int) -> Part:
     return Part.from_function_response(value["name"], payload, id=call_id)
 
 
+def _server_tool_part(kind: str, value: Any, index: int) -> Part:
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(
+            f"part {index} is marked {PART_KIND_KEY}={kind!r} but its data is not an object"
+        )
+    tool_type = value.get("tool_type", "")
+    if not isinstance(tool_type, str):
+        raise InvalidArgumentError(f"part {index}: the {kind}'s tool_type must be a string")
+    call_id = value.get("id")
+    call_id = call_id if isinstance(call_id, str) and call_id else None
+    payload = value.get("args" if kind == "server_tool_call" else "response", {})
+    if not isinstance(payload, dict):
+        what = "arguments" if kind == "server_tool_call" else "response"
+        raise InvalidArgumentError(f"part {index}: the {kind}'s {what} must be an object")
+    if kind == "server_tool_call":
+        return Part.from_server_tool_call(tool_type, payload, id=call_id)
+    return Part.from_server_tool_response(tool_type, payload, id=call_id)
+
+
 def _part_of(part: a2a_pb2.Part, index: int) -> Part:
     kind = part.WhichOneof("content")
     marks = json_format.MessageToDict(part.metadata) if part.HasField("metadata") else {}
@@ -139,6 +195,8 @@ def _part_of(part: a2a_pb2.Part, index: int) -> Part:
         part_kind = marks.get(PART_KIND_KEY)
         if part_kind in ("function_call", "function_response"):
             return _function_part(part_kind, value, index)
+        if part_kind in ("server_tool_call", "server_tool_response"):
+            return _server_tool_part(part_kind, value, index)
         return Part.from_text(json.dumps(value, ensure_ascii=False))
     raise InvalidArgumentError(f"part {index} carries nothing (no text, raw, url or data)")
 

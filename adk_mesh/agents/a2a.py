@@ -108,7 +108,8 @@ class A2aAgent(BaseAgent):
 
     * streamed artifact text → partial events (shown, never stored);
     * a ``working`` status message → an event with its content (text; data parts as their JSON
-      text; function calls and responses the remote marks as such, as parts of those kinds);
+      text; function calls and responses, and the calls and results of a tool the remote's
+      model provider ran itself, that the remote marks as such, as parts of those kinds);
     * each artifact, once whole → an event whose content is its text and data; its files
       (raw bytes) go to this invocation's artifact store under the artifact's name (the event's
       ``artifact_delta`` says which version), or, without a store, into the content as inline

@@ -25,14 +25,18 @@ queue and claim, the same Runner, the session persisted in the server's store):
   it), else a new one; every status update says which (``metadata.adk_mesh.invocation_id`` and
   ``session_id``);
 * the message's parts become the user's Content (:mod:`adk_mesh.agents._a2a_parts`: text, raw
-  bytes, URLs, data as its JSON text, function calls and responses as marked data parts);
+  bytes, URLs, data as its JSON text, function calls and responses, and the calls and results
+  of a tool the provider ran itself, as marked data parts);
 * task states: ``submitted``, then ``working``; each event of the run with content goes out as
   a ``working`` status message (tool calls and results as marked data parts, tool progress as
-  text with its fraction in the metadata), except the answer; partial text streams as chunks
-  of the ``response`` artifact (``append``); the answer — the run's last event that is a final
-  response with text or data — becomes the ``response`` artifact whole (``append=false``,
-  ``lastChunk``), and the task ``completed``. Each artifact a tool saved in the run
-  (``artifact_delta``) goes out as an A2A artifact of that name, loaded from the server's
+  text with its fraction in the metadata), except the answer; the calls and results of a tool
+  the model's provider ran itself (``server_tool_call`` / ``server_tool_response``: a Google
+  or web search) go out with the event that holds them, as data parts marked
+  ``adk_mesh.part_kind`` ``server_tool_call`` / ``server_tool_response``; partial text streams
+  as chunks of the ``response`` artifact (``append``); the answer — the run's last event that
+  is a final response with text or data — becomes the ``response`` artifact whole
+  (``append=false``, ``lastChunk``), and the task ``completed``. Each artifact a tool saved
+  in the run (``artifact_delta``) goes out as an A2A artifact of that name, loaded from the server's
   artifact store. A run that ends with a long-running tool call unanswered is
   ``input-required``, its status message holding the call: the client answers with a
   ``function_response`` data part in a message on the same task. A run that fails is

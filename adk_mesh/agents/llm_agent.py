@@ -670,7 +670,14 @@ class LlmAgent(BaseAgent):
         confirmations: dict[str, ToolConfirmation] | None = None,
     ) -> tuple[Part | None, EventActions]:
         """Answer one call; its progress goes to ``send`` (awaited: the reader's pace), the
-        events it forwards to ``forward`` (a synchronous callback cannot wait)."""
+        events it forwards to ``forward`` (a synchronous callback cannot wait).
+
+        A long-running tool that answers nothing (a falsy response once the after-tool hooks
+        ran: ``None`` or ``{}``, as google-adk's ``not function_response``) leaves the call
+        open for the client to answer in a later turn: no function response, no part. Unlike
+        google-adk, its actions (state writes, an ``artifact_delta``) are kept, in an event of their
+        own with no content (see :meth:`_run_tools`): google-adk drops them with the event
+        it does not build, so a tool that recorded its job's id in state loses it."""
         tool_context = ToolContext(
             ctx,
             function_call_id=call.id,
@@ -690,9 +697,9 @@ class LlmAgent(BaseAgent):
                 telemetry.record_control_transfer("pass_control", target)
         if call.id in tool_context.actions.requested_tool_confirmations:
             return None, tool_context.actions  # answered once a person confirms or rejects
-        if response is None:
+        if not response:
             if tool is not None and tool.is_long_running:
-                return None, tool_context.actions
+                return None, tool_context.actions  # no answer yet: the client's to give
             response = {}
         part = Part.from_function_response(call.name, response, id=call.id)
         return part, tool_context.actions

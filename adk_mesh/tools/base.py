@@ -44,7 +44,9 @@ class BaseTool(abc.ABC):
       on the tool object. Cancellation arrives as ``asyncio.CancelledError``; let it through.
     * A long-running tool (``is_long_running``) returns at once (e.g. an operation id); its
       final result arrives later as a FunctionResponse the client sends in a new message. The
-      model is told not to call it again while it is pending.
+      model is told not to call it again while it is pending. A falsy response (``None``,
+      ``{}``) answers nothing yet, as in google-adk: the call stays open for the client;
+      any other is the call's response now, which the model reads in the same turn.
     * A call that runs longer than :attr:`timeout` (default: the invocation's
       ``tool_timeout``, 600 s unless the runner or server says otherwise) is cancelled and
       reported to the model as a ``ToolError``.

@@ -168,8 +168,10 @@ class FunctionTool(BaseTool):
 
     The function receives converted values (model instances, enum members, datetimes). Its
     result becomes the function response: a dict as is, a pydantic model or dataclass as its
-    JSON object, anything else as ``{"result": value}``; ``None`` becomes ``{}`` (``None``,
-    meaning "no result yet", for a long-running tool). Values are made JSON-safe with
+    JSON object, anything else as ``{"result": value}``; ``None`` becomes ``{}``. A long-running
+    tool's falsy result (``None``, ``{}``, ``""``, ``0``, ``[]``, ``False``) is "no answer yet", as
+    in google-adk: the call stays open for the client to answer (return ``{"result": 0}`` to
+    answer 0 at once). Values are made JSON-safe with
     pydantic (datetimes as ISO strings, bytes as base64, NaN and infinities as null).
 
     Raises:
@@ -389,8 +391,10 @@ class FunctionTool(BaseTool):
         return filled
 
     def _response(self, result: Any) -> dict[str, Any] | None:
+        if self.is_long_running and _no_answer_yet(result):
+            return None
         if result is None:
-            return None if self.is_long_running else {}
+            return {}
         try:
             converted = to_jsonable_python(result, bytes_mode="base64", inf_nan_mode="null")
         except PydanticSerializationError as error:
@@ -431,6 +435,16 @@ class FunctionTool(BaseTool):
 
 
 # --- introspection ---------------------------------------------------------------------------
+
+
+def _no_answer_yet(result: Any) -> bool:
+    """Whether a long-running function's result leaves its call open: a falsy one, as
+    google-adk decides (its ``not function_response``). A value whose truth cannot be told
+    (a numpy array's raises) is an answer: it is data, not the absence of it."""
+    try:
+        return not result
+    except Exception:
+        return False
 
 
 def _unwrap(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -35,6 +35,7 @@ The config lists the services, their ports, the stores and the model::
     env = { KEY = "value" }                       # (its environment, over the SDK's safe one)
     cwd = ""                                      # relative to this file; "": the service's
     tools = ["convert_time"]                      # the tools to offer; absent: all
+    max_result_bytes = 33554432                   # the largest result a call may return
     # url = "https://tools.example.com/mcp"       # or a streamable-HTTP server ...
     # headers = { Authorization = "Bearer ..." }  # ... with these request headers
 
@@ -325,6 +326,16 @@ def _port(value: int) -> int:
     return value
 
 
+def _byte_count(value: int) -> int:
+    if value < 1:
+        raise PydanticCustomError(
+            "byte_count_range",
+            "expected a positive integer (a number of bytes), got {got}",
+            {"got": _toml_value(value)},
+        )
+    return value
+
+
 def _service_name(name: str) -> str:
     if not _NAME.fullmatch(name):
         raise PydanticCustomError(
@@ -451,6 +462,7 @@ class _McpTable(_Table):
     url: str = ""
     headers: dict[str, str] = {}
     tools: list[str] | None = None
+    max_result_bytes: Annotated[int, AfterValidator(_byte_count)] | None = None
 
     @model_validator(mode="after")
     def _command_or_url(self) -> _McpTable:
@@ -486,6 +498,8 @@ class _McpTable(_Table):
                 server["headers"] = dict(self.headers)
         if self.tools is not None:
             server["tools"] = list(self.tools)
+        if self.max_result_bytes is not None:
+            server["max_result_bytes"] = self.max_result_bytes
         return server
 
 

@@ -95,7 +95,9 @@ DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
 #: request a CONNECTION_CLOSED error whose message only holds this text).
 _EVENT_TOO_LARGE = re.compile(r"exceeded the \d+ byte limit")
 
-_CONFIG_KEYS = frozenset({"command", "args", "env", "cwd", "url", "headers", "tools"})
+_CONFIG_KEYS = frozenset(
+    {"command", "args", "env", "cwd", "url", "headers", "tools", "max_result_bytes"}
+)
 
 
 class McpToolset(Toolset):
@@ -707,12 +709,14 @@ def mcp_toolsets_from_env(environ: Mapping[str, str] | None = None) -> list[McpT
     The variable holds a JSON object of toolset name to server: ``{"time": {"command":
     "{python}", "args": ["-m", "mcp_server_time"]}}`` for a stdio server (keys ``command``,
     ``args``, ``env``, ``cwd``), ``{"url": "...", "headers": {...}}`` for an HTTP one, either
-    with ``tools`` (the names to offer). ``{python}`` in the command or the arguments is this
+    with ``tools`` (the names to offer) and ``max_result_bytes`` (a positive integer; default
+    :data:`DEFAULT_MAX_RESULT_BYTES`). ``{python}`` in the command or the arguments is this
     process's Python (``sys.executable``), so a server installed beside adk-mesh runs from the
     same environment. ``adk-mesh serve tools`` serves these toolsets beside its own tools.
 
     Raises:
-        ConfigError: the variable is not such a JSON object.
+        ConfigError: the variable is not such a JSON object, or a key's value is of the wrong
+            type (``max_result_bytes`` below 1 too), naming the toolset and the key.
     """
     tables = tables_from_env(
         MCP_TOOLSETS_ENV,
@@ -745,6 +749,14 @@ def _toolset_from_config(name: str, server: dict[str, Any]) -> McpToolset:
             raise ConfigError(f"{where}: {key} must be a string")
         return value
 
+    def byte_count(key: str) -> int:
+        value = server.get(key, DEFAULT_MAX_RESULT_BYTES)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"{where}: {key} must be a positive integer (a number of bytes), not {value!r}"
+            )
+        return value
+
     command = text("command")
     tools = strings("tools") if "tools" in server else None
     return McpToolset(
@@ -756,6 +768,7 @@ def _toolset_from_config(name: str, server: dict[str, Any]) -> McpToolset:
         headers=table("headers"),
         tool_filter=tools,
         name=name,
+        max_result_bytes=byte_count("max_result_bytes"),
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from adk_mesh.errors import ConfigError
-from adk_mesh.tools.mcp import mcp_toolsets_from_env
+from adk_mesh.tools.mcp import DEFAULT_MAX_RESULT_BYTES, mcp_toolsets_from_env
 from adk_mesh.up import Mesh, parse_config
 
 
@@ -102,3 +102,68 @@ def test_the_reference_mesh_fronts_the_time_server() -> None:
     tools = {spec.name: spec for spec in load_config(repo / "mesh.toml").services}["tools"]
     assert tools.mcp["time"]["command"] == "{python}"
     assert tools.mcp["time"]["args"][:2] == ["-m", "mcp_server_time"]
+
+
+def test_max_result_bytes_reaches_the_toolset(tmp_path: Path) -> None:
+    parsed = config(
+        {
+            "time": {"command": "x", "max_result_bytes": 1048576},
+            "web": {"url": "https://tools.example/mcp"},
+        },
+        tmp_path,
+    )
+    spec = parsed.services[0]
+    assert spec.mcp["time"]["max_result_bytes"] == 1048576
+    assert "max_result_bytes" not in spec.mcp["web"]
+    env = Mesh(parsed, log=lambda *_: None).environment(spec)
+    time_tools, web = mcp_toolsets_from_env(env)
+    assert time_tools.max_result_bytes == 1048576
+    assert web.max_result_bytes == DEFAULT_MAX_RESULT_BYTES
+
+
+@pytest.mark.parametrize(
+    ("value", "got"),
+    [
+        (0, "got the integer 0"),
+        (-1, "got the integer -1"),
+        (1.5, "expected an integer, got the number 1.5"),
+        ("1048576", 'expected an integer, got the string "1048576"'),
+        (True, "expected an integer, got the boolean true"),
+    ],
+)
+def test_a_bad_max_result_bytes_in_mesh_toml_names_the_service_toolset_and_key(
+    value: Any, got: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        config({"time": {"command": "x", "max_result_bytes": value}}, tmp_path)
+    message = str(raised.value)
+    assert message.startswith("mesh.toml: [services.tools.mcp.time] max_result_bytes: ")
+    assert got in message
+    assert "\n" not in message
+
+
+def test_max_result_bytes_from_the_environment() -> None:
+    env = {
+        "ADK_MESH_MCP_TOOLSETS": json.dumps(
+            {"web": {"url": "https://x.example/mcp", "max_result_bytes": 2048}}
+        )
+    }
+    (web,) = mcp_toolsets_from_env(env)
+    assert web.max_result_bytes == 2048
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "2048", True, None])
+def test_a_bad_max_result_bytes_in_the_environment_names_the_toolset_and_key(
+    value: Any,
+) -> None:
+    env = {
+        "ADK_MESH_MCP_TOOLSETS": json.dumps(
+            {"web": {"url": "https://x.example/mcp", "max_result_bytes": value}}
+        )
+    }
+    with pytest.raises(ConfigError) as raised:
+        mcp_toolsets_from_env(env)
+    assert str(raised.value) == (
+        "ADK_MESH_MCP_TOOLSETS 'web': max_result_bytes must be a positive integer (a number"
+        f" of bytes), not {value!r}"
+    )

@@ -9,6 +9,8 @@ Every conversion is lossless for what the wire can carry:
   ``float``. ``2.0`` therefore returns as ``2``, which compares equal. Integers outside that
   range cannot be carried exactly and are refused with
   :class:`~adk_mesh.errors.AdkJSONError` rather than silently rounded.
+* A JSON object read back from a Struct has its keys sorted: a protobuf map keeps no order
+  (read back in an order that changed with each process's hash seed).
 * A JSON value nested deeper than :data:`STRUCT_MAX_DEPTH` (20) levels travels as JSON text in
   the ``*_json`` field next to its Struct / Value field, never as a Struct a protobuf decoder
   would refuse (upb parses at most 100 message levels; each JSON level costs up to 3). Both
@@ -464,8 +466,8 @@ def json_from_value(message: struct_pb2.Value) -> Any:
     if kind == "struct_value":
         fields = message.struct_value.fields
         # Indexing by key: iterating ``items()`` of a protobuf map goes through the slow
-        # generic ItemsView.
-        return {key: json_from_value(fields[key]) for key in fields}
+        # generic ItemsView. Sorted: see struct_to_dict.
+        return {key: json_from_value(fields[key]) for key in sorted(fields)}
     if kind == "list_value":
         return [json_from_value(item) for item in message.list_value.values]
     return None
@@ -486,8 +488,12 @@ def struct_from_dict(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
 
 
 def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
+    """A ``google.protobuf.Struct`` back to a JSON object, its keys sorted: a Struct is a
+    protobuf map, which keeps no order (the key order read back differed from process to
+    process with the hash seed), and a model reads a tool's response as JSON text, so an
+    order that changes between runs would change the prompt."""
     fields = message.fields
-    return {key: json_from_value(fields[key]) for key in fields}
+    return {key: json_from_value(fields[key]) for key in sorted(fields)}
 
 
 # --- timestamps ----------------------------------------------------------------------------

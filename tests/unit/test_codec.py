@@ -381,3 +381,15 @@ def test_an_event_stamped_outside_a_datetimes_range_is_an_invalid_argument(secon
     message.timestamp.seconds = seconds
     with pytest.raises(InvalidArgumentError, match="out of range"):
         codec.event_from_proto(message)
+
+
+def test_an_object_read_back_from_a_struct_has_its_keys_sorted() -> None:
+    """A protobuf map keeps no order: read back, an object's keys came in an order that
+    changed with the process's hash seed, and with it the JSON a model reads. Sorted, the
+    order is the same in every process."""
+    keys = ["zeta", "city", "population", "alpha", "mu", "beta", "omega", "kappa"]
+    value = {key: dict.fromkeys(reversed(keys), 1) for key in keys}
+    wire = codec.struct_from_dict(value).SerializeToString()
+    back = codec.struct_to_dict(struct_pb2.Struct.FromString(wire))
+    assert list(back) == sorted(keys)
+    assert all(list(inner) == sorted(keys) for inner in back.values())

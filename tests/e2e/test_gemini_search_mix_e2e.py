@@ -12,34 +12,27 @@ mix is refused with the fix before anything is sent.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from adk_mesh.testing.fake_providers import (
     FakeGemini,
-    ScriptedSource,
-    ScriptedToolCall,
     ScriptedTurn,
-    ScriptedWebSearch,
 )
 from tests.e2e.conftest import REPO_ROOT, Service, ServiceFactory
+from tests.integration.test_gemini_builtin_function_mix import (
+    circulated_model_turn,
+    search_then_call,
+)
 
 pytestmark = pytest.mark.e2e
 
 APP = "tests.e2e.gemini_search_mix_app:root_agent"
 GEMINI_3 = "gemini-3-flash-preview"
-SEARCH = ScriptedWebSearch("population of Oslo", [ScriptedSource("https://ssb.example/oslo")])
-FUNCTION_SIGNATURE = b"function-call-signature"
 FLAG = {"includeServerSideToolInvocations": True}
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 def provider_env(server: FakeGemini) -> dict[str, str]:
@@ -84,39 +77,11 @@ async def adk_mesh_run(target: str, message: str, session: str) -> tuple[int, st
     return process.returncode, out.decode(), err.decode()
 
 
-def circulated_model_turn(call_id: str) -> dict[str, Any]:
-    """The model turn of the first reply as every later request must carry it back."""
-    tool = {"id": call_id, "toolType": "GOOGLE_SEARCH_WEB"}
-    return {
-        "role": "model",
-        "parts": [
-            {
-                "toolCall": {**tool, "args": {"queries": ["population of Oslo"]}},
-                "thoughtSignature": b64(f"server-tool-signature:{call_id}".encode()),
-            },
-            {
-                "toolResponse": {
-                    **tool,
-                    "response": {"results": [{"uri": "https://ssb.example/oslo", "title": ""}]},
-                }
-            },
-            {
-                "functionCall": {"name": "population", "args": {"city": "Oslo"}, "id": "call-1"},
-                "thoughtSignature": b64(FUNCTION_SIGNATURE),
-            },
-        ],
-    }
-
-
 async def test_gemini_3_search_beside_a_function_tool_across_processes_and_a_restart(
     start_service: ServiceFactory, tmp_path: Path
 ) -> None:
     turns = [
-        ScriptedTurn(
-            native=[SEARCH],
-            tool_calls=[ScriptedToolCall("population", {"city": "Oslo"}, id="call-1")],
-            thought_signature=FUNCTION_SIGNATURE,
-        ),
+        search_then_call(),
         ScriptedTurn(text="Oslo has 717,710 people."),
         ScriptedTurn(text="Bergen: I found nothing."),
     ]

@@ -196,16 +196,23 @@ async def _long_running_answered_later(play: Play) -> None:
     await play.turn(root(), answer)
 
 
-async def test_a_long_running_answer_reaches_the_remote_agent_that_made_the_call(
-    tmp_path: Path,
-) -> None:
-    local = await _play(IN_PROCESS, tmp_path, _long_running_answered_later)
-    remote = await _play(REMOTE, tmp_path, _long_running_answered_later)
+async def _same_in_process_and_remote(tmp_path: Path, case: Callable[[Play], Any]) -> Outcome:
+    """Play ``case`` in one process and across services; both without errors, with the same
+    events, stored events and model requests. The in-process outcome."""
+    local = await _play(IN_PROCESS, tmp_path, case)
+    remote = await _play(REMOTE, tmp_path, case)
     assert local["errors"] == []
     assert remote["errors"] == []
     assert _authors_and_contents(remote) == _authors_and_contents(local)
     assert _stored(remote) == _stored(local)
     assert remote["seen"] == local["seen"]
+    return local
+
+
+async def test_a_long_running_answer_reaches_the_remote_agent_that_made_the_call(
+    tmp_path: Path,
+) -> None:
+    local = await _same_in_process_and_remote(tmp_path, _long_running_answered_later)
     # The answer went to booker, whose model read it and answered last.
     last = local["stored"][-1]
     assert last["author"] == "booker"
@@ -268,13 +275,7 @@ async def test_a_follow_up_turn_resumes_the_agent_two_services_away(
     async def case(play: Play) -> None:
         await _follow_up_two_services_away(play, restarted=restarted)
 
-    local = await _play(IN_PROCESS, tmp_path, case)
-    remote = await _play(REMOTE, tmp_path, case)
-    assert local["errors"] == []
-    assert remote["errors"] == []
-    assert _authors_and_contents(remote) == _authors_and_contents(local)
-    assert _stored(remote) == _stored(local)
-    assert remote["seen"] == local["seen"]
+    local = await _same_in_process_and_remote(tmp_path, case)
     last = local["stored"][-1]
     assert last["author"] == "payer"
     assert last["llm_response"]["content"]["parts"][0]["text"] == "Paid with the blue card."

@@ -57,6 +57,7 @@ from typing import ClassVar
 __all__ = [
     "ERROR_DOMAIN",
     "GRPC_STATUS",
+    "HTTP_STATUS_BY_GRPC",
     "AdkError",
     "AdkIOError",
     "AdkJSONError",
@@ -85,6 +86,7 @@ __all__ = [
     "ToolNotFoundError",
     "UnauthenticatedError",
     "error_class_for_reason",
+    "http_status_for",
     "model_error",
     "status_name_for",
 ]
@@ -321,6 +323,34 @@ def status_name_for(error: AdkError) -> str:
         if code is not None:
             return code
     return "INTERNAL"
+
+
+#: gRPC status name to HTTP status (google.rpc.Code's documented HTTP mapping; CANCELLED is
+#: nginx's 499 "client closed request").
+HTTP_STATUS_BY_GRPC: dict[str, int] = {
+    "OK": 200,
+    "CANCELLED": 499,
+    "UNKNOWN": 500,
+    "INVALID_ARGUMENT": 400,
+    "DEADLINE_EXCEEDED": 504,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "PERMISSION_DENIED": 403,
+    "UNAUTHENTICATED": 401,
+    "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400,
+    "ABORTED": 409,
+    "OUT_OF_RANGE": 400,
+    "UNIMPLEMENTED": 501,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+    "DATA_LOSS": 500,
+}
+
+
+def http_status_for(error: AdkError) -> int:
+    """The HTTP status an HTTP door answers for ``error`` (by its gRPC status code)."""
+    return HTTP_STATUS_BY_GRPC.get(status_name_for(error), 500)
 
 
 def error_class_for_reason(reason: str) -> type[AdkError] | None:

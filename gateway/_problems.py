@@ -19,7 +19,12 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from adk_mesh.errors import ERROR_DOMAIN, AdkError, status_name_for
+from adk_mesh.errors import (
+    ERROR_DOMAIN,
+    HTTP_STATUS_BY_GRPC,
+    AdkError,
+    http_status_for,
+)
 
 __all__ = [
     "HTTP_STATUS_BY_GRPC",
@@ -31,28 +36,6 @@ __all__ = [
 ]
 
 PROBLEM_JSON = "application/problem+json"
-
-#: gRPC status name to HTTP status (google.rpc.Code's documented HTTP mapping; CANCELLED is
-#: nginx's 499 "client closed request").
-HTTP_STATUS_BY_GRPC: dict[str, int] = {
-    "OK": 200,
-    "CANCELLED": 499,
-    "UNKNOWN": 500,
-    "INVALID_ARGUMENT": 400,
-    "DEADLINE_EXCEEDED": 504,
-    "NOT_FOUND": 404,
-    "ALREADY_EXISTS": 409,
-    "PERMISSION_DENIED": 403,
-    "UNAUTHENTICATED": 401,
-    "RESOURCE_EXHAUSTED": 429,
-    "FAILED_PRECONDITION": 400,
-    "ABORTED": 409,
-    "OUT_OF_RANGE": 400,
-    "UNIMPLEMENTED": 501,
-    "INTERNAL": 500,
-    "UNAVAILABLE": 503,
-    "DATA_LOSS": 500,
-}
 
 
 class Problem(Exception):
@@ -67,10 +50,6 @@ class Problem(Exception):
         self.detail = detail
         self.reason = reason
         self.headers = headers or {}
-
-
-def http_status_for(error: AdkError) -> int:
-    return HTTP_STATUS_BY_GRPC.get(status_name_for(error), 500)
 
 
 def _title(status: int) -> str:

@@ -130,6 +130,7 @@ from adk_mesh.errors import (
     ConfigError,
     InvalidArgumentError,
     UnauthenticatedError,
+    http_status_for,
 )
 from adk_mesh.ids import check_id
 from adk_mesh.mesh._channel import (
@@ -146,7 +147,6 @@ from adk_mesh.mesh.auth import (
     Authenticator,
     JwtAuthenticator,
     authenticate,
-    refusal_http_status,
 )
 from adk_mesh.mesh.security import ServerSecurity, check_transport
 from adk_mesh.runner import new_invocation_id
@@ -852,7 +852,7 @@ class _HttpDoor:
             await _respond(send, 401, {"error": error.message}, (b"www-authenticate", b"Bearer"))
             return
         except AdkError as error:  # the credentials cannot be checked now, or a check broke
-            await _respond(send, refusal_http_status(error), {"error": error.message})
+            await _respond(send, http_status_for(error), {"error": error.message})
             return
         replayed = False
 

@@ -39,7 +39,6 @@ from adk_mesh.errors import (
     AdkIOError,
     ConfigError,
     UnauthenticatedError,
-    status_name_for,
 )
 from adk_mesh.mesh._watched import WatchedFiles
 
@@ -54,7 +53,6 @@ __all__ = [
     "Principal",
     "authenticate",
     "new_api_key",
-    "refusal_http_status",
 ]
 
 #: Signature algorithms a token may use: asymmetric only, never ``none`` or a shared secret.
@@ -148,17 +146,6 @@ def _bearer(metadata: Mapping[str, str]) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
-
-
-#: The HTTP status of a credentials check that did not let the caller in, by its gRPC code.
-_REFUSAL_HTTP_STATUS = {"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "UNAVAILABLE": 503}
-
-
-def refusal_http_status(error: AdkError) -> int:
-    """The HTTP status an HTTP door answers when :func:`authenticate` raised ``error``: 401
-    for no or bad credentials, 503 when they cannot be checked now (a JWKS URL down, a key
-    file half-written), 500 for an authenticator that broke."""
-    return _REFUSAL_HTTP_STATUS.get(status_name_for(error), 500)
 
 
 class JwtAuthenticator(Authenticator):

@@ -53,11 +53,17 @@ from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkError, AdkIOError, ConfigError, UnauthenticatedError
+from adk_mesh.errors import (
+    AdkError,
+    AdkIOError,
+    ConfigError,
+    UnauthenticatedError,
+    http_status_for,
+)
 from adk_mesh.ids import check_id
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._limits import ServerLimits
-from adk_mesh.mesh.auth import Principal, authenticate, refusal_http_status
+from adk_mesh.mesh.auth import Principal, authenticate
 from adk_mesh.mesh.security import ServerSecurity, check_transport, is_loopback
 from adk_mesh.mesh.tool_server import _CallerAgent
 from adk_mesh.plugins._manager import PluginManager, execute_with_plugins
@@ -411,7 +417,7 @@ class _Authenticating:
             await send(
                 {
                     "type": "http.response.start",
-                    "status": refusal_http_status(error),
+                    "status": http_status_for(error),
                     "headers": [(b"content-type", b"application/json")],
                 }
             )

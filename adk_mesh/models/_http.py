@@ -31,7 +31,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Literal, ParamSpec, Protocol, TypeVar
 
 import httpx
 from httpx_sse import EventSource, SSEError
@@ -75,6 +75,7 @@ __all__ = [
 logger = logging.getLogger("adk_mesh.models")
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 #: connect / write / pool timeouts are short; the read timeout is long because a model may
 #: think for minutes before its first byte.
@@ -934,29 +935,21 @@ class HttpLlm(Llm):
         wire = self._build_request(request, stream=stream)
         if not stream:
             data = await self._transport.post_json(wire)
-            try:
-                response = self._parse_response(data)
-            except AdkError:
-                raise
-            except Exception as exc:
-                raise self._wrap(exc) from exc
-            yield response
+            yield self._guarded(self._parse_response, data)
             return
         parser = self._new_stream_parser()
         async with self._transport.stream(wire, self._records) as records:
             async for record in records:
-                try:
-                    partials = parser.feed(record)
-                except AdkError:
-                    raise
-                except Exception as exc:
-                    raise self._wrap(exc) from exc
-                for partial in partials:
+                for partial in self._guarded(parser.feed, record):
                     yield partial
-            try:
-                final = parser.final()
-            except AdkError:
-                raise
-            except Exception as exc:
-                raise self._wrap(exc) from exc
+            final = self._guarded(parser.final)
         yield final
+
+    def _guarded(self, step: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``step(...)``, a malformed response's failure raised as :class:`ModelError`."""
+        try:
+            return step(*args, **kwargs)
+        except AdkError:
+            raise
+        except Exception as exc:
+            raise self._wrap(exc) from exc

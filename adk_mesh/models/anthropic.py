@@ -59,14 +59,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import httpx
 
-from adk_mesh.errors import AdkError, ConfigError, ModelError, model_error
+from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
     GroundingCollector,
     ToolCallIds,
@@ -107,8 +107,6 @@ from adk_mesh.types import (
 
 __all__ = ["AnthropicModel"]
 
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_API_VERSION = "2023-06-01"
@@ -943,15 +941,6 @@ class AnthropicModel(HttpLlm):
 
     def _new_stream_parser(self) -> StreamParser:
         return _AnthropicStreamParser()
-
-    def _guarded(self, step: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """``step(...)``, a malformed response's failure raised as :class:`ModelError`."""
-        try:
-            return step(*args, **kwargs)
-        except AdkError:
-            raise
-        except Exception as exc:
-            raise self._wrap(exc) from exc
 
     async def _plain(self, request: LlmRequest) -> AsyncGenerator[LlmResponse, None]:
         """One plain response; a paused turn's messages joined into it."""

@@ -162,26 +162,15 @@ class _RenewingChannel(grpc.aio.Channel):  # type: ignore[misc]
         self._current = _Generation(_secure_channel(target, credentials), credentials)
         self._retired: set[_Generation] = set()
         self._closing: set[asyncio.Task[None]] = set()
-        self._warned = False
         self._closed = False
 
     def _generation(self) -> _Generation:
         """The generation new calls use, renewed first if the files changed."""
         if self._closed:
             return self._current
-        try:
-            credentials = self._files.get()
-        except (OSError, ConfigError, ValueError) as error:
-            if not self._warned:
-                self._warned = True
-                logger.warning(
-                    "client TLS files for %s changed but do not load yet (%s); calls keep "
-                    "the previous certificate",
-                    self._target,
-                    str(error),  # not the error: its traceback would keep this call alive
-                )
-            return self._current
-        self._warned = False
+        credentials = self._files.get_or_kept(
+            f"calls to {self._target} keep the previous client certificate"
+        )
         if credentials is not self._current.credentials:
             previous = self._current
             self._current = _Generation(_secure_channel(self._target, credentials), credentials)

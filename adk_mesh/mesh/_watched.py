@@ -5,14 +5,19 @@ seen); checking costs one ``stat`` per file."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from adk_mesh.errors import ConfigError
+
 __all__ = ["WatchedFiles"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class WatchedFiles(Generic[T]):
@@ -28,6 +33,7 @@ class WatchedFiles(Generic[T]):
         self._lock = threading.Lock()
         self._signature: tuple[tuple[int, int, int, int], ...] | None = None
         self._value: T | None = None
+        self._warned = False
 
     def _stat(self) -> tuple[tuple[int, int, int, int], ...]:
         signature = []
@@ -45,3 +51,24 @@ class WatchedFiles(Generic[T]):
                 self._value = self._load()
                 self._signature = signature
             return self._value
+
+    def get_or_kept(self, keeping: str) -> T:
+        """:meth:`get`, or, while the files changed and do not load (a renewal is written one
+        file at a time), the last value that loaded: one warning for each such spell, ending
+        ``keeping`` (what goes on meanwhile). The first load's failure is raised."""
+        try:
+            value = self.get()
+        except (OSError, ValueError, ConfigError) as error:
+            if self._value is None:
+                raise
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "%s changed but do not load yet (%s); %s",
+                    ", ".join(str(path) for path in self.paths),
+                    str(error),  # not the error: its traceback would keep the caller alive
+                    keeping,
+                )
+            return self._value
+        self._warned = False
+        return value

@@ -156,7 +156,6 @@ class _RotatingServerCertificate:
         self._files = WatchedFiles(paths, lambda: self._load(paths))
         self.initial = self._files.get()
         self._served = self.initial
-        self._warned = False
 
     @staticmethod
     def _load(paths: list[Path]) -> Any:
@@ -166,20 +165,9 @@ class _RotatingServerCertificate:
 
     def fetch(self) -> Any:
         """Called by gRPC at each new handshake: a new configuration, or ``None`` to keep."""
-        try:
-            configuration = self._files.get()
-        except (OSError, ConfigError, ValueError) as error:
-            # gRPC would refuse such a configuration and keep the previous one: say so, once
-            # until the files load again (a renewal is written one file at a time).
-            if not self._warned:
-                self._warned = True
-                logger.warning(
-                    "TLS files changed but do not load as a certificate and its key yet (%s); "
-                    "still serving the previous certificate",
-                    str(error),
-                )
-            return None
-        self._warned = False
+        # gRPC would refuse a configuration of files that do not load and keep the previous
+        # one: the previous one is what it gets, said once.
+        configuration = self._files.get_or_kept("still serving the previous certificate")
         if configuration is self._served:
             return None
         self._served = configuration

@@ -20,15 +20,29 @@ def normalize_part(part: Part) -> Part:
     """The artifact as stored: a new Part with just its text, or its inline data and MIME type.
 
     Raises:
-        InvalidArgumentError: for a part that holds neither.
+        InvalidArgumentError: for a part that holds neither, or text UTF-8 cannot hold.
     """
     if part.text is not None:
+        _check_utf8(part.text)
         return Part.from_text(part.text)
     if part.inline_data is not None:
         return Part.from_inline_data(part.inline_data.mime_type, part.inline_data.data)
     raise InvalidArgumentError(
         f"an artifact holds text or inline data, not a {part.kind.replace('_', ' ')} part"
     )
+
+
+def _check_utf8(text: str) -> None:
+    """Every store keeps text as UTF-8: a lone surrogate (text decoded with
+    ``surrogateescape``, half of a broken ``\\ud83d`` escape) must be refused as a bad
+    argument, before anything is written, not fail the save with a UnicodeEncodeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(
+            f"artifact text holds a lone surrogate (U+{ord(text[error.start]):04X} at "
+            f"character {error.start}), which UTF-8 cannot hold"
+        ) from None
 
 
 def check_version(version: int | None) -> None:

@@ -116,7 +116,9 @@ class FileArtifactService(ArtifactService):
     def _complete_versions(name_directory: Path) -> list[int]:
         try:
             entries = os.listdir(name_directory)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            # NotADirectoryError: a file the store never wrote (a file browser's .DS_Store)
+            # where a name's directory would be; it names no artifact.
             return []
         return sorted(
             int(entry)

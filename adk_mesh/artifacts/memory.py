@@ -89,7 +89,7 @@ class InMemoryArtifactService(ArtifactService):
     ) -> int:
         key = self._key(app_name, user_id, session_id, filename)
         stored = _common.normalize_part(artifact)
-        size = _size(stored)  # first: text UTF-8 cannot hold fails the save, storing nothing
+        size = _size(stored)
         self._expire()
         scope = self._used(key)
         if scope is None:

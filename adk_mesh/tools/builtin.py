@@ -23,6 +23,7 @@ logger = logging.getLogger("adk_mesh.tools")
 
 _TEXT_MIME_PREFIXES = ("text/",)
 _TEXT_MIME_TYPES = {"application/json", "application/xml", "application/yaml", "application/csv"}
+_TEXT_MIME_SUFFIXES = ("+json", "+xml", "+yaml")
 
 
 class TransferToAgentTool(BaseTool):
@@ -186,7 +187,14 @@ class LoadArtifactsTool(BaseTool):
 
 
 def _is_text(mime_type: str) -> bool:
-    return mime_type.startswith(_TEXT_MIME_PREFIXES) or mime_type in _TEXT_MIME_TYPES
+    # A MIME type is case-insensitive and may carry parameters ("; charset=utf-8"); JSON and
+    # XML formats are named by their structured syntax suffix (RFC 6839: "+json", "+xml").
+    essence = mime_type.partition(";")[0].strip().lower()
+    return (
+        essence.startswith(_TEXT_MIME_PREFIXES)
+        or essence in _TEXT_MIME_TYPES
+        or essence.endswith(_TEXT_MIME_SUFFIXES)
+    )
 
 
 class GoogleSearchTool(WebSearchTool):

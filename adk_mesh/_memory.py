@@ -51,8 +51,13 @@ def event_bytes(event: Event) -> int:
     content = event.llm_response.content
     if content is not None:
         for part in content.parts:
+            if part.thought_signature is not None:
+                # Gemini's, on text and call parts alike: kilobytes each.
+                total += len(part.thought_signature)
             if part.text is not None:
-                total += len(part.text)
+                # Its memory, not its length: Python keeps 1, 2 or 4 bytes per character
+                # (CJK text takes 2, emoji 4).
+                total += _sizeof(part.text)
             elif part.inline_data is not None:
                 total += len(part.inline_data.data)
             elif part.function_call is not None:

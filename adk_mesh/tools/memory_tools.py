@@ -7,9 +7,10 @@ Without a memory service they find nothing.
 
 * ``load_memory`` is a tool the model calls with a query; it answers
   ``{"memories": [{"content": ..., "author": ..., "timestamp": ..., "session_id": ...}]}``,
-  best match first (each content without the built-in tool calls and results a provider ran,
-  which are that model's own context), and tells the model, in the system instruction, that
-  it has memory.
+  best match first (each content without the built-in tool calls and results a provider ran
+  and the reasoning, which are that model's own context, and with each inline attachment
+  named by a line of text rather than its bytes), and tells the model, in the system
+  instruction, that it has memory.
 * ``preload_memory`` is not called by the model: before each model call it searches memory
   with the user's current message and adds what it finds to the system instruction, between
   ``<PAST_CONVERSATIONS>`` tags. A failing search is logged and the request goes without.
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from adk_mesh.errors import ConfigError, ToolError
 from adk_mesh.tools.base import BaseTool
+from adk_mesh.types import Part
 
 if TYPE_CHECKING:
     from adk_mesh.contexts import ToolContext
@@ -152,15 +154,35 @@ class PreloadMemoryTool(BaseTool):
 
 
 def _memory_json(entry: MemoryEntry) -> dict[str, Any]:
-    """An entry as ``load_memory`` answers it: its content without the calls and results of
-    built-in tools a provider ran in that turn (``server_tool_call`` / ``server_tool_response``:
-    that model's own context, such as Claude's encrypted search results, which no model reads
-    as a memory); the answer they grounded stays."""
+    """An entry as ``load_memory`` answers it: its content without what only the model of
+    that turn reads — the calls and results of built-in tools a provider ran
+    (``server_tool_call`` / ``server_tool_response``, such as Claude's encrypted search
+    results), its reasoning (thought parts) and thought signatures — and with each inline
+    attachment (an image, a PDF) named by a line of text instead of its bytes: the answer
+    stays in the session and goes back to the model on every later call, where base64 of a
+    photo is megabytes no model reads as a photo. The answer they grounded stays."""
     content = entry.content
-    if any(part.is_server_tool for part in content.parts):
-        parts = [part for part in content.parts if not part.is_server_tool]
+    if any(_not_kept_whole(part) for part in content.parts):
+        parts = [_remembered(part) for part in content.parts if not _left_out(part)]
         entry = entry.model_copy(update={"content": content.model_copy(update={"parts": parts})})
     return entry.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+
+
+def _left_out(part: Part) -> bool:
+    return part.is_server_tool or part.thought
+
+
+def _not_kept_whole(part: Part) -> bool:
+    return _left_out(part) or part.inline_data is not None or part.thought_signature is not None
+
+
+def _remembered(part: Part) -> Part:
+    if part.inline_data is not None:
+        blob = part.inline_data
+        return Part.from_text(f"[attachment: {blob.mime_type}, {len(blob.data)} bytes]")
+    if part.thought_signature is not None:
+        return part.model_copy(update={"thought_signature": None})
+    return part
 
 
 def _memory_lines(entry: MemoryEntry) -> list[str]:

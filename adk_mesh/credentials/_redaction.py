@@ -7,12 +7,22 @@ error message, its state writes, its progress reports and the artifacts it saves
 :class:`Credential` object found there — with ``[redacted]``, before any of it becomes an
 event, reaches the model or a span. A value shorter than :data:`MIN_REDACTED_CHARS` is not
 searched for in text (it would match ordinary words); a Credential object is always replaced.
+
+A value is searched for as text usually shows it, not only as it was handed out: without the
+whitespace around it, escaped as ``repr`` and JSON write it (an HTTP library's error message,
+a request body) and percent-encoded (an error naming a URL whose query string holds it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import traceback
+import urllib.parse
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import SchemaSerializer, core_schema
 
 from adk_mesh.credentials._credential import REDACTED, Credential
 
@@ -20,6 +30,30 @@ __all__ = ["MIN_REDACTED_CHARS", "KnownSecrets", "RedactedChain"]
 
 #: Credential values shorter than this are not searched for inside text.
 MIN_REDACTED_CHARS = 8
+
+
+# Dumps a model or a dataclass as Python values (bytes stay bytes, to be searched as bytes).
+_AS_PYTHON = SchemaSerializer(core_schema.any_schema())
+
+
+def _forms(value: str) -> set[str]:
+    """``value`` as text may show it: as it is; without the whitespace around it (a variable
+    set from a file that ends with a newline, which a tool strips); escaped by ``repr`` (an
+    error message naming a header: h11's for a value with a newline) and by JSON (a request
+    body, a PEM key's newlines); percent-encoded as a URL's query string or path has it
+    (httpx's ``raise_for_status`` names the URL, where ``+``, ``/`` and ``=`` are encoded)."""
+    forms = {
+        value,
+        value.strip(),
+        repr(value)[1:-1],
+        repr(value.encode(errors="backslashreplace"))[2:-1],
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote(value),  # as a path has it ('/' kept)
+        urllib.parse.quote_plus(value, safe=""),
+    }
+    return {form for form in forms if len(form) >= MIN_REDACTED_CHARS}
 
 
 class RedactedChain(Exception):
@@ -41,7 +75,7 @@ class KnownSecrets:
         self._handed_out = True
         value = credential.reveal()
         if len(value) >= MIN_REDACTED_CHARS:
-            self._values.add(value)
+            self._values.update(_forms(value))
 
     def __bool__(self) -> bool:
         """Whether the invocation handed out any credential: only then is there anything to
@@ -81,9 +115,10 @@ class KnownSecrets:
         return data
 
     def redact(self, value: Any) -> Any:
-        """``value`` (JSON-like: dicts — keys too —, lists, tuples, text, bytes) with every
-        Credential and every known value inside text or bytes replaced; the same object when
-        nothing had to change."""
+        """``value`` (JSON-like: dicts — keys too —, lists, tuples, sets, text, bytes, and
+        pydantic models and dataclasses, which pydantic dumps) with every Credential and every
+        known value inside text or bytes replaced; the same object when nothing had to change
+        (a model or a dataclass that had to is returned as its dump)."""
         if isinstance(value, Credential):
             return REDACTED
         if isinstance(value, str):
@@ -106,4 +141,22 @@ class KnownSecrets:
             if all(new is old for new, old in zip(items, value, strict=True)):
                 return value
             return items if isinstance(value, list) else tuple(items)
+        if isinstance(value, set | frozenset):
+            members = [self.redact(item) for item in value]
+            if all(new is old for new, old in zip(members, value, strict=True)):
+                return value
+            return type(value)(members)
+        if isinstance(value, BaseModel) or (
+            dataclasses.is_dataclass(value) and not isinstance(value, type)
+        ):
+            # Dumped to JSON later (an event's response, progress data, a FunctionTool's
+            # result), where its text would go unsearched and its bytes become base64.
+            try:
+                dumped = _AS_PYTHON.to_python(value)
+            except Exception:
+                # What pydantic cannot dump, no event can carry: it fails where it is dumped
+                # (a FunctionTool's result, the event), as it would have without credentials.
+                return value
+            redacted = self.redact(dumped)
+            return value if redacted is dumped else redacted
         return value

@@ -190,6 +190,16 @@ async def execute_tool(
                 state.pop(key, None)
             delta[new_key] = redacted
             state[new_key] = redacted
+        # What a person is asked to approve becomes an adk_request_confirmation call: an
+        # event, stored and sent to the client, like the response.
+        confirmations = ctx.actions.requested_tool_confirmations
+        for call_id, confirmation in list(confirmations.items()):
+            hint = secrets.redact_text(confirmation.hint)
+            payload = secrets.redact(confirmation.payload)
+            if hint is not confirmation.hint or payload is not confirmation.payload:
+                confirmations[call_id] = confirmation.model_copy(
+                    update={"hint": hint, "payload": payload}
+                )
     return response, error
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -70,7 +71,35 @@ CONTROL_FLOW = "adk_mesh.control_flow"
 TARGET_AGENT = "adk_mesh.target_agent"
 
 # Argument and result keys whose values are never recorded, even with content capture on.
-_SECRET_MARKERS = ("key", "secret", "token", "password", "passwd", "authorization", "credential")
+# A key names a secret when one of its words is one of these (``client_secret``,
+# ``refreshToken``, ``X-Auth``, ``sessionCookie``)...
+_SECRET_WORDS = frozenset(
+    {
+        "secret",
+        "secrets",
+        "token",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "cookie",
+        "bearer",
+        "apikey",
+        "accesstoken",
+        "authtoken",
+        "privatekey",
+        "secretkey",
+        "accesskey",
+    }
+)
+# ... or when its last word is "key" (``api_key``, ``x-api-key``, ``privateKey``, ``key``): a
+# key's first word ("keywords", "key_points") or a count of tokens ("max_tokens") names none.
+_KEY_WORDS = frozenset({"key", "keys"})
+_WORD_BOUNDARY = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])")
 _REDACTED = "[redacted]"
 _MAX_ATTRIBUTE_CHARS = 16_384
 
@@ -339,8 +368,8 @@ def _bounded(text: str) -> str:
 
 
 def _is_secret(key: str) -> bool:
-    lowered = key.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
+    words = [word.lower() for word in _WORD_BOUNDARY.split(key) if word]
+    return bool(words) and (words[-1] in _KEY_WORDS or not _SECRET_WORDS.isdisjoint(words))
 
 
 def _redacted(value: Any) -> Any:

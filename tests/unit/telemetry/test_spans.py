@@ -18,7 +18,7 @@ from adk_mesh.errors import ModelError
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.telemetry import CAPTURE_CONTENT_ENV, _providers
-from adk_mesh.telemetry._spans import refresh_capture_content
+from adk_mesh.telemetry._spans import _redacted, refresh_capture_content
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.tools.agent_tool import AgentTool
 from adk_mesh.types import Content, Event, LlmResponse, Part, UsageMetadata
@@ -368,3 +368,33 @@ async def test_tracing_off_hands_back_the_same_generators() -> None:
     assert _spans.trace_agent_run(agent, ctx, generator) is generator
     assert _spans.trace_invocation(ctx, generator) is generator
     await generator.aclose()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "api_key",
+        "apiKey",
+        "x-api-key",
+        "APIKey",
+        "key",
+        "privateKey",
+        "client_secret",
+        "refreshToken",
+        "access_token",
+        "Authorization",
+        "X-Auth",
+        "sessionCookie",
+        "pwd",
+    ],
+)
+def test_arguments_named_as_secrets_are_redacted(name: str) -> None:
+    assert _redacted({"outer": {name: "sk-SECRET"}}) == {"outer": {name: "[redacted]"}}
+
+
+@pytest.mark.parametrize(
+    "name", ["keywords", "key_points", "max_tokens", "total_tokens", "monkey", "author"]
+)
+def test_arguments_that_only_contain_a_secret_word_are_recorded(name: str) -> None:
+    # A tool's ordinary arguments stay readable on its span: only a word of the key counts.
+    assert _redacted({name: 42}) == {name: 42}

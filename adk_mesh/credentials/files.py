@@ -18,12 +18,26 @@ __all__ = ["MAX_CREDENTIAL_BYTES", "FileCredentialService"]
 MAX_CREDENTIAL_BYTES = 64 * 1024
 
 
+#: Permission bits that let users other than the owner change or run a credential file, or
+#: read it outside its group.
+_OTHERS_MAY_USE = stat.S_IWGRP | stat.S_IXGRP | stat.S_IRWXO
+
+
+def _group_is_ours(gid: int) -> bool:
+    """Whether ``gid`` is this process's group (effective or supplementary): a Kubernetes pod
+    with an ``fsGroup`` gets its Secret files in that group, readable by it (0440 whatever
+    ``defaultMode`` says: kubernetes/kubernetes#57923), and a non-root pod cannot read them
+    any other way."""
+    return gid == os.getegid() or gid in os.getgroups()
+
+
 class FileCredentialService(CredentialService):
     """Credential ``name`` is the file ``directory/name``, read at each :meth:`get` (so a
     rotated Secret is picked up without a restart); no file, or an empty one: no credential.
 
     The file's text is the value, without one trailing newline (``echo`` adds one). A file
-    that other users could read or write (any group or other permission bit) is refused with
+    that other users could read or write (any permission bit for others, group write, group
+    read unless the file's group is this process's own — a pod's ``fsGroup``) is refused with
     a :class:`~adk_mesh.errors.ConfigError` naming it and the fix, and so is one that is not a
     regular file, lies outside the directory once symbolic links are followed (a Kubernetes
     mount's ``name -> ..data/name`` links stay inside), is larger than
@@ -63,7 +77,9 @@ class FileCredentialService(CredentialService):
             raise ConfigError(f"{shown} is not a regular file")
         with os.fdopen(descriptor, "rb") as file:
             mode = stat.S_IMODE(status.st_mode)
-            if mode & 0o077:
+            if mode & _OTHERS_MAY_USE or (
+                mode & stat.S_IRGRP and not _group_is_ours(status.st_gid)
+            ):
                 raise ConfigError(
                     f"{shown} has permissions {mode:04o}: other users could read or change "
                     "it; chmod 600 (or 400) it — on Kubernetes, set the Secret volume's "

@@ -186,7 +186,7 @@ async def test_the_file_backend_reads_a_kubernetes_secret_mount(tmp_path: Path) 
     )
 
 
-@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o602])
+@pytest.mark.parametrize("mode", [0o644, 0o660, 0o650, 0o604, 0o620, 0o602])
 async def test_the_file_backend_refuses_a_file_other_users_may_read_or_change(
     tmp_path: Path, mode: int
 ) -> None:
@@ -197,6 +197,30 @@ async def test_the_file_backend_refuses_a_file_other_users_may_read_or_change(
     assert f"{mode:04o}" in message
     assert "chmod 600" in message and "defaultMode: 0400" in message
     assert SECRET not in message
+
+
+@pytest.mark.parametrize("mode", [0o440, 0o640])
+async def test_the_file_backend_takes_a_file_its_own_group_may_read(
+    tmp_path: Path, mode: int
+) -> None:
+    # A Kubernetes pod with an fsGroup gets its Secret files 0440 in that group, whatever the
+    # volume's defaultMode; a non-root pod reads them no other way.
+    path = write(tmp_path / "weather_api", SECRET, mode)
+    os.chown(path, -1, os.getegid())
+    credential = await get(FileCredentialService(tmp_path), "weather_api")
+    assert credential is not None and credential.reveal() == SECRET
+
+
+async def test_the_file_backend_refuses_a_file_another_group_may_read(tmp_path: Path) -> None:
+    path = write(tmp_path / "weather_api", SECRET, 0o440)
+    foreign = next(gid for gid in range(40000, 50000) if gid not in {os.getegid(), *os.getgroups()})
+    try:
+        os.chown(path, -1, foreign)
+    except PermissionError:
+        pytest.skip("only root gives a file to a group it is not in")
+    with pytest.raises(ConfigError) as raised:
+        await get(FileCredentialService(tmp_path), "weather_api")
+    assert "0440" in raised.value.message
 
 
 async def test_the_file_backend_refuses_what_is_not_a_small_text_file_inside_it(

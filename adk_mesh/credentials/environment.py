@@ -24,7 +24,8 @@ def environment_variable(name: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 class EnvironmentCredentialService(CredentialService):
     """Each credential is one environment variable (see :func:`environment_variable`), read
-    at each :meth:`get`. A variable that is unset or empty holds no credential.
+    at each :meth:`get`, without one trailing newline (as the file store reads a file). A
+    variable that is unset or empty holds no credential.
 
     Args:
         prefix: what every variable starts with (default ``ADK_MESH_CREDENTIAL_``): only
@@ -50,6 +51,10 @@ class EnvironmentCredentialService(CredentialService):
             raise ConfigError(
                 f"credential {name!r} (${variable}) is not UTF-8 text; set it as UTF-8"
             ) from None
+        # As the file store: a variable set from a file (a Kubernetes secretKeyRef of a
+        # Secret made with ``--from-file``) often ends with the file's newline, which no
+        # header can carry.
+        value = value.removesuffix("\n").removesuffix("\r")
         return Credential(name, value) if value else None
 
     def __repr__(self) -> str:

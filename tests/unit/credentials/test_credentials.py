@@ -144,6 +144,19 @@ async def test_the_environment_backend_reads_prefixed_variables_only() -> None:
     assert await get(EnvironmentCredentialService("OTHER_", environ=environ), "weather_api") is None
 
 
+async def test_the_environment_backend_drops_one_trailing_newline_as_the_file_backend() -> None:
+    # A variable set from a Secret made with --from-file keeps the file's newline.
+    environ = {
+        "ADK_MESH_CREDENTIAL_FROM_FILE": SECRET + "\n",
+        "ADK_MESH_CREDENTIAL_CRLF": SECRET + "\r\n",
+        "ADK_MESH_CREDENTIAL_NEWLINE_ONLY": "\n",
+    }
+    service = EnvironmentCredentialService(environ=environ)
+    assert await get(service, "from_file") == Credential("from_file", SECRET)
+    assert await get(service, "crlf") == Credential("crlf", SECRET)
+    assert await get(service, "newline_only") is None
+
+
 async def test_the_environment_backend_reads_the_process_environment_at_each_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

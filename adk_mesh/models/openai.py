@@ -34,6 +34,9 @@ Tools may be declared with it: the model calls them, then answers in the schema.
 ``max_completion_tokens`` to OpenAI and ``max_tokens`` elsewhere (``max_tokens_param``
 overrides). Reasoning deltas some compatible servers send (``reasoning_content`` or
 ``reasoning``) become thought parts.
+
+A ``refusal`` (the model's safety refusal, sent apart from ``content``) becomes the answer's
+text, and the response finishes for SAFETY rather than STOP.
 """
 
 from __future__ import annotations
@@ -125,10 +128,14 @@ _AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3",
 _TEXT_LIKE = ("application/json", "application/xml")
 
 
-def _finish_reason(value: Any) -> FinishReason | None:
+def _finish_reason(value: Any, *, refused: bool = False) -> FinishReason | None:
+    """The finish reason for ``value``; a refusal (the model's safety refusal, which the
+    API sends apart from content and ends with "stop") finishes for SAFETY, as Anthropic's
+    ``refusal`` stop does."""
     if not isinstance(value, str) or not value:
         return None
-    return _FINISH_REASONS.get(value, FinishReason.OTHER)
+    reason = _FINISH_REASONS.get(value, FinishReason.OTHER)
+    return FinishReason.SAFETY if refused and reason is FinishReason.STOP else reason
 
 
 def _usage(data: Mapping[str, Any]) -> UsageMetadata | None:
@@ -165,8 +172,12 @@ def _raise_if_error(data: Any) -> None:
 
 
 def _reasoning(message: Mapping[str, Any]) -> str | None:
-    value = message.get("reasoning_content", message.get("reasoning"))
-    return value if isinstance(value, str) and value else None
+    # A server may send both names (``reasoning`` is vLLM's newer one), one of them null.
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _arguments_text(raw: Any) -> str:
@@ -188,8 +199,11 @@ class _OpenAIStreamParser(StreamParser):
     def __init__(self) -> None:
         super().__init__()
         self._calls: dict[int, _ToolCallBuilder] = {}
+        #: The call a delta's ``index`` adds to: the last one started at that index.
+        self._at_index: dict[int, int] = {}
         self._annotations: list[Any] = []
         self._saw_finish = False
+        self._refused = False
 
     def feed(self, event: StreamRecord) -> list[LlmResponse]:
         if event.data == "[DONE]":
@@ -220,6 +234,7 @@ class _OpenAIStreamParser(StreamParser):
                 if isinstance(text, str) and text:
                     self.parts.add_text(text)
                     partials.append(partial_text(text, model_version=self.model_version))
+                    self._refused = self._refused or key == "refusal"
             for position, call in enumerate(delta.get("tool_calls") or []):
                 index = self._call_index(call, position)
                 builder = self._calls.get(index)
@@ -236,7 +251,7 @@ class _OpenAIStreamParser(StreamParser):
             annotations = delta.get("annotations")
             if isinstance(annotations, list):
                 self._annotations.extend(annotations)
-            finish = _finish_reason(choice.get("finish_reason"))
+            finish = _finish_reason(choice.get("finish_reason"), refused=self._refused)
             if finish is not None:
                 self.finish_reason = finish
                 self._saw_finish = True
@@ -250,7 +265,7 @@ class _OpenAIStreamParser(StreamParser):
         neither adds to the call at its position in the list."""
         index = call.get("index")
         if isinstance(index, int):
-            return index
+            return self._indexed_call(index, call)
         call_id = call.get("id")
         if not call_id or not self._calls:
             return position
@@ -259,6 +274,26 @@ class _OpenAIStreamParser(StreamParser):
                 return known
         last = max(self._calls)
         return last if self._calls[last].id is None else last + 1
+
+    def _indexed_call(self, index: int, call: dict[str, Any]) -> int:
+        """The call a delta with ``index`` adds to. Ollama's OpenAI-compatible endpoint and
+        some proxies number every call of a parallel batch 0: a delta that starts a call (a
+        function name) with an id other than that of the call at its index starts a new
+        one, and the deltas after it continue that one. Another id without a name is not a
+        new call: some servers change the id on a call's later deltas."""
+        key = self._at_index.get(index)
+        call_id = call.get("id")
+        function = call.get("function")
+        starts = isinstance(function, dict) and bool(function.get("name"))
+        if key is not None and call_id and starts:
+            known = self._calls[key].id
+            if known is not None and known != call_id:
+                same = [k for k, builder in self._calls.items() if builder.id == call_id]
+                key = same[0] if same else None
+        if key is None:
+            key = index if index not in self._calls else max(self._calls) + 1
+        self._at_index[index] = key
+        return key
 
     def final(self) -> LlmResponse:
         # Some compatible servers end without "[DONE]"; a finish_reason is enough then.
@@ -531,10 +566,12 @@ class OpenAIModel(HttpLlm):
         reasoning = _reasoning(message)
         if reasoning:
             parts.append(Part(text=reasoning, thought=True))
+        refused = False
         for key in ("content", "refusal"):
             text = message.get(key)
             if isinstance(text, str) and text:
                 parts.append(Part(text=text))
+                refused = refused or key == "refusal"
         for call in message.get("tool_calls") or []:
             function = call.get("function") or {}
             name = function.get("name")
@@ -553,7 +590,7 @@ class OpenAIModel(HttpLlm):
         return LlmResponse(
             content=content,
             usage_metadata=_usage(data),
-            finish_reason=_finish_reason(choice.get("finish_reason")),
+            finish_reason=_finish_reason(choice.get("finish_reason"), refused=refused),
             turn_complete=True,
             grounding_metadata=_grounding(
                 message.get("annotations"), content.text if content is not None else ""

@@ -76,8 +76,9 @@ model returns).
 
 Usage: ``input_tokens`` (cached: ``input_tokens_details.cached_tokens``), ``output_tokens``
 (reasoning: ``output_tokens_details.reasoning_tokens``), ``total_tokens``. Finish reasons:
-``completed`` is STOP (TOOL_CALLS when the output holds function calls), ``incomplete`` is
-MAX_TOKENS for ``max_output_tokens`` and SAFETY for ``content_filter``. Errors: HTTP errors as
+``completed`` is STOP (TOOL_CALLS when the output holds function calls, SAFETY when it holds
+a ``refusal``, whose text is the answer's), ``incomplete`` is MAX_TOKENS for
+``max_output_tokens`` and SAFETY for ``content_filter``. Errors: HTTP errors as
 every provider maps them; a streamed ``error`` event or ``response.failed`` becomes the
 :class:`ModelError` of the status its code stands for (``rate_limit_exceeded``: 429, ...).
 """
@@ -261,6 +262,8 @@ class _Output:
     def __init__(self) -> None:
         self.parts = PartsBuilder()
         self.has_calls = False
+        #: Whether the answer holds a refusal (the model's safety refusal).
+        self.refused = False
         self._queries: list[str] = []
         self._sources: list[GroundingSource] = []
         self._source_at: dict[str, int] = {}
@@ -288,7 +291,9 @@ class _Output:
                     self._add_text(text)
                 elif content.get("type") == "refusal":
                     refusal = content.get("refusal")
-                    self._add_text(refusal if isinstance(refusal, str) else "")
+                    if isinstance(refusal, str) and refusal:
+                        self._add_text(refusal)
+                        self.refused = True
         elif kind == "function_call":
             name = item.get("name")
             if not isinstance(name, str) or not name:
@@ -379,7 +384,10 @@ class _Output:
             reason = details.get("reason") if isinstance(details, dict) else None
             return _INCOMPLETE_REASONS.get(str(reason), FinishReason.OTHER)
         if status == "completed":
-            return FinishReason.TOOL_CALLS if self.has_calls else FinishReason.STOP
+            if self.has_calls:
+                return FinishReason.TOOL_CALLS
+            # A refusal finishes for SAFETY, as Anthropic's "refusal" stop does.
+            return FinishReason.SAFETY if self.refused else FinishReason.STOP
         return None
 
 

@@ -25,6 +25,7 @@ import email.utils
 import json
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -115,6 +116,29 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(self._value)
+
+
+def api_key_secret(api_key: str | None, *variables: str) -> Secret | None:
+    """The API key given, else the first of the environment ``variables`` set, as a
+    :class:`Secret`; ``None`` when there is none. A variable's one trailing newline is
+    dropped (one set from a file, such as a Kubernetes Secret made with ``--from-file``,
+    keeps the file's); a key that is still not one names where it came from.
+
+    Raises:
+        ConfigError: the key holds whitespace or control characters.
+    """
+    if api_key:
+        return Secret(api_key)
+    for variable in variables:
+        value = os.environ.get(variable, "").removesuffix("\n").removesuffix("\r")
+        if value:
+            try:
+                return Secret(value)
+            except ConfigError:
+                raise ConfigError(
+                    f"${variable} is not an API key: it contains whitespace or control characters"
+                ) from None
+    return None
 
 
 @dataclass(frozen=True)

@@ -81,11 +81,11 @@ from adk_mesh.models._convert import (
 from adk_mesh.models._http import (
     HttpLlm,
     RetryPolicy,
-    Secret,
     SecretHeader,
     StreamParser,
     StreamRecord,
     WireRequest,
+    api_key_secret,
     load_json,
     make_usage,
     parse_arguments,
@@ -647,8 +647,7 @@ class AnthropicModel(HttpLlm):
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        secret = Secret(key) if key else None
+        secret = api_key_secret(api_key, "ANTHROPIC_API_KEY")
         resolved_base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         if default_max_tokens < 1:
             raise ConfigError("default_max_tokens must be at least 1")

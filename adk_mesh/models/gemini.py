@@ -41,11 +41,11 @@ from adk_mesh.models._convert import (
 from adk_mesh.models._http import (
     HttpLlm,
     RetryPolicy,
-    Secret,
     SecretHeader,
     StreamParser,
     StreamRecord,
     WireRequest,
+    api_key_secret,
     load_json,
     make_usage,
     partial_text,
@@ -434,8 +434,7 @@ class GeminiModel(HttpLlm):
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        key = api_key or os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
-        secret = Secret(key) if key else None
+        secret = api_key_secret(api_key, "GOOGLE_API_KEY", "GEMINI_API_KEY")
         resolved_base = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_BASE_URL
         if schema_dialect not in ("json_schema", "openapi"):
             raise ConfigError("schema_dialect must be 'json_schema' or 'openapi'")

@@ -65,11 +65,11 @@ from adk_mesh.models._convert import (
 from adk_mesh.models._http import (
     HttpLlm,
     RetryPolicy,
-    Secret,
     SecretHeader,
     StreamParser,
     StreamRecord,
     WireRequest,
+    api_key_secret,
     load_json,
     make_usage,
     parse_arguments,
@@ -102,8 +102,7 @@ def openai_connection(
     (Chat Completions or Responses): the key from ``api_key`` or ``OPENAI_API_KEY``, sent as a
     bearer token; the base URL from ``base_url``, ``OPENAI_BASE_URL`` or OpenAI's; the
     ``OpenAI-Organization`` header when ``organization`` is given."""
-    key = api_key or os.environ.get("OPENAI_API_KEY")
-    secret = Secret(key) if key else None
+    secret = api_key_secret(api_key, "OPENAI_API_KEY")
     resolved_base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     extra_headers = dict(headers or {})
     if organization:

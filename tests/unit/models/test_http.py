@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from adk_mesh.contexts import serving_deadline
 from adk_mesh.errors import ConfigError, ModelError
-from adk_mesh.models import GeminiModel, LlmRequest, OpenAIModel, RetryPolicy
+from adk_mesh.models import AnthropicModel, GeminiModel, LlmRequest, OpenAIModel, RetryPolicy
 from adk_mesh.models._http import (
+    HttpLlm,
     LineDecoder,
     Secret,
     StreamRecord,
@@ -586,3 +587,24 @@ async def test_missing_key_for_the_public_endpoint_is_a_config_error() -> None:
     async with OpenAIModel("gpt-4o-mini") as openai:
         with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
             await anext(openai.generate_content(request))
+
+
+@pytest.mark.parametrize(
+    ("build", "variable"),
+    [
+        (lambda: OpenAIModel("gpt-4o"), "OPENAI_API_KEY"),
+        (lambda: AnthropicModel("claude-sonnet-4-5"), "ANTHROPIC_API_KEY"),
+        (lambda: GeminiModel("gemini-2.5-flash"), "GOOGLE_API_KEY"),
+    ],
+)
+def test_an_api_key_variable_set_from_a_file_loses_its_newline_and_a_bad_one_is_named(
+    monkeypatch: pytest.MonkeyPatch, build: Callable[[], HttpLlm], variable: str
+) -> None:
+    # A variable from a Kubernetes Secret made with --from-file ends with the file's newline.
+    monkeypatch.setenv(variable, "sk-from-a-file-0123\n")
+    assert build()._api_key == Secret("sk-from-a-file-0123")
+    monkeypatch.setenv(variable, "sk-two words")
+    with pytest.raises(ConfigError) as raised:
+        build()
+    assert f"${variable}" in raised.value.message
+    assert "sk-two" not in raised.value.message

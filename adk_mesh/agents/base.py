@@ -37,6 +37,8 @@ AgentCallback = Callable[[CallbackContext], "Content | Awaitable[Content | None]
 def validate_agent_name(name: str) -> None:
     """Agent names are identifiers: they become tool enum values, branch segments and span
     names. ``user`` is reserved for the user's own events."""
+    if not isinstance(name, str):
+        raise ConfigError(f"agent name {name!r} must be a string, not {type(name).__name__}")
     if not name.isidentifier():
         raise ConfigError(
             f"agent name {name!r} must be a Python-style identifier (letters, digits, "
@@ -154,18 +156,35 @@ class BaseAgent(abc.ABC):
         self.sub_agents: list[BaseAgent] = list(sub_agents or [])
         self.before_agent_callbacks: list[AgentCallback] = _as_list(before_agent_callback)
         self.after_agent_callbacks: list[AgentCallback] = _as_list(after_agent_callback)
+        # Everything is checked before any child is bound: a refused tree must leave its
+        # would-be children free, or building it again (fixed) would fail on a phantom parent.
+        self._check_sub_agents()
+        self._check_unique_names()
         for sub_agent in self.sub_agents:
+            sub_agent.parent_agent = self
+
+    def _check_sub_agents(self) -> None:
+        seen: set[int] = set()
+        for sub_agent in self.sub_agents:
+            if not isinstance(sub_agent, BaseAgent):
+                raise ConfigError(
+                    f"{sub_agent!r} in the sub_agents of {self.name!r} is not an agent (a "
+                    "tool goes in an LlmAgent's tools; an agent called as a tool is an AgentTool)"
+                )
+            if id(sub_agent) in seen:
+                raise ConfigError(
+                    f"agent {sub_agent.name!r} is given twice in the sub_agents of {self.name!r}"
+                )
+            seen.add(id(sub_agent))
             if sub_agent.parent_agent is not None:
                 raise ConfigError(
                     f"agent {sub_agent.name!r} already has parent "
                     f"{sub_agent.parent_agent.name!r}; an agent has one parent"
                 )
-            sub_agent.parent_agent = self
-        self._check_unique_names()
 
     def _check_unique_names(self) -> None:
-        seen: set[str] = set()
-        for agent in self.walk():
+        seen = {self.name}
+        for agent in (agent for sub_agent in self.sub_agents for agent in sub_agent.walk()):
             if agent.name in seen:
                 raise ConfigError(
                     f"agent name {agent.name!r} appears twice in the tree of "

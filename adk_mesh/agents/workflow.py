@@ -64,8 +64,15 @@ class LoopAgent(BaseAgent):
             before_agent_callback=before_agent_callback,
             after_agent_callback=after_agent_callback,
         )
-        if max_iterations is not None and max_iterations < 1:
-            raise ConfigError("LoopAgent max_iterations must be at least 1 (or None)")
+        if max_iterations is not None and (
+            not isinstance(max_iterations, int)
+            or isinstance(max_iterations, bool)
+            or max_iterations < 1
+        ):
+            raise ConfigError(
+                f"LoopAgent max_iterations must be at least 1 (or None), a whole number; not "
+                f"{max_iterations!r}"
+            )
         self.max_iterations = max_iterations
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:

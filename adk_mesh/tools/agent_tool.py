@@ -128,6 +128,12 @@ class AgentTool(BaseTool):
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
         timeout: float | None = None,
     ) -> None:
+        from adk_mesh.agents.base import BaseAgent
+
+        if not isinstance(agent, BaseAgent):
+            raise ConfigError(
+                f"AgentTool wraps an agent, not {agent!r} (a function is a tool of its own)"
+            )
         super().__init__(agent.name, agent.description or f"Delegate a request to {agent.name}.")
         self.timeout = timeout
         self.agent = agent

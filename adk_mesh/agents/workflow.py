@@ -10,7 +10,7 @@ from adk_mesh._tasks import TaskFeed, run_all
 from adk_mesh.agents.base import AgentCallback, BaseAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import ConfigError
-from adk_mesh.types import Event
+from adk_mesh.types import Event, FunctionCall
 
 __all__ = ["LoopAgent", "ParallelAgent", "SequentialAgent"]
 
@@ -39,7 +39,8 @@ class SequentialAgent(BaseAgent):
 
 class LoopAgent(BaseAgent):
     """Runs its sub-agents in order, again and again, until one of their events escalates
-    (e.g. through ExitLoopTool) or ``max_iterations`` rounds have run.
+    (e.g. through ExitLoopTool) or ``max_iterations`` rounds have run. A round that yields
+    nothing lets other tasks run before the next (a custom step may be waiting for something).
 
     Args:
         max_iterations: upper bound of rounds; ``None`` loops until an escalation.
@@ -82,15 +83,21 @@ class LoopAgent(BaseAgent):
         iteration = 0
         while self.max_iterations is None or iteration < self.max_iterations:
             iteration += 1
+            said_something = False
             for sub_agent in self.sub_agents:
                 escalated = False
                 async with aclosing(_run_step(ctx, sub_agent)) as events:
                     async for event in events:
+                        said_something = True
                         yield event
                         if event.actions.escalate:
                             escalated = True
                 if escalated or ctx.ended:
                     return
+            if not said_something:
+                # A round that awaited nothing would otherwise hold the event loop for as
+                # long as the loop runs: no other request, deadline or cancel would get in.
+                await asyncio.sleep(0)
 
 
 class ParallelAgent(BaseAgent):
@@ -100,14 +107,22 @@ class ParallelAgent(BaseAgent):
     on. When one child fails, the others are cancelled and the failure is raised. When one
     child escalates (``exit_loop``), the others are cancelled and the ParallelAgent ends, as
     in google-adk: the escalation is addressed to the workflow that directly encloses the
-    escalating agent (a LoopAgent above then ends too, as it does on any escalation)."""
+    escalating agent (a LoopAgent above then ends too, as it does on any escalation). Calls
+    that a cancelled child had stored and not answered are then answered with an error
+    event marked ``interrupted`` (``CANCELLED``), as the Runner answers those of an
+    interrupted turn, so that none stays open in the session."""
 
     owns_child_transfers = True
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         if not self.sub_agents:
             return
+        from adk_mesh.runner import _interruption_events, _note_calls
+
         base = ctx.branch or self.name
+        # The children's calls stored and not answered yet, by id (as the Runner keeps them).
+        open_calls: dict[str, tuple[Event, FunctionCall]] = {}
+        escalated = False
         async with TaskFeed[tuple[Event, asyncio.Event], list[None]]() as feed:
 
             async def drive(sub_agent: BaseAgent) -> None:
@@ -124,6 +139,17 @@ class ParallelAgent(BaseAgent):
             children = {sub_agent.name for sub_agent in self.sub_agents}
             async for event, taken in feed:
                 yield event
+                if not event.partial:
+                    _note_calls(open_calls, event)
                 if event.actions.escalate and event.author in children:
-                    return  # leaving the feed cancels the other children
+                    escalated = True
+                    break  # leaving the feed cancels the other children
                 taken.set()
+        if escalated and open_calls:
+            for event in _interruption_events(
+                open_calls.values(),
+                ctx.invocation_id,
+                "CANCELLED",
+                "a parallel branch escalated; this branch was cancelled",
+            ):
+                yield event

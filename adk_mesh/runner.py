@@ -18,7 +18,7 @@ from adk_mesh.contexts import (
     RunConfig,
 )
 from adk_mesh.credentials import CredentialService
-from adk_mesh.errors import AdkError, InvalidArgumentError, SessionNotFoundError
+from adk_mesh.errors import AdkError, ConfigError, InvalidArgumentError, SessionNotFoundError
 from adk_mesh.ids import random_uuid, shown
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.plugins._manager import PluginManager, plugin_manager
@@ -357,7 +357,16 @@ class Runner:
                 "on_user_message", invocation_context=ctx, user_message=new_message
             )
             if replaced is not None:
-                new_message = ctx.user_content = _owned(check_new_message(replaced))
+                try:
+                    checked = check_new_message(replaced)
+                except InvalidArgumentError as error:
+                    # The client's message was fine: the plugin's replacement is the mistake
+                    # (not the caller's INVALID_ARGUMENT).
+                    raise ConfigError(
+                        f"a plugin's on_user_message replaced the user's message with one "
+                        f"that cannot start a turn: {error.message}"
+                    ) from error
+                new_message = ctx.user_content = _owned(checked)
         check_confirmation_answers(session.events, new_message)
         await load_agents_behind(self.agent, session, new_message)
         agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)

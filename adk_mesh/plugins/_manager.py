@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from adk_mesh.errors import AdkError, AgentError, ConfigError
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.tools.base import as_tool_response
+from adk_mesh.types import Content, Event, LlmResponse
 
 if TYPE_CHECKING:
     from adk_mesh.contexts import CallbackContext, ToolContext
     from adk_mesh.models.base import LlmRequest
     from adk_mesh.tools.base import BaseTool
-    from adk_mesh.types import LlmResponse
 
 __all__ = ["Hook", "PluginManager", "execute_with_plugins", "plugin_manager"]
 
@@ -51,6 +51,20 @@ HOOKS: Final[tuple[Hook, ...]] = (
 )
 
 
+#: What each hook that answers with a value must return (besides ``None``); the tool hooks
+#: may return anything (it answers as ``{"result": value}``), ``after_run``'s is ignored.
+_RETURNS: Final[dict[str, type[Any]]] = {
+    "on_user_message": Content,
+    "before_run": Content,
+    "on_event": Event,
+    "before_agent": Content,
+    "after_agent": Content,
+    "before_model": LlmResponse,
+    "after_model": LlmResponse,
+    "on_model_error": LlmResponse,
+}
+
+
 def _overrides(plugin: Plugin, hook: str) -> bool:
     return getattr(type(plugin), hook, None) is not getattr(Plugin, hook)
 
@@ -70,6 +84,13 @@ class PluginManager:
         for plugin in plugins:
             if not isinstance(plugin, Plugin):
                 raise ConfigError(f"{plugin!r} is not a plugin; subclass adk_mesh.plugins.Plugin")
+            name = getattr(plugin, "name", None)
+            if not isinstance(name, str) or not name:
+                # A subclass whose __init__ forgot Plugin's: every log line and error names it.
+                raise ConfigError(
+                    f"the {type(plugin).__name__} plugin has no name; call "
+                    "super().__init__() (or super().__init__(name)) in its __init__"
+                )
             if plugin.name in names:
                 raise ConfigError(f"two plugins are named {plugin.name!r}; names are unique")
             names.add(plugin.name)
@@ -84,12 +105,17 @@ class PluginManager:
 
     async def run(self, hook: Hook, /, **arguments: Any) -> Any:
         """Call ``hook`` on each plugin that implements it, in order, until one returns
-        something other than ``None``; return that (``None`` when none did).
+        something other than ``None``; return that (``None`` when none did). ``after_run``
+        returns nothing: its value is ignored, and every plugin's runs.
 
         Raises:
             AdkError: the one a hook raised, as it is.
             AgentError: a hook raised anything else (chained).
+            ConfigError: a hook returned a value of the wrong type (naming plugin and hook:
+                used as it is, it would fail deep in the runtime, or blame the agent's own
+                callbacks).
         """
+        expected = _RETURNS.get(hook)
         for plugin in self._by_hook[hook]:
             try:
                 result = getattr(plugin, hook)(**arguments)
@@ -102,8 +128,14 @@ class PluginManager:
                 raise AgentError(
                     f"plugin {plugin.name!r} failed in {hook}: {type(error).__name__}: {error}"
                 ) from error
-            if result is not None:
-                return result
+            if result is None or hook == "after_run":
+                continue
+            if expected is not None and not isinstance(result, expected):
+                raise ConfigError(
+                    f"plugin {plugin.name!r} returned a {type(result).__name__} from {hook}; "
+                    f"it must return {expected.__name__} or None"
+                )
+            return result
         return None
 
     # Typed shorthands for the hooks the runtime calls on its hot paths.

@@ -737,11 +737,14 @@ class LlmAgent(BaseAgent):
         if tool is None:
             return await self._answer_missing(tool_context, call, tools, args)
         response = await self._before_tool(tool, args, tool_context)
+        failed = False
         if response is None:
-            response = await self._execute(tool, tool_context, args)
+            response, failed = await self._execute(tool, tool_context, args)
         replaced = None
         plugins = tool_context.invocation_context.plugins  # before the agent's callbacks
-        if plugins is not None and response is not None:
+        # A failure no hook answered for is not the tool's result: the plugins' after_tool
+        # does not see it, as on a ToolServer (execute_with_plugins) and in google-adk.
+        if plugins is not None and response is not None and not failed:
             replaced = await plugins.after_tool(tool, args, tool_context, response)
         if replaced is None and self.after_tool_callbacks:
             replaced = await call_callbacks(
@@ -801,22 +804,23 @@ class LlmAgent(BaseAgent):
 
     async def _execute(
         self, tool: BaseTool, ctx: ToolContext, args: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    ) -> tuple[dict[str, Any] | None, bool]:
         """Run a tool; a failure goes to the ``on_tool_error`` callbacks, whose dict answers
         in its place; unanswered, it becomes an ``{"error": ...}`` response the model can
-        read, unless the error asks to end the invocation (``propagate``)."""
+        read, unless the error asks to end the invocation (``propagate``). Returns the
+        response and whether it is such an unanswered failure."""
         response, error = await execute_tool(tool, ctx, args)
         if error is None:
-            return response
+            return response, False
         telemetry.record_tool_error(error)
         replaced = await self._on_tool_error(tool, args, ctx, error)
         if replaced is not None:
-            return replaced
+            return replaced, False
         if error.propagate:
             raise error
         if isinstance(error, ToolError):
-            return {"error": error.message}
-        return {"error": f"{type(error).__name__}: {error.message}"}
+            return {"error": error.message}, True
+        return {"error": f"{type(error).__name__}: {error.message}"}, True
 
 
 async def _instruction_text(instruction: str | InstructionProvider, ctx: ReadonlyContext) -> str:

@@ -222,22 +222,31 @@ async def execute_with_plugins(
     hooks: ``before_tool`` (a value skips the tool), ``on_tool_error`` (a value answers for
     the error) and ``after_tool`` (a value replaces the result); a value that is not a dict
     answers as ``{"result": value}`` (:func:`~adk_mesh.tools.base.as_tool_response`). What a
-    service that serves tools (a ToolServer) runs for each call; an LlmAgent calls the same
-    hooks around its own callbacks."""
+    service that serves tools (a ToolServer, an MCP server) runs for each call; an LlmAgent
+    calls the same hooks around its own callbacks.
+
+    Like ``execute_tool``, it returns the error instead of raising it, the hooks' too: a
+    hook's refusal (a policy's ``PermissionDeniedError``) or failure (the ``AgentError``
+    naming it) is the call's error, sent back for the caller's model to read. Raised out of a
+    served call, it would become the call's status instead: PERMISSION_DENIED reads to the
+    caller as the service refusing *it*, and the hook's message is lost."""
     from adk_mesh.tools.base import execute_tool
 
     if plugins is None:
         return await execute_tool(tool, tool_context, args)
-    response = await plugins.before_tool(tool, args, tool_context)
-    error: AdkError | None = None
-    if response is None:
-        response, error = await execute_tool(tool, tool_context, args)
-        if error is not None:
-            recovered = await plugins.on_tool_error(tool, args, tool_context, error)
-            if recovered is not None:
-                response, error = recovered, None
-    if error is None and response is not None:
-        replaced = await plugins.after_tool(tool, args, tool_context, response)
-        if replaced is not None:
-            response = replaced
+    try:
+        response = await plugins.before_tool(tool, args, tool_context)
+        error: AdkError | None = None
+        if response is None:
+            response, error = await execute_tool(tool, tool_context, args)
+            if error is not None:
+                recovered = await plugins.on_tool_error(tool, args, tool_context, error)
+                if recovered is not None:
+                    response, error = recovered, None
+        if error is None and response is not None:
+            replaced = await plugins.after_tool(tool, args, tool_context, response)
+            if replaced is not None:
+                response = replaced
+    except AdkError as refused:
+        return None, refused
     return response, error

@@ -47,8 +47,11 @@ class Plugin:
       ``invocation_id`` and guard what several calls share.
     * **Errors.** An :class:`~adk_mesh.errors.AdkError` a hook raises goes on as that error
       (a policy may refuse with ``PermissionDeniedError``); any other exception fails the
-      step with an :class:`~adk_mesh.errors.AgentError` naming the plugin and the hook.
-      Cancellation passes through.
+      step with an :class:`~adk_mesh.errors.AgentError` naming the plugin and the hook; a
+      value of another type than the hook returns, with a
+      :class:`~adk_mesh.errors.ConfigError` naming them. Cancellation passes through. A
+      ToolServer's (or MCP server's) tool hook that raises answers the call with that
+      error, which the caller's model reads.
 
     Args:
         name: unique among a runner's plugins (default: the class name).

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.plugins.base import Plugin
-from adk_mesh.telemetry._spans import _redacted, capture_content
+from adk_mesh.telemetry._spans import _bounded, _redacted, capture_content
 
 if TYPE_CHECKING:
     from adk_mesh.agents.base import BaseAgent
@@ -21,6 +22,29 @@ __all__ = ["LOGGER_NAME", "LoggingPlugin"]
 #: The logger the records go to, unless another is given.
 LOGGER_NAME = "adk_mesh.plugins.logging"
 
+#: A Content's parts as logged: the bytes of a blob (an image, a PDF) and a thought signature
+#: are left out (the blob's mime type stays), as on spans.
+_UNLOGGED_BYTES: Final[dict[str, Any]] = {
+    "parts": {"__all__": {"inline_data": {"data"}, "thought_signature": True}}
+}
+
+
+def _content_json(content: Content) -> dict[str, Any]:
+    return content.model_dump(mode="json", exclude_none=True, exclude=_UNLOGGED_BYTES)
+
+
+def _loggable(content: Any) -> Any:
+    """``content`` redacted and bounded as a span attribute is: as it is while its JSON
+    fits in the bound, else that JSON cut to it (a 600 kB tool result, a long history on
+    every model call). A value JSON cannot carry is shown as its ``repr``, not raised."""
+    content = _redacted(content)
+    try:
+        text = json.dumps(content, default=repr, ensure_ascii=False)
+    except (TypeError, ValueError):  # a key JSON cannot carry (a tuple)
+        return _bounded(repr(content))
+    bounded = _bounded(text)
+    return content if bounded is text else bounded
+
 
 class LoggingPlugin(Plugin):
     """Logs every hook of a runner as one record: readable text, and the same facts as a dict
@@ -32,8 +56,10 @@ class LoggingPlugin(Plugin):
     What was said — the user's message, the model's request and answer, tool arguments and
     results, an error's message — is in the record only when the project's content capture is
     on (``ADK_MESH_CAPTURE_CONTENT=true``, as for spans), under ``content``, with
-    secret-looking keys redacted even then. Errors are logged at WARNING, the rest at
-    ``level``. The plugin only observes: every hook returns ``None``.
+    secret-looking keys redacted even then and bounded as on spans: no blob bytes, and content
+    whose JSON is longer than 16 384 characters comes as that JSON text, cut. Errors are
+    logged at WARNING, the rest at ``level``. The plugin only observes: every hook returns
+    ``None``.
 
     Args:
         name: the plugin's name.
@@ -78,7 +104,7 @@ class LoggingPlugin(Plugin):
         }
         record.update((key, value) for key, value in facts.items() if value is not None)
         if content is not None and capture_content():
-            record["content"] = _redacted(content)
+            record["content"] = _loggable(content)
         details = " ".join(f"{key}={value}" for key, value in facts.items() if value is not None)
         self.logger.log(
             level,
@@ -96,7 +122,7 @@ class LoggingPlugin(Plugin):
         self._log(
             "on_user_message",
             invocation_context,
-            content=user_message.model_dump(mode="json", exclude_none=True),
+            content=_content_json(user_message),
         )
         return None
 
@@ -115,7 +141,7 @@ class LoggingPlugin(Plugin):
             author=event.author,
             partial=event.partial or None,
             error_code=event.llm_response.error_code,
-            content=None if content is None else content.model_dump(mode="json", exclude_none=True),
+            content=None if content is None else _content_json(content),
         )
         return None
 
@@ -143,9 +169,7 @@ class LoggingPlugin(Plugin):
             model=llm_request.model,
             content={
                 "system_instruction": llm_request.system_instruction,
-                "contents": [
-                    c.model_dump(mode="json", exclude_none=True) for c in llm_request.contents
-                ],
+                "contents": [_content_json(c) for c in llm_request.contents],
             },
         )
         return None
@@ -161,7 +185,7 @@ class LoggingPlugin(Plugin):
             if llm_response.finish_reason is None
             else llm_response.finish_reason.value,
             error_code=llm_response.error_code,
-            content=None if content is None else content.model_dump(mode="json", exclude_none=True),
+            content=None if content is None else _content_json(content),
         )
         return None
 

@@ -311,6 +311,17 @@ class BaseAgent(abc.ABC):
         async with aclosing(self._run_impl(ctx)) as events:
             async for event in events:
                 yield event
+        async with aclosing(self.after_agent_events(ctx)) as events:
+            async for event in events:
+                yield event
+
+    async def after_agent_events(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        """This agent's after-agent hooks (the plugins', then its own callbacks) and the event
+        they make, if any: run when its run ends, or — for an agent whose run was stopped
+        after it transferred control — once the agents it transferred to have run, as in
+        google-adk, where the target runs inside the transferring agent
+        (:func:`~adk_mesh.agents.transfers.follow_transfers`)."""
+        plugins = ctx.plugins
         after = plugins is not None and plugins.has("after_agent")
         if ctx.ended or not (self.after_agent_callbacks or after):
             return

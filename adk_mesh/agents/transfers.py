@@ -40,7 +40,8 @@ async def follow_transfers(
     max_transfers: int = DEFAULT_MAX_TRANSFERS,
     leave_foreign_transfers: bool = False,
 ) -> AsyncGenerator[Event, None]:
-    """Run ``agent``; when one of its events transfers control, stop it and run the target.
+    """Run ``agent``; when one of its events transfers control, stop it and run the target;
+    when the chain ends, run the after-agent hooks of the agents stopped, last first.
 
     The consumer handles (appends) each event before the generator resumes. Transfers made
     inside a workflow agent below ``agent`` are left to that workflow agent, which runs the
@@ -57,6 +58,8 @@ async def follow_transfers(
     current = agent
     taken: set[tuple[str, str]] = set()
     transfers = 0
+    # Agents stopped after a transfer: their after-agent hooks run once the chain has ended.
+    stopped: list[BaseAgent] = []
     while True:
         edge: tuple[str, str] | None = None
         async with aclosing(current.run(ctx)) as events:
@@ -71,12 +74,13 @@ async def follow_transfers(
                     edge = (event.author, target)
                     break
         if edge is None:
-            return
+            break
+        stopped.append(current)
         source, target = edge
         next_agent = tree.find_agent(target)
         if next_agent is None:
             if leave_foreign_transfers:
-                return
+                break
             raise AgentNotFoundError(
                 f"agent {source!r} transferred to {target!r}, which is not in the agent tree of "
                 f"{tree.name!r}"
@@ -93,3 +97,11 @@ async def follow_transfers(
             )
         taken.add(edge)
         current = next_agent
+    # As in google-adk, where the target runs inside the agent that transferred to it: the
+    # last one stopped finishes first. (A chain that failed runs none, as a run that fails.)
+    for stopped_agent in reversed(stopped):
+        async with aclosing(
+            stopped_agent.after_agent_events(ctx.for_agent(stopped_agent))
+        ) as events:
+            async for event in events:
+                yield event

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from adk_mesh import Content, DelegationError, LlmAgent, Runner, SequentialAgent
+from adk_mesh.agents.base import BaseAgent
+from adk_mesh.contexts import CallbackContext
 from adk_mesh.errors import AgentNotFoundError
+from adk_mesh.plugins import Plugin
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
 from adk_mesh.types import Event
@@ -150,3 +153,65 @@ async def test_a_transfer_inside_a_parallel_branch_runs_there_and_spares_the_sib
     assert by_author["expert"].text == "expert answer"
     assert by_author["expert"].branch == "fan_out.router"
     assert by_author["other"].text == "other answer"
+
+
+class _Hooks(Plugin):
+    """Records every before/after-agent hook, in order."""
+
+    def __init__(self) -> None:
+        super().__init__("hooks")
+        self.seen: list[str] = []
+
+    async def before_agent(self, *, agent: BaseAgent, callback_context: CallbackContext) -> None:
+        self.seen.append(f"before {agent.name}")
+
+    async def after_agent(self, *, agent: BaseAgent, callback_context: CallbackContext) -> None:
+        self.seen.append(f"after {agent.name}")
+
+
+async def test_an_agent_that_transferred_gets_its_after_hooks_once_its_targets_have_run() -> None:
+    # As in google-adk, where the target runs inside the transferring agent: a router's
+    # after-agent callback and every plugin's after_agent run, after the target's, not never.
+    def router_done(ctx: CallbackContext) -> None:
+        ctx.state["routed"] = True
+
+    billing = LlmAgent(
+        name="billing", model=ScriptedModel([transfer("support")]), description="Invoices"
+    )
+    support = LlmAgent(name="support", model=ScriptedModel(["Reset it."]), description="Help")
+    root = LlmAgent(
+        name="root",
+        model=ScriptedModel([transfer("billing")]),
+        sub_agents=[billing, support],
+        after_agent_callback=router_done,
+    )
+    hooks = _Hooks()
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="app", user_id="u")
+    runner = Runner(agent=root, app_name="app", session_service=service, plugins=[hooks])
+
+    events = await turn(runner, session.id, "It is broken.")
+    assert hooks.seen == [
+        "before root",
+        "before billing",
+        "before support",
+        "after support",
+        "after billing",
+        "after root",
+    ]
+    # The router's callback wrote state: that is its event, the last of the turn.
+    assert events[-1].author == "root" and events[-1].actions.state_delta == {"routed": True}
+    stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+    assert stored is not None and stored.state["routed"] is True
+
+
+async def test_a_failing_target_runs_no_after_hook_of_the_agent_that_transferred() -> None:
+    failing = LlmAgent(name="failing", model=ScriptedModel([]), description="Fails")
+    root = LlmAgent(name="root", model=ScriptedModel([transfer("failing")]), sub_agents=[failing])
+    hooks = _Hooks()
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="app", user_id="u")
+    runner = Runner(agent=root, app_name="app", session_service=service, plugins=[hooks])
+    with pytest.raises(Exception):  # noqa: B017 - the scripted model has nothing left to say
+        await turn(runner, session.id, "Go.")
+    assert hooks.seen == ["before root", "before failing"]

@@ -156,7 +156,9 @@ def create_app(settings: GatewaySettings, *, mesh: MeshClient | None = None) -> 
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
             allow_methods=list(CORS_METHODS),
-            allow_headers=list(CORS_HEADERS),
+            # The headers the gateway hands to runs as request metadata too: a browser's
+            # preflight for them would otherwise be refused.
+            allow_headers=[*CORS_HEADERS, *settings.request_headers],
             max_age=600,
         )
     return app

@@ -60,6 +60,7 @@ from adk_mesh.types import (
 )
 
 __all__ = [
+    "check_unicode",
     "content_from_json",
     "content_to_json",
     "event_from_json",
@@ -385,12 +386,18 @@ def _flag(value: object, where: str) -> bool:
     return value
 
 
+#: The largest count the contract carries: its token counts, text offsets and artifact
+#: versions are int32, and a JSON integer has no bound (a larger one failed in the codec).
+_MAX_COUNT = 2**31 - 1
+
+
 def _count(value: object, where: str) -> int | None:
-    """A member that holds a count: absent (or null) is None; else a non-negative integer."""
+    """A member that holds a count: absent (or null) is None; else an integer from 0 to
+    :data:`_MAX_COUNT`."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgumentError(f"{where} must be a non-negative integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        raise InvalidArgumentError(f"{where} must be a non-negative integer (at most {_MAX_COUNT})")
     return value
 
 
@@ -400,6 +407,53 @@ def _array(value: object, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidArgumentError(f"{where} must be an array")
     return value
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_unicode(body: object) -> None:
+    """Refuse a decoded JSON body that holds a lone surrogate in any string or key.
+
+    JSON may spell one (``"\\ud83d"``: what JavaScript's ``JSON.stringify`` writes for a string
+    cut in the middle of an emoji) and Python reads it, but UTF-8, and so the wire, cannot
+    carry it: caught here it is a 400 naming the member, not a failure in the codec.
+
+    Raises:
+        InvalidArgumentError: naming the member's path (``newMessage.parts[0].text``).
+    """
+    # Iterative: a body as deep as the JSON parser allows must not exhaust the stack here.
+    pending: list[tuple[object, str]] = [(body, "")]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, str):
+            if not _utf8(value):
+                raise InvalidArgumentError(
+                    f"{where or 'the body'} holds a lone surrogate, which UTF-8 (and so the "
+                    "wire) cannot carry; send whole characters"
+                )
+        elif isinstance(value, dict):
+            for key in value:
+                if not _utf8(key):
+                    raise InvalidArgumentError(
+                        f"{where or 'the body'} has a key {key!r} that holds a lone surrogate, "
+                        "which UTF-8 (and so the wire) cannot carry; send whole characters"
+                    )
+            pending.extend(
+                (member, f"{where}.{key}" if where else key)
+                for key, member in reversed(value.items())
+            )
+        elif isinstance(value, list):
+            pending.extend(
+                (member, f"{where}[{index}]") for index, member in reversed(list(enumerate(value)))
+            )
 
 
 def _only(body: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:

@@ -113,7 +113,9 @@ class RunAgentRequest(_Body):
     )
     new_message: ContentBody | None = None
     streaming: bool = Field(
-        default=False, description="Stream the model's partial answers (partial events)."
+        default=False,
+        description="/run_sse: stream the model's partial answers (partial events). /run "
+        "ignores it, as google-adk's does.",
     )
     state_delta: dict[str, Any] | None = Field(
         default=None, description="Not supported by adk-mesh: a non-empty delta is refused."
@@ -136,6 +138,11 @@ class CreateSessionRequest(_Body):
     session_id: str | None = None
     state: dict[str, Any] | None = None
     events: list[dict[str, Any]] | None = None
+    options: dict[str, Any] | None = Field(
+        default=None,
+        description="google-adk's options for its session service: adk-mesh's session "
+        "stores take none, so options that are not empty are refused.",
+    )
 
 
 class UpdateSessionRequest(_Body):

@@ -36,7 +36,7 @@ from gateway._json import content_from_json, event_to_json
 from gateway._mesh import MeshClient, RunStream
 from gateway._models import ErrorFrame, EventBody, ProblemBody, RunAgentRequest
 from gateway._problems import PROBLEM_JSON, Problem
-from gateway._security import Caller
+from gateway._security import Caller, StrictJsonRoute
 from gateway._settings import GatewaySettings
 from gateway._tracing import server_span
 
@@ -105,7 +105,7 @@ def _timeout(settings: GatewaySettings, header: str | None) -> float:
 
 def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIRouter:
     """The run routes; ``caller`` is the dependency that authenticates a request."""
-    router = APIRouter(tags=["runs"])
+    router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 
     def default_app(body: RunAgentRequest) -> str:
         if body.app_name:
@@ -115,7 +115,12 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         raise InvalidArgumentError("appName is required: this gateway serves several apps")
 
     def start(
-        body: RunAgentRequest, who: Caller, timeout_header: str | None, request: Request
+        body: RunAgentRequest,
+        who: Caller,
+        timeout_header: str | None,
+        request: Request,
+        *,
+        streaming: bool,
     ) -> tuple[str, RunStream]:
         app = default_app(body)
         who.check_user(body.user_id)
@@ -142,15 +147,23 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         # What the service would refuse at once, refused here too: /run_sse's 200 is sent
         # before the service answers, and a request that cannot start is a 400, not a stream.
         check_id("userId", body.user_id)
-        if body.session_id:
-            check_id("sessionId", body.session_id)
+        if not body.session_id:
+            # The service would start a session with a fresh id, but neither /run's list nor
+            # /run_sse's frames tell the client that id: each such turn would start a session
+            # nobody can find again. google-adk answers 404 for it.
+            raise InvalidArgumentError(
+                "sessionId is required: name the session of the turn (an id the app does not "
+                "know yet starts that session), or create one with POST "
+                "/apps/{app_name}/users/{user_id}/sessions"
+            )
+        check_id("sessionId", body.session_id)
         check_new_message(message)
         stream = mesh.run(
             app,
             user_id=body.user_id,
             session_id=body.session_id,
             message=message,
-            streaming=body.streaming,
+            streaming=streaming,
             credentials=who.credentials,
             timeout=_timeout(settings, timeout_header),
             request_metadata={
@@ -182,7 +195,10 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         who: Annotated[Caller, Depends(caller)],
         x_request_timeout: timeout_header = None,
     ) -> Response:
-        app, stream = start(body, who, x_request_timeout, request)
+        # google-adk's /run runs without streaming whatever the body says (its RunConfig
+        # leaves streaming_mode NONE): partials in a list answered at once would only repeat
+        # the final answer's text.
+        app, stream = start(body, who, x_request_timeout, request, streaming=False)
         # The call starts in the collecting task, made inside the span: the span is its parent.
         with server_span(request, "POST /run", app):
             collect = asyncio.ensure_future(_collect(stream))
@@ -231,7 +247,7 @@ def run_router(settings: GatewaySettings, mesh: MeshClient, caller: Any) -> APIR
         who: Annotated[Caller, Depends(caller)],
         x_request_timeout: timeout_header = None,
     ) -> EventSourceResponse:
-        app, stream = start(body, who, x_request_timeout, request)
+        app, stream = start(body, who, x_request_timeout, request, streaming=body.streaming)
 
         async def frames() -> AsyncIterator[bytes]:
             with server_span(request, "POST /run_sse", app):

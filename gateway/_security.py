@@ -4,14 +4,18 @@ the principal checked against the path's user, request size limits and CORS.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
-from fastapi import Request
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from adk_mesh.errors import PermissionDeniedError
+from adk_mesh.errors import PermissionDeniedError, UnauthenticatedError
 from adk_mesh.mesh.auth import Authenticator, Principal, authenticate
+from gateway._json import check_unicode
 from gateway._problems import Problem, problem_response
 
 __all__ = [
@@ -20,6 +24,7 @@ __all__ = [
     "CREDENTIAL_HEADERS",
     "BodyLimit",
     "Caller",
+    "StrictJsonRoute",
 ]
 
 #: Headers that carry a user's credentials; forwarded to the agent services as call metadata.
@@ -53,13 +58,22 @@ class Caller:
 
         Raises:
             UnauthenticatedError: the gateway has authenticators and the request carries no
-                credential they know, or an invalid one.
+                credential they know, or an invalid one; or a credential header holds what
+                no credential does (and gRPC metadata cannot carry).
         """
         credentials = tuple(
             (name, value)
             for name in CREDENTIAL_HEADERS
             if (value := request.headers.get(name)) is not None
         )
+        for name, value in credentials:
+            # HTTP lets a header hold Latin-1 and tabs; gRPC metadata (where the credentials
+            # go on to the services) only printable ASCII, as every bearer token and API key
+            # is. Forwarded, such a value failed the call as the agent's INTERNAL error.
+            if not all(" " <= character <= "~" for character in value):
+                raise UnauthenticatedError(
+                    f"{name} holds characters no credential has (only printable ASCII)"
+                )
         if not authenticators:
             return cls(None, credentials)
         principal = await authenticate(authenticators, dict(credentials))
@@ -117,6 +131,32 @@ class BodyLimit:
         except _BodyTooLarge:
             if not started:
                 await problem_response(self._too_large())(scope, receive, send)
+
+
+#: A JSON escape of a UTF-16 surrogate (half of a pair, or a lone one): only a body holding
+#: one needs :func:`~gateway._json.check_unicode`'s walk.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class StrictJsonRoute(APIRoute):
+    """A route whose JSON body is refused with 400, naming the member, when a string in it
+    holds a lone surrogate (:func:`~gateway._json.check_unicode`), before the route reads it."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            if _SURROGATE_ESCAPE.search(await request.body()):
+                try:
+                    # Parsed once: the route reads the same request's cached JSON.
+                    body = await request.json()
+                except (ValueError, RecursionError):
+                    pass  # not JSON: FastAPI answers it as it does any other (422, 400)
+                else:
+                    check_unicode(body)
+            return await handle(request)
+
+        return checked
 
 
 class _BodyTooLarge(HTTPException):

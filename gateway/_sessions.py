@@ -7,8 +7,8 @@ go along to the service, which checks them again.
 
 Where adk-mesh differs from google-adk: artifact versions are numbered as the agent service
 numbers them (adk-mesh: from 1); an artifact version's ``createTime`` is not kept by the
-contract and reads 0; ``customMetadata`` on save is refused when not empty (the contract has
-no place for it).
+contract and reads 0; ``customMetadata`` on save, and a new session's ``options``, are refused
+when not empty (the contract has no place for them).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time,
@@ -37,7 +37,7 @@ from gateway._models import (
     UpdateSessionRequest,
 )
 from gateway._problems import PROBLEM_JSON
-from gateway._security import Caller
+from gateway._security import Caller, StrictJsonRoute
 from gateway._settings import GatewaySettings
 
 __all__ = ["session_router"]
@@ -96,7 +96,7 @@ def _canonical_uri(app: str, user: str, session: str, name: str, version: int) -
 
 def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any) -> APIRouter:
     """The session and artifact routes; ``user_caller`` authenticates the path's user."""
-    router = APIRouter(tags=["sessions"], responses=_PROBLEMS)
+    router = APIRouter(tags=["sessions"], responses=_PROBLEMS, route_class=StrictJsonRoute)
     Who = Annotated[Caller, Depends(user_caller)]
 
     async def read_session(app: str, user: str, session: str, who: Caller) -> dict[str, Any]:
@@ -115,6 +115,13 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
         app: str, user: str, who: Caller, body: CreateSessionRequest | None
     ) -> dict[str, Any]:
         request = session_pb2.CreateSessionRequest(user_id=user)
+        if body is not None and body.options:
+            # google-adk refuses options its session service does not take (400); the
+            # contract has no place for any, so they are refused rather than dropped.
+            raise InvalidArgumentError(
+                f"options ({', '.join(sorted(body.options))}) are not supported by adk-mesh's "
+                "session stores; leave them out"
+            )
         if body is not None:
             request.session_id = body.session_id or ""
             if body.state:

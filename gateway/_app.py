@@ -18,6 +18,7 @@ Every error is ``application/problem+json`` (:mod:`gateway._problems`).
 
 import asyncio
 import importlib
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,7 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from adk_mesh import __version__
-from adk_mesh.errors import AdkError
+from adk_mesh.errors import AdkError, AdkIOError, DeadlineExceededError
 from gateway._mesh import MeshClient
 from gateway._models import ListAppsResponse, VersionBody
 from gateway._problems import PROBLEM_JSON, Problem, problem, problem_response
@@ -42,6 +43,8 @@ from gateway._security import CORS_HEADERS, CORS_METHODS, BodyLimit, Caller
 from gateway._settings import GatewaySettings
 
 __all__ = ["UI_DIRECTORY", "create_app", "mount_ui"]
+
+logger = logging.getLogger("gateway")
 
 #: The web UI's static files (owned by the UI; served at ``/ui``).
 UI_DIRECTORY = Path(__file__).resolve().parent / "ui"
@@ -128,23 +131,29 @@ def create_app(settings: GatewaySettings, *, mesh: MeshClient | None = None) -> 
         names = sorted(client.apps)
         if not detailed:
             return names
-        cards = await asyncio.gather(
-            *(client.describe(name, credentials=who.credentials) for name in names)
+        answers = await asyncio.gather(
+            *(client.describe(name, credentials=who.credentials) for name in names),
+            return_exceptions=True,
         )
-        return JSONResponse(
-            {
-                "apps": [
-                    {
-                        "name": name,
-                        "rootAgentName": card.name,
-                        "description": card.description,
-                        "language": "python",
-                        "isComputerUse": False,
-                    }
-                    for name, card in zip(names, cards, strict=True)
-                ]
-            }
-        )
+        apps = []
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, AdkIOError | DeadlineExceededError):
+                # One app's service down (or too slow) leaves it out, not the others: a web
+                # UI still lists what it can run. A refusal of the user is still the answer.
+                logger.warning("list-apps: app %r left out: %s", name, answer.message)
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            apps.append(
+                {
+                    "name": name,
+                    "rootAgentName": answer.name,
+                    "description": answer.description,
+                    "language": "python",
+                    "isComputerUse": False,
+                }
+            )
+        return JSONResponse({"apps": apps})
 
     app.include_router(run_router(settings, client, caller))
     _include_session_routes(app, settings, client, user_caller)

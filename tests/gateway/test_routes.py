@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ import pydantic_core
 import pytest
 
 from adk_mesh import __version__
+from gateway._settings import GatewaySettings
 from tests.e2e.conftest import wait_for_file
-from tests.gateway.conftest import run_body
+from tests.gateway.conftest import run_body, serve_gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -405,3 +407,22 @@ def test_a_request_header_the_metadata_cannot_carry_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="request header 'X Tenant'"):
         GatewaySettings(apps={}, request_headers=("X Tenant",))
+
+
+async def test_the_detailed_app_list_leaves_out_an_app_whose_service_is_down(
+    desk: Any,
+) -> None:
+    # One app's service unreachable: the others are still listed (a web UI can run them).
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    down = f"127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()
+    settings = GatewaySettings(apps={"desk": desk.target, "gone": down}, sse_ping_seconds=0)
+    async with (
+        serve_gateway(settings) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
+        assert (await client.get("/list-apps")).json() == ["desk", "gone"]
+        detailed = await client.get("/list-apps", params={"detailed": "true"})
+    assert detailed.status_code == 200
+    assert [app["name"] for app in detailed.json()["apps"]] == ["desk"]

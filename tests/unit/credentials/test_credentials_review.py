@@ -23,7 +23,6 @@ from adk_mesh.credentials import (
     REDACTED,
     Credential,
     CredentialService,
-    EnvironmentCredentialService,
     FileCredentialService,
     KnownSecrets,
     StaticCredentialService,
@@ -123,10 +122,11 @@ async def test_a_token_percent_encoded_in_an_http_error_url_is_redacted(
 async def test_a_key_with_a_stray_newline_is_redacted_from_the_http_library_error(
     sessions: SqliteSessionService, tmp_path: Path
 ) -> None:
-    # A variable set from a file that ends with a newline (a Kubernetes secretKeyRef): the
-    # HTTP library refuses the header and names it as repr() writes it, newline escaped.
+    # A value with a stray newline (the file and environment stores drop one; a store of
+    # one's own, a vault's, may not): the HTTP library refuses the header and names it as
+    # repr() writes it, newline escaped.
     key = "sk-live-5c1e0a9b7d33"
-    environment = EnvironmentCredentialService(environ={"ADK_MESH_CREDENTIAL_API": key + "\n"})
+    environment = StaticCredentialService({"api": key + "\n"})
     with serve_http(Refusing) as url:
 
         async def call_api(tool_context: ToolContext) -> dict[str, Any]:

@@ -15,7 +15,9 @@ The rules, in order:
    summarization are left out.
 6. A long-running call answered later: when the newest event holds function responses to
    calls made before an intermediate answer, the events between that call and the response
-   are dropped, so the call is directly followed by its final response.
+   are dropped, so the call is directly followed by its final response, merged with the
+   responses in between to the calls of the same event (a sibling answered in an earlier
+   turn), a later response to a call in the place of an earlier one, as google-adk does.
 7. Tool confirmation (:mod:`adk_mesh._confirmation`): the ``adk_request_confirmation`` calls
    and the client's answers to them are left out (the model made none of them); a call that
    waits for a person's confirmation reads as pending, as a long-running call does.
@@ -454,8 +456,44 @@ def _join_late_function_response(events: list[Event]) -> list[Event]:
         if call_ids & response_ids:
             if index == len(events) - 2:
                 return events
+            # Responses in between to that event's calls (a sibling long-running or confirmed
+            # call answered in an earlier turn) join the last one, as google-adk merges them:
+            # dropped, the model would read that call as still pending and make it again.
+            answered = [
+                event
+                for event in events[index + 1 : -1]
+                if any(response.id in call_ids for response in event.function_responses())
+            ]
+            if answered:
+                last = _merged_responses([*answered, last])
             return [*events[: index + 1], last]
     return events
+
+
+def _merged_responses(events: list[Event]) -> Event:
+    """The last of ``events`` holding all their parts, in order, a later response to a call
+    in the place of an earlier one (an interim result's)."""
+    parts: list[Part] = []
+    places: dict[str, int] = {}
+    for event in events:
+        content = event.llm_response.content
+        assert content is not None  # kept events have content
+        for part in content.parts:
+            response = part.function_response
+            if response is not None and response.id:
+                place = places.get(response.id)
+                if place is not None:
+                    parts[place] = part
+                    continue
+                places[response.id] = len(parts)
+            parts.append(part)
+    last = events[-1]
+    content = last.llm_response.content
+    assert content is not None
+    merged = Content(role=content.role, parts=parts)
+    return last.model_copy(
+        update={"llm_response": last.llm_response.model_copy(update={"content": merged})}
+    )
 
 
 def _as_context(author: str, content: Content) -> Content:

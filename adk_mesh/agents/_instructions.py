@@ -5,7 +5,8 @@ any) or ``{artifact.NAME}`` (the text of the newest version of artifact ``NAME``
 ``?`` makes it optional: empty when the key is unset or the artifact is missing. A required one
 that is missing is an :class:`~adk_mesh.errors.AgentError` naming it. As in google-adk, doubled
 braces and spaces around the name do not change that (``{{key}}``, ``{ key }``); braces that hold
-neither (JSON examples, a lone ``{{``) are left as they are.
+neither (JSON examples, a lone ``{{``) are left as they are, and so is a dotted name that is no
+state key set (``{user.name}``: not an identifier, so never a state key for google-adk).
 
 Artifacts are read through the invocation's artifact service, the same way a tool's
 ``load_artifact`` reads them: in a delegated run served by another service that is the
@@ -63,6 +64,10 @@ async def _value(match: re.Match[str], ctx: ReadonlyContext) -> str:
     if key in values:
         value = values[key]
         return "" if value is None else str(value)
+    if "." in key:
+        # Not an identifier: google-adk leaves such braces as written (``{user.name}`` in a
+        # quoted template); only a state key of that name, when set, fills them.
+        return match.group(0)
     if optional:
         return ""
     raise AgentError(

@@ -18,10 +18,15 @@ change is in the event log.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from adk_mesh.credentials import REDACTED, Credential
+from adk_mesh.errors import AdkJSONError
 
 __all__ = [
     "APP_PREFIX",
@@ -93,11 +98,54 @@ def merge_scoped_state(
     return merged
 
 
+def _redacted_later(value: object) -> str:
+    """``json.dumps``'s ``default``: a Credential a tool writes is stored as the marker (the
+    tool's writes are redacted once it returns, see :mod:`adk_mesh.credentials`); nothing
+    else that is not JSON is."""
+    if isinstance(value, Credential):
+        return REDACTED
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _check_value(key: object, value: Any) -> None:
+    """Refuse a state write the session stores could not keep: a key that is not a string,
+    or, for a persisted key (not ``temp:``), a key or value that is not JSON text (a set, an
+    object, NaN, a lone surrogate, nesting deeper than JSON encoding goes). The stores keep
+    what ``json.dumps`` writes (a tuple is kept as a list).
+
+    Raises:
+        AdkJSONError: naming the key and what is wrong with it.
+    """
+    if type(key) is not str:
+        raise AdkJSONError(f"state keys are strings, not {type(key).__name__}")
+    if key.startswith(TEMP_PREFIX):
+        return
+    if type(value) is float and not math.isfinite(value):
+        problem = "Out of range float values are not JSON compliant"
+    else:
+        try:
+            # As UTF-8, as events are stored and carried: a lone surrogate is no text there.
+            json.dumps(
+                {key: value}, allow_nan=False, ensure_ascii=False, default=_redacted_later
+            ).encode()
+            return
+        except UnicodeEncodeError:
+            problem = "a string in it holds a lone surrogate, which UTF-8 cannot hold"
+        except (TypeError, ValueError) as error:
+            problem = str(error)
+        except RecursionError:
+            problem = "the value nests too deep for JSON"
+    raise AdkJSONError(f"state key {key!r} cannot be stored: it is not JSON ({problem})")
+
+
 class State(MutableMapping[str, Any]):
     """State as agents and tools see it: the stored value overlaid by pending changes.
 
     Writing a key records it in :attr:`delta` (and shows it at once to later reads); the
-    framework moves the delta onto the next event's ``state_delta``.
+    framework moves the delta onto the next event's ``state_delta``. A write the stores
+    could not keep (see :func:`_check_value`) is refused where it is made, so that a
+    tool reads the error (as its model does) rather than the turn failing when its event
+    is stored.
     """
 
     __slots__ = ("_delta", "_value")
@@ -116,6 +164,7 @@ class State(MutableMapping[str, Any]):
         return self._value[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
+        _check_value(key, value)
         self._value[key] = value
         self._delta[key] = value
 

@@ -119,6 +119,9 @@ def dump_state(mapping: Mapping[str, Any]) -> str:
         return json.dumps(mapping, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as error:
         raise AdkJSONError(f"state values must be JSON: {error}") from error
+    except RecursionError:
+        # Nesting deeper than the encoder's recursion goes: a bad value, not a crash.
+        raise AdkJSONError("state values must be JSON: a value nests too deep") from None
 
 
 def copy_value(value: Any) -> Any:

@@ -37,8 +37,9 @@ from gateway._models import (
     UpdateSessionRequest,
 )
 from gateway._problems import PROBLEM_JSON
-from gateway._security import Caller, StrictJsonRoute
+from gateway._security import Caller
 from gateway._settings import GatewaySettings
+from gateway._tracing import TracedRoute
 
 __all__ = ["session_router"]
 
@@ -96,7 +97,7 @@ def _canonical_uri(app: str, user: str, session: str, name: str, version: int) -
 
 def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any) -> APIRouter:
     """The session and artifact routes; ``user_caller`` authenticates the path's user."""
-    router = APIRouter(tags=["sessions"], responses=_PROBLEMS, route_class=StrictJsonRoute)
+    router = APIRouter(tags=["sessions"], responses=_PROBLEMS, route_class=TracedRoute)
     Who = Annotated[Caller, Depends(user_caller)]
 
     async def read_session(app: str, user: str, session: str, who: Caller) -> dict[str, Any]:

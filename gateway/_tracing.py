@@ -9,16 +9,18 @@ every service, are its children.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
-from fastapi import Request
+from fastapi import Request, Response
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from adk_mesh.telemetry._propagation import extract_context
 from adk_mesh.telemetry._providers import get_tracer
+from gateway._security import StrictJsonRoute
 
-__all__ = ["server_span"]
+__all__ = ["TracedRoute", "server_span"]
 
 _TRACE_HEADERS = ("traceparent", "tracestate")
 
@@ -44,3 +46,21 @@ def server_span(request: Request, name: str, app: str = "") -> Iterator[None]:
             yield
     finally:
         otel_context.detach(token)
+
+
+class TracedRoute(StrictJsonRoute):
+    """A route whose request is a server span named ``METHOD /route/{template}`` (the route,
+    not the path: one name per route however many sessions there are), around the handler,
+    so the gRPC calls it makes (the session service's) are its children. The run routes open
+    theirs themselves: an SSE stream's span lasts as long as the stream."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def traced(request: Request) -> Response:
+            with server_span(
+                request, f"{request.method} {self.path}", request.path_params.get("app_name", "")
+            ):
+                return await handle(request)
+
+        return traced

@@ -52,3 +52,30 @@ def check_server_span(spans: InMemorySpanExporter, name: str) -> None:  # noqa: 
     assert [c.name for c in calls] == ["adk_mesh.v1.AgentService/Run"]
     assert calls[0].context.trace_id == server.context.trace_id
     assert not any((s.attributes or {}).get("adk_mesh.user_id") == "mallory" for s in finished)
+
+
+async def test_a_session_call_continues_the_clients_trace_named_by_its_route(
+    desk: Service,
+    spans: InMemorySpanExporter,  # noqa: F811
+) -> None:
+    settings = GatewaySettings(apps={"desk": desk.target})
+    headers = {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}
+    async with serve_gateway(settings) as url, httpx.AsyncClient(base_url=url) as client:
+        created = await client.post(
+            "/apps/desk/users/ada/sessions", json={"sessionId": "traced"}, headers=headers
+        )
+        assert created.status_code == 200
+    finished = spans.get_finished_spans()
+    # One name per route, not per session (a span name is not a place for ids).
+    server = next(s for s in finished if s.name == "POST /apps/{app_name}/users/{user_id}/sessions")
+    assert server.kind is trace.SpanKind.SERVER
+    assert format(server.context.trace_id, "032x") == TRACE_ID
+    assert server.attributes is not None and server.attributes["adk_mesh.app_name"] == "desk"
+    calls = [
+        s.name
+        for s in finished
+        if s.kind is trace.SpanKind.CLIENT
+        and s.parent is not None
+        and s.parent.span_id == server.context.span_id
+    ]
+    assert calls == ["adk_mesh.v1.SessionService/CreateSession"]

@@ -275,6 +275,10 @@ def _serve(args: argparse.Namespace) -> int:
     from adk_mesh.telemetry import configure_telemetry
 
     _console_logging(args.log_level)
+    if ":" in args.host and not args.host.startswith("["):
+        # An IPv6 literal (``::1``, ``::``): gRPC would read ``::1:50051`` as a host name. Set
+        # on ``args``, so the A2A and MCP ports bind the same host.
+        args.host = f"[{args.host}]"
     address = f"{args.host}:{args.port}"
     try:
         security = server_security_from_arguments(args)
@@ -401,9 +405,22 @@ def _use_plugins(server: Any, references: list[str]) -> None:
         if isinstance(value, Plugin):
             return [value]
         if isinstance(value, type) and issubclass(value, Plugin):
-            return [value()]
+            try:
+                return [value()]
+            except ConfigError:
+                raise
+            except Exception as error:  # a constructor that needs arguments, say
+                raise ConfigError(
+                    f"making the plugin {reference} raised {type(error).__name__}: {error}"
+                ) from error
         if isinstance(value, list | tuple) and all(isinstance(v, Plugin) for v in value):
             return list(value)
+        if call and inspect.iscoroutinefunction(value):
+            # Called, it would only make a coroutine, never awaited.
+            raise ConfigError(
+                f"--plugin {reference} is an async function; name a plain (def) function that "
+                "returns the plugins, or the plugins themselves"
+            )
         if call and callable(value) and not isinstance(value, type):
             try:
                 built = value()

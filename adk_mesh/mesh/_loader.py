@@ -29,6 +29,14 @@ def load_object(reference: str) -> Any:
         raise ConfigError(
             f"{reference!r} is not a MODULE:ATTR reference; write e.g. my_app.agents:root_agent"
         )
+    if "/" in module_name or "\\" in module_name:
+        raise _file_path_error(module_name, attribute_path)
+    if module_name.startswith("."):
+        # import_module would raise a TypeError about its ``package`` argument.
+        raise ConfigError(
+            f"{module_name!r} is a relative module name: write the module's full dotted name "
+            f"(e.g. my_app{module_name}:{attribute_path})"
+        )
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -36,6 +44,8 @@ def load_object(reference: str) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         missing = error.name or ""
+        if missing == module_name and module_name.endswith(".py"):
+            raise _file_path_error(module_name, attribute_path) from error
         if missing == module_name or module_name.startswith(f"{missing}."):
             raise ConfigError(
                 f"cannot import module {module_name!r} of {reference!r}: no module named "
@@ -44,6 +54,13 @@ def load_object(reference: str) -> Any:
         raise ConfigError(
             f"importing module {module_name!r} failed: it needs {missing!r}, which is not installed"
         ) from error
+    except SystemExit as error:
+        # A script without an ``if __name__ == "__main__"`` guard: its exit would end the
+        # command silently, with the script's exit code.
+        raise ConfigError(
+            f"importing module {module_name!r} called sys.exit({error.code!r}); run its "
+            'script code only under `if __name__ == "__main__":`'
+        ) from error
     except Exception as error:
         raise ConfigError(
             f"importing module {module_name!r} raised {type(error).__name__}: {error}"
@@ -51,19 +68,49 @@ def load_object(reference: str) -> Any:
     value: Any = module
     walked = module_name
     for name in attribute_path.split("."):
-        if not hasattr(value, name):
+        reading = f"{walked}:{name}" if walked == module_name else f"{walked}.{name}"
+        try:
+            value = getattr(value, name)
+        except AttributeError:
             defined = sorted(n for n in dir(value) if not n.startswith("_"))
             listing = ", ".join(defined[:20]) + (", ..." if len(defined) > 20 else "")
             raise ConfigError(
                 f"{walked!r} has no attribute {name!r} (from {reference!r}); "
                 f"it defines: {listing or 'nothing public'}"
-            )
-        value = getattr(value, name)
-        walked = f"{walked}:{name}" if walked == module_name else f"{walked}.{name}"
+            ) from None
+        except Exception as error:
+            # A lazy attribute (a module's __getattr__, a property) whose import or code fails.
+            raise ConfigError(
+                f"reading {reading} raised {type(error).__name__}: {error}"
+            ) from error
+        walked = reading
     return value
 
 
+def _file_path_error(module_name: str, attribute_path: str) -> ConfigError:
+    """The error of a file path given for the module (``agents/weather.py``), with the dotted
+    name to write instead."""
+    path = module_name.replace("\\", "/").removesuffix(".py")
+    if path.startswith("/"):
+        directory, _, name = path.rpartition("/")
+        return ConfigError(
+            f"{module_name!r} is a file path, not a module name: write {name}:{attribute_path} "
+            f"and start the command in {directory or '/'}"
+        )
+    dotted = ".".join(part for part in path.split("/") if part not in ("", "."))
+    return ConfigError(
+        f"{module_name!r} is a file path, not a module name: write {dotted}:{attribute_path} "
+        "(the module's dotted name, from the directory it is started in)"
+    )
+
+
 def _call_factory(reference: str, factory: Callable[..., Any], wanted: str) -> Any:
+    if inspect.iscoroutinefunction(factory):
+        # Called, it would only make a coroutine, never awaited (and warned about at exit).
+        raise ConfigError(
+            f"{reference} is an async function; name a plain (def) function that returns it, "
+            "or the object itself"
+        )
     try:
         return factory()
     except ConfigError:

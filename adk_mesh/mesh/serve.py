@@ -6,7 +6,8 @@ holds the real port when ``--port 0`` was asked for.
 
 On SIGTERM or SIGINT the server drains (see :meth:`MeshServer.drain`): health turns
 NOT_SERVING, new calls are refused with UNAVAILABLE, the runs in flight get ``grace`` seconds to
-finish and are cancelled after that. Progress of the stop goes to stderr.
+finish and are cancelled after that; a second signal changes nothing (the grace bounds the
+drain; SIGKILL stops at once). Progress of the stop goes to stderr.
 """
 
 from __future__ import annotations
@@ -197,13 +198,27 @@ async def serve_until_signal(
         print(f"adk-mesh: serving {kind} {name} on {host}:{port}", flush=True)
         await stopping.wait()
         print(f"adk-mesh: draining (grace {grace:g}s)", file=sys.stderr, flush=True)
-    finally:
+        # The handlers stay for the drain: without them a second SIGTERM would kill the
+        # process (the runs in flight cut, spans lost) and a second Ctrl-C would raise
+        # KeyboardInterrupt inside the event loop. The grace already bounds the drain.
         for number in signals:
-            loop.remove_signal_handler(number)
+            loop.add_signal_handler(number, _already_draining, grace)
+    finally:
         if mcp is not None:
             await mcp.stop(grace)
         await server.drain(grace)
+        for number in signals:
+            loop.remove_signal_handler(number)
     print("adk-mesh: stopped", file=sys.stderr, flush=True)
+
+
+def _already_draining(grace: float) -> None:
+    print(
+        f"adk-mesh: already draining: running calls get the rest of the grace ({grace:g}s); "
+        "SIGKILL stops at once",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 async def _start_mcp(

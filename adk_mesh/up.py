@@ -109,8 +109,9 @@ fed by the turns a root runs), ``ADK_MESH_MODEL`` when a model is configured,
 ``ADK_MESH_MCP_TOOLSETS`` when it has ``mcp`` tables, ``ADK_MESH_A2A_AGENTS`` when it has
 ``a2a_agents`` tables, and
 ``ADK_MESH_TRACE_DIR=<state_dir>/traces`` unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Their
-output is printed line by line, prefixed with the service's name. Ctrl-C or SIGTERM stops them
-all (in reverse order, SIGTERM then, after the grace period, SIGKILL). A port already in use is
+output is printed line by line, prefixed with the service's name. Ctrl-C, SIGTERM or SIGHUP
+stops them all (in reverse order, SIGTERM then, 5 s after the grace period, SIGKILL); on Linux a
+service also gets SIGTERM when ``up`` dies any other way (SIGKILL). A port already in use is
 reported before anything starts. Clients use the front doors, trusting the CA
 (``ADK_MESH_TLS_CA=.adk-mesh/pki/ca.pem``; ``up`` prints it).
 
@@ -182,6 +183,11 @@ MESH_DOOR_LINE = re.compile(r"adk-mesh: mesh door on (\S+):(\d+)\b")
 A2A_CARD_LINE = re.compile(r"adk-mesh: A2A agent card on (\S+)")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _LOG_TAIL = 20
+
+#: Seconds a service gets after the grace before SIGKILL: a service draining for the grace
+#: (``--grace``) then cancels what still runs, records it, closes its stores and flushes its
+#: spans; killed the moment the grace ends, it lost all of that.
+STOP_MARGIN = 5.0
 
 LogSink = Callable[[str, str], None]
 #: ``"dev"``: a development CA and certificates made under the PKI directory; ``"files"``: the
@@ -1112,6 +1118,31 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+#: Run before a service's command on Linux (``python -I -c``, then ``up``'s pid and the
+#: command): the kernel sends the service SIGTERM when ``up`` dies, even by SIGKILL, where it
+#: would live on in its own session holding its ports. A process of its own sets it, then
+#: execs the command: a ``preexec_fn`` would run Python in a fork of ``up``, whose gRPC
+#: threads make that unsafe (see :mod:`subprocess`).
+_ORPHAN_GUARD = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # up died before the guard was set
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as error:
+    print(f"adk-mesh up: cannot run {sys.argv[2]!r}: {error.strerror}", file=sys.stderr)
+    sys.exit(127)
+"""
+
+
+def _orphan_guard(argv: list[str]) -> list[str]:
+    """``argv`` run so that it stops when ``up`` dies (Linux; elsewhere ``argv``)."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-I", "-c", _ORPHAN_GUARD, str(os.getpid()), *argv]
+
+
 def print_log(service: str, line: str) -> None:
     """The default log sink: ``service | line`` on stdout."""
     print(f"{service:<10} | {line}", flush=True)
@@ -1295,9 +1326,15 @@ class Mesh:
             raise UpError("this mesh is already started")
         self.check_ports()
         config = self.config
-        config.state_dir.mkdir(parents=True, exist_ok=True)
-        if "ADK_MESH_TRACE_DIR" not in os.environ:
-            config.trace_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+            if "ADK_MESH_TRACE_DIR" not in os.environ:
+                config.trace_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UpError(
+                f"cannot make the state directory {config.state_dir} ([mesh] state_dir): "
+                f"{_reason(error)}"
+            ) from None
         await asyncio.to_thread(self.prepare_certificates)
         try:
             for spec in config.services:
@@ -1364,7 +1401,7 @@ class Mesh:
         argv = self.command(spec)
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv,
+                *_orphan_guard(argv),
                 cwd=config.root_dir,
                 env=self.environment(spec),
                 stdin=asyncio.subprocess.DEVNULL,
@@ -1454,7 +1491,8 @@ class Mesh:
         return waits[task], task.result()
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop every service (reverse start order): SIGTERM, then SIGKILL after ``grace``."""
+        """Stop every service (reverse start order): SIGTERM, then SIGKILL to those still
+        running ``grace`` + :data:`STOP_MARGIN` seconds later."""
         grace = self.config.grace if grace is None else grace
         running, self._running = self._running, []
         self.targets = {}
@@ -1465,9 +1503,13 @@ class Mesh:
             if item.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     item.process.send_signal(signal.SIGTERM)
+        # One deadline for all, signalled together: a wait each would add up to a grace per
+        # service that does not stop.
+        deadline = asyncio.get_running_loop().time() + grace + STOP_MARGIN
         for item in reversed(running):
             try:
-                await asyncio.wait_for(item.process.wait(), grace)
+                remaining = deadline - asyncio.get_running_loop().time()
+                await asyncio.wait_for(item.process.wait(), max(remaining, 0.0))
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     item.process.kill()
@@ -1537,12 +1579,15 @@ async def _health_check(address: str, seconds: float, name: str, tls: ClientTLS 
             response = await stub.Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=seconds, wait_for_ready=True
             )
-        except grpc.RpcError as error:
+        except grpc.aio.AioRpcError as error:
+            # The error object's own text is five lines, gRPC's debug string included.
             raise UpError(
-                f"service {name!r} at {address} fails its health check: {error}"
+                f"service {name!r} at {address} fails its health check: "
+                f"{error.code().name}: {error.details()}"
             ) from None
     if response.status != health_pb2.HealthCheckResponse.SERVING:
-        raise UpError(f"service {name!r} at {address} reports {response.status} instead of SERVING")
+        status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+        raise UpError(f"service {name!r} at {address} reports {status} instead of SERVING")
 
 
 def _security_summary(config: MeshConfig) -> str:
@@ -1559,10 +1604,15 @@ def _security_summary(config: MeshConfig) -> str:
     )
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 async def _up(config: MeshConfig) -> int:
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP too: the services run in sessions of their own, so closing the terminal of `up`
+    # reaches `up` alone, and they would live on holding their ports.
+    for number in _STOP_SIGNALS:
         loop.add_signal_handler(number, stopping.set)
     mesh = Mesh(config)
     stop_wait = asyncio.ensure_future(stopping.wait())
@@ -1602,7 +1652,7 @@ async def _up(config: MeshConfig) -> int:
     finally:
         stop_wait.cancel()
         await mesh.stop()
-        for number in (signal.SIGINT, signal.SIGTERM):
+        for number in _STOP_SIGNALS:
             loop.remove_signal_handler(number)
     return code
 

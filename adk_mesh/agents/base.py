@@ -76,6 +76,13 @@ def checked_callback_result(result: object, expected: type[Any], hook: str, agen
     )
 
 
+def _changed_something(callback_context: CallbackContext) -> bool:
+    """Whether an agent callback changed state or saved an artifact: its event records it
+    (an artifact saved and on no event's ``artifact_delta`` would be invisible to the
+    clients, an A2A caller's artifacts and the session's history)."""
+    return callback_context.state.has_delta() or bool(callback_context.actions.artifact_delta)
+
+
 def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -302,7 +309,7 @@ class BaseAgent(abc.ABC):
             if content is None and self.before_agent_callbacks:
                 content = await call_callbacks(self.before_agent_callbacks, callback_context)
             content = checked_callback_result(content, Content, "before_agent", self.name)
-            if content is not None or callback_context.state.has_delta():
+            if content is not None or _changed_something(callback_context):
                 yield ctx.new_event(content=content, actions=callback_context.actions)
             if content is not None:
                 return
@@ -335,7 +342,7 @@ class BaseAgent(abc.ABC):
         if content is None and self.after_agent_callbacks:
             content = await call_callbacks(self.after_agent_callbacks, callback_context)
         content = checked_callback_result(content, Content, "after_agent", self.name)
-        if content is not None or callback_context.state.has_delta():
+        if content is not None or _changed_something(callback_context):
             yield ctx.new_event(content=content, actions=callback_context.actions)
 
     @abc.abstractmethod

@@ -6,12 +6,13 @@ import pytest
 
 from adk_mesh import Content, DelegationError, LlmAgent, Runner, SequentialAgent
 from adk_mesh.agents.base import BaseAgent
+from adk_mesh.artifacts.memory import InMemoryArtifactService
 from adk_mesh.contexts import CallbackContext
 from adk_mesh.errors import AgentNotFoundError
 from adk_mesh.plugins import Plugin
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
-from adk_mesh.types import Event
+from adk_mesh.types import Event, Part
 
 
 def transfer(name: str) -> object:
@@ -215,3 +216,32 @@ async def test_a_failing_target_runs_no_after_hook_of_the_agent_that_transferred
     with pytest.raises(Exception):  # noqa: B017 - the scripted model has nothing left to say
         await turn(runner, session.id, "Go.")
     assert hooks.seen == ["before root", "before failing"]
+
+
+async def test_an_artifact_an_agent_callback_saves_is_on_an_event() -> None:
+    # Saved and on no event's artifact_delta, it would be invisible to clients (and an A2A
+    # caller's artifacts), as if never saved.
+    async def before(ctx: CallbackContext) -> None:
+        await ctx.save_artifact("brief.txt", Part.from_text("before"))
+
+    async def after(ctx: CallbackContext) -> None:
+        await ctx.save_artifact("report.txt", Part.from_text("after"))
+
+    agent = LlmAgent(
+        name="writer",
+        model=ScriptedModel(["Done."]),
+        before_agent_callback=before,
+        after_agent_callback=after,
+    )
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="app", user_id="u")
+    runner = Runner(
+        agent=agent,
+        app_name="app",
+        session_service=service,
+        artifact_service=InMemoryArtifactService(),
+    )
+    events = await turn(runner, session.id, "Write.")
+    deltas = [e.actions.artifact_delta for e in events if e.actions.artifact_delta]
+    assert deltas == [{"brief.txt": 1}, {"report.txt": 1}]
+    assert events[-1].author == "writer" and events[-1].content is None

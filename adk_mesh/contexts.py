@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import re
+import reprlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -27,10 +28,16 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    model_validator,
+)
 
 from adk_mesh.credentials import Credential, CredentialService, KnownSecrets
-from adk_mesh.errors import ArtifactError, InvalidArgumentError, LlmCallLimitError
+from adk_mesh.errors import ArtifactError, ConfigError, InvalidArgumentError, LlmCallLimitError
 from adk_mesh.ids import check_name
 from adk_mesh.state import State
 from adk_mesh.telemetry._providers import get_tracer
@@ -81,6 +88,10 @@ MAX_UNREAD_TOOL_EVENTS = 64
 serving_deadline: ContextVar[float | None] = ContextVar("adk_mesh_serving_deadline", default=None)
 
 
+_MAX_INT32 = 2**31 - 1
+_MIN_INT32 = -(2**31)
+
+
 class StreamingMode(StrEnum):
     """``NONE``: one event per model response. ``SSE``: partial events while the model streams."""
 
@@ -97,12 +108,38 @@ class RunConfig(BaseModel):
             :class:`~adk_mesh.errors.LlmCallLimitError`. 0 or less: no bound in process; a
             mesh server always applies its own limit, which this may only lower.
         streaming_mode: whether models stream partial events.
+
+    Raises:
+        ConfigError: a setting it does not have, or a value of the wrong kind (naming the
+            setting); a ``max_llm_calls`` beyond what the mesh carries (+-2**31).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
     streaming_mode: StreamingMode = StreamingMode.NONE
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _checked(cls, data: Any, handler: ModelWrapValidatorHandler[RunConfig]) -> RunConfig:
+        # A developer's mistake, as every other setting's: a ConfigError naming the setting.
+        try:
+            config = handler(data)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in problem['loc']) or 'the settings'}: "
+                f"{problem['msg']} (got {reprlib.repr(problem['input'])})"
+                for problem in error.errors()
+            )
+            raise ConfigError(f"bad RunConfig: {problems}") from None
+        # The mesh carries it as an int32 (a RemoteAgent's hop): beyond it, a delegation
+        # would fail with a bare ValueError in the middle of the turn.
+        if not _MIN_INT32 <= config.max_llm_calls <= _MAX_INT32:
+            raise ConfigError(
+                f"bad RunConfig: max_llm_calls is {config.max_llm_calls}; it must be between "
+                f"{_MIN_INT32} and {_MAX_INT32} (0 or less: no bound)"
+            )
+        return config
 
 
 @dataclasses.dataclass(frozen=True)

@@ -277,6 +277,8 @@ class _InvocationShared:
 
     llm_calls: _LlmCallCount = dataclasses.field(default_factory=_LlmCallCount)
     ended: bool = False
+    #: The turn is over (see InvocationContext.finish): its contexts take no more changes.
+    finished: bool = False
     #: The credential values handed out in this invocation in this process (never stored).
     secrets: KnownSecrets = dataclasses.field(default_factory=KnownSecrets)
     #: The invocation's tracer once asked for (a 1-tuple: ``(None,)`` is "tracing off").
@@ -452,6 +454,17 @@ class InvocationContext:
         """Stop the invocation: agents check this between steps and return early."""
         self._shared.ended = True
 
+    @property
+    def finished(self) -> bool:
+        """True once the invocation is over (:meth:`finish`)."""
+        return self._shared.finished
+
+    def finish(self) -> None:
+        """Mark the invocation over (the Runner does, once its turn ends in any way): from then
+        on the callback and tool contexts made for it refuse state writes and artifact saves,
+        which no event would record (a task a tool left running, a context a callback kept)."""
+        self._shared.finished = True
+
     def count_llm_call(self) -> None:
         """Count one model call; past ``run_config.max_llm_calls`` raise
         :class:`~adk_mesh.errors.LlmCallLimitError` instead."""
@@ -613,16 +626,44 @@ class CallbackContext(ReadonlyContext):
     """A ReadonlyContext whose state is writable and which can use artifacts.
 
     Every write is recorded in :attr:`actions` and reaches the session through the next event.
+    Once the invocation is over (and a ToolContext once its call is answered) no event will
+    carry them: state writes and artifact saves then raise
+    :class:`~adk_mesh.errors.ConfigError` instead of being lost; reads still work.
     """
 
-    __slots__ = ("_actions", "_state")
+    __slots__ = ("_actions", "_closed", "_state")
 
     def __init__(
         self, invocation: InvocationContext, *, actions: EventActions | None = None
     ) -> None:
         super().__init__(invocation)
         self._actions = actions if actions is not None else EventActions()
-        self._state = State(invocation.session.state, self._actions.state_delta)
+        self._closed = False
+        self._state: State = _ContextState(
+            invocation.session.state, self._actions.state_delta, self
+        )
+
+    def close(self) -> None:
+        """Take no more changes: what the context was made for is over (the runtime calls
+        this once a tool call is answered)."""
+        self._closed = True
+
+    def _check_open(self, change: str) -> None:
+        """Refuse ``change`` once no event would record it.
+
+        Raises:
+            ConfigError: the invocation is over, or the context was closed.
+        """
+        if self._invocation.finished:
+            why = f"invocation {self._invocation.invocation_id!r} is over"
+        elif self._closed:
+            why = f"the call this {type(self).__name__} was made for was answered"
+        else:
+            return
+        raise ConfigError(
+            f"cannot {change}: {why}, so no event would record it; make changes while the "
+            "tool or callback runs"
+        )
 
     @property
     def state(self) -> State:
@@ -641,7 +682,12 @@ class CallbackContext(ReadonlyContext):
     async def save_artifact(self, filename: str, artifact: Part) -> int:
         """Save a new version of an artifact and record it in ``artifact_delta``. The values
         of the credentials this invocation handed out are replaced by ``[redacted]`` in its
-        text or data first (:mod:`adk_mesh.credentials`)."""
+        text or data first (:mod:`adk_mesh.credentials`).
+
+        Raises:
+            ConfigError: the context takes no more changes (see the class docstring).
+        """
+        self._check_open(f"save artifact {filename!r}")
         invocation = self._invocation
         secrets = invocation.known_secrets
         if secrets:
@@ -673,6 +719,22 @@ class CallbackContext(ReadonlyContext):
             user_id=invocation.user_id,
             session_id=invocation.session_id,
         )
+
+
+class _ContextState(State):
+    """The State of a CallbackContext: a write is refused once no event would record it."""
+
+    __slots__ = ("_context",)
+
+    def __init__(
+        self, value: dict[str, Any], delta: dict[str, Any], context: CallbackContext
+    ) -> None:
+        super().__init__(value, delta)
+        self._context = context
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._context._check_open(f"write state key {key!r}")
+        super().__setitem__(key, value)
 
 
 def _redacted_part(part: Part, secrets: KnownSecrets) -> Part:
@@ -731,7 +793,9 @@ class ToolContext(CallbackContext):
 
         Raises:
             InvalidArgumentError: the context answers no function call.
+            ConfigError: the call was answered already, or the invocation is over.
         """
+        self._check_open("request confirmation")
         if not self.function_call_id:
             raise InvalidArgumentError(
                 "request_confirmation needs the function call being answered; this tool "
@@ -758,9 +822,10 @@ class ToolContext(CallbackContext):
 
     @actions.setter
     def actions(self, value: EventActions) -> None:
+        self._check_open("replace the actions")
         # Keep the State view writing into the delta that will travel.
         self._actions = value
-        self._state = State(self._invocation.session.state, value.state_delta)
+        self._state = _ContextState(self._invocation.session.state, value.state_delta, self)
 
     async def search_memory(self, query: str) -> list[MemoryEntry]:
         """Search the user's long-term memory; empty when no memory service is configured."""

@@ -398,10 +398,15 @@ class Runner:
                     for event in recorded:
                         yield event
             raise
-        if self.memory_service is not None and self.add_turns_to_memory:
-            await self._add_to_memory(self.memory_service, ctx)
-        if plugins is not None and plugins.has("after_run"):
-            await plugins.run("after_run", invocation_context=ctx)
+        else:
+            if self.memory_service is not None and self.add_turns_to_memory:
+                await self._add_to_memory(self.memory_service, ctx)
+            if plugins is not None and plugins.has("after_run"):
+                await plugins.run("after_run", invocation_context=ctx)
+        finally:
+            # A context kept past the turn (a tool's background task) now refuses changes
+            # instead of making them where no event records them.
+            ctx.finish()
 
     async def _add_to_memory(self, memory: MemoryService, ctx: InvocationContext) -> None:
         """Add the finished turn's session, as stored, to memory; never raises but for a

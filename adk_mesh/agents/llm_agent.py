@@ -695,6 +695,9 @@ class LlmAgent(BaseAgent):
             target = tool_context.actions.transfer_to_agent
             if target:
                 telemetry.record_control_transfer("pass_control", target)
+        # Answered: a change made through the context from now on (a task the tool left
+        # running) would reach no event, so it is refused rather than lost.
+        tool_context.close()
         if call.id in tool_context.actions.requested_tool_confirmations:
             return None, tool_context.actions  # answered once a person confirms or rejects
         if not response:

@@ -393,6 +393,9 @@ async def _run_tool(
         async for progress in feed:
             yield tool_pb2.CallToolResponse(progress=progress)
         response, error = feed.result()
+    # Answered: a change made through the context from now on (a task the tool left running)
+    # would reach no caller, so it is refused rather than lost.
+    tool_context.close()
     try:
         result = codec.tool_result_to_proto(response, error, tool_context.actions)
     except AdkJSONError as unfit:

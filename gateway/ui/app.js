@@ -128,7 +128,18 @@ async function loadSessions(wanted) {
   await openSession(elements.session.value);
 }
 
+/**
+ * Leave the session shown: a turn still streaming into it is stopped (as Stop does: the
+ * gateway cancels the run), for its events belong to the page being replaced — left running,
+ * they would change the next session's state panel and trace; and its open artifact closes.
+ */
+function leaveSession() {
+  ui.running?.abort();
+  closeArtifact();
+}
+
 async function openSession(sessionId) {
+  leaveSession();
   writeHash();
   clearTrace();
   ui.session = null;
@@ -137,7 +148,6 @@ async function openSession(sessionId) {
     replace(elements.transcript, h("p.empty", { text: "A new session starts with your first message." }));
     replace(elements.state, h("p.empty", { text: "No session yet." }));
     replace(elements.artifacts, h("p.empty", { text: "No session yet." }));
-    elements.artifactView.hidden = true;
     return;
   }
   const { app, user } = current();
@@ -163,6 +173,7 @@ async function newSession() {
   elements.session.value = session.id;
   ui.session = session;
   writeHash();
+  closeArtifact();
   replace(elements.transcript);
   renderState();
   replace(elements.artifacts, h("p.empty", { text: "No artifacts yet." }));
@@ -311,6 +322,26 @@ function errorLine(turn, message) {
   );
 }
 
+/** Whether the transcript shows its end: only then do new events scroll it, so a person who
+ * scrolled up to read stays where they are while a long answer streams. */
+function atBottom() {
+  const transcript = elements.transcript;
+  return transcript.scrollHeight - transcript.clientHeight - transcript.scrollTop < 32;
+}
+
+/** A turn's live area once its stream ended: tool progress goes; the text streamed before a
+ * Stop or a failure stays (its final event never came, and it is what the person read),
+ * marked as such. */
+function endLive(turn) {
+  const state = turn.article.dataset.state;
+  if (state === "done") {
+    turn.live.replaceChildren();
+    return;
+  }
+  for (const row of turn.live.querySelectorAll(".line.progress")) row.remove();
+  for (const tag of turn.live.querySelectorAll(".bubble .tag")) tag.textContent = state;
+}
+
 async function send(text) {
   if (ui.running) return;
   let { sessionId } = current();
@@ -327,10 +358,15 @@ async function send(text) {
   const turn = turnElement(text);
   turn.article.dataset.state = "running";
   let count = 0;
+  /** The gateway's error frame, when the run ended with one (a failure after it started). */
+  let failed = "";
   const started = performance.now();
+  // Whether this turn's session is still the one shown (another one opened stops the turn).
+  const shown = () => current().sessionId === sessionId;
   try {
     if (!sessionId) sessionId = await newSession();
     elements.transcript.append(turn.article);
+    elements.transcript.scrollTop = elements.transcript.scrollHeight;
     ui.changedKeys = new Set();
     say("Running…");
     for await (const frame of api.runSse({
@@ -341,26 +377,35 @@ async function send(text) {
       streaming: elements.streaming.checked,
       signal: controller.signal,
     })) {
+      // Frames already read when the turn was stopped are not drawn.
+      controller.signal.throwIfAborted();
+      const follow = atBottom();
       if (frame && typeof frame.error === "string" && !frame.author) {
         errorLine(turn, frame.error);
+        failed = frame.error;
         continue;
       }
       setInvocation(turn, invocationOf(frame));
       if (field(frame, "author") === "user") continue; // the message shown at the top
       applyEvent(turn, frame);
       if (!isPartial(frame)) count += 1;
-      elements.transcript.scrollTop = elements.transcript.scrollHeight;
+      if (follow) elements.transcript.scrollTop = elements.transcript.scrollHeight;
     }
-    say(`Done: ${count} event${count === 1 ? "" : "s"} in ${formatMs(performance.now() - started)}.`);
-    turn.article.dataset.state = "done";
+    if (failed) {
+      say(`The run failed: ${failed}`, "error");
+      turn.article.dataset.state = "failed";
+    } else {
+      say(`Done: ${count} event${count === 1 ? "" : "s"} in ${formatMs(performance.now() - started)}.`);
+      turn.article.dataset.state = "done";
+    }
   } catch (error) {
     if (controller.signal.aborted) {
       errorLine(turn, "stopped: the run was cancelled");
-      say("Stopped.");
+      if (shown()) say("Stopped.");
       turn.article.dataset.state = "stopped";
     } else {
       turn.article.dataset.state = "failed";
-      if (!turn.article.isConnected) elements.transcript.append(turn.article);
+      if (!turn.article.isConnected && shown()) elements.transcript.append(turn.article);
       errorLine(turn, failure(error));
       say(`The run failed: ${failure(error)}`, "error");
     }
@@ -368,9 +413,10 @@ async function send(text) {
     ui.running = null;
     elements.send.disabled = false;
     elements.stop.hidden = true;
-    turn.live.replaceChildren();
+    endLive(turn);
     finishTurn(turn, count, performance.now() - started);
   }
+  if (!shown()) return;
   await refreshSession();
   const invocationId = turn.article.dataset.invocation;
   if (invocationId) showTrace(invocationId);
@@ -472,36 +518,62 @@ async function loadArtifacts() {
   );
 }
 
+/** Standard base64 (the url-safe alphabet already mapped) as bytes. */
 function decodeBase64(data) {
-  const binary = atob(data.replace(/-/g, "+").replace(/_/g, "/"));
+  const binary = atob(data);
   return Uint8Array.from(binary, (character) => character.charCodeAt(0));
+}
+
+/** The object URL of the artifact shown, released when it is closed or replaced. */
+let artifactUrl = "";
+
+function closeArtifact() {
+  if (artifactUrl) URL.revokeObjectURL(artifactUrl);
+  artifactUrl = "";
+  elements.artifactView.replaceChildren();
+  elements.artifactView.hidden = true;
 }
 
 async function openArtifact(name, version) {
   const { app, user, sessionId } = current();
   const view = elements.artifactView;
-  view.hidden = false;
   let part;
   try {
     part = await api.loadArtifact(app, user, sessionId, name, version);
   } catch (error) {
+    if (current().sessionId !== sessionId) return;
+    closeArtifact();
+    view.hidden = false;
     replace(view, h("p.empty", { text: `${name} could not be loaded: ${failure(error)}` }));
     return;
   }
+  if (current().sessionId !== sessionId) return; // another session was opened meanwhile
+  closeArtifact();
+  view.hidden = false;
   const heading = h("h3", { text: version === undefined ? name : `${name} · version ${version}` });
   const inline = field(part, "inlineData");
   if (typeof part?.text === "string") {
     replace(view, heading, h("pre.artifact-text", { text: part.text }));
   } else if (inline && typeof inline.data === "string") {
-    const mime = field(inline, "mimeType") ?? "application/octet-stream";
-    const bytes = decodeBase64(inline.data);
-    const url = URL.createObjectURL(new Blob([bytes], { type: mime }));
-    const preview = mime.startsWith("image/")
-      ? h("img", { src: url, alt: name })
+    const mime = String(field(inline, "mimeType") ?? "application/octet-stream");
+    const base64 = inline.data.replace(/-/g, "+").replace(/_/g, "/");
+    const bytes = decodeBase64(base64);
+    // An artifact is what a model or a tool wrote: HTML or SVG under a blob: URL of this
+    // origin would run its scripts here, next to the tab's credentials, when opened in a tab
+    // ("Open link/image in new tab"). So the download is untyped bytes, and an image is shown
+    // from a data: URL (an opaque origin, and never opened as a page).
+    artifactUrl = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
+    const preview = /^image\/[\w.+-]+$/.test(mime)
+      ? h("img", { src: `data:${mime};base64,${base64}`, alt: name })
       : mime.startsWith("text/") || mime.includes("json")
         ? h("pre.artifact-text", { text: new TextDecoder().decode(bytes) })
         : null;
-    replace(view, heading, preview, h("a", { href: url, download: name, text: `Download (${mime}, ${bytes.length} bytes)` }));
+    replace(
+      view,
+      heading,
+      preview,
+      h("a", { href: artifactUrl, download: name, text: `Download (${mime}, ${bytes.length} bytes)` }),
+    );
   } else {
     replace(view, heading, h("pre.artifact-text", { text: JSON.stringify(part, null, 2) }));
   }
@@ -589,6 +661,7 @@ elements.app.addEventListener("change", () => loadSessions(""));
 elements.user.addEventListener("change", () => loadSessions(""));
 elements.session.addEventListener("change", () => openSession(elements.session.value));
 elements.newSession.addEventListener("click", async () => {
+  leaveSession();
   try {
     const id = await newSession();
     say(`New session ${id}.`);
@@ -619,6 +692,21 @@ for (const input of [elements.token, elements.credentialKind]) {
     }
   });
 }
+
+// A link to another session opened in this tab changes only the fragment: no reload.
+window.addEventListener("hashchange", () => {
+  const hash = readHash();
+  const now = current();
+  const wanted = {
+    app: hash.get("app") ?? now.app,
+    user: hash.get("user") ?? now.user,
+    sessionId: hash.get("session") ?? "",
+  };
+  if (wanted.app === now.app && wanted.user === now.user && wanted.sessionId === now.sessionId) return;
+  if ([...elements.app.options].some((option) => option.value === wanted.app)) elements.app.value = wanted.app;
+  elements.user.value = wanted.user;
+  loadSessions(wanted.sessionId);
+});
 
 async function start() {
   const hash = readHash();

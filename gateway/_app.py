@@ -39,7 +39,7 @@ from gateway._mesh import MeshClient
 from gateway._models import ListAppsResponse, VersionBody
 from gateway._problems import PROBLEM_JSON, Problem, problem, problem_response
 from gateway._runs import run_router
-from gateway._security import CORS_HEADERS, CORS_METHODS, BodyLimit, Caller
+from gateway._security import CORS_HEADERS, CORS_METHODS, BodyLimit, Caller, SecurityHeaders
 from gateway._settings import GatewaySettings
 
 __all__ = ["UI_DIRECTORY", "create_app", "mount_ui"]
@@ -160,6 +160,7 @@ def create_app(settings: GatewaySettings, *, mesh: MeshClient | None = None) -> 
     mount_ui(app, settings)
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(SecurityHeaders)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

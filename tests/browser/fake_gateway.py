@@ -30,6 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from adk_mesh.telemetry import OtlpJsonFileSpanExporter
+from gateway._security import SecurityHeaders
 from gateway._traces import UI_DIRECTORY, TraceSources, trace_router
 
 APP = "travel_desk"
@@ -114,6 +115,8 @@ class FakeGateway:
                 Mount("/ui", app=StaticFiles(directory=UI_DIRECTORY, html=True), name="ui"),
             ]
         )
+        # The gateway's headers, its Content-Security-Policy included: the UI runs under it.
+        app.add_middleware(SecurityHeaders)
         return app
 
     async def list_apps(self, request: Request) -> Response:

@@ -426,3 +426,22 @@ async def test_the_detailed_app_list_leaves_out_an_app_whose_service_is_down(
         detailed = await client.get("/list-apps", params={"detailed": "true"})
     assert detailed.status_code == 200
     assert [app["name"] for app in detailed.json()["apps"]] == ["desk"]
+
+
+async def test_responses_carry_nosniff_and_the_ui_a_policy_that_keeps_it_unframed(
+    gateway: httpx.AsyncClient,
+) -> None:
+    health = await gateway.get("/health")
+    assert health.headers["x-content-type-options"] == "nosniff"
+    assert "content-security-policy" not in health.headers
+    for path in ("/ui/", "/ui/app.js"):
+        page = await gateway.get(path)
+        assert page.status_code == 200
+        assert page.headers["x-content-type-options"] == "nosniff"
+        policy = page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "object-src 'none'" in policy
+        assert "default-src 'self'" in policy and "unsafe-inline" not in policy
+        assert page.headers["x-frame-options"] == "DENY"
+    # Swagger UI's scripts come from a CDN: its page gets no policy that would break it.
+    docs = await gateway.get("/docs")
+    assert "content-security-policy" not in docs.headers

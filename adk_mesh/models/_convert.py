@@ -9,7 +9,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
-from adk_mesh.errors import ModelError
+from adk_mesh.errors import ModelError, ModelRequestError
 from adk_mesh.models.base import BuiltinTool, GenerateContentConfig
 from adk_mesh.types import (
     Citation,
@@ -131,8 +131,10 @@ def user_turn_items(
     return items
 
 
-def unsupported_builtin(provider: str, tool: BuiltinTool, supported: str) -> ModelError:
-    return ModelError(
+def unsupported_builtin(provider: str, tool: BuiltinTool, supported: str) -> ModelRequestError:
+    # The request as built can never succeed: a ModelRequestError (INTERNAL across the mesh),
+    # not the plain ModelError of a provider outage (UNAVAILABLE), which clients retry.
+    return ModelRequestError(
         f"{provider} does not offer the built-in tool {tool.value!r} ({supported})",
         metadata={"provider": provider},
     )

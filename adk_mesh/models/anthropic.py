@@ -651,6 +651,16 @@ class AnthropicModel(HttpLlm):
         resolved_base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         if default_max_tokens < 1:
             raise ConfigError("default_max_tokens must be at least 1")
+        if web_search_max_uses is not None and (
+            isinstance(web_search_max_uses, bool)
+            or not isinstance(web_search_max_uses, int)
+            or web_search_max_uses < 1
+        ):
+            # The API takes an integer above 0; else its 400 comes at the first search.
+            raise ConfigError(
+                "web_search_max_uses (the web search tool's max_uses) must be a positive "
+                f"integer, not {web_search_max_uses!r}"
+            )
         super().__init__(
             model,
             base_url=resolved_base,

@@ -18,8 +18,9 @@ What each part becomes:
 
 Web search: :attr:`BuiltinTool.WEB_SEARCH` adds ``web_search_options: {}`` to the request. Chat
 Completions searches only with its search models (``gpt-4o-search-preview``,
-``gpt-4o-mini-search-preview``, ...); other models reject the option, and that error is
-reported as it comes. The ``url_citation`` annotations become
+``gpt-4o-mini-search-preview``, ...), and other models reject the option: asked of one, it is
+refused before sending, with a :class:`ModelRequestError` naming the model (as is any other
+built-in tool, which Chat Completions does not run). The ``url_citation`` annotations become
 :attr:`LlmResponse.grounding_metadata` (sources, and citations placed in the answer's text).
 
 Structured output: ``config.response_schema`` goes out as ``response_format: {type:
@@ -47,7 +48,7 @@ from typing import Any, Literal
 
 import httpx
 
-from adk_mesh.errors import ConfigError, ModelError, model_error
+from adk_mesh.errors import ConfigError, ModelError, ModelRequestError, model_error
 from adk_mesh.models._convert import (
     GroundingCollector,
     ToolCallIds,
@@ -56,7 +57,6 @@ from adk_mesh.models._convert import (
     is_model_role,
     json_dumps,
     response_schema_name,
-    unsupported_builtin,
     unsupported_part,
     uri_scheme,
     url_citations,
@@ -399,8 +399,13 @@ class OpenAIModel(HttpLlm):
             if builtin is BuiltinTool.WEB_SEARCH and "search" in body["model"].lower():
                 body["web_search_options"] = {}
             else:
-                raise unsupported_builtin(
-                    self.provider, builtin, "use BuiltinTool.WEB_SEARCH with a search model"
+                # Name the model: for web search it is the model, not the tool, that is wrong.
+                raise ModelRequestError(
+                    f"{self.provider} model {body['model']!r} cannot run the built-in tool "
+                    f"{builtin.value!r}: Chat Completions runs only web_search, and only with "
+                    "a search model (gpt-4o-search-preview, ...); openai-responses/ runs "
+                    "web_search and code_execution with any model",
+                    metadata={"provider": self.provider},
                 )
         config = request.config
         for key, value in (

@@ -175,6 +175,36 @@ _INCOMPLETE_REASONS: dict[str, FinishReason] = {
 
 _TEXT_LIKE = ("application/json", "application/xml")
 
+#: The fields the API takes on the ``web_search`` tool and in the code interpreter's ``auto``
+#: container besides their ``type`` (which is ours): another one is its 400 at the first call
+#: (``Unknown parameter``), so the constructor refuses it.
+_WEB_SEARCH_FIELDS = frozenset({"filters", "search_context_size", "user_location"})
+_CONTAINER_FIELDS = frozenset({"file_ids", "memory_limit", "network_policy"})
+
+
+def _tool_options(
+    name: str, options: Mapping[str, Any] | None, fields: frozenset[str], fixed_type: str
+) -> dict[str, Any]:
+    """``options`` (the constructor argument ``name``) as a dict, or :class:`ConfigError`
+    naming what the API would refuse."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(
+            f"{name} must be a mapping of the fields {', '.join(sorted(fields))}, "
+            f"not {type(options).__name__}"
+        )
+    if "type" in options:
+        raise ConfigError(f"{name} must not set 'type': {fixed_type}")
+    unknown = sorted(str(key) for key in options if key not in fields)
+    if unknown:
+        raise ConfigError(
+            f"{name} has {', '.join(map(repr, unknown))}, which the API does not take; "
+            f"it takes {', '.join(sorted(fields))}"
+        )
+    return dict(options)
+
+
 #: How a ``code_interpreter_call`` that reached one of these statuses ended (the others:
 #: ``in_progress``, ``interpreting``, ``incomplete``, never finished).
 _CODE_OUTCOMES: dict[str, CodeExecutionOutcome] = {
@@ -608,10 +638,11 @@ class OpenAIResponsesModel(HttpLlm):
             ``"detailed"``), sent when given: the summaries become the thought parts' text.
         web_search_options: fields merged into the ``web_search`` tool when
             :attr:`BuiltinTool.WEB_SEARCH` is declared (``search_context_size``,
-            ``user_location``, ``filters``).
+            ``user_location``, ``filters``; any other field is a :class:`ConfigError`).
         code_interpreter_container: fields merged into the ``code_interpreter`` tool's
             ``{"type": "auto"}`` container when :attr:`BuiltinTool.CODE_EXECUTION` is
-            declared (``memory_limit``, ``file_ids``).
+            declared (``memory_limit``, ``file_ids``, ``network_policy``; any other field
+            is a :class:`ConfigError`).
         timeout: seconds or an ``httpx.Timeout``.
         retry: the :class:`RetryPolicy`.
         headers: extra headers sent with every request.
@@ -640,19 +671,19 @@ class OpenAIResponsesModel(HttpLlm):
             api_key=api_key, base_url=base_url, organization=organization, headers=headers
         )
         super().__init__(model, timeout=timeout, retry=retry, **connection)
-        if web_search_options is not None and "type" in web_search_options:
-            raise ConfigError("web_search_options must not set 'type': it is 'web_search'")
-        if code_interpreter_container is not None and "type" in code_interpreter_container:
-            raise ConfigError(
-                "code_interpreter_container must not set 'type': the container is 'auto' "
-                "(created by the API for each request)"
-            )
+        self.web_search_options = _tool_options(
+            "web_search_options", web_search_options, _WEB_SEARCH_FIELDS, "it is 'web_search'"
+        )
+        self.code_interpreter_container = _tool_options(
+            "code_interpreter_container",
+            code_interpreter_container,
+            _CONTAINER_FIELDS,
+            "the container is 'auto' (created by the API for each request)",
+        )
         self.is_openai = resolved_base.rstrip("/") == DEFAULT_BASE_URL
         self.encrypted_reasoning = encrypted_reasoning
         self.reasoning_effort = reasoning_effort
         self.reasoning_summary = reasoning_summary
-        self.web_search_options = dict(web_search_options or {})
-        self.code_interpreter_container = dict(code_interpreter_container or {})
 
     def _check_credentials(self) -> None:
         if self._api_key is None and self.is_openai:

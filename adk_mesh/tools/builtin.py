@@ -15,7 +15,7 @@ from adk_mesh.tools.native import WebSearchTool
 
 if TYPE_CHECKING:
     from adk_mesh.contexts import ToolContext
-    from adk_mesh.models.base import LlmRequest
+    from adk_mesh.models.base import Llm, LlmRequest
 
 __all__ = ["ExitLoopTool", "GoogleSearchTool", "LoadArtifactsTool", "TransferToAgentTool"]
 
@@ -214,6 +214,13 @@ class GoogleSearchTool(WebSearchTool):
         BaseTool.__init__(
             self, "google_search", "Search the web with Google Search (run by Gemini)."
         )
+
+    def alternative_text(self, model: Llm) -> str:
+        # Code written for google-adk brings GoogleSearchTool to Claude or OpenAI: say that
+        # WebSearchTool searches there, not only that Gemini runs this one.
+        if model.supports_builtin_tool(BuiltinTool.WEB_SEARCH) is not True:
+            return ""
+        return f"; model {model.name!r} searches the web with WebSearchTool instead"
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError("google_search is handled internally by Gemini and cannot run locally")

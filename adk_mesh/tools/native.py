@@ -85,8 +85,12 @@ class NativeTool(BaseTool):
             raise ConfigError(
                 f"agent {agent!r} has the provider-native tool {self.name!r}, which "
                 f"{provider} model {model.name!r} cannot run; providers that can: "
-                f"{self.providers_text()}"
+                f"{self.providers_text()}{self.alternative_text(model)}"
             )
+
+    def alternative_text(self, model: Llm) -> str:
+        """What ``model`` runs instead of this tool, for the refusal (``""``: nothing)."""
+        return ""
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError(

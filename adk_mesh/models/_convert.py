@@ -9,7 +9,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
-from adk_mesh.errors import ModelError, ModelRequestError
+from adk_mesh.errors import ModelRequestError
 from adk_mesh.models.base import BuiltinTool, GenerateContentConfig
 from adk_mesh.types import (
     Citation,
@@ -84,8 +84,9 @@ def describe_part(content_index: int, part_index: int, content: Content, part: P
 
 def unsupported_part(
     provider: str, content_index: int, part_index: int, content: Content, part: Part, why: str
-) -> ModelError:
-    return ModelError(
+) -> ModelRequestError:
+    # A request that can never be sent as it is: not retried as an outage would be.
+    return ModelRequestError(
         f"{provider} cannot carry {describe_part(content_index, part_index, content, part)}: {why}",
         metadata={"provider": provider},
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adk_mesh.errors import ModelError
+from adk_mesh.errors import ModelError, ModelRequestError
 from adk_mesh.models import BuiltinTool, GenerateContentConfig, LlmRequest
 from adk_mesh.testing.fake_providers import (
     FakeAnthropic,
@@ -269,5 +269,7 @@ async def test_thinking_blocks_round_trip_with_their_signature(stream: bool) -> 
 async def test_video_is_refused_naming_the_part() -> None:
     request = LlmRequest(contents=[Content(role="user").with_inline_data("video/mp4", b"...")])
     async with FakeAnthropic() as server:
-        with pytest.raises(ModelError, match=r"part 0 of content 0 .*video/mp4"):
+        # Before sending, and not as an outage to retry: the request can never be sent.
+        with pytest.raises(ModelRequestError, match=r"part 0 of content 0 .*video/mp4"):
             await run(server, request, stream=False)
+        assert server.requests == []

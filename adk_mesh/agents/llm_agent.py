@@ -802,6 +802,7 @@ class LlmAgent(BaseAgent):
         error = ToolError(
             f"Tool {call.name!r} is not available to this agent. Available tools: {available}."
         )
+        telemetry.record_tool_error(error)  # the call failed, as a failing tool's does
         replaced = await self._on_tool_error(missing, args, tool_context, error)
         return replaced if replaced is not None else {"error": error.message}
 

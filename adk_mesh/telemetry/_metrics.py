@@ -23,7 +23,15 @@ __all__ = [
 
 # Seconds; GenAI calls take from milliseconds to minutes.
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+# The boundaries the GenAI conventions advise for gen_ai.client.operation.duration and
+# gen_ai.client.token.usage: a backend aggregates these metrics across services and other
+# GenAI instrumentations, which it can do only over the same buckets.
+_GEN_AI_DURATION_BUCKETS = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+_TOKEN_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
 
 OPERATION_NAME = "gen_ai.operation.name"
 ERROR_TYPE = "error.type"
@@ -67,7 +75,7 @@ def _instruments() -> _Instruments | None:
             "gen_ai.client.operation.duration",
             unit="s",
             description="Duration of one model call.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            explicit_bucket_boundaries_advisory=_GEN_AI_DURATION_BUCKETS,
         ),
         token_usage=meter.create_histogram(
             "gen_ai.client.token.usage",

@@ -234,7 +234,12 @@ def trace_invocation(
         return events
     annotate_current_span(ctx)
     ids = invocation_attributes(ctx)
-    attributes = {**ids, OPERATION_NAME: "invoke_workflow", "gen_ai.agent.name": ctx.agent.name}
+    attributes = {
+        **ids,
+        OPERATION_NAME: "invoke_workflow",
+        "gen_ai.workflow.name": ctx.app_name,  # the span is named after it
+        "gen_ai.agent.name": ctx.agent.name,
+    }
     span = tracer.start_span(
         f"invoke_workflow {ctx.app_name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
@@ -355,11 +360,15 @@ def _part_json(part: Any) -> dict[str, Any]:
     return {"type": "unknown"}
 
 
-def _messages_json(contents: list[Content]) -> str:
-    messages = [
+def _messages_json(contents: list[Content], finish_reason: str | None = None) -> str:
+    messages: list[dict[str, Any]] = [
         {"role": content.role or "user", "parts": [_part_json(part) for part in content.parts]}
         for content in contents
     ]
+    if finish_reason is not None:
+        # An output message's finish_reason is required by the conventions' schema.
+        for message in messages:
+            message["finish_reason"] = finish_reason
     return _bounded(json.dumps(messages, default=str, ensure_ascii=False))
 
 
@@ -384,9 +393,20 @@ def _redacted(value: Any) -> Any:
     return value
 
 
+# The conventions' well-known ``gen_ai.provider.name`` values ("if one of them applies, the
+# respective value MUST be used") for the models whose own name differs: a backend's GenAI views
+# filter on them. Other providers (ollama, a custom Llm) keep their own name.
+_WELL_KNOWN_PROVIDERS = {
+    "gemini": "gcp.gemini",  # the Gemini API (generativelanguage.googleapis.com)
+    "openai-responses": "openai",  # OpenAI's Responses API
+}
+
+
 def provider_name(model: Llm) -> str:
     provider = getattr(model, "provider", None)
-    return provider if isinstance(provider, str) and provider else type(model).__name__
+    if not isinstance(provider, str) or not provider:
+        return type(model).__name__
+    return _WELL_KNOWN_PROVIDERS.get(provider, provider)
 
 
 def trace_model_call(
@@ -455,10 +475,10 @@ def trace_model_call(
                 output_tokens = usage.candidates_token_count
                 span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
                 span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+            finish_reason = None
             if response.finish_reason is not None:
-                span.set_attribute(
-                    "gen_ai.response.finish_reasons", [str(response.finish_reason).lower()]
-                )
+                finish_reason = str(response.finish_reason).lower()
+                span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
             if response.error_code and error_type is None:
                 # An error answer (no exception): the metrics say so as the span does.
                 span.set_status(Status(StatusCode.ERROR, response.error_code))
@@ -466,7 +486,9 @@ def trace_model_call(
                 error_type = response.error_code
                 _metrics.record_error("chat", error_type)
             if capture and response.content is not None:
-                span.set_attribute("gen_ai.output.messages", _messages_json([response.content]))
+                span.set_attribute(
+                    "gen_ai.output.messages", _messages_json([response.content], finish_reason)
+                )
         _metrics.record_model_call(
             time.perf_counter() - started,
             provider=provider,
@@ -481,6 +503,9 @@ def trace_model_call(
 
 
 # --- execute_tool ---------------------------------------------------------------------------
+
+
+_UNKNOWN_TOOL = "_OTHER"
 
 
 def _tool_type(tool: BaseTool | None) -> str:
@@ -523,6 +548,9 @@ def trace_tool_call(
         f"execute_tool {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
     token = otel_context.attach(with_invocation(ids, trace.set_span_in_context(span)))
+    # A tool the agent does not have is named by the model: each name it invents would be a
+    # metric series of its own for the process's life, so they share one (the span keeps it).
+    metric_name = tool_name if tool is not None else _UNKNOWN_TOOL
     started = time.perf_counter()
     error_type: str | None = None
     try:
@@ -540,7 +568,7 @@ def trace_tool_call(
             recorded = getattr(span, "attributes", None) or {}
             value = recorded.get(ERROR_TYPE)
             error_type = value if isinstance(value, str) else None
-        _metrics.record_tool_duration(time.perf_counter() - started, tool_name, error_type)
+        _metrics.record_tool_duration(time.perf_counter() - started, metric_name, error_type)
         span.end()
 
 

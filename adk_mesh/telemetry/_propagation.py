@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING
 from urllib.parse import quote_plus, unquote_plus
 
-from opentelemetry import baggage, propagate, trace
+from opentelemetry import baggage, trace
 from opentelemetry.context import Context, create_key, get_value, set_value
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from opentelemetry.util.types import AttributeValue
@@ -168,6 +169,24 @@ def attributes_from_baggage(context: Context | None = None) -> dict[str, Attribu
 
 _W3C_FIELDS = frozenset({"traceparent", "tracestate", "baggage"})
 _w3c_textmap: tuple[object, bool] | None = None
+_propagate_module: ModuleType | None = None
+
+
+def propagate_module() -> ModuleType:
+    """``opentelemetry.propagate``, loaded at the first hop rather than at import: the API
+    reads ``OTEL_PROPAGATORS`` as it loads and raises ``ValueError`` on a name it does not
+    know, which at import would make ``import adk_mesh`` (every command) fail with a
+    traceback. :func:`~adk_mesh.telemetry.configure_telemetry` loads it first and turns that
+    into a ``ConfigError`` naming the variable."""
+    global _propagate_module
+    module = _propagate_module
+    if module is None:
+        from opentelemetry import propagate
+
+        module = _propagate_module = propagate
+    return module
+
+
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _PLAIN = re.compile(r"[A-Za-z0-9_.\-]*").fullmatch
 # The W3C baggage limits, as the API's propagator applies them.
@@ -181,7 +200,7 @@ _TRACE_FLAGS = {flags: TraceFlags(flags) for flags in range(256)}
 def _w3c_propagation() -> bool:
     """Whether the global propagator writes exactly the W3C headers (the default)."""
     global _w3c_textmap
-    textmap = propagate.get_global_textmap()
+    textmap = propagate_module().get_global_textmap()
     cached = _w3c_textmap
     if cached is not None and cached[0] is textmap:
         return cached[1]
@@ -327,7 +346,7 @@ def inject_context(context: Context | None = None) -> dict[str, str]:
             if value is not None and present.get(key) != value:
                 context = baggage.set_baggage(key, value, context=context)
     carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=context)
+    propagate_module().inject(carrier, context=context)
     return carrier
 
 
@@ -346,7 +365,7 @@ def trace_headers(context: Context | None = None) -> dict[str, str]:
     if _w3c_propagation():
         return _inject_w3c(without_baggage, None)
     carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=without_baggage)
+    propagate_module().inject(carrier, context=without_baggage)
     return carrier
 
 
@@ -356,4 +375,5 @@ def extract_context(headers: Iterable[tuple[str, str | bytes]] | Mapping[str, st
     carrier = {key.lower(): value for key, value in items if isinstance(value, str)}
     if _w3c_propagation():
         return _extract_w3c(carrier)
-    return propagate.extract(carrier)
+    context: Context = propagate_module().extract(carrier)
+    return context

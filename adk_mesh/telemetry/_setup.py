@@ -182,9 +182,16 @@ def configure_telemetry(service_name: str | None = None) -> TelemetryHandle:
 
 
 def _configure(service_name: str) -> TelemetryHandle:
+    from adk_mesh.telemetry._propagation import propagate_module
     from adk_mesh.telemetry._spans import refresh_capture_content
 
     refresh_capture_content()
+    try:
+        # Mesh calls propagate with the API's propagators whatever the SDK does: an unknown
+        # name is found here, at start, rather than at the first call.
+        propagate_module()
+    except ValueError as error:
+        raise ConfigError(f"OTEL_PROPAGATORS: {error}") from error
     if _env("OTEL_SDK_DISABLED").lower() == "true":
         return TelemetryHandle(service_name=service_name, pipeline="disabled")
     installed = trace.get_tracer_provider()
@@ -297,10 +304,16 @@ def _install(service_name: str) -> TelemetryHandle:
         return TelemetryHandle(service_name=service_name)
 
     from opentelemetry._logs import get_logger_provider
-    from opentelemetry.sdk._configuration import _initialize_components
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk.resources import SERVICE_NAME
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    try:
+        # The SDK reads some variables as its modules load (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
+        # say) and raises ValueError on a bad one.
+        from opentelemetry.sdk._configuration import _initialize_components
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk.resources import SERVICE_NAME
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    except ValueError as error:
+        raise ConfigError(f"OpenTelemetry configuration: {error}") from error
 
     from adk_mesh.telemetry._file_exporter import OtlpJsonFileSpanExporter
     from adk_mesh.telemetry._processors import (

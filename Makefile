@@ -103,7 +103,7 @@ deploy-check: $(DEPLOY_TOOLS) ## Render every Kubernetes overlay and validate ea
 	$(PY) tests/deploy/check_compose.py deploy/compose.yaml
 	$(PY) tests/deploy/check_compose.py deploy/compose.yaml tests/deploy/compose.test.yaml
 	$(PY) -m pytest -q -p no:cacheprovider tests/deploy/test_manifests.py \
-	  tests/deploy/test_manifests_adversarial.py
+	  tests/deploy/test_manifests_adversarial.py tests/deploy/test_deploy_review.py
 
 deploy-test: $(DEPLOY_TOOLS) ## Build the image, run deploy/compose.yaml (podman), a conversation and its trace
 	PY=$(PY) tests/deploy/deploy-test.sh

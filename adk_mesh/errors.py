@@ -197,7 +197,9 @@ class ModelError(AdkError):
         merged = dict(metadata or {})
         if status_code is not None:
             merged.setdefault("status_code", str(status_code))
-        elif "status_code" in merged:
+        elif merged.get("status_code", "").isdecimal():
+            # Rebuilt from a peer's ErrorInfo: a value that is no number (another
+            # implementation's, a proxy's) leaves the status unknown, not a ValueError.
             status_code = int(merged["status_code"])
         super().__init__(message, metadata=merged)
         self.status_code = status_code

@@ -3,7 +3,11 @@
 The server side aborts a call with the status code from :data:`adk_mesh.errors.GRPC_STATUS`
 and a rich status (``grpc-status-details-bin``) holding ``ErrorInfo(reason, domain="adk-mesh",
 metadata)``. The client side reads that detail back and raises the same class with the same
-message; a status without our ErrorInfo maps by its code alone.
+message; a status without our ErrorInfo maps by its code alone. A status the served call's
+own work raised (through :func:`error_boundary`, past the doors) also carries the trailer
+``adk-mesh-error-origin: served``: a calling service tells by it a policy's refusal of the
+work (which comes back as it is) from the other service refusing *it* (an INTERNAL fault of
+the mesh, :func:`error_from_downstream`).
 
 What a client is sent never holds internal addresses, host names or stack traces: our errors'
 messages are written without them (the remote hops put the address they called in their own
@@ -38,12 +42,15 @@ from adk_mesh.errors import (
     AdkError,
     AdkIOError,
     AgentError,
+    AlreadyExistsError,
     ConfigError,
     DeadlineExceededError,
     InvalidArgumentError,
     InvocationCancelledError,
     NotFoundError,
+    PermissionDeniedError,
     StateConflictError,
+    UnauthenticatedError,
     error_class_for_reason,
     status_name_for,
 )
@@ -66,8 +73,13 @@ logger = logging.getLogger("adk_mesh.mesh")
 _DETAILS_KEY = "grpc-status-details-bin"
 
 # A status from a peer that is not adk-mesh (or a transport failure) maps by code alone.
+# (A proxy's auth filter answers UNAUTHENTICATED or PERMISSION_DENIED so: the classes of
+# those codes, which a client may catch to renew its credentials.)
 _CLASS_FOR_CODE: dict[grpc.StatusCode, type[AdkError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.FAILED_PRECONDITION: ConfigError,
     grpc.StatusCode.CANCELLED: InvocationCancelledError,
@@ -94,15 +106,29 @@ def error_to_status(error: AdkError) -> tuple[grpc.StatusCode, status_pb2.Status
     return code, status
 
 
-async def abort_with_error(context: grpc.aio.ServicerContext, error: AdkError) -> NoReturn:
+#: Trailer of a status the served call's own work raised (:func:`error_boundary`), past the
+#: doors: a PERMISSION_DENIED or UNAUTHENTICATED with it is the work's refusal (a plugin's
+#: policy, a callback), without it the service refusing its caller (see
+#: :func:`error_from_downstream`).
+_ORIGIN_KEY = "adk-mesh-error-origin"
+_SERVED = "served"
+
+
+async def abort_with_error(
+    context: grpc.aio.ServicerContext, error: AdkError, *, served: bool = False
+) -> NoReturn:
     """Abort the current call with the error's status code, message and ErrorInfo (and the
-    trailing metadata the handler set before, which an abort would otherwise drop)."""
+    trailing metadata the handler set before, which an abort would otherwise drop).
+
+    ``served``: the served call's own work raised ``error`` (what :func:`error_boundary`
+    says); a refusal at the door (a peer or credential check) leaves it unset."""
     code, status = error_to_status(error)
     earlier = tuple(context.trailing_metadata() or ())
+    origin = ((_ORIGIN_KEY, _SERVED),) if served else ()
     await context.abort(
         code,
         error.message,
-        trailing_metadata=(*earlier, (_DETAILS_KEY, status.SerializeToString())),
+        trailing_metadata=(*earlier, *origin, (_DETAILS_KEY, status.SerializeToString())),
     )
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
@@ -140,6 +166,12 @@ def _error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == ERROR_DOMAIN:
                 return info
     return None
+
+
+def _raised_by_served_call(error: grpc.RpcError) -> bool:
+    """Whether the status came from the served call's work (see :data:`_ORIGIN_KEY`)."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    return any(key == _ORIGIN_KEY and value == _SERVED for key, value in trailing or ())
 
 
 def error_from_rpc_error(error: grpc.RpcError) -> AdkError:
@@ -213,7 +245,7 @@ async def error_boundary(
                 call.log_context(),
                 exc_info=error,
             )
-        await abort_with_error(context, error)
+        await abort_with_error(context, error, served=True)
     except Exception as error:
         where = call.log_context()
         logger.error(
@@ -225,7 +257,9 @@ async def error_boundary(
         )
         invocation = f" (invocation {call.invocation_id})" if call.invocation_id else ""
         await abort_with_error(
-            context, AdkError(f"internal error{invocation}; the service's log has the details")
+            context,
+            AdkError(f"internal error{invocation}; the service's log has the details"),
+            served=True,
         )
 
 
@@ -241,6 +275,10 @@ _PLAIN_MESSAGES: dict[grpc.StatusCode, str] = {
 }
 
 
+#: In the details of gRPC's RESOURCE_EXHAUSTED for a message over the size limit ("Sent
+#: message larger than max (N vs. M)", "Received message larger than max ...").
+_TOO_LARGE = "message larger than max"
+
 _REFUSED_THIS_SERVICE = frozenset(
     {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
 )
@@ -253,11 +291,15 @@ def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkEr
     for any client). A status without it — the peer unreachable, the deadline passed, a
     transport or TLS failure — gets a message naming ``what`` and the failure, not the
     address or gRPC's details: those go to this service's log. A refusal of this service
-    (PERMISSION_DENIED, UNAUTHENTICATED) is this mesh's fault, not the caller's: INTERNAL.
+    (PERMISSION_DENIED, UNAUTHENTICATED at the other service's door, or from a peer that is
+    not adk-mesh) is this mesh's fault, not the caller's: INTERNAL. The same codes raised
+    by the served work itself (a plugin's or callback's policy refusing the run, marked by
+    :func:`error_boundary`) come back as they are, as they would end the run in process.
     """
     mapped = error_from_rpc_error(error)
     code: grpc.StatusCode = error.code()
-    if code in _REFUSED_THIS_SERVICE:
+    info = _error_info(error)
+    if code in _REFUSED_THIS_SERVICE and not (info is not None and _raised_by_served_call(error)):
         # The other service refused *this* one (its certificate, its allow-list): a fault of
         # the mesh's configuration, not of our caller, whose own status must not say it was
         # denied. Its message names peer identities: those go to the log.
@@ -269,11 +311,16 @@ def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkEr
             error.details() or "",
         )
         return AdkError(f"{what}: {_PLAIN_MESSAGES[code]}")
-    if _error_info(error) is not None:
+    if info is not None:
         return mapped
     logger.warning(
         "call to %s at %s failed: %s: %s", what, target, code.name, error.details() or ""
     )
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in (error.details() or ""):
+        # gRPC's own refusal of a message over the size limit (sent or received, either
+        # side): the same call fails the same way again, so neither "overloaded" nor
+        # retryable.
+        return AdkError(f"{what}: a message of the call was too large to send")
     plain = _PLAIN_MESSAGES.get(code, f"failed ({code.name})")
     # A peer at its limit of concurrent calls: for our caller, a dependency that is
     # unavailable for now (retry later), not an error of the run.

@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import io
 import json
 import logging
 import math
@@ -140,6 +141,10 @@ class EventPrinter:
             self._out.flush()
             return
         if event.partial:
+            if not event.text:
+                # A thought's chunk (Event.text leaves thoughts out) or no text at all: an
+                # empty "[author] " line otherwise. The final event shows what it held.
+                return
             if self._open_author != author:
                 self._close_line()
                 self._out.write(f"[{author}] ")
@@ -155,6 +160,13 @@ class EventPrinter:
         text_shown = streamed is not None and streamed == event.text
         for part in parts:
             self._print_part(author, part, skip_text=text_shown)
+        for called in event.function_calls():
+            if called.id is not None and called.id in event.long_running_tool_ids:
+                # The turn ends with the call open; a later turn answers it by this id.
+                self._line(
+                    author,
+                    f"… waiting for the answer to {called.name} (long-running call {called.id})",
+                )
         response = event.llm_response
         if response.error_code or response.error_message:
             code = response.error_code or "error"
@@ -172,7 +184,9 @@ class EventPrinter:
 
     def _print_part(self, author: str, part: Part, *, skip_text: bool) -> None:
         if part.text is not None:
-            if not skip_text and part.text:
+            # Only the answer streamed (Event.text leaves thoughts out): a thought is shown
+            # from the final event, streamed or not.
+            if part.text and not (skip_text and not part.thought):
                 prefix = "(thought) " if part.thought else ""
                 self._line(author, prefix + part.text)
         elif part.function_call is not None:
@@ -228,13 +242,22 @@ def format_card(card: agent_pb2.AgentCard) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What gRPC says when no TLS setting could have helped: nothing listens, or the name does
+#: not resolve.
+_NOT_TLS_FAILURES = ("connection refused", "resolving", "dns resolution")
+
+
 def _client_error_line(error: AdkError) -> str:
     """An error line of run/describe, with a hint when plaintext met what may be a TLS port."""
     from adk_mesh.errors import AdkIOError
     from adk_mesh.mesh.security import ClientTLS
 
     line = _error_line(error)
-    if isinstance(error, AdkIOError) and ClientTLS.from_env() is None:
+    if (
+        isinstance(error, AdkIOError)
+        and ClientTLS.from_env() is None
+        and not any(failure in error.message.lower() for failure in _NOT_TLS_FAILURES)
+    ):
         line += (
             "\n(if the service serves TLS, set ADK_MESH_TLS_CA to its CA — "
             ".adk-mesh/pki/ca.pem for the mesh of adk-mesh up)"
@@ -506,6 +529,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.message:
         print("error: the message is empty; say something", file=sys.stderr)
         return 2
+    if not _client_settings_usable(args):
+        return 2
     try:
         asyncio.run(_stream_run(args, sys.stdout))
     except AdkError as error:
@@ -514,13 +539,51 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client_settings_usable(args: argparse.Namespace) -> bool:
+    """Whether the credentials and the TLS files of run/describe can be used, else an error
+    line (the caller exits 2): a missing or half-written file, a value no header can carry,
+    are this machine's settings to fix, not a failed call."""
+    from adk_mesh.mesh.security import ClientTLS
+
+    try:
+        _credentials(args)
+        tls = ClientTLS.from_env()
+        if tls is not None:
+            tls.credentials()  # reads and checks the files, naming the one that is wrong
+    except ConfigError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return False
+    return True
+
+
+def _secret(given: str | None, option: str, variable: str) -> str:
+    """The value of ``option``, else of the environment ``variable``, trimmed.
+
+    Raises:
+        ConfigError: it holds what a gRPC header cannot carry (gRPC would refuse the call with
+            "Invalid metadata" only); the value is not shown, it is a secret.
+    """
+    value, source = (given, option) if given else (os.environ.get(variable, ""), variable)
+    value = value.strip()
+    if not all(" " <= character <= "~" for character in value):
+        raise ConfigError(
+            f"{source} holds characters a request header cannot carry (a line break, a tab, "
+            "a non-ASCII character); a token or key is printable ASCII"
+        )
+    return value
+
+
 def _credentials(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
     """The call metadata that proves who the user is: ``--token`` / ``ADK_MESH_TOKEN`` as a
-    bearer token, ``--api-key`` / ``ADK_MESH_API_KEY`` as an API key."""
+    bearer token, ``--api-key`` / ``ADK_MESH_API_KEY`` as an API key.
+
+    Raises:
+        ConfigError: a value a header cannot carry.
+    """
     from adk_mesh.mesh.security import API_KEY_ENV, TOKEN_ENV
 
-    token = args.token or os.environ.get(TOKEN_ENV, "").strip()
-    api_key = args.api_key or os.environ.get(API_KEY_ENV, "").strip()
+    token = _secret(args.token, "--token", TOKEN_ENV)
+    api_key = _secret(args.api_key, "--api-key", API_KEY_ENV)
     metadata: list[tuple[str, str]] = []
     if token:
         metadata.append(("authorization", f"Bearer {token}"))
@@ -550,6 +613,8 @@ async def _describe_card(
 
 
 def _describe(args: argparse.Namespace) -> int:
+    if not _client_settings_usable(args):
+        return 2
     try:
         card = asyncio.run(_describe_card(args.target, args.agent or "", _credentials(args)))
     except AdkError as error:
@@ -878,6 +943,10 @@ def _client_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``adk-mesh ...``; the exit code."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # An output in a legacy encoding (a cp1252 file, PYTHONIOENCODING=ascii) cannot hold
+        # "→" or "·", nor every model's text: escaped, the answer still shows.
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         code = _main(argv)
         # A reader that went away is noticed here rather than by the flush at interpreter exit.

@@ -1,7 +1,7 @@
 // A Node.js client for an adk-mesh agent service: one root Run, its events streamed as they come
 // (a running tool's progress on a line of its own).
 //
-//   npm install
+//   npm ci            # the versions of package-lock.json
 //   node client.mjs 127.0.0.1:50051 "What time is it in Tokyo?" [--user ada] [--session ID]
 //
 // With ADK_MESH_TLS_CA set (the CA that signed the service's certificate; `adk-mesh up` prints
@@ -86,8 +86,29 @@ function stateDelta(actions) {
   return delta;
 }
 
+// What people call the built-in tools a provider names by type (ServerToolCall.tool_type).
+const serverToolLabels = { GOOGLE_SEARCH_WEB: "google search", URL_CONTEXT: "url fetch" };
+
+// A built-in tool the provider ran itself (a Google Search during the model call): one short
+// line, its queries or URLs when it has them. What it returned is the provider's context, not
+// for people: the answer's text says what it found.
+function describeServerToolCall(author, call) {
+  const type = call.tool_type ?? "";
+  const label = serverToolLabels[type] ?? (type.toLowerCase().replaceAll("_", " ") || "server tool");
+  const args = jsonObject(call.args, call.args_json);
+  const listed = args.queries ?? args.urls;
+  const summary = Array.isArray(listed) && Object.keys(args).length === 1
+    ? listed.map((item) => JSON.stringify(item)).join(" ")
+    : Object.keys(args).length ? JSON.stringify(args) : "";
+  return `[${author}] [${label}] ${summary}`.trimEnd();
+}
+
+// One line per part, or null for a part shown to no one.
 function describePart(author, part) {
-  if (part.text !== undefined && part.text !== null) return `[${author}] ${part.text}`;
+  if (part.text !== undefined && part.text !== null) {
+    // A thought is the model's reasoning, not its answer.
+    return `[${author}] ${part.thought ? "(thought) " : ""}${part.text}`;
+  }
   if (part.function_call) {
     const call = part.function_call;
     return `[${author}] -> ${call.name}(${JSON.stringify(jsonObject(call.args, call.args_json))})`;
@@ -98,6 +119,8 @@ function describePart(author, part) {
   }
   if (part.inline_data) return `[${author}] <${part.inline_data.mime_type} data>`;
   if (part.file_data) return `[${author}] <${part.file_data.file_uri}>`;
+  if (part.server_tool_call) return describeServerToolCall(author, part.server_tool_call);
+  if (part.server_tool_response) return null;
   return `[${author}] <empty part>`;
 }
 
@@ -138,6 +161,13 @@ function credentials() {
 
 const client = new adk_mesh.v1.AgentService(args.target, credentials());
 
+// `| head`: once the reader is gone, stop quietly (the call ends with the process), with the
+// status of a Unix tool killed by SIGPIPE, as `adk-mesh run` does.
+process.stdout.on("error", (error) => {
+  if (error.code === "EPIPE") process.exit(141);
+  throw error;
+});
+
 const call = client.Run({
   root: {
     user_id: args.user,
@@ -145,25 +175,50 @@ const call = client.Run({
     new_message: { role: "user", parts: [{ text: args.message }] },
   },
 });
-call.on("data", (response) => {
-  if (response.session_id) console.log(`session ${response.session_id}`);
-  const event = response.event;
-  if (!event) return;
+function printEvent(event) {
+  const author = event.author;
   if (event.tool_progress) {
-    console.log(describeProgress(event.author, event.tool_progress));
+    console.log(describeProgress(author, event.tool_progress));
     return;
   }
-  if (event.llm_response?.partial) return;
-  for (const part of event.llm_response?.content?.parts ?? []) {
-    console.log(describePart(event.author, part));
+  const response = event.llm_response ?? {};
+  if (response.partial) return;
+  const parts = response.content?.parts ?? [];
+  for (const part of parts) {
+    const line = describePart(author, part);
+    if (line !== null) console.log(line);
   }
-  for (const [key, value] of Object.entries(stateDelta(event.actions))) {
-    console.log(`[${event.author}] state: ${key}=${JSON.stringify(value)}`);
+  // A call of a long-running tool stays open when the turn ends; a later turn answers it
+  // with a function response carrying this id.
+  const waiting = new Set(event.long_running_tool_ids ?? []);
+  for (const part of parts) {
+    const id = part.function_call?.id;
+    if (id !== undefined && waiting.has(id)) {
+      console.log(`[${author}] … waiting for the answer to ${part.function_call.name} (long-running call ${id})`);
+    }
   }
-  if (event.actions?.transfer_to_agent) {
-    console.log(`[${event.author}] transfer to ${event.actions.transfer_to_agent}`);
+  // The turn ended on an error the model or the runner recorded (a safety block, an
+  // interrupted turn): an event, not a failed call.
+  if (response.error_code || response.error_message) {
+    console.log(`[${author}] error: ${response.error_code || "error"}: ${response.error_message ?? ""}`.replace(/: $/, ""));
   }
+  const actions = event.actions ?? {};
+  for (const [key, value] of Object.entries(stateDelta(actions))) {
+    console.log(`[${author}] state: ${key}=${JSON.stringify(value)}`);
+  }
+  for (const [name, version] of Object.entries(actions.artifact_delta ?? {})) {
+    console.log(`[${author}] artifact: ${name} v${version}`);
+  }
+  if (actions.transfer_to_agent) console.log(`[${author}] transfer to ${actions.transfer_to_agent}`);
+  if (actions.escalate) console.log(`[${author}] escalate`);
   console.log(`  (invocation ${event.invocation_id})`);
+}
+
+call.on("data", (response) => {
+  if (response.session_id) console.log(`session ${response.session_id}`);
+  // One event per response, or a batch in `events` (a client that sets
+  // accept_event_batches): read both.
+  for (const event of response.event ? [response.event] : response.events ?? []) printEvent(event);
 });
 call.on("error", (error) => {
   console.error(`error: ${grpc.status[error.code]}: ${error.details}`);

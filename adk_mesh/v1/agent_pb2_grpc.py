@@ -57,7 +57,13 @@ class AgentServiceServicer:
     """
 
     def Run(self, request, context):
-        """Runs one invocation and streams its events in order.
+        """Runs one invocation and streams its events in order. A request that cannot be served is
+        refused before anything is stored: INVALID_ARGUMENT naming the field (no mode, an id
+        outside the id rule, a bad new message), NOT_FOUND for an agent or app not served here.
+        The call's deadline bounds the whole invocation (DEADLINE_EXCEEDED), and cancelling the
+        call cancels it; either way the turn is stored as interrupted. A turn on a session another
+        replica is running is ABORTED (reason SESSION_CONFLICT: retry); in one service it waits
+        its turn. A run past its model-call limit ends RESOURCE_EXHAUSTED (LLM_CALL_LIMIT).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

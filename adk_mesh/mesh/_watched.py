@@ -38,7 +38,12 @@ class WatchedFiles(Generic[T]):
     def _stat(self) -> tuple[tuple[int, int, int, int], ...]:
         signature = []
         for path in self.paths:
-            status = path.stat()
+            try:
+                status = path.stat()
+            except OSError as error:
+                # A setting to fix (a TLS file or key file that is not there), named as such,
+                # not an OSError that surfaces as an internal error of the first call.
+                raise ConfigError(f"cannot read {str(path)!r}: {error.strerror}") from None
             signature.append(
                 (status.st_ino, status.st_mtime_ns, status.st_ctime_ns, status.st_size)
             )

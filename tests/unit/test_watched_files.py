@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from adk_mesh.errors import ConfigError
 from adk_mesh.mesh._watched import WatchedFiles
 
 
@@ -48,3 +51,12 @@ def test_an_unchanged_file_is_not_read_again(tmp_path: Path) -> None:
     for _ in range(3):
         assert watched.get() == "alice-key"
     assert loads == ["load"]
+
+
+def test_a_file_that_is_not_there_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    # A client's ADK_MESH_TLS_CA naming no file: a setting to fix, named, not an OSError that
+    # a RemoteAgent's first call turned into an internal error.
+    missing = tmp_path / "ca.pem"
+    files = WatchedFiles([missing], lambda: missing.read_bytes())
+    with pytest.raises(ConfigError, match=r"ca\.pem"):
+        files.get()

@@ -2103,6 +2103,7 @@ def tool_result_to_proto(
         result.error.message = error.message
         for key, value in error.metadata.items():
             result.error.metadata[key] = value
+        result.error.propagate = error.propagate
     else:
         _fill_object(result, "response", "response_json", response or {})
     _fill_actions(result.actions, actions)
@@ -2118,7 +2119,9 @@ def tool_result_from_proto(
     if message.WhichOneof("outcome") == "error":
         detail = message.error
         cls = error_class_for_reason(detail.reason) or ToolError
-        return None, cls(detail.message, metadata=dict(detail.metadata)), actions
+        error = cls(detail.message, metadata=dict(detail.metadata))
+        error.propagate = detail.propagate
+        return None, error, actions
     return _read_object(message, "response", "response_json") or {}, None, actions
 
 

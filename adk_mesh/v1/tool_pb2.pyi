@@ -275,7 +275,7 @@ class ToolResult(_message.Message):
     def __init__(self, response: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., response_json: _Optional[str] = ..., actions: _Optional[_Union[_event_pb2.EventActions, _Mapping]] = ..., listing_version: _Optional[str] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("reason", "message", "metadata")
+    __slots__ = ("reason", "message", "metadata", "propagate")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -286,7 +286,9 @@ class ErrorDetail(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    PROPAGATE_FIELD_NUMBER: _ClassVar[int]
     reason: str
     message: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    propagate: bool
+    def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., propagate: _Optional[bool] = ...) -> None: ...

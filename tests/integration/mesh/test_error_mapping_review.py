@@ -26,6 +26,7 @@ from adk_mesh.errors import (
     AlreadyExistsError,
     ModelRateLimitError,
     PermissionDeniedError,
+    ToolError,
     UnauthenticatedError,
     status_name_for,
 )
@@ -479,3 +480,34 @@ async def test_a_model_error_whose_status_code_is_not_a_number_still_maps() -> N
     assert mapped.message == "openai returned HTTP 429"
     assert mapped.status_code is None
     assert mapped.metadata == {"status_code": "n/a"}
+
+
+def fatal() -> dict[str, str]:
+    """Fails in a way that must end the whole turn."""
+    error = ToolError("the ledger is corrupt; stop everything")
+    error.propagate = True
+    raise error
+
+
+@pytest.mark.parametrize("where", ["in process", "remote"])
+async def test_a_tool_error_that_ends_the_invocation_ends_it_remote_as_in_process(
+    where: str,
+) -> None:
+    # An error a tool raises with propagate (an AgentTool with propagate_errors does) ends
+    # the caller's turn; served by a ToolServer it was read by the model, and the turn went on.
+    server: ToolServer | None = None
+    toolset: RemoteToolset | None = None
+    if where == "remote":
+        server = ToolServer([FunctionTool(fatal)])
+        toolset = RemoteToolset(f"127.0.0.1:{await server.start('127.0.0.1:0')}")
+    model = ScriptedModel([call("fatal", {}), "carried on"])
+    agent = LlmAgent(name="agent", model=model, tools=[toolset or fatal])
+    runner = Runner(agent=agent, app_name="app", session_service=InMemorySessionService())
+    try:
+        with pytest.raises(ToolError, match="the ledger is corrupt"):
+            await turn(runner)
+    finally:
+        if toolset is not None and server is not None:
+            await toolset.close()
+            await server.stop(None)
+    assert len(model.requests) == 1  # the model never read the error

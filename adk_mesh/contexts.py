@@ -142,6 +142,10 @@ class RunConfig(BaseModel):
         return config
 
 
+#: Shared by every invocation given none (a RunConfig is frozen).
+_DEFAULT_RUN_CONFIG = RunConfig()
+
+
 @dataclasses.dataclass(frozen=True)
 class DelegationScope:
     """What a run may reach of the root's artifacts and memory, once the AgentTool delegations
@@ -383,7 +387,7 @@ class InvocationContext:
         self.session_service = session_service
         self.artifact_service = artifact_service
         self.memory_service = memory_service
-        self.run_config = run_config or RunConfig()
+        self.run_config = run_config or _DEFAULT_RUN_CONFIG
         self.user_content = user_content
         self.branch = branch
         self.delegation_depth = delegation_depth

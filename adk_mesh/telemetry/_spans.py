@@ -280,6 +280,12 @@ def trace_memory_ingestion(ctx: InvocationContext, service: object) -> Iterator[
 # --- invoke_agent ---------------------------------------------------------------------------
 
 
+def _llm_class() -> type[Llm]:
+    from adk_mesh.models.base import Llm  # loaded already wherever an agent has a model
+
+    return Llm
+
+
 def trace_agent_run(
     agent: BaseAgent, ctx: InvocationContext, events: AsyncGenerator[Event, None]
 ) -> AsyncGenerator[Event, None]:
@@ -295,6 +301,11 @@ def trace_agent_run(
     if agent.description:
         attributes["gen_ai.agent.description"] = agent.description
     attributes["adk_mesh.agent.type"] = type(agent).__name__
+    model = getattr(agent, "model", None)
+    if model is not None and isinstance(model, _llm_class()):
+        # Required on invoke_agent by the GenAI conventions, when the agent has one model.
+        attributes["gen_ai.provider.name"] = provider_name(model)
+        attributes["gen_ai.request.model"] = model.name
     if remote is not None:
         attributes.update(_server_attributes(remote.target))
         attributes["gen_ai.agent.id"] = f"{remote.target}/{remote.agent_name}"

@@ -123,6 +123,9 @@ async def test_span_tree_of_a_tool_call_a_delegation_and_a_transfer(
     assert coordinator.attributes is not None
     assert coordinator.attributes["gen_ai.agent.name"] == "coordinator"
     assert coordinator.attributes["gen_ai.operation.name"] == "invoke_agent"
+    # The conventions require the provider on invoke_agent (the agent's model's).
+    assert coordinator.attributes["gen_ai.provider.name"] == "ScriptedModel"
+    assert coordinator.attributes["gen_ai.request.model"] == "scripted"
     # Stopped by follow_transfers after its transfer event: closed early, not failed.
     assert coordinator.status.status_code is StatusCode.UNSET
     assert coordinator.attributes.get("adk_mesh.closed_early") is True

@@ -14,8 +14,6 @@ Needs PyYAML and, for Kubernetes, kubectl (as test_manifests.py).
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 
 from adk_mesh.cli import build_parser
+from tests.deploy.test_manifests import rendered  # noqa: F401 - the fixture
 
 yaml = pytest.importorskip("yaml")
 
@@ -51,19 +50,6 @@ def _stores_read_by(reference: str) -> set[str]:
 # --- Kubernetes -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["base", "overlays/prod"])
-def rendered(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed")
-    output = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY / "kubernetes" / request.param)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [document for document in yaml.safe_load_all(output) if document]
-
-
 def _mesh_deployments(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], Any]]:
     for item in objects:
         if item["kind"] != "Deployment":
@@ -74,7 +60,7 @@ def _mesh_deployments(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict
 
 
 def test_kubernetes_services_get_the_shared_store_their_code_reads(
-    rendered: list[dict[str, Any]],
+    rendered: list[dict[str, Any]],  # noqa: F811 - the fixture
 ) -> None:
     for name, container, args in _mesh_deployments(rendered):
         env = {item["name"]: item for item in container.get("env", [])}
@@ -88,7 +74,7 @@ def test_kubernetes_services_get_the_shared_store_their_code_reads(
 
 
 def test_kubernetes_provider_keys_reach_only_services_that_run_a_model(
-    rendered: list[dict[str, Any]],
+    rendered: list[dict[str, Any]],  # noqa: F811 - the fixture
 ) -> None:
     for name, container, args in _mesh_deployments(rendered):
         if args.kind == "agent":
@@ -107,7 +93,7 @@ def test_kubernetes_provider_keys_reach_only_services_that_run_a_model(
 
 
 def test_kubernetes_third_party_images_name_their_registry(
-    rendered: list[dict[str, Any]],
+    rendered: list[dict[str, Any]],  # noqa: F811 - the fixture
 ) -> None:
     """A short name (``otel/...``) is resolved by the node's runtime: CRI-O's short-name
     policy can refuse it. The adk-mesh image is the overlays' to name (dev: what kind loads)."""

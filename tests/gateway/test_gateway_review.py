@@ -13,18 +13,9 @@ import pytest
 from gateway import GatewaySettings
 from tests.e2e.conftest import Service
 from tests.gateway.conftest import run_body, serve_gateway
+from tests.gateway.test_gateway_adversarial import assert_problem
 
 pytestmark = pytest.mark.e2e
-
-PROBLEM = "application/problem+json"
-
-
-def assert_problem(response: httpx.Response, status: int, reason: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == PROBLEM
-    body: dict[str, Any] = response.json()
-    assert body["status"] == status and body["reason"] == reason, body
-    return body
 
 
 async def session_ids(gateway: httpx.AsyncClient, user: str) -> set[str]:

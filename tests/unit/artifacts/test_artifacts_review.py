@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,29 +15,13 @@ from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel
 from adk_mesh.tools.builtin import LoadArtifactsTool
 from adk_mesh.types import Part
+from tests.unit.artifacts.test_contract import service  # noqa: F401 - the fixture
 
 SCOPE = {"app_name": "app", "user_id": "alice", "session_id": "s1"}
 
 
-@pytest.fixture(params=["memory", "file", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ArtifactService]:
-    backend: ArtifactService
-    if request.param == "memory":
-        backend = InMemoryArtifactService()
-    elif request.param == "file":
-        backend = FileArtifactService(tmp_path / "artifacts")
-    else:
-        from adk_mesh.artifacts.postgres import PostgresArtifactService
-
-        backend = PostgresArtifactService(request.getfixturevalue("postgres_url"))
-    try:
-        yield backend
-    finally:
-        await backend.close()
-
-
 async def test_text_that_utf8_cannot_hold_is_refused_as_invalid_argument(
-    service: ArtifactService,
+    service: ArtifactService,  # noqa: F811 - the fixture
 ) -> None:
     """A lone surrogate (text a tool decoded with ``surrogateescape``, or a model's broken
     ``\\ud83d`` escape) cannot be stored as UTF-8: the save must be refused with an
@@ -62,13 +45,13 @@ async def test_a_stray_file_in_a_scope_directory_does_not_break_listing(tmp_path
     operator's README) in a session's directory is not an artifact: listing the session's
     artifacts must skip it, not fail (a failed listing leaves load_artifacts' model without
     the names)."""
-    service = FileArtifactService(tmp_path)
-    await service.save_artifact(filename="notes.txt", artifact=Part.from_text("n"), **SCOPE)
-    await service.save_artifact(filename="user:cv.txt", artifact=Part.from_text("c"), **SCOPE)
+    store = FileArtifactService(tmp_path)
+    await store.save_artifact(filename="notes.txt", artifact=Part.from_text("n"), **SCOPE)
+    await store.save_artifact(filename="user:cv.txt", artifact=Part.from_text("c"), **SCOPE)
     (tmp_path / "app" / "alice" / "s1" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
     (tmp_path / "app" / "alice" / "user" / "README").write_text("artifacts of alice")
 
-    assert await service.list_artifact_keys(**SCOPE) == ["notes.txt", "user:cv.txt"]
+    assert await store.list_artifact_keys(**SCOPE) == ["notes.txt", "user:cv.txt"]
 
 
 def tool_context(artifacts: ArtifactService, session_id: str) -> ToolContext:

@@ -295,7 +295,20 @@ class FinishReason(StrEnum):
 
 
 class UsageMetadata(_Data):
-    """Token counts of one model call."""
+    """Token counts of one model call, with one meaning whichever provider answered.
+
+    Attributes:
+        prompt_token_count: every input token billed: the prompt, its cached part, and what
+            the provider's own tools fed the model (Gemini's ``toolUsePromptTokenCount``).
+        candidates_token_count: every token the model wrote, its thinking included, as
+            OpenAI and Anthropic count output tokens (Gemini reports its thinking apart:
+            ``candidatesTokenCount + thoughtsTokenCount``); the spans'
+            ``gen_ai.usage.output_tokens``.
+        total_token_count: the provider's total (``prompt + candidates`` where it gives none).
+        cached_content_token_count: the part of the prompt read from the provider's cache.
+        thoughts_token_count: the part of ``candidates_token_count`` that was thinking,
+            where the provider says (Gemini, OpenAI; not Anthropic).
+    """
 
     prompt_token_count: int = 0
     candidates_token_count: int = 0

@@ -152,10 +152,15 @@ def content_to_json(content: Content) -> dict[str, Any]:
 
 
 def _usage_to_json(usage: UsageMetadata) -> dict[str, Any]:
+    """``usage`` in google-genai's meaning, which google-adk's JSON carries: Gemini's, whose
+    ``candidatesTokenCount`` leaves the thinking (``thoughtsTokenCount``) out, where adk-mesh's
+    ``candidates_token_count`` holds it (:class:`~adk_mesh.types.UsageMetadata`)."""
     out: dict[str, Any] = {}
     if usage.cached_content_token_count is not None:
         out["cachedContentTokenCount"] = usage.cached_content_token_count
-    out["candidatesTokenCount"] = usage.candidates_token_count
+    out["candidatesTokenCount"] = max(
+        0, usage.candidates_token_count - (usage.thoughts_token_count or 0)
+    )
     out["promptTokenCount"] = usage.prompt_token_count
     if usage.thoughts_token_count is not None:
         out["thoughtsTokenCount"] = usage.thoughts_token_count
@@ -627,9 +632,11 @@ def _usage_from_json(usage: Mapping[str, Any], where: str) -> UsageMetadata | No
             ("thoughtsTokenCount", "thoughts_token_count"),
         )
     }
+    # google-genai's candidates leave the thinking out; adk-mesh's hold it (_usage_to_json).
     return UsageMetadata(
         prompt_token_count=counts["prompt_token_count"] or 0,
-        candidates_token_count=counts["candidates_token_count"] or 0,
+        candidates_token_count=(counts["candidates_token_count"] or 0)
+        + (counts["thoughts_token_count"] or 0),
         total_token_count=counts["total_token_count"] or 0,
         cached_content_token_count=counts["cached_content_token_count"],
         thoughts_token_count=counts["thoughts_token_count"],

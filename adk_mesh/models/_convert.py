@@ -25,6 +25,7 @@ from adk_mesh.types import (
 
 __all__ = [
     "MODEL_ROLES",
+    "OPENAI_RESPONSES_SIGNATURE",
     "GroundingCollector",
     "ToolCallIds",
     "b64encode",
@@ -39,6 +40,12 @@ __all__ = [
     "url_citations",
     "user_turn_items",
 ]
+
+#: What a thought signature made by the OpenAI Responses adapter starts with: the rest is the
+#: reasoning item as JSON. The mark keeps another provider's signatures (Gemini's, Claude's)
+#: from being sent to OpenAI as reasoning, and the adapter's from being sent to Gemini as a
+#: thoughtSignature: each refuses the other's.
+OPENAI_RESPONSES_SIGNATURE = b"openai-responses:reasoning:"
 
 
 #: The roles of the model's own turns ("assistant" from other sources).

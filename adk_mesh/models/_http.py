@@ -6,10 +6,11 @@ Retries follow one :class:`RetryPolicy`, in one loop for plain and streamed requ
 408, 429 and 5xx (except 501) and connection failures (connect errors, resets, timeouts). They
 happen only before the first record of a streamed body was handed out, so a caller never sees
 a response twice. ``Retry-After`` (seconds or an HTTP date) and ``retry-after-ms`` are
-honoured, capped by ``max_retry_after``; otherwise the delay is "full jitter": uniform in
-``[0, min(max_backoff, initial_backoff * 2**retry)]``. A wait that would outlast the deadline
-of the mesh call being served (:data:`adk_mesh.contexts.serving_deadline`) is not waited: the
-failure is raised at once.
+honoured, else the ``google.rpc.RetryInfo`` ``retryDelay`` of a Google error body (Gemini's
+429 sends no header), capped by ``max_retry_after``; otherwise the delay is "full jitter":
+uniform in ``[0, min(max_backoff, initial_backoff * 2**retry)]``. A wait that would outlast
+the deadline of the mesh call being served (:data:`adk_mesh.contexts.serving_deadline`) is not
+waited: the failure is raised at once.
 
 API keys live in :class:`Secret` (its repr is ``'***'``), go only into request headers, and
 every message we build is passed through :func:`redact` before it reaches an exception or a
@@ -70,6 +71,7 @@ __all__ = [
     "parse_retry_after",
     "partial_text",
     "redact",
+    "retry_info_delay",
     "sse_records",
 ]
 
@@ -177,7 +179,8 @@ class RetryPolicy:
     fails at once.
 
     The wait before retry ``n`` (0-based) is the server's ``retry-after-ms`` or ``Retry-After``
-    (delta-seconds or an HTTP date), capped by ``max_retry_after``; without one it is "full
+    (delta-seconds or an HTTP date), or the ``retryDelay`` of a Google error body's
+    ``google.rpc.RetryInfo``, capped by ``max_retry_after``; without one it is "full
     jitter", uniform in ``[0, min(max_backoff, initial_backoff * 2**n)]``. A wait that would
     not end before the call's deadline is not waited: the last failure is raised instead.
 
@@ -283,6 +286,34 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     if not math.isfinite(seconds) or seconds < 0:
         return None
     return seconds
+
+
+#: ``google.rpc.RetryInfo``'s ``retryDelay`` (a protobuf Duration in JSON: ``"47.43s"``).
+_RETRY_INFO_TYPE: Final = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+def retry_info_delay(body: bytes) -> float | None:
+    """Seconds to wait from a Google API error body's ``google.rpc.RetryInfo`` detail, or
+    ``None``. Gemini's 429 names its wait there, not in a ``Retry-After`` header."""
+    try:
+        data: Any = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(data, list) and data:
+        data = data[0]
+    error = data.get("error") if isinstance(data, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else []:
+        if not isinstance(detail, dict) or detail.get("@type") != _RETRY_INFO_TYPE:
+            continue
+        delay = detail.get("retryDelay")
+        if isinstance(delay, str) and delay.endswith("s"):
+            try:
+                seconds = float(delay[:-1])
+            except ValueError:
+                return None
+            return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    return None
 
 
 def _time_left() -> float | None:
@@ -483,9 +514,13 @@ class HttpTransport:
                 if response.status_code < 400:
                     return response, await start(response)
                 status = response.status_code
-                error = self.error_from_response(status, await response.aread())
+                body = await response.aread()
+                error = self.error_from_response(status, body)
                 retryable = policy.retries_status(status)
-                retry_after = policy.retry_after(response.headers) if retryable else None
+                if retryable:
+                    retry_after = policy.retry_after(response.headers)
+                    if retry_after is None:
+                        retry_after = retry_info_delay(body)
                 reason = f"HTTP {status}"
             except httpx.HTTPError as exc:
                 what = "request failed" if response is None else "stream failed"

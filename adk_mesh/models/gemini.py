@@ -8,7 +8,14 @@ Tool and response schemas are JSON Schema, so by default they go out as
 ``schema_dialect="openapi"`` sends ``parameters`` / ``responseSchema`` instead, for endpoints
 that only know the OpenAPI subset. Thought parts and ``thoughtSignature`` (base64 on the wire,
 bytes in :attr:`Part.thought_signature`) round-trip unchanged, as the API requires for
-function calling with thinking models.
+function calling with thinking models; another provider's signed reasoning (the OpenAI
+Responses adapter's) is left out, as Gemini refuses signatures it did not issue.
+
+Usage is read into :class:`UsageMetadata`'s provider-neutral meaning: thinking
+(``thoughtsTokenCount``) counts as output and tool-use input (``toolUsePromptTokenCount``)
+as prompt. A candidate that stopped with no content for a reason other than ``STOP`` is an
+error response (``error_code`` the finish reason, ``error_message`` its ``finishMessage``),
+as google-adk makes it.
 
 Built-in tools (``google_search``, ``url_context``, ``code_execution``) go in the same request
 as function declarations only to Gemini 3 and later, with
@@ -32,6 +39,7 @@ import httpx
 
 from adk_mesh.errors import ConfigError, ModelError, ModelRequestError, model_error
 from adk_mesh.models._convert import (
+    OPENAI_RESPONSES_SIGNATURE,
     GroundingCollector,
     b64encode,
     is_model_role,
@@ -81,8 +89,12 @@ _FINISH_REASONS: dict[str, FinishReason] = {
     "PROHIBITED_CONTENT": FinishReason.SAFETY,
     "SPII": FinishReason.SAFETY,
     "IMAGE_SAFETY": FinishReason.SAFETY,
+    "IMAGE_PROHIBITED_CONTENT": FinishReason.SAFETY,
     "RECITATION": FinishReason.RECITATION,
+    "IMAGE_RECITATION": FinishReason.RECITATION,
     "MALFORMED_FUNCTION_CALL": FinishReason.MALFORMED_FUNCTION_CALL,
+    # A call of a tool the request did not declare: as unusable as a malformed one.
+    "UNEXPECTED_TOOL_CALL": FinishReason.MALFORMED_FUNCTION_CALL,
 }
 
 #: URI schemes the API can fetch in ``fileData`` (https covers Files API URIs).
@@ -93,6 +105,14 @@ def _finish_reason(value: Any) -> FinishReason | None:
     if not isinstance(value, str) or value == "FINISH_REASON_UNSPECIFIED":
         return None
     return _FINISH_REASONS.get(value, FinishReason.OTHER)
+
+
+def _foreign_signature(signature: bytes | None) -> bool:
+    """Whether ``signature`` is known to be another provider's: the OpenAI Responses
+    adapter's reasoning items (a session whose agent ran an OpenAI reasoning model before).
+    Gemini refuses a thoughtSignature it did not issue ("Corrupted thought signature", 400),
+    and would on every later turn of the session."""
+    return signature is not None and signature.startswith(OPENAI_RESPONSES_SIGNATURE)
 
 
 def _signature(part: Mapping[str, Any]) -> bytes | None:
@@ -305,13 +325,24 @@ def _renumber_parts(grounding: Any, positions: Mapping[int, int]) -> Any:
     return {**grounding, key: renumbered}
 
 
+def _count(usage: Mapping[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _usage(data: Mapping[str, Any]) -> UsageMetadata | None:
+    """Gemini's counts in :class:`UsageMetadata`'s meaning, the one every provider shares:
+    Gemini counts thinking (``thoughtsTokenCount``) apart from the answer
+    (``candidatesTokenCount``) and the input its tools fed the model
+    (``toolUsePromptTokenCount``) apart from the prompt, where OpenAI and Anthropic count
+    them in; each is added to its side, so output tokens are all the tokens billed as output
+    and ``prompt + candidates == totalTokenCount``."""
     usage = data.get("usageMetadata")
     if not isinstance(usage, dict):
         return None
     return make_usage(
-        usage.get("promptTokenCount"),
-        usage.get("candidatesTokenCount"),
+        _count(usage, "promptTokenCount") + _count(usage, "toolUsePromptTokenCount"),
+        _count(usage, "candidatesTokenCount") + _count(usage, "thoughtsTokenCount"),
         usage.get("totalTokenCount"),
         cached=usage.get("cachedContentTokenCount"),
         thoughts=usage.get("thoughtsTokenCount"),
@@ -329,6 +360,17 @@ def _raise_if_error(data: Any) -> None:
         )
 
 
+def _stopped_empty(reason: Any, message: Any) -> tuple[str, str] | None:
+    """``(error_code, error_message)`` of a candidate that stopped with no content for a
+    reason other than STOP (a malformed call, a safety stop, the budget spent thinking), as
+    google-adk's ``LlmResponse.create`` reads it; else None. Without them the agent's turn
+    would end on an empty event that says nothing of why."""
+    if not isinstance(reason, str) or reason in ("STOP", "FINISH_REASON_UNSPECIFIED"):
+        return None
+    detail = f": {message}" if isinstance(message, str) and message else ""
+    return reason, f"gemini stopped without an answer ({reason}){detail}"
+
+
 def _blocked(data: Mapping[str, Any]) -> str | None:
     feedback = data.get("promptFeedback")
     if isinstance(feedback, dict) and feedback.get("blockReason"):
@@ -344,6 +386,8 @@ class _GeminiStreamParser(StreamParser):
         self._code = GroundingCollector()
         self._grounding: Any = None
         self._url_context: Any = None
+        self._finish: Any = None
+        self._finish_message: Any = None
 
     def feed(self, event: StreamRecord) -> list[LlmResponse]:
         data = load_json(event.data, "a stream chunk")
@@ -389,6 +433,8 @@ class _GeminiStreamParser(StreamParser):
         if finish is not None:
             self.finish_reason = finish
             self.complete = True
+            self._finish = candidate.get("finishReason")
+            self._finish_message = candidate.get("finishMessage")
         return partials
 
     def final(self) -> LlmResponse:
@@ -401,6 +447,10 @@ class _GeminiStreamParser(StreamParser):
         if self.block_reason is not None:
             response.error_code = self.block_reason
             response.error_message = f"the prompt was blocked ({self.block_reason})"
+        elif response.content is None and (
+            stopped := _stopped_empty(self._finish, self._finish_message)
+        ):
+            response.error_code, response.error_message = stopped
         return response
 
 
@@ -502,6 +552,8 @@ class GeminiModel(HttpLlm):
                 if not getattr(
                     part.server_tool_call or part.server_tool_response, "tool_type", ""
                 ).islower()
+                # Another provider's reasoning is that model's context, not Gemini's.
+                if not (part.thought and _foreign_signature(part.thought_signature))
             ]
             if not parts:
                 continue
@@ -561,7 +613,7 @@ class GeminiModel(HttpLlm):
             if part.function_response.id:
                 response["id"] = part.function_response.id
             wire = {"functionResponse": response}
-        if part.thought_signature is not None:
+        if part.thought_signature is not None and not _foreign_signature(part.thought_signature):
             wire["thoughtSignature"] = b64encode(part.thought_signature)
         return wire
 
@@ -664,11 +716,18 @@ class GeminiModel(HttpLlm):
                 positions[wire_index] = len(parts)
                 parts.append(part)
         content = Content(role="model", parts=parts) if parts else None
+        stopped = (
+            _stopped_empty(candidate.get("finishReason"), candidate.get("finishMessage"))
+            if content is None
+            else None
+        )
         return LlmResponse(
             content=content,
             usage_metadata=_usage(data),
             finish_reason=_finish_reason(candidate.get("finishReason")),
             turn_complete=True,
+            error_code=stopped[0] if stopped else None,
+            error_message=stopped[1] if stopped else None,
             grounding_metadata=_grounding(
                 _renumber_parts(candidate.get("groundingMetadata"), positions),
                 candidate.get("urlContextMetadata"),

@@ -94,6 +94,7 @@ import httpx
 
 from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
+    OPENAI_RESPONSES_SIGNATURE,
     ToolCallIds,
     data_url,
     is_model_role,
@@ -141,10 +142,9 @@ __all__ = [
 
 PROVIDER = "openai-responses"
 
-#: What a thought signature made by this provider starts with: the rest is the reasoning item
-#: as JSON. The mark keeps another provider's signatures (Gemini's, Claude's) from being sent
-#: to OpenAI as reasoning, which it would refuse.
-SIGNATURE_MARK = b"openai-responses:reasoning:"
+#: What a thought signature made by this provider starts with (see
+#: :data:`~adk_mesh.models._convert.OPENAI_RESPONSES_SIGNATURE`).
+SIGNATURE_MARK = OPENAI_RESPONSES_SIGNATURE
 
 #: The reasoning item's fields that go back to the API: ``status`` is output only (the API
 #: refuses it in ``input``).

@@ -155,7 +155,10 @@ class ScriptedTurn:
         tool_calls: tool calls, sent after the text.
         finish: why the turn ended; ``None`` means "tool_calls" when there are tool calls,
             else "stop".
-        input_tokens / output_tokens: the usage reported.
+        input_tokens / output_tokens: the usage reported (output tokens count the thinking
+            too, as OpenAI and Anthropic report them).
+        thought_tokens: how many of ``output_tokens`` were thinking: Gemini reports them
+            apart (``thoughtsTokenCount``), its ``candidatesTokenCount`` being the rest.
         model: the model name reported (defaults to the requested one).
         thought_signature: Gemini: on the first tool call (else the last part); Anthropic:
             the thinking block's signature.
@@ -184,6 +187,7 @@ class ScriptedTurn:
     finish: FinishKind | None = None
     input_tokens: int = 11
     output_tokens: int = 7
+    thought_tokens: int = 0
     model: str | None = None
     thought_signature: bytes | None = None
     grounding: dict[str, Any] | None = None
@@ -656,7 +660,10 @@ class FakeGemini(FakeProviderServer):
     def _usage(self, turn: ScriptedTurn, final: bool) -> dict[str, Any]:
         usage: dict[str, Any] = {"promptTokenCount": turn.input_tokens}
         if final:
-            usage["candidatesTokenCount"] = turn.output_tokens
+            # Gemini counts thinking apart from the answer; the total holds both.
+            usage["candidatesTokenCount"] = turn.output_tokens - turn.thought_tokens
+            if turn.thought_tokens:
+                usage["thoughtsTokenCount"] = turn.thought_tokens
             usage["totalTokenCount"] = turn.input_tokens + turn.output_tokens
         return usage
 

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from adk_mesh.types import Event, LlmResponse, UsageMetadata
 from gateway import GatewaySettings
+from gateway._json import event_from_json, event_to_json
 from tests.e2e.conftest import Service
 from tests.gateway.conftest import run_body, serve_gateway
 from tests.gateway.test_gateway_adversarial import assert_problem
@@ -222,3 +224,18 @@ async def test_run_answers_the_turns_events_without_partials_whatever_streaming_
         {"text": "chunk 1 "},
         {"text": "chunk 2 "},
     ]
+
+
+def test_usage_reads_as_google_genai_counts_it_thinking_apart() -> None:
+    # adk-mesh's candidates hold the thinking (as OpenAI and Anthropic count output tokens);
+    # google-adk's JSON is google-genai's, whose candidatesTokenCount leaves it out.
+    usage = UsageMetadata(
+        prompt_token_count=12,
+        candidates_token_count=419,
+        total_token_count=431,
+        thoughts_token_count=390,
+    )
+    as_json = event_to_json(Event(author="m", llm_response=LlmResponse(usage_metadata=usage)))
+    assert as_json["usageMetadata"]["candidatesTokenCount"] == 29
+    assert as_json["usageMetadata"]["thoughtsTokenCount"] == 390
+    assert event_from_json(as_json, "event").llm_response.usage_metadata == usage

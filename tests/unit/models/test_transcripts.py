@@ -244,7 +244,8 @@ CASES = [
         finish_reason=FinishReason.STOP,
         usage=UsageMetadata(
             prompt_token_count=12,
-            candidates_token_count=29,
+            # Gemini's 29 candidates + 390 thoughts: output tokens count the thinking.
+            candidates_token_count=419,
             total_token_count=431,
             thoughts_token_count=390,
         ),
@@ -267,7 +268,7 @@ CASES = [
         finish_reason=FinishReason.STOP,  # Gemini ends a function call turn with STOP
         usage=UsageMetadata(
             prompt_token_count=58,
-            candidates_token_count=31,
+            candidates_token_count=103,
             total_token_count=161,
             thoughts_token_count=72,
         ),

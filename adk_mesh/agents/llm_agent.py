@@ -6,8 +6,11 @@ import copy
 import inspect
 import logging
 import math
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+import reprlib
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from adk_mesh._confirmation import answered_confirmations, confirmation_request_event
 from adk_mesh._tasks import TaskFeed, run_all
@@ -63,7 +66,8 @@ __all__ = [
 
 InstructionProvider = Callable[[ReadonlyContext], "str | Awaitable[str]"]
 #: before: ``(callback_context, llm_request) -> LlmResponse | None`` (a response skips the
-#: model); after: ``(callback_context, llm_response) -> LlmResponse | None`` (replaces it).
+#: model); after: ``(callback_context, llm_response) -> LlmResponse | None`` (replaces it;
+#: not called with a before-model answer, which no model gave).
 ModelCallback = Callable[..., "LlmResponse | Awaitable[LlmResponse | None] | None"]
 #: before: ``(tool, args, tool_context) -> dict | None`` (a dict skips the tool);
 #: after: ``(tool, args, tool_context, response) -> dict | None`` (replaces the response).
@@ -144,7 +148,8 @@ class LlmAgent(BaseAgent):
         input_schema: the same, for the arguments of an AgentTool that calls this agent: its
             declaration takes them as parameters, and the child receives them (checked) as
             JSON text.
-        generate_content_config: sampling settings sent with every request.
+        generate_content_config: sampling settings sent with every request (or a dict of
+            them); tools and the system instruction have their own arguments.
         include_contents: ``"default"`` sends the conversation history; ``"none"`` only the
             current turn.
         disallow_transfer_to_parent / disallow_transfer_to_peers: narrow the transfer targets.
@@ -160,7 +165,9 @@ class LlmAgent(BaseAgent):
 
     Raises:
         ConfigError: a bad schema (not an object, not JSON Schema), or ``output_schema`` with
-            a ``response_schema`` in ``generate_content_config`` too.
+            a ``response_schema`` in ``generate_content_config`` too; a
+            ``generate_content_config`` that is neither a GenerateContentConfig nor a dict of
+            its fields.
     """
 
     def __init__(
@@ -177,7 +184,7 @@ class LlmAgent(BaseAgent):
         output_key: str | None = None,
         output_schema: SchemaSource | None = None,
         input_schema: SchemaSource | None = None,
-        generate_content_config: GenerateContentConfig | None = None,
+        generate_content_config: GenerateContentConfig | Mapping[str, Any] | None = None,
         include_contents: Literal["default", "none"] = "default",
         disallow_transfer_to_parent: bool = False,
         disallow_transfer_to_peers: bool = False,
@@ -214,7 +221,7 @@ class LlmAgent(BaseAgent):
             if input_schema is not None
             else None
         )
-        self.generate_content_config = generate_content_config or GenerateContentConfig()
+        self.generate_content_config = _content_config(generate_content_config, name)
         if self.output_schema is not None and (
             self.generate_content_config.response_schema is not None
         ):
@@ -399,11 +406,11 @@ class LlmAgent(BaseAgent):
         system_instruction, turn_instruction = await self._system_instruction(readonly)
         request = LlmRequest(
             model=self.model.name,
-            config=self.generate_content_config.model_copy(),
+            config=_request_config(self.generate_content_config),
             system_instruction=system_instruction,
         )
         if self.output_schema is not None:
-            request.config.response_schema = self.output_schema.json_schema
+            request.config.response_schema = copy.deepcopy(self.output_schema.json_schema)
             request.config.response_schema_name = self.output_schema.name
             request.config.response_mime_type = "application/json"
         tools = await self.canonical_tools(readonly)
@@ -483,6 +490,9 @@ class LlmAgent(BaseAgent):
         if response is None and self.before_model_callbacks:
             response = await call_callbacks(self.before_model_callbacks, callback_context, request)
         response = checked_callback_result(response, LlmResponse, "before_model", self.name)
+        # A before-model answer stands as it is (google-adk yields it): no model answered,
+        # so the after-model hooks, which rewrite or record the model's answers, see none.
+        answered_by_callback = response is not None
         if response is None:
             ctx.count_llm_call()
             streaming = ctx.run_config.streaming_mode is StreamingMode.SSE
@@ -515,14 +525,17 @@ class LlmAgent(BaseAgent):
                     raise
             if response is None:
                 raise AgentError(f"model {self.model.name!r} returned no final response")
-        replaced = None
-        if plugins is not None:
-            replaced = await plugins.after_model(callback_context, response)
-        if replaced is None and self.after_model_callbacks:
-            replaced = await call_callbacks(self.after_model_callbacks, callback_context, response)
-        replaced = checked_callback_result(replaced, LlmResponse, "after_model", self.name)
-        if replaced is not None:
-            response = replaced
+        if not answered_by_callback:
+            replaced = None
+            if plugins is not None:
+                replaced = await plugins.after_model(callback_context, response)
+            if replaced is None and self.after_model_callbacks:
+                replaced = await call_callbacks(
+                    self.after_model_callbacks, callback_context, response
+                )
+            replaced = checked_callback_result(replaced, LlmResponse, "after_model", self.name)
+            if replaced is not None:
+                response = replaced
 
         response = _with_call_ids(response)
         event = Event(
@@ -919,6 +932,56 @@ class _MissingTool(BaseTool):
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError(f"tool {self.name!r} does not exist")  # never run: see _answer_missing
+
+
+def _request_config(config: GenerateContentConfig) -> GenerateContentConfig:
+    """A request's own copy of the agent's config (google-adk deep-copies it): a callback
+    that changes a list in place (a stop sequence added) changes this request, not every
+    later one. Its scalars are shared as they are; its two containers are copied, when set
+    (a third of a deep copy's cost, on every model call)."""
+    copied = config.model_copy()
+    if copied.stop_sequences is not None:
+        copied.stop_sequences = list(copied.stop_sequences)
+    if copied.response_schema is not None:
+        copied.response_schema = copy.deepcopy(copied.response_schema)
+    return copied
+
+
+#: What google-adk keeps out of ``generate_content_config``, and where it belongs instead.
+_CONFIG_FIELDS_ELSEWHERE = {
+    "tools": "tools go in LlmAgent(tools=...)",
+    "system_instruction": "the system instruction is LlmAgent(instruction=...)",
+}
+
+
+def _content_config(
+    config: GenerateContentConfig | Mapping[str, Any] | None, agent: str
+) -> GenerateContentConfig:
+    """``generate_content_config`` as a :class:`GenerateContentConfig`: given one, or a dict
+    of its fields (google-adk's pydantic agent takes either); anything else, or a field it
+    does not have, is a ConfigError naming the setting."""
+    if config is None:
+        return GenerateContentConfig()
+    if isinstance(config, GenerateContentConfig):
+        return config
+    what = f"the generate_content_config of agent {agent!r}"
+    if not isinstance(config, Mapping):
+        raise ConfigError(
+            f"{what} is a GenerateContentConfig or a dict of its fields, "
+            f"not {type(config).__name__}"
+        )
+    for field, where in _CONFIG_FIELDS_ELSEWHERE.items():
+        if field in config:
+            raise ConfigError(f"{what} holds {field!r}: {where}")
+    try:
+        return GenerateContentConfig.model_validate(dict(config))
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or 'the config'}: "
+            f"{problem['msg']} (got {reprlib.repr(problem['input'])})"
+            for problem in error.errors()
+        )
+        raise ConfigError(f"bad {what}: {problems}") from None
 
 
 def _static_text(instruction: str | Content, agent: str) -> str:

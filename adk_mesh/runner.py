@@ -56,8 +56,8 @@ def check_new_message(message: Content) -> Content:
     the user), with at least one part that is not empty text.
 
     Raises:
-        InvalidArgumentError: no parts, only empty (or blank) text, or another role: a client
-            cannot put words in the model's mouth.
+        InvalidArgumentError: no parts, only empty (or blank) text, another role, or a
+            function call: a client cannot put words in the model's mouth.
     """
     if not message.parts:
         raise InvalidArgumentError("the new message has no parts; send text or data")
@@ -66,11 +66,48 @@ def check_new_message(message: Content) -> Content:
             f"the new message has role {shown(message.role)}; a turn starts with the user's "
             "message (role 'user', or leave it empty)"
         )
+    if message.function_calls:
+        # Stored in the user's turn, it would go to the model in every later request of the
+        # session, where providers refuse a call: every later turn would fail.
+        raise InvalidArgumentError(
+            f"the new message holds a function call ({shown(message.function_calls[0].name)});"
+            " calls are the model's: a client answers one with a function response"
+        )
     if all(part.text is not None and not part.text.strip() for part in message.parts):
         raise InvalidArgumentError("the new message's text is empty; send text or data")
     if not message.role:
         message = Content(role="user", parts=message.parts)
     return message
+
+
+def _check_call_answers(events: Sequence[Event], message: Content) -> None:
+    """Check that each function response of ``message`` naming a call of the session
+    (``events``) answers a call left to the client: a long-running one (a confirmation
+    request is one), or one waiting for a person's confirmation. A response to any other
+    call would take its tool's result's place in the history (and drop what followed it,
+    see :mod:`~adk_mesh.agents.history`): the client would be trusted for a tool result.
+    A response naming no call of the session is the model's to read as it is.
+
+    Raises:
+        InvalidArgumentError: a response to a call that its tool answered (or that the
+            turn's interruption did).
+    """
+    response_ids = {response.id for response in message.function_responses if response.id}
+    if not response_ids:
+        return
+    made: set[str] = set()
+    left_to_client: set[str] = set()
+    for event in events:
+        left_to_client.update(response_ids.intersection(event.long_running_tool_ids))
+        left_to_client.update(response_ids.intersection(event.actions.requested_tool_confirmations))
+        made.update(call.id for call in event.function_calls() if call.id in response_ids)
+    refused = sorted(made - left_to_client)
+    if refused:
+        raise InvalidArgumentError(
+            f"the new message answers call {shown(refused[0])}, which is not the client's to "
+            "answer: only a long-running call or a confirmation request takes its response "
+            "from the client"
+        )
 
 
 def _owned(message: Content) -> Content:
@@ -262,7 +299,9 @@ class Runner:
     **Tool confirmation.** A message that answers ``adk_request_confirmation`` calls
     (:mod:`adk_mesh._confirmation`) is checked before anything is stored: each answer must name
     an open confirmation request of the session and be a ToolConfirmation, else
-    :class:`~adk_mesh.errors.InvalidArgumentError`.
+    :class:`~adk_mesh.errors.InvalidArgumentError`. So must any function response to a call
+    of the session: the client answers only the calls left to it (long-running ones), never
+    one that its tool answered.
     """
 
     def __init__(
@@ -368,6 +407,7 @@ class Runner:
                     ) from error
                 new_message = ctx.user_content = _owned(checked)
         check_confirmation_answers(session.events, new_message)
+        _check_call_answers(session.events, new_message)
         await load_agents_behind(self.agent, session, new_message)
         agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
         ctx.branch = find_branch_to_run(agent, session, new_message) or ""

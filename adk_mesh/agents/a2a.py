@@ -26,7 +26,7 @@ from adk_mesh._env_tables import tables_from_env
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.errors import AdkError, ConfigError, InvalidArgumentError
-from adk_mesh.ids import check_artifact_name
+from adk_mesh.ids import USER_ARTIFACT_PREFIX, check_artifact_name
 from adk_mesh.telemetry._propagation import trace_headers
 from adk_mesh.telemetry._providers import get_tracer
 from adk_mesh.types import Content, Event, EventActions, LlmResponse
@@ -111,10 +111,14 @@ class A2aAgent(BaseAgent):
       text; function calls and responses, and the calls and results of a tool the remote's
       model provider ran itself, that the remote marks as such, as parts of those kinds);
     * each artifact, once whole → an event whose content is its text and data; its files
-      (raw bytes) go to this invocation's artifact store under the artifact's name (the event's
-      ``artifact_delta`` says which version), or, without a store, into the content as inline
-      data; a direct ``Message`` reply → an event with its content;
+      (raw bytes) go to this invocation's artifact store under the artifact's name, in this
+      session (a ``user:`` prefix is dropped: a remote never writes the user's scope; the
+      event's ``artifact_delta`` says which version), or, without a store, into the content as
+      inline data; a direct ``Message`` reply → an event with its content;
     * ``input-required`` → an event with the remote's question, and the next turn answers it;
+      the calls it holds (an adk-mesh remote's long-running call or confirmation request) are
+      the event's ``long_running_tool_ids``, so the client answers them with function
+      responses, as a local agent's;
     * ``failed``, ``rejected``, ``canceled``, and every error of the call (the card or the agent
       unreachable, an error response, the deadline) → one event with ``error_code``
       (``A2A_FAILED``, ``A2A_REJECTED``, ``A2A_CANCELED``, ``A2A_ERROR``, ``A2A_UNAVAILABLE``,
@@ -171,6 +175,7 @@ class A2aAgent(BaseAgent):
         self._keeps_conversation = keeps_conversation
         self._card: a2a_pb2.AgentCard | None = None
         self._client: Client | None = None
+        self._connecting = asyncio.Lock()
         self._http: Any = None
 
     @property
@@ -190,6 +195,14 @@ class A2aAgent(BaseAgent):
         """The client, made on first use from the card (kept: one per agent)."""
         if self._client is not None:
             return self._client
+        # Runs that start together (a served tree's concurrent first requests) wait for one
+        # client: each made its own, and all but the one kept leaked their connections.
+        async with self._connecting:
+            if self._client is not None:
+                return self._client
+            return await self._make_client()
+
+    async def _make_client(self) -> Client:
         import httpx
         from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 
@@ -460,7 +473,15 @@ class A2aAgent(BaseAgent):
         if state in ("TASK_STATE_COMPLETED", "TASK_STATE_INPUT_REQUIRED"):
             events.extend(await self._artifacts_left(remote, ctx))
         if content is not None:
-            events.append(self._event(ctx, content))
+            event = self._event(ctx, content)
+            if state == "TASK_STATE_INPUT_REQUIRED":
+                # The calls the remote waits on (a long-running tool's, a confirmation
+                # request) are the client's to answer, as a local agent's would be: the
+                # Runner refused their answers, so the remote task could never go on.
+                event.long_running_tool_ids = [
+                    call.id for call in event.function_calls() if call.id is not None
+                ]
+            events.append(event)
         return events
 
     def _artifact_chunk(
@@ -515,7 +536,9 @@ class A2aAgent(BaseAgent):
         event = self._event(ctx, Content(role="model", parts=readable) if readable else None)
         if store is None or not files:
             return event
-        name = artifact.name or artifact.artifact_id
+        # The remote names its files, but they stay in this session: a "user:" name would put
+        # them in the user's scope, replacing a file every session of the user reads.
+        name = (artifact.name or artifact.artifact_id).removeprefix(USER_ARTIFACT_PREFIX)
         saved: dict[str, int] = {}
         for index, part in enumerate(files):
             filename = name if len(files) == 1 else f"{name}-{index}"

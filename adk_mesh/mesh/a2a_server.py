@@ -68,7 +68,8 @@ it ends): one beyond is answered at once, never queued, with a JSON-RPC error
 ``rejected``). Tasks are kept in
 memory, per process: ``GetTask`` and ``SubscribeToTask`` reach the tasks of this replica; at
 most ``max_tasks`` of them (:class:`BoundedTaskStore`: the least recently used ended task goes
-first).
+first); a task waiting for input keeps nothing running once no stream follows it (after
+:data:`PARKED_TASK_RELEASE` seconds; its answer takes it up again from the store).
 """
 
 from __future__ import annotations
@@ -175,6 +176,11 @@ ANONYMOUS_USER = "anonymous"
 RESPONSE_ARTIFACT = "response"
 #: Seconds ``CancelTask`` waits for the cancelled run to record how it ended.
 CANCEL_WAIT = 5.0
+#: Seconds a task left ``input-required`` keeps a2a-sdk's machinery for it (a producer and a
+#: consumer task, its queues) once no stream follows it: a2a-sdk kept it for good, past the
+#: task's eviction from the store too, so each unanswered task grew the server without end.
+#: The answer, whenever it comes, makes it again from the store.
+PARKED_TASK_RELEASE = 60.0
 #: Seconds a drain gives the runs it cancelled once its grace is over to send their last
 #: status (``canceled``) before the ports close.
 DRAIN_FLUSH = 1.0
@@ -794,7 +800,16 @@ class _HttpContextBuilder(DefaultServerCallContextBuilder):
         return context
 
 
+#: JSON-RPC's error code of a body that is not JSON one can read.
+_PARSE_ERROR_CODE = -32700
+
+
 def _jsonrpc_method(body: bytes) -> str:
+    """The method a JSON-RPC body names (``invalid``: none, or not JSON).
+
+    Raises:
+        RecursionError: the body nests deeper than JSON can be read.
+    """
     try:
         method = json.loads(body).get("method")
     except (ValueError, AttributeError):
@@ -839,13 +854,13 @@ class _HttpDoor:
             self._in_flight -= 1
 
     async def _serve(self, scope: Any, receive: Any, send: Any) -> None:
-        body = await _read_body(scope, receive, send)
-        if body is None:
-            return
         headers = {
             key.decode("latin-1").lower(): value.decode("latin-1")
             for key, value in scope.get("headers", ())
         }
+        # The credentials are in the headers: a stranger is refused before its body is read,
+        # so it holds no request slot, nor up to MAX_MESSAGE_BYTES of memory, while it sends
+        # one (or never finishes).
         try:
             user = await _admit(self._authenticators, headers)
         except UnauthenticatedError as error:
@@ -853,6 +868,21 @@ class _HttpDoor:
             return
         except AdkError as error:  # the credentials cannot be checked now, or a check broke
             await _respond(send, http_status_for(error), {"error": error.message})
+            return
+        body = await _read_body(scope, receive, send)
+        if body is None:
+            return
+        try:
+            method = _jsonrpc_method(body)
+        except RecursionError:
+            # A few KB of "[" exhaust Python's recursion in any JSON reader (a2a-sdk's too):
+            # answered here, as JSON-RPC's parse error, rather than with uvicorn's bare 500
+            # and a traceback in the log per request.
+            unreadable = {
+                "code": _PARSE_ERROR_CODE,
+                "message": "the request body nests too deeply to be read as JSON",
+            }
+            await _respond(send, 200, {"jsonrpc": "2.0", "id": None, "error": unreadable})
             return
         replayed = False
 
@@ -863,7 +893,7 @@ class _HttpDoor:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        with _http_span(scope, headers, _jsonrpc_method(body)) as trace_context:
+        with _http_span(scope, headers, method) as trace_context:
             scope[_SCOPE_CALL] = _A2aCall(user=user, trace_context=trace_context)
             await self._app(scope, replay, send)
 
@@ -1087,6 +1117,7 @@ class A2aAgentServer(AgentServer):
             task_store=self.task_store,
             agent_card=self.a2a_card,
             request_context_builder=_CheckingContextBuilder(self),
+            interrupted_task_timeout=PARKED_TASK_RELEASE,
         )
         self._authenticators: tuple[Authenticator, ...] = ()
         self._http: Any = None

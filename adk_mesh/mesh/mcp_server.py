@@ -234,12 +234,18 @@ class McpServer:
         return app
 
     def _invocation(self, ctx: ServerRequestContext[Any, Any]) -> InvocationContext:
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
         request = ctx.request
         principal: Principal | None = None
         session_id = ""
         if request is not None:
             principal = getattr(request.state, _PRINCIPAL, None)
-            session_id = request.headers.get("mcp-session-id", "")
+            # Only a handshake-era session is one the SDK opened and checks (an unknown id,
+            # or one of another user, is answered 404 before this); sessionless, the header
+            # is whatever the client asserts, and a call must not run in another's session.
+            if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                session_id = request.headers.get("mcp-session-id", "")
         try:
             check_id("the MCP session id", session_id)
         except Exception:

@@ -20,6 +20,9 @@ loop, the toolset opens a new one there.
 **The listing** is kept and asked again only when the server says its tools changed (the
 ``notifications/tools/list_changed`` of the handshake era, or a ``subscriptions/listen``
 stream of the 2026-07-28 era, opened when the server offers it) and after a reconnection.
+A tool whose name some model provider refuses (other characters than letters, digits, ``_``
+and ``-``, or over 64) is offered under one that fits (``files.read``: ``files_read``); the
+server is still called by its own name (``tool_filter`` names the server's tools too).
 
 **Calls.** Progress notifications of a call become the tool's progress
 (:meth:`~adk_mesh.contexts.ToolContext.report_progress`: the message, ``fraction`` =
@@ -44,13 +47,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import re
 import ssl
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,6 +98,16 @@ DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
 #: How the SDK says an SSE event was over its ``max_sse_event_size`` (it gives the failed
 #: request a CONNECTION_CLOSED error whose message only holds this text).
 _EVENT_TOO_LARGE = re.compile(r"exceeded the \d+ byte limit")
+
+#: A function name every model provider takes: OpenAI and Anthropic allow letters, digits,
+#: ``_`` and ``-``, at most 64; Gemini wants a letter or ``_`` first. MCP allows more (``.``,
+#: up to 128), and servers use more still; such a tool is offered under a name that fits.
+_PROVIDER_NAME_MAX = 64
+_PROVIDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_NAME_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
+
+#: The header of a streamable-HTTP session's id (HTTP headers are case-insensitive).
+_SESSION_ID_HEADER = "mcp-session-id"
 
 _CONFIG_KEYS = frozenset(
     {"command", "args", "env", "cwd", "url", "headers", "tools", "max_result_bytes"}
@@ -216,11 +230,24 @@ class McpToolset(Toolset):
                 logger.warning("MCP server %s: %s; offering its last listing", self._where, error)
                 return kept
             raise
-        listing: list[BaseTool] = [
-            McpTool(self, tool)
-            for tool in declared
-            if self.tool_filter is None or tool.name in self.tool_filter
+        offered = [
+            tool for tool in declared if self.tool_filter is None or tool.name in self.tool_filter
         ]
+        # The names that fit are kept first, so a fitted one never takes them.
+        taken = {tool.name for tool in offered if _PROVIDER_NAME.fullmatch(tool.name)}
+        listing: list[BaseTool] = []
+        for tool in offered:
+            name = tool.name
+            if not _PROVIDER_NAME.fullmatch(name):
+                name = _provider_name(name, taken)
+                taken.add(name)
+                logger.info(
+                    "MCP server %s: its tool %r is offered to models as %r",
+                    self._where,
+                    tool.name,
+                    name,
+                )
+            listing.append(McpTool(self, tool, name=name))
         self._listing, self._listed_at_change = listing, changes
         return listing
 
@@ -283,7 +310,9 @@ class McpToolset(Toolset):
             self._changes += 1
             return session
 
-    def _client(self, message_handler: MessageHandlerFnT) -> Client:
+    def _client(
+        self, message_handler: MessageHandlerFnT, on_session_gone: Callable[[], None]
+    ) -> Client:
         from mcp import Client, StdioServerParameters
         from mcp.types import Implementation
 
@@ -297,7 +326,7 @@ class McpToolset(Toolset):
             )
         else:
             assert self.url is not None
-            target = self._http_transport(self.url)
+            target = self._http_transport(self.url, on_session_gone)
         return Client(
             target,
             message_handler=message_handler,
@@ -306,7 +335,7 @@ class McpToolset(Toolset):
             cache=None,
         )
 
-    def _http_transport(self, url: str) -> Any:
+    def _http_transport(self, url: str, on_session_gone: Callable[[], None]) -> Any:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -318,6 +347,16 @@ class McpToolset(Toolset):
             client = httpx2.AsyncClient(
                 headers=self.headers or None, timeout=client.timeout, verify=context
             )
+
+        async def session_gone(response: httpx2.Response) -> None:
+            # MCP (streamable HTTP): a 404 to a request that carries an Mcp-Session-Id says
+            # the server no longer knows the session (it restarted, or ended it idle), and
+            # the client must open a new one. The SDK only turns it into the request's
+            # error, so without this every later request would send the dead id again.
+            if response.status_code == 404 and _SESSION_ID_HEADER in response.request.headers:
+                on_session_gone()
+
+        client.event_hooks["response"].append(session_gone)
         transport = streamable_http_client(
             url, http_client=client, max_sse_event_size=self.max_result_bytes
         )
@@ -395,18 +434,35 @@ class _Session:
             async with asyncio.timeout(seconds):
                 await asyncio.shield(self._ready)
         except TimeoutError:
-            await self.close()
+            logger.warning(
+                "MCP server %s did not open a session within %g s; stopping it",
+                self._toolset._where,
+                seconds,
+            )
+            await self._abandon()
             raise AdkIOError(
                 f"{self._toolset.name}: the MCP server did not open a session within {seconds:g} s"
             ) from None
         except BaseException:
-            await self.close()
+            await self._abandon()
             raise
+
+    async def _abandon(self) -> None:
+        """Stop an opening that did not finish. Its owner task may still be inside the SDK's
+        opening exchange, which never looks at the close signal (a server that never
+        answers would hold it until it exits by itself), so it is cancelled: the SDK stops a
+        stdio server on the way out."""
+        self._ready.cancel()  # its outcome is no one's any more
+        self._closing.set()
+        task = self._task
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
 
     async def _own(self) -> None:
         toolset = self._toolset
         try:
-            async with toolset._client(self._on_message) as client:
+            async with toolset._client(self._on_message, self._session_gone) as client:
                 self._client = client
                 async with contextlib.AsyncExitStack() as listening:
                     await self._listen(client, listening)
@@ -463,6 +519,16 @@ class _Session:
         elif isinstance(message, ToolListChangedNotification):
             self._toolset._listing_changed()
 
+    def _session_gone(self) -> None:
+        if self._closing.is_set():
+            return  # the 404 of ending it (DELETE), or of a request racing the end
+        logger.warning(
+            "MCP server %s no longer knows the session (HTTP 404); the next request opens "
+            "a new one",
+            self._toolset._where,
+        )
+        self.fail(AdkIOError(f"{self._toolset.name}: the MCP server ended the session"))
+
     def fail(self, error: BaseException) -> None:
         """The session is dead: the next listing or call connects again."""
         if self.failure is None:
@@ -492,8 +558,9 @@ class _Session:
             if not same_loop_only:  # pragma: no cover
                 task.cancel()
             return
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await task
+        # Waits for the task without taking on its outcome, and without swallowing a
+        # cancellation of the caller (awaiting the task would do both).
+        await asyncio.wait({task})
 
 
 class McpTool(BaseTool):
@@ -502,8 +569,11 @@ class McpTool(BaseTool):
 
     is_remote = True
 
-    def __init__(self, toolset: McpToolset, tool: Tool) -> None:
-        super().__init__(tool.name, tool.description or tool.title or "")
+    def __init__(self, toolset: McpToolset, tool: Tool, *, name: str | None = None) -> None:
+        super().__init__(name or tool.name, tool.description or tool.title or "")
+        #: The tool's name on its server (``name``: the one models call it by, when the
+        #: server's is one a provider refuses).
+        self.server_name = tool.name
         self._toolset = toolset
         schema = _friendly(tool.input_schema) if tool.input_schema else None
         self._parameters = schema if schema and _takes_arguments(schema) else None
@@ -545,7 +615,9 @@ class McpTool(BaseTool):
             await ctx.report_progress(message or "", data, fraction)
 
         try:
-            result = await session.client.call_tool(self.name, args, progress_callback=on_progress)
+            result = await session.client.call_tool(
+                self.server_name, args, progress_callback=on_progress
+            )
         except MCPError as error:
             if _EVENT_TOO_LARGE.search(error.error.message):
                 # The answer came and was too large: the session is fine, the result dropped.
@@ -584,6 +656,20 @@ class McpTool(BaseTool):
             f"the MCP server of {self._toolset.name!r} stopped answering during the call to "
             f"{self.name!r}; it was not retried (it may have run). The next call connects again."
         )
+
+
+def _provider_name(name: str, taken: Collection[str]) -> str:
+    """A name every model provider takes for a server's tool ``name`` that some refuse:
+    other characters become ``_``, one that does not start with a letter gets a ``_`` first,
+    and one too long or already ``taken`` is cut and ends with a digest of ``name`` (so it
+    stays the same from one listing to the next)."""
+    fitted = _NAME_REFUSED.sub("_", name)
+    if not fitted[:1].isalpha():
+        fitted = f"_{fitted}"
+    if len(fitted) <= _PROVIDER_NAME_MAX and fitted not in taken:
+        return fitted
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{fitted[: _PROVIDER_NAME_MAX - len(digest) - 1]}_{digest}"
 
 
 def _friendly(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import TypedDict
 import pytest
 
 from adk_mesh.artifacts import ArtifactService
+from adk_mesh.errors import InvalidArgumentError
 from adk_mesh.memory import MemoryService
 from adk_mesh.sessions import Session
 from adk_mesh.types import Content, Event, Part
@@ -75,8 +76,8 @@ async def test_saves_racing_a_delete_of_their_name_all_succeed(
 
 
 async def test_a_save_that_fails_stores_nothing(artifacts: ArtifactService) -> None:
-    # A lone surrogate (as a JSON "\\ud83d" escape decodes) cannot be UTF-8.
-    with pytest.raises(UnicodeEncodeError):
+    # A lone surrogate (as a JSON "\\ud83d" escape decodes) cannot be UTF-8: a bad argument.
+    with pytest.raises(InvalidArgumentError, match="lone surrogate"):
         await artifacts.save_artifact(
             filename="notes.txt", artifact=Part.from_text("bad \ud83d text"), **WHERE
         )

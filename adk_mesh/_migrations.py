@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from adk_mesh._store_urls import redact_url
 from adk_mesh.errors import AdkError, ConfigError
 
 if TYPE_CHECKING:
@@ -163,14 +164,16 @@ async def migrate_url(url: str, stores: Sequence[str] = ()) -> list[tuple[str, i
     if scheme == "sqlite":
         return [(store, await _migrate_sqlite(url, store)) for store in (stores or ["sessions"])]
     raise ConfigError(
-        f"{url!r}: adk-mesh migrate takes postgresql://... and sqlite:///... URLs "
+        f"{redact_url(url)!r}: adk-mesh migrate takes postgresql://... and sqlite:///... URLs "
         "(memory:// and file: stores have no schema)"
     )
 
 
 async def _migrate_sqlite(url: str, store: str) -> int:
     if store == "artifacts":
-        raise ConfigError(f"{url!r}: artifacts are not kept in SQLite (file:///dir keeps them)")
+        raise ConfigError(
+            f"{redact_url(url)!r}: artifacts are not kept in SQLite (file:///dir keeps them)"
+        )
     if store == "sessions":
         from adk_mesh.sessions import SqliteSessionService, session_service_from_url
 

@@ -66,6 +66,11 @@ DEFAULT_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT = 10.0
 # Seconds close() lets calls in flight finish before it cuts their connections.
 _CLOSE_TIMEOUT = 10.0
+# What only asyncpg.create_pool takes (its pool's own settings, and how it makes a
+# connection); asyncpg.connect takes every other option, so pool_options may hold these.
+_POOL_ONLY_OPTIONS = frozenset(
+    {"connect", "init", "max_inactive_connection_lifetime", "max_queries", "reset", "setup"}
+)
 
 #: A pooled connection, as the stores' helpers take it.
 Connection: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
@@ -97,9 +102,19 @@ def check_url(url: str, what: str) -> None:
         )
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError as error:
+    except ValueError as error:  # "Invalid IPv6 URL": nothing of the URL in it
         raise ConfigError(f"{what} URL {redact_url(url)!r}: {error}") from None
+    # asyncpg, as libpq, takes a list of hosts to fail over between: "h1:5432,h2:5433".
+    # The parser's own message is not shown: it quotes the "port", which is part of the
+    # password when that holds a raw "/", "?" or "#".
+    for host in parts.netloc.rpartition("@")[2].split(","):
+        try:
+            urlsplit(f"//{host}").port  # noqa: B018 - parsing the port is the check
+        except ValueError:
+            raise ConfigError(
+                f"{what} URL {redact_url(url)!r}: a port is not a number from 0 to 65535 "
+                "(a password's '/', '?', '#' and '@' must be percent-encoded)"
+            ) from None
     if parts.fragment:
         raise ConfigError(f"{what} URL {redact_url(url)!r}: a fragment (#...) means nothing here")
 
@@ -262,7 +277,25 @@ class PostgresDatabase:
         if self._closed:
             raise self._error(f"the PostgreSQL {self._what} is closed")
         with self.translated("connecting"):
-            return await asyncpg.connect(self._url, **self._connect_options())
+            return await self._connect_outside_pool()
+
+    async def _connect_outside_pool(self) -> DedicatedConnection:
+        """A connection made as the pool makes one (its ``connect`` and ``init`` options
+        included), without the options only ``asyncpg.create_pool`` takes, which
+        ``asyncpg.connect`` refuses."""
+        options = self._connect_options()
+        connect = options.get("connect") or asyncpg.connect
+        init = options.get("init")
+        for name in _POOL_ONLY_OPTIONS:
+            options.pop(name, None)
+        connection: DedicatedConnection = await connect(self._url, **options)
+        if init is not None:
+            try:
+                await init(connection)
+            except BaseException:
+                connection.terminate()
+                raise
+        return connection
 
     async def migrate(self) -> int:
         """Bring the schema to the current version now, on a connection of its own (the
@@ -270,7 +303,7 @@ class PostgresDatabase:
         if self._closed:
             raise self._error(f"the PostgreSQL {self._what} is closed")
         with self.translated("connecting"):
-            connection = await asyncpg.connect(self._url, **self._connect_options())
+            connection = await self._connect_outside_pool()
         with self.translated("migrating its schema"):
             try:
                 return await apply_migrations(

@@ -83,7 +83,12 @@ class SqliteFile:
 
     def _open(self) -> sqlite3.Connection:
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:  # a path under a regular file, no permission...
+                raise self._error(
+                    f"SQLite {self._kind} store {self.path!r} cannot be opened: {error}"
+                ) from error
         # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
         connection = sqlite3.connect(
             self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None

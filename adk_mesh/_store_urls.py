@@ -37,14 +37,14 @@ def split_store_url(url: str, *, store: str, known: str) -> tuple[str, str]:
     """
     scheme, separator, rest = url.partition("://")
     if not separator:
-        raise ConfigError(f"{store} URL {url!r} has no scheme; known: {known}")
+        raise ConfigError(f"{store} URL {redact_url(url)!r} has no scheme; known: {known}")
     return scheme.lower(), rest
 
 
 def check_memory_url(url: str, rest: str, *, store: str) -> None:
     """Refuse a path after ``memory://``."""
     if rest.strip("/"):
-        raise ConfigError(f"{store} URL {url!r}: memory:// takes no path")
+        raise ConfigError(f"{store} URL {redact_url(url)!r}: memory:// takes no path")
 
 
 def sqlite_path(url: str, rest: str, *, store: str) -> str:
@@ -53,31 +53,47 @@ def sqlite_path(url: str, rest: str, *, store: str) -> str:
     # A host (sqlite://host/...) means nothing for an embedded file.
     if not rest.startswith("/"):
         raise ConfigError(
-            f"{store} URL {url!r}: write sqlite:///relative.db or sqlite:////absolute/path.db"
+            f"{store} URL {redact_url(url)!r}: write sqlite:///relative.db or "
+            "sqlite:////absolute/path.db"
         )
     if "?" in rest or "#" in rest:
-        raise ConfigError(f"{store} URL {url!r}: query and fragment are not supported")
+        raise ConfigError(f"{store} URL {redact_url(url)!r}: query and fragment are not supported")
     path = unquote(rest[1:])
     if not path:
-        raise ConfigError(f"{store} URL {url!r} names no database file")
+        raise ConfigError(f"{store} URL {redact_url(url)!r} names no database file")
     return path
 
 
 def unknown_scheme(url: str, scheme: str, *, store: str, known: str) -> ConfigError:
     """The error for a scheme the factory does not know."""
-    return ConfigError(f"unknown {store} URL scheme {scheme!r} in {url!r}; known: {known}")
+    return ConfigError(
+        f"unknown {store} URL scheme {scheme!r} in {redact_url(url)!r}; known: {known}"
+    )
 
 
 def redact_url(url: str) -> str:
     """``url`` with its password (in the authority or a ``password=`` query parameter)
-    replaced by ``***``, for messages and logs."""
+    replaced by ``***``, for messages and logs.
+
+    Also for the URLs a parser misreads, which are the ones error messages show: a password
+    with a raw ``/``, ``?`` or ``#`` (the user info then runs past where a parser ends the
+    authority, so it ends at the last ``@`` here) and a URL without ``//``. When unsure, more
+    is hidden than the password, never less.
+    """
     scheme, separator, rest = url.partition("://")
-    if separator:
-        authority, slash, tail = rest.partition("/")
-        credentials, at, host = authority.rpartition("@")
-        if at and ":" in credentials:
-            user = credentials.split(":", 1)[0]
-            url = f"{scheme}://{user}:***@{host}{slash}{tail}"
+    prefix = f"{scheme}{separator}" if separator else ""
+    if not separator:
+        rest = url
+    # The user info ends at the last "@" before the query. With none there, a "?" may be a
+    # raw one in the password, which then ends at the last "@" of all ("h:5432/d?x=a@b",
+    # which cannot be told from "u:p/d?x=a@b", loses its port and path: never a password).
+    query = rest.find("?")
+    end = rest.rfind("@", 0, query if query >= 0 else len(rest))
+    if end < 0:
+        end = rest.rfind("@")
+    if end >= 0 and ":" in rest[:end]:
+        user = rest[:end].split(":", 1)[0]
+        url = f"{prefix}{user}:***@{rest[end + 1 :]}"
     return _PASSWORD_PARAMETER.sub(r"\1***", url)
 
 

@@ -19,6 +19,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from adk_mesh.errors import SessionError
 from adk_mesh.sessions import _common
 
 try:
@@ -58,7 +59,16 @@ class FileClaims:
                 one) holds the session.
         """
         path = self.path_for(app_name, user_id, session_id)
-        descriptor = self._acquire(path)
+        try:
+            descriptor = self._acquire(path)
+        except OSError as error:
+            # The directory cannot be made or written (under a regular file, no permission):
+            # the store's error, naming it, rather than a bare OSError out of a turn.
+            raise SessionError(
+                f"cannot claim session {session_id!r} of user {user_id!r} in app "
+                f"{app_name!r}: the claims directory {str(self._directory)!r} is not usable: "
+                f"{error.strerror or error}"
+            ) from error
         if descriptor is None:
             raise _common.busy_session(app_name, user_id, session_id)
         try:

@@ -23,7 +23,7 @@ from adk_mesh.errors import (
     InvalidArgumentError,
     SessionConflictError,
 )
-from adk_mesh.ids import check_id, random_uuid
+from adk_mesh.ids import check_id, random_uuid, shown
 from adk_mesh.state import TEMP_PREFIX, ScopedDelta, split_by_scope
 from adk_mesh.types import Event, new_event_id
 
@@ -39,6 +39,27 @@ def check_ids(app_name: str, user_id: str, session_id: str | None = None) -> Non
     check_id("user_id", user_id)
     if session_id is not None:
         check_id("session_id", session_id)
+
+
+#: The longest event id a store keeps. Each backend must keep what another does, and
+#: PostgreSQL's index on (app, user, session, event id) holds at most 2,704 bytes a row: 512
+#: characters of 4 bytes beside three ids of 128 ASCII characters fit.
+MAX_EVENT_ID_CHARS = 512
+
+
+def check_event_id(event_id: str) -> None:
+    """Refuse an event id that not every backend can keep (too long, or holding NUL, which
+    PostgreSQL text cannot hold) with :class:`InvalidArgumentError`, before anything is
+    written: one store must not fail, obscurely, where the others store the event."""
+    if len(event_id) > MAX_EVENT_ID_CHARS:
+        raise InvalidArgumentError(
+            f"event id {shown(event_id)} is longer than {MAX_EVENT_ID_CHARS} characters; "
+            "nothing was written"
+        )
+    if "\x00" in event_id:
+        raise InvalidArgumentError(
+            f"event id {shown(event_id)} holds a NUL character; nothing was written"
+        )
 
 
 def new_session_id(session_id: str | None) -> str:

@@ -77,7 +77,9 @@ class SessionService(abc.ABC):
       event carries it). A session holds each id once: appending an event whose id it already
       holds — the same event twice — raises :class:`~adk_mesh.errors.AlreadyExistsError`
       (metadata ``event_id``) and writes nothing. Refusing, rather than ignoring, the second
-      append keeps a different event that reuses an id from vanishing silently.
+      append keeps a different event that reuses an id from vanishing silently. An id that
+      not every backend can keep (longer than 512 characters, or holding NUL) raises
+      :class:`~adk_mesh.errors.InvalidArgumentError` and writes nothing.
     * **Stale appends.** ``session.last_update_time`` is the version the caller holds; the
       store moves it strictly forward on every append. An append through an object that is
       not at the stored version — another writer (a concurrent turn, a replica, another

@@ -245,6 +245,7 @@ class InMemorySessionService(SessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
+        _common.check_event_id(event.id)
         key = (session.app_name, session.user_id, session.id)
         stored = self._sessions.get(key)
         if stored is None:

@@ -440,6 +440,7 @@ class PostgresSessionService(SessionService):
         if event.partial:
             return event
         _common.check_ids(session.app_name, session.user_id, session.id)
+        _common.check_event_id(event.id)
         # Everything that can fail on the values (JSON checks, serialization) fails here,
         # before the transaction.
         scoped = _common.scoped_delta(event)

@@ -44,22 +44,23 @@ def artifact_service_from_url(url: str) -> ArtifactService:
         ConfigError: for an unknown scheme or a malformed URL; the message lists the forms
             that are known.
     """
+    shown = _store_urls.redact_url(url)  # a message never holds its password
     scheme, colon, rest = url.partition(":")
     if not colon or not scheme:
-        raise ConfigError(f"artifact store URL {url!r} has no scheme; known: {_KNOWN}")
+        raise ConfigError(f"artifact store URL {shown!r} has no scheme; known: {_KNOWN}")
     scheme = scheme.lower()
     if scheme == "memory":
         if rest.strip("/"):
-            raise ConfigError(f"artifact store URL {url!r}: memory:// takes no path")
+            raise ConfigError(f"artifact store URL {shown!r}: memory:// takes no path")
         return InMemoryArtifactService()
     if scheme == "file":
         if "?" in rest or "#" in rest:
-            raise ConfigError(f"artifact store URL {url!r}: query and fragment are not supported")
+            raise ConfigError(f"artifact store URL {shown!r}: query and fragment are not supported")
         if rest.startswith("//"):
             host, slash, path = rest[2:].partition("/")
             if host not in ("", "localhost") or not slash:
                 raise ConfigError(
-                    f"artifact store URL {url!r}: a file URL names a local directory, as "
+                    f"artifact store URL {shown!r}: a file URL names a local directory, as "
                     "file:///absolute/dir or file:relative/dir"
                 )
             directory = "/" + path
@@ -67,11 +68,11 @@ def artifact_service_from_url(url: str) -> ArtifactService:
             directory = rest
         directory = unquote(directory)
         if not directory:
-            raise ConfigError(f"artifact store URL {url!r} names no directory")
+            raise ConfigError(f"artifact store URL {shown!r} names no directory")
         return FileArtifactService(directory)
     if scheme in _store_urls.POSTGRES_SCHEMES:
         return _postgres_artifacts(url)
-    raise ConfigError(f"unknown artifact store URL scheme {scheme!r} in {url!r}; known: {_KNOWN}")
+    raise ConfigError(f"unknown artifact store URL scheme {scheme!r} in {shown!r}; known: {_KNOWN}")
 
 
 def _postgres_artifacts(url: str) -> ArtifactService:

@@ -15,6 +15,7 @@ import pytest
 
 from adk_mesh._migrations import migrate_url
 from adk_mesh._store_urls import redact_url
+from adk_mesh.artifacts import artifact_service_from_url
 from adk_mesh.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -299,3 +300,13 @@ async def test_connections_outside_the_pool_are_made_by_its_connect_function(
     finally:
         await service.close()
     assert len(made) >= 3  # migrate, the claims, the pool
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgressql://app:s3cret-pw@db:5432/x", "mysql://app:s3cret-pw@db/x", "app:s3cret-pw@db"],
+)
+def test_a_bad_artifact_store_url_is_a_config_error_without_the_password(url: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        artifact_service_from_url(url)
+    assert "s3cret-pw" not in raised.value.message

@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Final, get_args, get_origin
@@ -39,7 +40,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaWarningKind
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import to_jsonable_python
 from typing_extensions import is_typeddict
 
 from adk_mesh.contexts import ReadonlyContext, ToolContext
@@ -68,7 +69,15 @@ _SECTION_HEADER: Final = re.compile(
     r"|Returns|Return|Yields|Yield|Raises|Examples?|Notes?|Attributes|Methods|Todo|See Also"
     r"|Warnings?|Warns|References):\s*$"
 )
-_SPHINX_FIELD: Final = re.compile(r"^\s*:(param|type|returns?|rtype|raises?)\b")
+_SPHINX_FIELD: Final = re.compile(
+    r"^\s*:(param|parameter|arg|argument|key|keyword|type|returns?|rtype|raises?)\b"
+)
+# ``:param name: desc`` or ``:param type name: desc`` (reST / Sphinx); the name is the word
+# before the colon, whatever type words precede it.
+_SPHINX_PARAM: Final = re.compile(
+    r"^:(?:param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?\*{0,2}([A-Za-z_]\w*)\s*:"
+    r"\s*(.*)$"
+)
 # ``name: desc`` or ``name (type): desc``; the lazy group lets types hold parentheses.
 _ARG_ENTRY: Final = re.compile(r"^(\*{0,2}[A-Za-z_]\w*)\s*(?:\((.*?)\))?\s*:\s*(.*)$")
 
@@ -149,10 +158,10 @@ class FunctionTool(BaseTool):
             cannot be interrupted at all, so give blocking functions ``run_sync_in_thread``.
         require_confirmation: a person confirms each call before the function runs (human
             in the loop): ``True``, or a predicate (sync or async) over the call's arguments
-            that says which calls need it, called with the function's keyword arguments
-            (converted, as the function receives them) that its own parameters name. A call
-            that needs it runs the function only once a person approved it: the run pauses
-            with an ``adk_request_confirmation`` request (see
+            that says which calls need it, called with the function's arguments (converted,
+            as the function receives them, defaults included) that its own parameters name,
+            by name. A call that needs it runs the function only once a person approved it:
+            the run pauses with an ``adk_request_confirmation`` request (see
             :meth:`~adk_mesh.contexts.ToolContext.request_confirmation`); approved, the
             function runs and reads the answer in ``tool_context.tool_confirmation``
             (its ``payload`` too); rejected, the model reads :data:`REJECTED_CALL_ERROR`.
@@ -161,10 +170,11 @@ class FunctionTool(BaseTool):
     ``bool``, ``None``/``Optional``, ``list``, ``tuple``, ``set``, ``dict[str, T]``,
     ``Literal``, ``Enum``, ``datetime``/``date``, pydantic models, dataclasses, TypedDicts (from
     ``typing_extensions`` before Python 3.12) and ``Annotated[T, Field(...)]`` or
-    ``Annotated[T, "description"]``. Unannotated parameters accept any JSON value. Parameter
-    descriptions come from ``Annotated`` or from the docstring's ``Args:`` section. A
-    parameter named ``tool_context``, or annotated as a context class, receives the
-    :class:`~adk_mesh.contexts.ToolContext` and is not shown to the model.
+    ``Annotated[T, "description"]``. Unannotated parameters accept any JSON value; a ``None``
+    default makes a parameter nullable (``limit: int = None`` is ``int | None``). Parameter
+    descriptions come from ``Annotated`` or from the docstring's ``Args:`` section or reST
+    ``:param name:`` fields. A parameter named ``tool_context``, or annotated as a context
+    class, receives the :class:`~adk_mesh.contexts.ToolContext` and is not shown to the model.
 
     The function receives converted values (model instances, enum members, datetimes). Its
     result becomes the function response: a dict as is, a pydantic model or dataclass as its
@@ -242,6 +252,7 @@ class FunctionTool(BaseTool):
         # Parameter names travel as aliases of generated field names, so that any name
         # (``json``, ``_id``, ``model_config``) works without clashing with BaseModel.
         keyword_names: dict[str, str] = {}
+        parameter_names: dict[str, str] = {}  # every field, positional-only ones too
         always_passed: list[str] = []
         context_names: list[str] = []
         positional: list[_PositionalSlot] = []
@@ -263,6 +274,7 @@ class FunctionTool(BaseTool):
                 parameter, hint, argument_docs.get(parameter.name)
             )
             fields[field] = (annotation, field_info)
+            parameter_names[field] = parameter.name
             if is_positional:
                 default = parameter.default
                 if default is inspect.Parameter.empty or always_pass:
@@ -286,6 +298,7 @@ class FunctionTool(BaseTool):
         # The core validator itself: model_validate adds about 1 µs of Python per call.
         self._validate: Callable[[Any], BaseModel] = model.__pydantic_validator__.validate_python
         self._keyword_names = keyword_names
+        self._parameter_names = parameter_names
         self._keywords_only = len(keyword_names) == len(fields)
         self._always_passed = tuple(always_passed)
         self._context_names = tuple(context_names)
@@ -298,12 +311,18 @@ class FunctionTool(BaseTool):
         self._parameters_schema = _parameters_schema(schema) if fields else None
         self._response_schema = _response_schema(return_hint)
 
-    async def _needs_confirmation(self, kwargs: dict[str, Any]) -> bool:
-        """Whether this call waits for a person (``require_confirmation``)."""
+    async def _needs_confirmation(self, values: dict[str, Any]) -> bool:
+        """Whether this call waits for a person (``require_confirmation``).
+
+        A predicate judges every argument the function gets: the ones the model left out hold
+        their defaults (a model may well omit ``amount`` and pay its default), positional-only
+        ones are passed by name.
+        """
         predicate = self.require_confirmation
         if isinstance(predicate, bool):
             return predicate
-        result = predicate(**_accepted(predicate, kwargs, self._context_names))
+        arguments = {self._parameter_names[field]: value for field, value in values.items()}
+        result = predicate(**_accepted(predicate, arguments))
         if inspect.isawaitable(result):
             result = await result
         return bool(result)
@@ -345,7 +364,7 @@ class FunctionTool(BaseTool):
         for name in self._context_names:
             kwargs[name] = ctx
         positional = self._positional_values(ctx, values, given) if self._positional else ()
-        if self.require_confirmation is not False and await self._needs_confirmation(kwargs):
+        if self.require_confirmation is not False and await self._needs_confirmation(values):
             confirmation = ctx.tool_confirmation
             if confirmation is None:
                 ctx.request_confirmation(hint=f"Approve or reject the call to {self.name}.")
@@ -397,7 +416,9 @@ class FunctionTool(BaseTool):
             return {}
         try:
             converted = to_jsonable_python(result, bytes_mode="base64", inf_nan_mode="null")
-        except PydanticSerializationError as error:
+        except ValueError as error:
+            # A PydanticSerializationError (a type without a JSON form) or the plain ValueError
+            # pydantic raises for a result that contains itself.
             raise ToolError(
                 f"{self.name} returned a value that cannot be converted to JSON: {error}"
             ) from None
@@ -496,7 +517,8 @@ def _docstring(func: Callable[..., Any], target: Callable[..., Any]) -> str:
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """The summary and the ``Args:`` descriptions of a Google-style docstring."""
+    """The summary and the parameter descriptions of a docstring: a Google-style ``Args:``
+    section's, or reST ``:param name:`` fields'."""
     lines = doc.splitlines()
     summary_end = len(lines)
     for number, line in enumerate(lines):
@@ -532,7 +554,29 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             elif current is not None:
                 descriptions[current] = f"{descriptions[current]} {line.strip()}".strip()
             number += 1
+    # The summary stops at the first Sphinx field too, so ``:param`` text must land here or
+    # the model would never read it.
+    _parse_sphinx_params(lines, descriptions)
     return summary, descriptions
+
+
+def _parse_sphinx_params(lines: Sequence[str], descriptions: dict[str, str]) -> None:
+    """Add the ``:param name: description`` fields of a reST docstring to ``descriptions``;
+    a field continues on the lines indented deeper than it."""
+    current: str | None = None
+    field_indent = 0
+    for line in lines:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if current is not None and _indent(line) > field_indent:  # even ":class:`X` ..."
+            descriptions[current] = f"{descriptions[current]} {stripped}".strip()
+            continue
+        field = _SPHINX_PARAM.match(stripped)
+        current = field.group(1) if field is not None else None  # any other line ends it
+        if field is not None:
+            descriptions[field.group(1)] = field.group(2).strip()
+            field_indent = _indent(line)
 
 
 def _indent(line: str) -> int:
@@ -601,6 +645,20 @@ def _is_context_type(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, ReadonlyContext)
 
 
+def _admits_none(hint: Any) -> bool:
+    """Whether ``hint`` already accepts ``None``: ``Any``, ``object``, an Optional or a union
+    with ``None``, a ``Literal`` listing ``None``."""
+    hint = _strip_annotated(hint)
+    if hint is Any or hint is object or hint is None or hint is type(None):
+        return True
+    origin = get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_admits_none(option) for option in get_args(hint))
+    if origin is typing.Literal:
+        return None in get_args(hint)
+    return False
+
+
 def _refuse_variadic(tool_name: str, parameter: inspect.Parameter) -> None:
     if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
         raise ConfigError(
@@ -641,6 +699,18 @@ def _field_for(
         metadata.append(default)
         default = inspect.Parameter.empty
         always_pass = True
+    field_infos = [item for item in metadata if isinstance(item, FieldInfo)]
+    if default is inspect.Parameter.empty and any(not info.is_required() for info in field_infos):
+        # ``times: Annotated[int, Field(default=2)]``: the function has no default of its
+        # own, so the one the schema shows must be passed when the model leaves it out.
+        always_pass = True
+    if (default is None or any(info.default is None for info in field_infos)) and not (
+        _admits_none(hint)
+    ):
+        # ``limit: int = None``, an implicit Optional: the schema must allow the null it shows
+        # as the default, and a model that sends it must reach the function, whose own
+        # default it is.
+        hint = typing.Optional[hint]  # noqa: UP045 - takes any hint; `|` not every one
     if description:
         # Pydantic merges FieldInfos in order, later ones winning: the user's Fields override.
         metadata.insert(0, Field(description=description))
@@ -756,12 +826,9 @@ def _short_repr(value: Any) -> str:
     return text
 
 
-def _accepted(
-    predicate: Callable[..., Any], kwargs: dict[str, Any], context_names: Sequence[str]
-) -> dict[str, Any]:
-    """The arguments of ``kwargs`` (the tool context left out) that ``predicate`` takes by
-    name: all of them when it has ``**kwargs``."""
-    arguments = {name: value for name, value in kwargs.items() if name not in context_names}
+def _accepted(predicate: Callable[..., Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """The ``arguments`` that ``predicate`` takes by name: all of them when it has
+    ``**kwargs``."""
     try:
         parameters = inspect.signature(predicate).parameters.values()
     except (TypeError, ValueError):

@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import operator
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -57,6 +58,7 @@ from adk_mesh.errors import (
     ToolError,
     error_class_for_reason,
 )
+from adk_mesh.ids import shown
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import (
     CodeExecutionOutcome,
@@ -323,11 +325,27 @@ def _number_from_text(text: str) -> int | float:
 
 
 def _int_from_text(text: str) -> int | float:
-    number = int(text)
+    # A valid JSON integer may have any number of digits: one beyond a double's range is
+    # refused as 1e400 is (as the ValueError json_from_text reports, not the OverflowError or
+    # Python's own digit limit that int() and float() raise).
+    try:
+        number = int(text)
+    except ValueError:
+        raise ValueError(_beyond_double(text)) from None
     if -_MAX_EXACT_INT <= number <= _MAX_EXACT_INT:
         return number
     # As a Value would have carried it: a double.
-    return float(number)
+    try:
+        return float(number)
+    except OverflowError:
+        raise ValueError(_beyond_double(text)) from None
+
+
+def _beyond_double(text: str) -> str:
+    return (
+        f"the integer {text[:20]}... ({len(text.lstrip('-'))} digits) is beyond the range of "
+        "a JSON number (a double)"
+    )
 
 
 def _refuse_constant(name: str) -> Any:
@@ -352,8 +370,9 @@ def json_from_text(text: str, what: str = "the JSON text") -> Any:
     as ``int`` within +-2**53 and as ``float`` beyond it.
 
     Raises:
-        InvalidArgumentError: ``text`` is not JSON, holds a non-finite number, or nests deeper
-            than :data:`MAX_JSON_DEPTH` (``what`` names the field in the message).
+        InvalidArgumentError: ``text`` is not JSON, holds a non-finite number (or an integer
+            beyond a double), the escape of a lone surrogate, or nests deeper than
+            :data:`MAX_JSON_DEPTH` (``what`` names the field in the message).
     """
     try:
         value = json.loads(
@@ -368,7 +387,27 @@ def json_from_text(text: str, what: str = "the JSON text") -> Any:
         raise InvalidArgumentError(f"{what} is not JSON: {error}") from None
     if isinstance(value, dict | list):
         _check_depth(value, what)
+    if _SURROGATE_ESCAPE.search(text) is not None:
+        _check_unicode(value, what)
     return value
+
+
+#: A JSON escape of a UTF-16 surrogate (``\ud800``): half of a pair, or a lone one. The text
+#: itself is UTF-8 (a protobuf string), so only an escape can spell a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_unicode(value: Any, what: str) -> None:
+    """Refuse a value read from JSON text that holds a lone surrogate: valid JSON grammar,
+    but no Unicode text, which neither the wire (UTF-8) nor a session store can carry, so
+    the value could never be stored or sent on (json.loads pairs the escapes of a pair)."""
+    try:
+        json.dumps(value, ensure_ascii=False, check_circular=False).encode()
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(
+            f"{what} holds the escape of a lone surrogate ({error.object[error.start]!r}), "
+            "which is no Unicode character; send the text of a pair, or none"
+        ) from None
 
 
 def _object_from_text(text: str, what: str) -> dict[str, Any]:
@@ -395,8 +434,17 @@ def _read_object(message: Any, field: str, json_field: str) -> dict[str, Any] | 
     if text:
         return _object_from_text(text, f"{type(message).__name__}.{json_field}")
     if message.HasField(field):
-        return struct_to_dict(getattr(message, field))
+        try:
+            return struct_to_dict(getattr(message, field))
+        except InvalidArgumentError as error:
+            raise _at(f"{type(message).__name__}.{field}", error) from None
     return None
+
+
+def _at(where: str, error: InvalidArgumentError) -> InvalidArgumentError:
+    """``error`` (about a value deep in a message) saying where it is: a client in another
+    language learns which of its fields to fix."""
+    return InvalidArgumentError(f"{where}: {error.message}", metadata=error.metadata)
 
 
 def _fill_value_map(target: Any, json_target: Any, mapping: Mapping[str, Any]) -> None:
@@ -418,7 +466,16 @@ def _fill_value_map(target: Any, json_target: Any, mapping: Mapping[str, Any]) -
 
 
 def _read_value_map(source: Any, json_source: Any, what: str) -> dict[str, Any]:
-    values = {key: json_from_value(source[key]) for key in source}
+    try:
+        values = {key: json_from_value(source[key]) for key in source}
+    except InvalidArgumentError as error:
+        # Found again only now: the comprehension above is the path of every message.
+        for key in source:
+            try:
+                json_from_value(source[key])
+            except InvalidArgumentError:
+                raise _at(f"{what.removesuffix('_json')}[{key!r}]", error) from None
+        raise  # pragma: no cover - the same value fails again
     if json_source:
         for key in json_source:
             values[key] = json_from_text(json_source[key], f"{what}[{key!r}]")
@@ -516,11 +573,18 @@ def _fill_timestamp(message: timestamp_pb2.Timestamp, value: datetime) -> None:
 
 def timestamp_to_datetime(message: timestamp_pb2.Timestamp) -> datetime:
     """The timestamp as an aware UTC datetime; InvalidArgumentError when it is outside the
-    years 1 to 9999 (a datetime's range)."""
+    years 1 to 9999 (a datetime's range) or its nanos outside 0 to 999,999,999."""
+    nanos = message.nanos
+    if not 0 <= nanos < 1_000_000_000:
+        # google.protobuf.Timestamp's rule; read as it comes, 2e9 nanos would be 2 s later.
+        raise InvalidArgumentError(
+            f"timestamp nanos is {nanos}; a Timestamp's nanos are 0 to 999,999,999 (a time "
+            "before the epoch has negative seconds and nanos counting forward)"
+        )
     # The epoch plus a timedelta: a third of the cost of fromtimestamp().replace(), once per
     # event decoded.
     try:
-        return _EPOCH + timedelta(seconds=message.seconds, microseconds=message.nanos // 1000)
+        return _EPOCH + timedelta(seconds=message.seconds, microseconds=nanos // 1000)
     except OverflowError:
         raise InvalidArgumentError(
             f"timestamp {message.seconds} s since the epoch is out of range; send a time "
@@ -682,7 +746,16 @@ def _fill_content(message: content_pb2.Content, content: Content) -> None:
 
 
 def _content_fields(message: content_pb2.Content) -> dict[str, Any]:
-    return {"role": message.role, "parts": [_part_fields(part) for part in message.parts]}
+    try:
+        return {"role": message.role, "parts": [_part_fields(part) for part in message.parts]}
+    except InvalidArgumentError as error:
+        # Which part, found again only now: the comprehension is the path of every message.
+        for index, part in enumerate(message.parts):
+            try:
+                _part_fields(part)
+            except InvalidArgumentError:
+                raise _at(f"Content.parts[{index}]", error) from None
+        raise  # pragma: no cover - the same part fails again
 
 
 def content_from_proto(message: content_pb2.Content) -> Content:
@@ -915,8 +988,13 @@ def tool_confirmation_to_proto(confirmation: ToolConfirmation) -> event_pb2.Tool
 def _tool_confirmation_fields(message: event_pb2.ToolConfirmation) -> dict[str, Any]:
     if message.payload_json:
         payload = json_from_text(message.payload_json, "ToolConfirmation.payload_json")
+    elif message.HasField("payload"):
+        try:
+            payload = json_from_value(message.payload)
+        except InvalidArgumentError as error:
+            raise _at("ToolConfirmation.payload", error) from None
     else:
-        payload = json_from_value(message.payload) if message.HasField("payload") else None
+        payload = None
     return {"hint": message.hint, "confirmed": message.confirmed, "payload": payload}
 
 
@@ -1690,6 +1768,11 @@ def _check_history_digests(message: agent_pb2.SessionView) -> int:
     """How many events ``message.history_digests`` names, checked (see
     :func:`history_digests`)."""
     data = message.history_digests
+    if message.omitted_events < 0:
+        raise InvalidArgumentError(
+            f"SessionView.omitted_events is {message.omitted_events}; it counts events, so it "
+            "cannot be negative"
+        )
     count, rest = divmod(len(data), DIGEST_BYTES)
     if rest:
         raise InvalidArgumentError(
@@ -1729,7 +1812,12 @@ def session_view_from_proto(
     the objects are shared, immutable as a store's shared events are.
     """
     events = list(named)
-    decoded = [DECODED_EVENTS.decode_weighed(event_message) for event_message in message.events]
+    decoded: list[tuple[Event, bytes, int]] = []
+    for index, event_message in enumerate(message.events):
+        try:
+            decoded.append(DECODED_EVENTS.decode_weighed(event_message))
+        except InvalidArgumentError as error:
+            raise _at(f"SessionView.events[{index}] ({shown(event_message.id)})", error) from None
     events.extend([event for event, _, _ in decoded])
     if named_digests is not None and events:
         # The window, kept by the digests this process computed, so that the session's next
@@ -2096,7 +2184,9 @@ def tool_progress_from_proto(
 def tool_result_to_proto(
     response: Mapping[str, Any] | None, error: AdkError | None, actions: EventActions
 ) -> tool_pb2.ToolResult:
-    """A tool's outcome: its response, or the error it raised, plus the actions it set."""
+    """A tool's outcome: its response, or the error it raised, plus the actions it set. A
+    tool that answered nothing (``None``) sets no outcome: the caller's hooks then read
+    ``None``, as in process (a reader that does not tell them apart reads ``{}``)."""
     result = tool_pb2.ToolResult()
     if error is not None:
         result.error.reason = error.reason
@@ -2104,8 +2194,8 @@ def tool_result_to_proto(
         for key, value in error.metadata.items():
             result.error.metadata[key] = value
         result.error.propagate = error.propagate
-    else:
-        _fill_object(result, "response", "response_json", response or {})
+    elif response is not None:
+        _fill_object(result, "response", "response_json", response)
     _fill_actions(result.actions, actions)
     return result
 
@@ -2114,7 +2204,8 @@ def tool_result_from_proto(
     message: tool_pb2.ToolResult,
 ) -> tuple[dict[str, Any] | None, AdkError | None, EventActions]:
     """``(response, error, actions)``; the error is rebuilt as the class its reason names
-    (:class:`~adk_mesh.errors.ToolError` for a reason that is not ours)."""
+    (:class:`~adk_mesh.errors.ToolError` for a reason that is not ours); no outcome: the
+    tool answered nothing (``None``)."""
     actions = actions_from_proto(message.actions)
     if message.WhichOneof("outcome") == "error":
         detail = message.error
@@ -2122,7 +2213,7 @@ def tool_result_from_proto(
         error = cls(detail.message, metadata=dict(detail.metadata))
         error.propagate = detail.propagate
         return None, error, actions
-    return _read_object(message, "response", "response_json") or {}, None, actions
+    return _read_object(message, "response", "response_json"), None, actions
 
 
 def run_response_messages(response: agent_pb2.RunResponse | None) -> list[event_pb2.Event]:

@@ -37,7 +37,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -528,14 +528,20 @@ def _after(message: timestamp_pb2.Timestamp) -> datetime:
 
 
 def _event_from_proto(message: event_pb2.Event) -> Event:
-    """An initial event of CreateSession; INVALID_ARGUMENT, naming the event, when it cannot
-    be read (a timestamp out of range, say)."""
+    """An initial event of CreateSession (dated now when it has no timestamp);
+    INVALID_ARGUMENT, naming the event, when it cannot be read (a timestamp out of range,
+    say)."""
     try:
-        return codec.event_from_proto(message)
+        event = codec.event_from_proto(message)
     except InvalidArgumentError as error:
         raise InvalidArgumentError(
             f"CreateSessionRequest.events holds event {shown(message.id)}: {error.message}"
         ) from None
+    if not message.HasField("timestamp"):
+        # Dated now, as google-adk's Event dates itself when made (and as an event without an
+        # id gets one): read as it comes, an unset Timestamp is 1970-01-01.
+        event = event.model_copy(update={"timestamp": datetime.now(UTC)})
+    return event
 
 
 def _check_initial_events(events: list[Event]) -> None:

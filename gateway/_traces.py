@@ -9,7 +9,9 @@ answers every trace that holds a span of that invocation (every span of the mesh
 ``adk_mesh.invocation_id``), each as a flat, depth-first list of spans with their service,
 nesting depth, start offset and duration in milliseconds, ready to draw. The caller is
 authenticated as on every other route, and sees only invocations of its own user (the spans'
-``adk_mesh.user_id``): another user's invocation reads as one with no spans. Spans come from:
+``adk_mesh.user_id``): another user's invocation reads as one with no spans, and a trace shared
+with one (a client's own trace around several users' turns) is shown without its spans. Spans
+come from:
 
 * **the trace files of a local mesh** — the OTLP JSON lines ``adk-mesh up`` has every service
   append to ``<state_dir>/traces/<service>.jsonl`` (``ADK_MESH_TRACE_DIR``); read
@@ -72,6 +74,8 @@ USER_ATTRIBUTE: Final = "adk_mesh.user_id"
 _INVOCATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 # Long attribute values (captured prompts, tool payloads) are cut for the page.
 _MAX_ATTRIBUTE_CHARS = 2000
+# OTLP times are fixed64 nanoseconds.
+_UINT64_LIMIT = 2**64
 # Jaeger's own services report spans of their own; they are never part of the mesh's traces.
 _JAEGER_SERVICES = frozenset({"jaeger", "jaeger-query", "jaeger-all-in-one", "jaeger-collector"})
 _JAEGER_KINDS = {
@@ -120,18 +124,45 @@ class TraceUnavailableError(Exception):
 # -- trace files ----------------------------------------------------------------------------
 
 
+def _well_formed(record: SpanRecord) -> bool:
+    """Whether a span read back holds what an OTLP exporter writes: string ids (its user's
+    too), name and status message, string attribute keys, times in OTLP's unsigned 64 bits. A
+    span that does not (a corrupt or foreign line) would fail the whole answer (an unhashable
+    id, a time too large for a float), so it is left out."""
+    return (
+        isinstance(record.trace_id, str)
+        and isinstance(record.span_id, str)
+        and (record.parent_span_id is None or isinstance(record.parent_span_id, str))
+        and isinstance(record.name, str)
+        and isinstance(record.status_message, str)
+        and 0 <= record.start_time_unix_nano < _UINT64_LIMIT
+        and 0 <= record.end_time_unix_nano < _UINT64_LIMIT
+        and all(isinstance(key, str) for key in record.attributes)
+        and isinstance(record.attributes.get(USER_ATTRIBUTE, ""), str)
+    )
+
+
 @dataclass
 class _FileState:
     identity: tuple[int, int]
     offset: int = 0
-    records: list[SpanRecord] = field(default_factory=list)
+    # The file's spans by trace, and the traces each invocation has a span in: a request
+    # looks up its invocation rather than going over every span read.
+    traces: defaultdict[str, list[SpanRecord]] = field(default_factory=lambda: defaultdict(list))
+    invocations: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def add(self, record: SpanRecord) -> None:
+        self.traces[record.trace_id].append(record)
+        if record.invocation_id is not None:
+            self.invocations[record.invocation_id].add(record.trace_id)
 
 
 class _TraceFileReader:
     """The spans of a directory of ``*.jsonl`` OTLP files, re-reading only what was appended.
 
     Each file is read up to its last complete line (a service may be writing the next one);
-    a file replaced or truncated (a cleaned state directory) is read again from the start.
+    a file replaced or truncated (a cleaned state directory, a rotation) is read again from the
+    start.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -139,14 +170,25 @@ class _TraceFileReader:
         self._files: dict[Path, _FileState] = {}
         self._lock = threading.Lock()
 
-    def spans(self) -> list[SpanRecord]:
+    def spans(self, invocation_id: str) -> list[SpanRecord]:
+        """The spans of every trace holding a span of ``invocation_id``."""
         with self._lock:
             present = sorted(self.directory.glob("*.jsonl")) if self.directory.is_dir() else []
             for gone in set(self._files) - set(present):
                 del self._files[gone]
             for path in present:
                 self._refresh(path)
-            return [record for state in self._files.values() for record in state.records]
+            trace_ids = {
+                trace_id
+                for state in self._files.values()
+                for trace_id in state.invocations.get(invocation_id, ())
+            }
+            return [
+                record
+                for state in self._files.values()
+                for trace_id in trace_ids
+                for record in state.traces.get(trace_id, ())
+            ]
 
     def _refresh(self, path: Path) -> None:
         try:
@@ -162,7 +204,14 @@ class _TraceFileReader:
             return
         try:
             with path.open("rb") as file:
-                file.seek(state.offset)
+                if state.offset:
+                    file.seek(state.offset - 1)
+                    # The byte before the offset ended the last line read. Anything else: the
+                    # file was truncated and written past the offset since (copytruncate
+                    # rotation, `: > file`), so it is read again from its start.
+                    if file.read(1) != b"\n":
+                        state = self._files[path] = _FileState(identity)
+                        file.seek(0)
                 chunk = file.read(status.st_size - state.offset)
         except OSError:  # not a readable regular file (a directory named *.jsonl, ...)
             self._files.pop(path, None)
@@ -175,22 +224,24 @@ class _TraceFileReader:
             # A line that is not the exporter's OTLP JSON is skipped, not the end of the file.
             try:
                 data = json.loads(line)
-                if isinstance(data, dict):
-                    state.records.extend(records_from_otlp_json(data))
+                records = records_from_otlp_json(data) if isinstance(data, dict) else []
             except (ValueError, TypeError, AttributeError, RecursionError):
                 continue
+            for record in records:
+                if _well_formed(record):
+                    state.add(record)
 
 
 _readers: dict[Path, _TraceFileReader] = {}
 _readers_lock = threading.Lock()
 
 
-def _file_spans(directory: Path) -> list[SpanRecord]:
+def _file_spans(directory: Path, invocation_id: str) -> list[SpanRecord]:
     with _readers_lock:
         reader = _readers.get(directory)
         if reader is None:
             reader = _readers[directory] = _TraceFileReader(directory)
-    return reader.spans()
+    return reader.spans(invocation_id)
 
 
 # -- Jaeger query API ------------------------------------------------------------------------
@@ -287,7 +338,16 @@ async def _jaeger_spans(sources: TraceSources, invocation_id: str) -> list[SpanR
             for answer in answers:
                 answer.raise_for_status()
                 records.extend(records_from_jaeger(answer.json()))
-    except (httpx.HTTPError, ValueError, TypeError, AttributeError) as error:
+    # An answer that is not Jaeger's (of the wrong shape, an infinite time, nested past
+    # what json reads) is the backend's failure, not ours.
+    except (
+        httpx.HTTPError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        OverflowError,
+        RecursionError,
+    ) as error:
         raise TraceUnavailableError(
             f"the trace backend at {sources.query_url} could not be queried: {error}"
         ) from error
@@ -437,6 +497,29 @@ def _control_flow(records: Iterable[SpanRecord]) -> list[ControlFlowMove]:
     return moves
 
 
+def _without_other_users(records: list[SpanRecord], user_id: str) -> list[SpanRecord]:
+    """``records`` without the spans naming another user, and the spans under those (another
+    instrumentation's, which carry no user but belong to that user's turn)."""
+    hidden = {
+        record.span_id
+        for record in records
+        if record.attributes.get(USER_ATTRIBUTE, user_id) != user_id
+    }
+    if not hidden:
+        return records
+    children: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        if record.parent_span_id is not None:
+            children[record.parent_span_id].append(record.span_id)
+    pending = list(hidden)
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in hidden:
+                hidden.add(child)
+                pending.append(child)
+    return [record for record in records if record.span_id not in hidden]
+
+
 def invocation_trace(
     invocation_id: str,
     spans: Iterable[SpanRecord],
@@ -447,15 +530,21 @@ def invocation_trace(
     """Every trace holding a span of the invocation, oldest first, its spans depth first.
 
     With ``user_id``, the invocation must be that user's: its spans name no other user in
-    ``adk_mesh.user_id``, and at least one names this one; else it has no traces.
+    ``adk_mesh.user_id``, and at least one names this one; else it has no traces. A trace it
+    shares with another user's invocation (a client running several users' turns under one
+    trace of its own) is shown without that user's spans and the spans under them.
+
+    A span that is not well formed is left out; one given twice (the same trace and span id,
+    a copy of a trace file) is drawn once.
     """
-    by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
+    by_trace: dict[str, dict[str, SpanRecord]] = defaultdict(dict)
     for record in spans:
-        by_trace[record.trace_id].append(record)
+        if _well_formed(record):
+            by_trace[record.trace_id].setdefault(record.span_id, record)
     matching = {
-        trace_id: records
+        trace_id: list(records.values())
         for trace_id, records in by_trace.items()
-        if any(record.invocation_id == invocation_id for record in records)
+        if any(record.invocation_id == invocation_id for record in records.values())
     }
     if user_id is not None:
         users = {
@@ -466,6 +555,11 @@ def invocation_trace(
         }
         if users != {user_id}:
             matching = {}
+        matching = {
+            trace_id: own
+            for trace_id, records in matching.items()
+            if (own := _without_other_users(records, user_id))
+        }
     ordered = sorted(
         matching.items(),
         key=lambda item: min(record.start_time_unix_nano for record in item[1]),
@@ -533,7 +627,7 @@ def trace_router(sources: TraceSources | None = None, caller: Any = None) -> API
                 raise Problem(502, str(error), reason="TRACE_BACKEND_UNAVAILABLE") from error
             return invocation_trace(invocation_id, spans, source="jaeger", user_id=user_id)
         if configured.trace_dir is not None:
-            spans = await asyncio.to_thread(_file_spans, configured.trace_dir)
+            spans = await asyncio.to_thread(_file_spans, configured.trace_dir, invocation_id)
             return invocation_trace(invocation_id, spans, source="files", user_id=user_id)
         answer = invocation_trace(invocation_id, (), source="none")
         answer.detail = (

@@ -24,6 +24,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from adk_mesh.errors import ConfigError
+
 __all__ = ["OtlpJsonFileSpanExporter", "otlp_json"]
 
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
@@ -57,11 +59,23 @@ def file_name(service_name: str) -> str:
 
 
 class OtlpJsonFileSpanExporter(SpanExporter):
-    """Appends spans as OTLP JSON lines to ``<directory>/<service.name>.jsonl``."""
+    """Appends spans as OTLP JSON lines to ``<directory>/<service.name>.jsonl``.
+
+    Raises:
+        ConfigError: ``directory`` cannot be created (a file is in its way, no permission).
+    """
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            # At a service's start (configure_telemetry): its one-line configuration error,
+            # not a traceback.
+            raise ConfigError(
+                f"the trace directory {str(self.directory)!r} (ADK_MESH_TRACE_DIR) cannot be "
+                f"created: {error.strerror or error}"
+            ) from error
         self._lock = threading.Lock()
         self._closed = False
 
@@ -76,11 +90,21 @@ class OtlpJsonFileSpanExporter(SpanExporter):
             with self._lock:
                 for service, group in by_service.items():
                     line = json.dumps(otlp_json(encode_spans(group)), separators=(",", ":"))
-                    with (self.directory / file_name(service)).open("a", encoding="utf-8") as file:
-                        file.write(line + "\n")
+                    self._append(self.directory / file_name(service), line + "\n")
         except OSError:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+    def _append(self, path: Path, line: str) -> None:
+        try:
+            file = path.open("a", encoding="utf-8")
+        except FileNotFoundError:
+            # The directory was removed under a running service (its traces cleared): made
+            # again, or this process would write no trace until it restarts.
+            self.directory.mkdir(parents=True, exist_ok=True)
+            file = path.open("a", encoding="utf-8")
+        with file:
+            file.write(line)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True

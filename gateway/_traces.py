@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 import time
@@ -58,6 +59,8 @@ __all__ = [
     "records_from_jaeger",
     "trace_router",
 ]
+
+logger = logging.getLogger("gateway")
 
 #: The web UI's static files (HTML, CSS, JavaScript modules), served by the gateway at ``/ui``.
 UI_DIRECTORY: Final = Path(__file__).resolve().parent / "ui"
@@ -624,7 +627,14 @@ def trace_router(sources: TraceSources | None = None, caller: Any = None) -> API
             try:
                 spans = await _jaeger_spans(configured, invocation_id)
             except TraceUnavailableError as error:
-                raise Problem(502, str(error), reason="TRACE_BACKEND_UNAVAILABLE") from error
+                # Its address and its answer go to the log, not to the client (as a mesh
+                # service's address never does).
+                logger.warning("trace backend query failed: %s", error)
+                raise Problem(
+                    502,
+                    "the trace backend could not be queried; the gateway's log has the details",
+                    reason="TRACE_BACKEND_UNAVAILABLE",
+                ) from error
             return invocation_trace(invocation_id, spans, source="jaeger", user_id=user_id)
         if configured.trace_dir is not None:
             spans = await asyncio.to_thread(_file_spans, configured.trace_dir, invocation_id)

@@ -464,4 +464,6 @@ async def test_jaeger_down_is_a_bad_gateway_problem(jaeger: FakeJaeger, client_f
 
     assert response.status_code == 502
     assert response.headers["content-type"] == "application/problem+json"
-    assert jaeger.url in response.json()["detail"]
+    # The backend's address is the gateway's log's, never the client's.
+    assert jaeger.url not in response.json()["detail"]
+    assert "trace backend" in response.json()["detail"]

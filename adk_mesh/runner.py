@@ -56,8 +56,10 @@ def check_new_message(message: Content) -> Content:
     the user), with at least one part that is not empty text.
 
     Raises:
-        InvalidArgumentError: no parts, only empty (or blank) text, another role, or a
-            function call: a client cannot put words in the model's mouth.
+        InvalidArgumentError: no parts, only empty (or blank) text, another role, a function
+            call or a built-in tool's part (a client cannot put words in the model's mouth),
+            data without a MIME type, a file without its URI or type, a function response
+            without its name.
     """
     if not message.parts:
         raise InvalidArgumentError("the new message has no parts; send text or data")
@@ -73,6 +75,30 @@ def check_new_message(message: Content) -> Content:
             f"the new message holds a function call ({shown(message.function_calls[0].name)});"
             " calls are the model's: a client answers one with a function response"
         )
+    for index, part in enumerate(message.parts):
+        # Each would go to the model in every later request of the session, and its refusal
+        # fail every later turn.
+        if part.is_server_tool:
+            raise InvalidArgumentError(
+                f"the new message's part {index} is a built-in tool's call or result; those "
+                "are the model provider's, never a client's"
+            )
+        if part.inline_data is not None and not part.inline_data.mime_type:
+            raise InvalidArgumentError(
+                f"the new message's part {index} holds data without a MIME type; name its type"
+            )
+        if part.file_data is not None and not (
+            part.file_data.file_uri and part.file_data.mime_type
+        ):
+            raise InvalidArgumentError(
+                f"the new message's part {index} refers to a file without its URI or MIME "
+                "type; give both"
+            )
+        if part.function_response is not None and not part.function_response.name:
+            raise InvalidArgumentError(
+                f"the new message's part {index} is a function response without the name "
+                "of its function"
+            )
     if all(part.text is not None and not part.text.strip() for part in message.parts):
         raise InvalidArgumentError("the new message's text is empty; send text or data")
     if not message.role:

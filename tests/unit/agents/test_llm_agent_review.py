@@ -14,7 +14,7 @@ from adk_mesh.models.base import GenerateContentConfig, LlmRequest
 from adk_mesh.sessions.base import Session
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call, text
-from adk_mesh.types import Event, LlmResponse, Part
+from adk_mesh.types import Event, FileData, LlmResponse, Part
 
 
 async def run_turn(
@@ -171,6 +171,33 @@ async def test_a_new_message_holding_a_function_call_is_refused_and_nothing_is_s
     stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
     assert stored is not None and stored.events == []
     assert not model.requests
+
+
+@pytest.mark.parametrize(
+    ("part", "named"),
+    [
+        (Part.from_server_tool_call("GOOGLE_SEARCH_WEB", {"q": "x"}), "built-in tool"),
+        (Part.from_inline_data("", b"..."), "MIME type"),
+        (Part(file_data=FileData(mime_type="", file_uri="gs://b/o")), "URI or MIME type"),
+        (Part(file_data=FileData(mime_type="image/png", file_uri="")), "URI or MIME type"),
+        (Part.from_function_response("", {"ok": True}, id="c9"), "without the name"),
+    ],
+)
+async def test_a_new_message_part_no_model_call_could_carry_is_refused(
+    part: Part, named: str
+) -> None:
+    # Stored, it would go to the model in every later request of the session, and its
+    # refusal fail every later turn.
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="app", user_id="u")
+    model = ScriptedModel(["ok"])
+    message = Content(role="user", parts=[Part(text="look"), part])
+    with pytest.raises(InvalidArgumentError, match=named):
+        await run_turn(
+            LlmAgent(name="a", model=model), message, service=service, session_id=session.id
+        )
+    stored = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+    assert stored is not None and stored.events == []
 
 
 def ping() -> str:

@@ -32,6 +32,7 @@ from adk_mesh.contexts import (
 from adk_mesh.credentials import CredentialService
 from adk_mesh.errors import (
     AdkJSONError,
+    AgentError,
     AgentNotFoundError,
     ConfigError,
     DelegationError,
@@ -666,7 +667,8 @@ class AgentServer(MeshServer):
             )
             events = _delegation_events(ctx, agent, delegation, call)
             return call, _ending(
-                _responses(events, session_id="", batches=batches), call.last_response
+                _responses(events, session_id="", batches=batches, stored_by_caller=True),
+                call.last_response,
             )
 
         async def applied() -> AsyncGenerator[Event, None]:
@@ -686,7 +688,9 @@ class AgentServer(MeshServer):
                     yield event
 
         return call, _ending(
-            _responses(applied(), session_id="", batches=batches, session=session),
+            _responses(
+                applied(), session_id="", batches=batches, session=session, stored_by_caller=True
+            ),
             call.last_response,
         )
 
@@ -847,6 +851,7 @@ async def _responses(
     session_id: str,
     batches: bool,
     session: Session | None = None,
+    stored_by_caller: bool = False,
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """Encode a run's events as RunResponses; the first one names the session.
 
@@ -857,6 +862,9 @@ async def _responses(
     back once MAX_PENDING_EVENTS wait. From then on too, the RemoteAgents of the run on
     ``session`` (the one this stream serves) hand over the partial events their peers stream
     as they came, without decoding them (:mod:`adk_mesh.mesh._relay`).
+
+    ``stored_by_caller``: a delegated run's events, which its caller stores as they come;
+    one that cannot go whole fails the run (:func:`_encode_event`).
     """
     async with aclosing(events):
         inline = 0
@@ -867,15 +875,18 @@ async def _responses(
                 return
             response = agent_pb2.RunResponse(session_id=session_id)
             session_id = ""
-            _encode_event(event, response.event)
+            _encode_event(event, response.event, stored_by_caller=stored_by_caller)
             yield response
             inline += 1
-        async for response in _batched(events, session_id, session):
+        async for response in _batched(events, session_id, session, stored_by_caller):
             yield response
 
 
 async def _batched(
-    events: AsyncGenerator[Event, None], session_id: str, session: Session | None
+    events: AsyncGenerator[Event, None],
+    session_id: str,
+    session: Session | None,
+    stored_by_caller: bool,
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """The rest of a run's events (closed by the caller), batched as :func:`_responses` says."""
 
@@ -895,29 +906,39 @@ async def _batched(
             response = agent_pb2.RunResponse(session_id=session_id)
             session_id = ""
             if len(batch) == 1:
-                _encode_event(batch[0], response.event)
+                _encode_event(batch[0], response.event, stored_by_caller=stored_by_caller)
                 yield response
                 continue
             size = 0
             for event in batch:
-                added = _encode_event(event, response.events.add())
+                added = _encode_event(
+                    event, response.events.add(), stored_by_caller=stored_by_caller
+                )
                 if size and size + added > MAX_BATCH_BYTES:
                     # The batch is full: this event opens the next one.
                     del response.events[-1]
                     yield _batch_or_single(response)
                     response = agent_pb2.RunResponse()
                     size = 0
-                    _encode_event(event, response.events.add())
+                    _encode_event(event, response.events.add(), stored_by_caller=stored_by_caller)
                 size += added
             yield _batch_or_single(response)
 
 
-def _encode_event(event: Event | event_pb2.Event, into: event_pb2.Event) -> int:
+def _encode_event(
+    event: Event | event_pb2.Event, into: event_pb2.Event, *, stored_by_caller: bool = False
+) -> int:
     """Encode ``event`` into ``into`` (empty) and return its size. A response is never left
     empty or too large to send: an event the wire cannot carry as it is (a JSON value it
     refuses) or larger than MAX_EVENT_BYTES goes abridged (:func:`codec.abridged_event`, each
     large or unfit part replaced by a placeholder); it stays whole in the session store. A
-    partial event a RemoteAgent relayed (a message already) is copied as it came."""
+    partial event a RemoteAgent relayed (a message already) is copied as it came.
+
+    ``stored_by_caller``: the session store is the caller's, which keeps the abridged copy.
+    Its placeholders say what was left out, but a state change left out would be lost without
+    a word (the caller's state would miss a write the run made and went on from): an event
+    whose abridged copy drops one raises :class:`~adk_mesh.errors.AgentError` instead, and
+    the run fails."""
     if isinstance(event, event_pb2.Event):
         into.CopyFrom(event)
         size = into.ByteSize()
@@ -928,14 +949,24 @@ def _encode_event(event: Event | event_pb2.Event, into: event_pb2.Event) -> int:
     try:
         codec.event_to_proto(event, into=into)
     except AdkJSONError as error:
-        logger.warning("event %s is sent abridged: %s", event.id, error.message)
+        why = error.message
     else:
         size = into.ByteSize()
         if size <= MAX_EVENT_BYTES:
             return size
-        logger.warning("event %s is sent abridged: %d bytes encoded", event.id, size)
+        why = f"{size} bytes encoded, over the mesh's message limit of {MAX_EVENT_BYTES} bytes"
+    abridged = codec.abridged_event(event)
+    if stored_by_caller and not event.partial:
+        lost = sorted(event.actions.state_delta.keys() - abridged.actions.state_delta.keys())
+        if lost:
+            raise AgentError(
+                f"agent {event.author!r} changed state {', '.join(map(repr, lost))} by more "
+                f"than one message can carry to the caller, which stores it ({why}); keep "
+                "large values in artifacts"
+            )
+    logger.warning("event %s is sent abridged: %s", event.id, why)
     into.Clear()
-    codec.event_to_proto(codec.abridged_event(event), into=into)
+    codec.event_to_proto(abridged, into=into)
     return into.ByteSize()
 
 

@@ -21,7 +21,7 @@ from adk_mesh.contexts import InvocationContext, ReadonlyContext, TransferTarget
 from adk_mesh.errors import AdkError, AgentError, ConfigError, LlmCallLimitError
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import answer_context_request
-from adk_mesh.mesh._channel import open_channel
+from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._forwarding import forward
 from adk_mesh.mesh._limits import llm_calls_in
@@ -111,7 +111,9 @@ class RemoteAgent(BaseAgent):
             event larger than what is left is sent abridged; the window ends at the first
             that does not fit even so. The view tells the remote side how many older events
             it left out (``SessionView.omitted_events``), so no history length or event size
-            makes a call fail (:func:`~adk_mesh.codec.session_view_to_proto`). Events sent
+            makes a call fail (:func:`~adk_mesh.codec.session_view_to_proto`); and fewer
+            bytes when the rest of the request (the user's message, the state: they go
+            whole) leaves less of the mesh's message limit (32 MiB). Events sent
             to the service before are not encoded again, nor sent again: the view names them
             by digest, and the service takes them from what it kept, or asks for them
             (``SessionView.history_digests``, :class:`~adk_mesh.codec.EncodedEvents`,
@@ -172,15 +174,16 @@ class RemoteAgent(BaseAgent):
         *,
         whole_history: bool,
         delivery: codec.ViewDelivery,
+        max_bytes: int | None = None,
     ) -> None:
         """Fill ``into`` with what the remote side sees of ``session``: its state and this
-        agent's window of its history. ``whole_history``: ``session`` is the session itself,
-        not a delegation's filtered view of it, so its window is kept for the next turn
-        (:data:`~adk_mesh.codec.VIEW_MEMOS`)."""
+        agent's window of its history (of at most ``max_bytes``, by default its own bound).
+        ``whole_history``: ``session`` is the session itself, not a delegation's filtered view
+        of it, so its window is kept for the next turn (:data:`~adk_mesh.codec.VIEW_MEMOS`)."""
         codec.session_view_to_proto(
             session,
             max_events=self.history_max_events,
-            max_bytes=self.history_max_bytes,
+            max_bytes=self.history_max_bytes if max_bytes is None else max_bytes,
             into=into,
             digests_for=self.target,
             memo=(session.app_name, session.user_id, session.id) if whole_history else None,
@@ -376,6 +379,53 @@ class RemoteAgent(BaseAgent):
         delegated.no_caller_stores = _nothing_to_ask(artifacts, memory, delegated.session)
         return message
 
+    def _fit(
+        self,
+        message: agent_pb2.RunDelegatedRequest,
+        session: Session,
+        artifacts: ArtifactService | None,
+        memory: MemoryService | None,
+        *,
+        whole_history: bool,
+        delivery: codec.ViewDelivery,
+    ) -> None:
+        """Shrink the history window of the finished request ``message`` to what the rest of
+        it leaves of one message. The user's message and the state go whole: a large one (an
+        image the user sent) and a full window would make a request the mesh cannot carry,
+        and the call would fail where the agent in process runs.
+
+        Raises:
+            AgentError: even with less history, the request is larger than a message.
+        """
+        delegated = message.run.delegated
+        view = delegated.session
+        rest = delegated.user_content.ByteSize() + _state_bytes(view)
+        if rest + self.history_max_bytes <= MAX_REQUEST_BYTES // 2:
+            return  # far from the limit (the common case): nothing to measure
+        excess = message.ByteSize() - MAX_REQUEST_BYTES
+        if excess <= 0:
+            return
+        history = sum(event.ByteSize() for event in view.events)
+        # Each event's framing (a tag and a length) is not counted in a window's bound.
+        framing = 8 * len(view.events)
+        if history:
+            view.Clear()
+            self._session_view(
+                session,
+                into=view,
+                whole_history=whole_history,
+                delivery=delivery,
+                max_bytes=max(0, history - excess - framing),
+            )
+            delegated.no_caller_stores = _nothing_to_ask(artifacts, memory, view)
+            excess = message.ByteSize() - MAX_REQUEST_BYTES
+        if excess > 0:
+            raise AgentError(
+                f"remote agent {self.name!r}: the run's request is {excess} bytes over the "
+                f"mesh's message limit ({MAX_MESSAGE_BYTES} bytes) even with less history: "
+                "the user's message and the session's state go whole"
+            )
+
     async def _global_instruction(self, ctx: InvocationContext) -> str | None:
         """The global instruction of the tree this agent stands in, which the remote agents
         follow as they would in process; ``None`` when this agent is the tree's root (the
@@ -416,6 +466,14 @@ class RemoteAgent(BaseAgent):
         caller_tree = self._caller_tree()
         if caller_tree is not None:
             delegated.caller_tree.CopyFrom(caller_tree)
+        self._fit(
+            message,
+            ctx.session,
+            ctx.artifact_service,
+            ctx.memory_service,
+            whole_history=True,
+            delivery=delivery,
+        )
         return message
 
     def _call(
@@ -460,8 +518,8 @@ class RemoteAgent(BaseAgent):
             memory=ctx.memory_service,
             history=ctx.session.events,
         )
+        held: Event | None = None
         try:
-            held: Event | None = None
             async for response in responses:
                 delivery.delivered()
                 # Inside an AgentServer's run, partial events go on to its stream as they
@@ -479,26 +537,37 @@ class RemoteAgent(BaseAgent):
                     event = codec.event_from_proto(message)
                     if not event.partial:
                         self._note_behind(event.author)
-                    if event.actions.transfer_to_agent and not event.partial:
+                    target = event.actions.transfer_to_agent
+                    if target and not event.partial:
+                        if self.root_agent.find_agent(target) is None:
+                            # Not this tree's to follow: the remote tree carries it out (or
+                            # ends its run, the target being nobody's). It goes up now, as in
+                            # process, not when the remote agent's next event comes.
+                            yield _without_transfer(event)
+                            continue
+                        # This tree's agent, unless the remote tree has one of that name:
+                        # whether more events follow tells.
                         held = event
                         continue
                     yield event
                 if response.invocation_ended:
                     ctx.end_invocation()
             delivery.delivered()
-            if held is not None:
-                # The last event: a transfer the remote tree left to this one; or one it
-                # carried out to an agent of its own that added nothing (the invocation
-                # ended, say), which this tree, not holding that agent, cannot follow.
-                target = held.actions.transfer_to_agent
-                own = target is not None and self.root_agent.find_agent(target) is not None
-                yield held if own else _without_transfer(held)
+            # Counted before the last event goes up: a caller that follows a transfer in it
+            # closes this generator there, and the next agent's calls count against the limit.
             ctx.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
+            if held is not None:
+                # The last event: a transfer the remote tree left to this one.
+                yield held
         except grpc.RpcError as error:
             ctx.add_llm_calls(llm_calls_in(error.trailing_metadata()))
-            raise error_from_downstream(
-                error, f"remote agent {self.name!r}", self.target
-            ) from error
+            failure = error_from_downstream(error, f"remote agent {self.name!r}", self.target)
+            if held is not None:
+                # The remote run went on past the transfer, then failed: the event happened
+                # (with its state and artifact changes) and is the turn's, as in process,
+                # where it is stored before the failure; not followed here, as the run failed.
+                yield _without_transfer(held)
+            raise failure from error
         finally:
             call.cancel()
 
@@ -560,6 +629,7 @@ class RemoteAgent(BaseAgent):
             target=self.target,
             tls=self.tls if self.tls is not None else ClientTLS.from_env(),
         )
+        self._fit(message, view, artifacts, memory, whole_history=False, delivery=delivery)
         timeout = call_timeout(parent.deadline, self.timeout, f"remote agent {self.name!r}")
         call, responses = self._call(
             message, timeout, parent, artifacts=artifacts, memory=memory, history=view.events
@@ -586,6 +656,16 @@ class RemoteAgent(BaseAgent):
                 f"remote agent {self.name!r} ended its delegation without an outcome (its "
                 "service does not run AgentTool delegations: an older adk-mesh?)"
             )
+
+
+#: The most bytes of a request: the mesh's message limit, less room for the call's framing.
+MAX_REQUEST_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+
+
+def _state_bytes(view: agent_pb2.SessionView) -> int:
+    """About the bytes of the state in ``view`` (its keys counted in characters)."""
+    values = sum(len(key) + value.ByteSize() for key, value in view.state.items())
+    return values + sum(len(key) + len(text) for key, text in view.state_json.items())
 
 
 def _nothing_to_ask(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,15 +14,32 @@ import grpc
 import grpc.aio
 
 from adk_mesh import codec
-from adk_mesh.contexts import DEFAULT_TOOL_TIMEOUT, ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkError, AdkIOError, ConfigError, ToolError, ToolNotFoundError
-from adk_mesh.mesh._caller_contexts import answer_context_request
-from adk_mesh.mesh._channel import open_channel
+from adk_mesh.contexts import (
+    DEFAULT_TOOL_TIMEOUT,
+    InvocationContext,
+    ReadonlyContext,
+    ToolContext,
+)
+from adk_mesh.errors import (
+    AdkError,
+    AdkIOError,
+    AdkJSONError,
+    ArtifactError,
+    ConfigError,
+    ToolError,
+    ToolNotFoundError,
+)
+from adk_mesh.mesh._caller_contexts import (
+    DEFAULT_LOAD_EVENTS,
+    MAX_LOAD_EVENTS,
+    answer_context_request,
+)
+from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._status import error_from_downstream
 from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.tools.base import BaseTool, Toolset
-from adk_mesh.types import EventActions, ToolDeclaration
+from adk_mesh.types import Event, EventActions, ToolDeclaration
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
 __all__ = ["RemoteTool", "RemoteToolset"]
@@ -72,7 +91,11 @@ class RemoteToolset(Toolset):
     progress goes to ``ctx.report_progress``, the actions the remote tool set land
     on ``ctx.actions`` (state writes through ``ctx.state``, so they are recorded), and an error
     result is raised again as the same :class:`~adk_mesh.errors.AdkError` class, so a
-    ``ToolError`` still reaches the model as an error response.
+    ``ToolError`` still reaches the model as an error response. The whole state goes with
+    each call, less the values the wire cannot carry (an object in a ``temp:`` key, an
+    integer beyond +-2**53: logged by key); a call larger than one message of the mesh is a
+    ToolError that says which part is large, and an artifact too large to send back to the
+    tool an ArtifactError it reads.
 
     A server that is down fails fast (``UNAVAILABLE`` becomes
     :class:`~adk_mesh.errors.AdkIOError`); while it is unreachable, the model still sees the
@@ -108,6 +131,11 @@ class RemoteToolset(Toolset):
         super().__init__(name or f"remote:{target}")
         if listing_max_age < 0:
             raise ConfigError(f"listing_max_age cannot be negative, not {listing_max_age}")
+        for setting, seconds in (("list_timeout", list_timeout), ("call_timeout", call_timeout)):
+            # Checked here: gRPC takes 0 as no deadline and infinity as one already passed,
+            # so a mistake would show only as calls failing (or hanging) at run time.
+            if not (seconds > 0 and math.isfinite(seconds)):
+                raise ConfigError(f"{setting} must be positive seconds, not {seconds}")
         self.target = target
         self.tls = tls
         self.list_timeout = list_timeout
@@ -139,7 +167,9 @@ class RemoteToolset(Toolset):
         kept = self._listings.get(key)
         if kept is not None and self._fresh(kept):
             self._listings.move_to_end(key)
-            return kept.tools
+            # A copy: the list is the caller's to change (a toolset wrapping this one adds
+            # its own tools to it), the kept listing is not.
+            return list(kept.tools)
         request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))
         timeout = call_timeout(ctx.invocation_context.deadline, self.list_timeout, "tool service")
         self._tick += 1
@@ -149,7 +179,7 @@ class RemoteToolset(Toolset):
         except grpc.RpcError as error:
             failure = error_from_downstream(error, "tool service", self.target)
             if isinstance(failure, AdkIOError) and kept is not None:
-                return kept.tools
+                return list(kept.tools)
             raise failure from error
         tools: list[BaseTool] = [
             RemoteTool(self, codec.declaration_from_proto(declaration))
@@ -168,7 +198,7 @@ class RemoteToolset(Toolset):
         self._listings.move_to_end(key)
         if len(self._listings) > MAX_KEPT_LISTINGS:
             self._listings.popitem(last=False)
-        return tools
+        return list(tools)
 
     def _fresh(self, listing: _Listing) -> bool:
         return (
@@ -222,9 +252,19 @@ class RemoteTool(BaseTool):
         return self._declaration
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
-        request = codec.call_tool_request_to_proto(
-            ctx, self.name, args, ctx.state.to_dict(), ctx.function_call_id
-        )
+        state = ctx.state.to_dict()
+        try:
+            request = codec.call_tool_request_to_proto(
+                ctx, self.name, args, state, ctx.function_call_id
+            )
+        except AdkJSONError:
+            # The whole state goes with a call, but a value the wire cannot carry (an object
+            # in a temp: key, an integer beyond +-2**53, both valid state) must not fail
+            # every call of every remote tool: the tool gets the state without it. (A value
+            # of the args the wire cannot carry fails again here: the model reads that.)
+            request = codec.call_tool_request_to_proto(
+                ctx, self.name, args, _carriable(state, self.name), ctx.function_call_id
+            )
         toolset = self._toolset
         what = f"tool service for {self.name!r}"
         timeout = call_timeout(ctx.invocation_context.deadline, toolset.call_timeout, what)
@@ -235,6 +275,7 @@ class RemoteTool(BaseTool):
             request.tool_confirmation.CopyFrom(
                 codec.tool_confirmation_to_proto(ctx.tool_confirmation)
             )
+        _check_size(request, self.name)
         invocation = ctx.invocation_context
         call = toolset._stub().CallToolInteractive(timeout=timeout)
         outcome: tuple[dict[str, Any] | None, AdkError | None] | None = None
@@ -246,14 +287,9 @@ class RemoteTool(BaseTool):
                 if server_message.WhichOneof("message") == "context_request":
                     # The tool asks for this invocation's artifacts, memory or history:
                     # answered from what a local tool would use, for this session only.
-                    answer = await answer_context_request(
+                    answer = _sendable(
                         server_message.context_request,
-                        artifacts=invocation.artifact_service,
-                        memory=invocation.memory_service,
-                        history=invocation.session.events,
-                        app_name=invocation.app_name,
-                        user_id=invocation.user_id,
-                        session_id=invocation.session_id,
+                        await _answer(server_message.context_request, invocation),
                     )
                     await call.write(tool_pb2.CallToolInteractiveRequest(context_response=answer))
                     continue
@@ -287,11 +323,126 @@ class RemoteTool(BaseTool):
         return response
 
 
+async def _answer(
+    request: tool_pb2.ContextRequest, invocation: InvocationContext
+) -> tool_pb2.ContextResponse:
+    """The answer to a remote tool's context request, from what a local tool would use: this
+    invocation's artifacts and memory, and the history its ``load_events`` reads."""
+    history: Sequence[Event] = invocation.session.events
+    load = request.load_events
+    if (
+        request.WhichOneof("request") == "load_events"
+        and invocation.history is not None
+        and not load.event_ids
+        and load.max_events >= 0
+    ):
+        # A delegated run holds a window of its caller's history: the page comes as a local
+        # tool's load_events reads it, the events before the window from that caller.
+        try:
+            history = await ReadonlyContext(invocation).load_events(
+                before_event_id=load.before_event_id or None,
+                max_events=min(load.max_events or DEFAULT_LOAD_EVENTS, MAX_LOAD_EVENTS),
+            )
+        except AdkError as error:
+            return _error_answer(request.request_id, error)
+        request = tool_pb2.ContextRequest(
+            request_id=request.request_id,
+            load_events=tool_pb2.LoadEventsRequest(max_events=len(history) or 1),
+        )
+    return await answer_context_request(
+        request,
+        artifacts=invocation.artifact_service,
+        memory=invocation.memory_service,
+        history=history,
+        app_name=invocation.app_name,
+        user_id=invocation.user_id,
+        session_id=invocation.session_id,
+    )
+
+
+def _error_answer(request_id: int, error: AdkError) -> tool_pb2.ContextResponse:
+    answer = tool_pb2.ContextResponse(request_id=request_id)
+    answer.error.reason = error.reason
+    answer.error.message = error.message
+    for key, value in error.metadata.items():
+        answer.error.metadata[key] = value
+    return answer
+
+
 def _key(ctx: ReadonlyContext) -> tuple[str, str, str]:
     """Whose listing: the server is asked with the caller's ids and may answer per user and
     per agent (one toolset may serve several agents); not per session, so a user's new
     sessions reuse the listing."""
     return (ctx.app_name, ctx.user_id, ctx.agent_name)
+
+
+#: The most bytes of one message of a call: the mesh's message limit, less room for the
+#: framing around it (the interactive call's envelope).
+MAX_CALL_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+
+
+def _carriable(state: dict[str, Any], tool_name: str) -> dict[str, Any]:
+    """``state`` without the keys whose value the wire cannot carry (each logged by key: the
+    value may be anything, a secret too)."""
+    kept: dict[str, Any] = {}
+    for key, value in state.items():
+        scratch = tool_pb2.CallToolRequest()
+        try:
+            codec.state_to_map(scratch.state, {key: value}, scratch.state_json)
+        except AdkJSONError:
+            logger.warning(
+                "remote tool %r is called without state key %r: its value is not JSON the "
+                "mesh can carry",
+                tool_name,
+                key,
+            )
+            continue
+        kept[key] = value
+    return kept
+
+
+def _check_size(request: tool_pb2.CallToolRequest, tool_name: str) -> None:
+    """Refuse a call larger than one message with a ToolError that says what made it so:
+    gRPC would refuse to send it as an INTERNAL error that names nothing.
+
+    Raises:
+        ToolError: the call's arguments, state and user's message together are too large.
+    """
+    size = request.ByteSize()
+    if size <= MAX_CALL_MESSAGE_BYTES:
+        return
+    state = sum(len(key) + value.ByteSize() for key, value in request.state.items())
+    state += sum(len(key) + len(value) for key, value in request.state_json.items())
+    arguments = request.args.ByteSize() + len(request.args_json)
+    raise ToolError(
+        f"the call to remote tool {tool_name!r} is {size} bytes, over the mesh's message "
+        f"limit ({MAX_CALL_MESSAGE_BYTES} bytes): its arguments are {arguments} bytes, the "
+        f"session's state {state} bytes and the user's message "
+        f"{request.user_content.ByteSize()} bytes (all go with every call of a remote tool)"
+    )
+
+
+def _sendable(
+    request: tool_pb2.ContextRequest, answer: tool_pb2.ContextResponse
+) -> tool_pb2.ContextResponse:
+    """``answer``, or, when it is larger than one message (an artifact of more than 32 MiB),
+    an error the remote tool reads (an ArtifactError for an artifact) and may handle, as a
+    store's failure: gRPC would refuse to send it and end the whole call as INTERNAL."""
+    size = answer.ByteSize()
+    if size <= MAX_CALL_MESSAGE_BYTES:
+        return answer
+    kind = request.WhichOneof("request")
+    what = (
+        f"artifact {request.load_artifact.filename!r}"
+        if kind == "load_artifact"
+        else f"the answer to {kind}"
+    )
+    message = (
+        f"{what} is {size} bytes, over the mesh's message limit ({MAX_CALL_MESSAGE_BYTES} "
+        "bytes): a remote tool cannot receive it"
+    )
+    failure = AdkError(message) if kind == "search_memory" else ArtifactError(message)
+    return _error_answer(answer.request_id, failure)
 
 
 def _apply_actions(ctx: ToolContext, actions: EventActions) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -66,6 +67,14 @@ class _StaticToolset(Toolset):
         for item in self._tools:
             if isinstance(item, BaseTool) and item.is_builtin:
                 raise ConfigError(_NATIVE_REFUSED.format(name=item.name))
+        # As an agent refuses them when it is made: served, every caller's agent would refuse
+        # the listing instead, at each turn, far from the mistake.
+        names = [item.name for item in self._tools if isinstance(item, BaseTool)]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ConfigError(
+                f"tool service {name!r} has two tools named {', '.join(map(repr, duplicates))}"
+            )
 
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
         found: list[BaseTool] = []
@@ -336,6 +345,15 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         return self._versions.version(tools)
 
 
+def _within_0_and_1(fraction: float | None) -> float | None:
+    """A reported fraction as ``ToolProgress.fraction`` promises it, in [0, 1] (``None``: not a
+    number), as the calling agent reports a local tool's: clients of the wire (another
+    language's progress bar) need not clamp it themselves."""
+    if fraction is None or math.isnan(fraction):
+        return None
+    return min(1.0, max(0.0, float(fraction)))
+
+
 async def _run_tool(
     tool: BaseTool,
     invocation: InvocationContext,
@@ -355,6 +373,7 @@ async def _run_tool(
     )
 
     async def report(message: str, data: dict[str, Any] | None, fraction: float | None) -> None:
+        fraction = _within_0_and_1(fraction)
         try:
             progress = codec.tool_progress_to_proto(message, data, fraction)
         except AdkJSONError as error:

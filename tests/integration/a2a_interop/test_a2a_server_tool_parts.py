@@ -156,10 +156,12 @@ async def test_an_a2a_agents_event_holds_the_search_parts_unchanged(
     ]
 
 
-async def test_a_clients_search_parts_are_stored_as_those_kinds(
+async def test_a_clients_search_parts_are_refused_and_nothing_is_stored(
     served: tuple[A2aAgentServer, ScriptedModel], client: Client
 ) -> None:
-    # As a function call a client sends is stored as one (the gRPC Run takes them too).
+    # A built-in tool's call or result is the model provider's, never a client's (as a
+    # function call is): stored in the user's turn it would go to the model in every later
+    # request of the session. Refused before anything is stored, on either binding.
     server, model = served
     sent = [
         a2a_pb2.Part(text="Is this search still right?"),
@@ -172,20 +174,13 @@ async def test_a_clients_search_parts_are_stored_as_those_kinds(
             {"tool_type": "web_search_tool_result", "response": {"content": []}},
         ),
     ]
-    responses = await _send(client, _request(sent, "ctx-2"))
-    assert responses[-1].status_update.status.state == State.TASK_STATE_COMPLETED
+    with pytest.raises(Exception, match="built-in tool's call or result"):
+        await _send(client, _request(sent, "ctx-2"))
     session = await server.session_service.get_session(
         app_name="searcher", user_id=ANONYMOUS_USER, session_id="ctx-2"
     )
-    assert session is not None
-    asked = session.events[0]
-    assert asked.author == "user" and asked.content is not None
-    assert asked.content.parts == [
-        Part(text="Is this search still right?"),
-        Part.from_server_tool_call("web_search", {"query": "porto"}, id="srvtoolu_1"),
-        Part.from_server_tool_response("web_search_tool_result", {"content": []}),
-    ]
-    assert model.requests[0].contents[0].parts == asked.content.parts
+    assert session is None or not session.events
+    assert not model.requests
 
 
 @pytest.mark.parametrize(

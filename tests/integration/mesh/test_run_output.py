@@ -94,8 +94,8 @@ async def test_run_skips_what_it_cannot_read_and_prints_the_rest(
     err = capsys.readouterr().err.splitlines()
     assert err == [
         "warning: skipped a response from the service that does not parse",
-        "warning: skipped an event that cannot be read: "
-        "Content.parts[0]: FunctionCall.args_json is not JSON: Expecting property name enclosed in double "
+        "warning: skipped an event that cannot be read: Content.parts[0]: "
+        "FunctionCall.args_json is not JSON: Expecting property name enclosed in double "
         "quotes: line 1 column 2 (char 1)",
     ]
 

@@ -635,22 +635,22 @@ class CallbackContext(ReadonlyContext):
     :class:`~adk_mesh.errors.ConfigError` instead of being lost; reads still work.
     """
 
-    __slots__ = ("_actions", "_closed", "_state")
+    __slots__ = ("_actions", "_gate", "_state")
 
     def __init__(
         self, invocation: InvocationContext, *, actions: EventActions | None = None
     ) -> None:
         super().__init__(invocation)
         self._actions = actions if actions is not None else EventActions()
-        self._closed = False
+        self._gate = _ChangeGate(invocation, type(self).__name__)
         self._state: State = _ContextState(
-            invocation.session.state, self._actions.state_delta, self
+            invocation.session.state, self._actions.state_delta, self._gate
         )
 
     def close(self) -> None:
         """Take no more changes: what the context was made for is over (the runtime calls
         this once a tool call is answered)."""
-        self._closed = True
+        self._gate.closed = True
 
     def _check_open(self, change: str) -> None:
         """Refuse ``change`` once no event would record it.
@@ -658,16 +658,7 @@ class CallbackContext(ReadonlyContext):
         Raises:
             ConfigError: the invocation is over, or the context was closed.
         """
-        if self._invocation.finished:
-            why = f"invocation {self._invocation.invocation_id!r} is over"
-        elif self._closed:
-            why = f"the call this {type(self).__name__} was made for was answered"
-        else:
-            return
-        raise ConfigError(
-            f"cannot {change}: {why}, so no event would record it; make changes while the "
-            "tool or callback runs"
-        )
+        self._gate.check(change)
 
     @property
     def state(self) -> State:
@@ -725,19 +716,42 @@ class CallbackContext(ReadonlyContext):
         )
 
 
+class _ChangeGate:
+    """Whether a CallbackContext still takes changes. Apart from the context, which its State
+    shares it with: a State referring to its context would make a reference cycle of each
+    context, freed only by the garbage collector (measured: ~15 µs more of it a turn)."""
+
+    __slots__ = ("closed", "invocation", "kind")
+
+    def __init__(self, invocation: InvocationContext, kind: str) -> None:
+        self.closed = False
+        self.invocation = invocation
+        self.kind = kind
+
+    def check(self, change: str) -> None:
+        if self.invocation.finished:
+            why = f"invocation {self.invocation.invocation_id!r} is over"
+        elif self.closed:
+            why = f"the call this {self.kind} was made for was answered"
+        else:
+            return
+        raise ConfigError(
+            f"cannot {change}: {why}, so no event would record it; make changes while the "
+            "tool or callback runs"
+        )
+
+
 class _ContextState(State):
     """The State of a CallbackContext: a write is refused once no event would record it."""
 
-    __slots__ = ("_context",)
+    __slots__ = ("_gate",)
 
-    def __init__(
-        self, value: dict[str, Any], delta: dict[str, Any], context: CallbackContext
-    ) -> None:
+    def __init__(self, value: dict[str, Any], delta: dict[str, Any], gate: _ChangeGate) -> None:
         super().__init__(value, delta)
-        self._context = context
+        self._gate = gate
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self._context._check_open(f"write state key {key!r}")
+        self._gate.check(f"write state key {key!r}")
         super().__setitem__(key, value)
 
 
@@ -829,7 +843,7 @@ class ToolContext(CallbackContext):
         self._check_open("replace the actions")
         # Keep the State view writing into the delta that will travel.
         self._actions = value
-        self._state = _ContextState(self._invocation.session.state, value.state_delta, self)
+        self._state = _ContextState(self._invocation.session.state, value.state_delta, self._gate)
 
     async def search_memory(self, query: str) -> list[MemoryEntry]:
         """Search the user's long-term memory; empty when no memory service is configured."""

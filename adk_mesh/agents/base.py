@@ -318,9 +318,10 @@ class BaseAgent(abc.ABC):
         async with aclosing(self._run_impl(ctx)) as events:
             async for event in events:
                 yield event
-        async with aclosing(self.after_agent_events(ctx)) as events:
-            async for event in events:
-                yield event
+        if self.after_agent_callbacks or (plugins is not None and plugins.has("after_agent")):
+            async with aclosing(self.after_agent_events(ctx)) as events:
+                async for event in events:
+                    yield event
 
     async def after_agent_events(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         """This agent's after-agent hooks (the plugins', then its own callbacks) and the event

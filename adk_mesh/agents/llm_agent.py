@@ -67,6 +67,7 @@ __all__ = [
 InstructionProvider = Callable[[ReadonlyContext], "str | Awaitable[str]"]
 #: before: ``(callback_context, llm_request) -> LlmResponse | None`` (a response skips the
 #: model); after: ``(callback_context, llm_response) -> LlmResponse | None`` (replaces it;
+#: called on every chunk the model streams too (``llm_response.partial``), as google-adk;
 #: not called with a before-model answer, which no model gave).
 ModelCallback = Callable[..., "LlmResponse | Awaitable[LlmResponse | None] | None"]
 #: before: ``(tool, args, tool_context) -> dict | None`` (a dict skips the tool);
@@ -497,45 +498,63 @@ class LlmAgent(BaseAgent):
             ctx.count_llm_call()
             streaming = ctx.run_config.streaming_mode is StreamingMode.SSE
             model = self.model
-            chunks = telemetry.trace_model_call(
-                model, request, model.generate_content(request, stream=streaming), ctx
+            chunks = aiter(
+                telemetry.trace_model_call(
+                    model, request, model.generate_content(request, stream=streaming), ctx
+                )
+            )
+            # Looked up once: with no after-model hook, a streamed token costs no await.
+            hooked = bool(self.after_model_callbacks) or (
+                plugins is not None and plugins.has("after_model")
             )
             try:
-                async for chunk in chunks:
-                    if chunk.partial:
-                        yield Event(
-                            author=self.name,
-                            invocation_id=ctx.invocation_id,
-                            branch=ctx.branch,
-                            llm_response=chunk,
+                while True:
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
+                    except Exception as error:
+                        # Only the model's stream is inside this try: a hook (or the reader)
+                        # failing is not the model failing, for the on-model-error hooks to
+                        # answer — as google-adk runs them around the model's stream alone.
+                        answer = None
+                        if plugins is not None:
+                            answer = await plugins.on_model_error(callback_context, request, error)
+                        if answer is None and self.on_model_error_callbacks:
+                            answer = await call_callbacks(
+                                self.on_model_error_callbacks, callback_context, request, error
+                            )
+                        answer = checked_callback_result(
+                            answer, LlmResponse, "on_model_error", self.name
                         )
+                        if answer is None:
+                            raise
+                        response = answer
+                        break
+                    if not chunk.partial:
+                        response = chunk
                         continue
-                    response = chunk
-            except Exception as error:
-                if plugins is not None:
-                    response = await plugins.on_model_error(callback_context, request, error)
-                if response is None and self.on_model_error_callbacks:
-                    response = await call_callbacks(
-                        self.on_model_error_callbacks, callback_context, request, error
+                    # Every streamed chunk passes the after-model hooks, as google-adk's
+                    # _call_llm_async runs them on each response the model yields: a hook that
+                    # redacts the answer covers the text streamed to the client too.
+                    if hooked:
+                        chunk = await self._after_model(callback_context, chunk)
+                    yield Event(
+                        author=self.name,
+                        invocation_id=ctx.invocation_id,
+                        branch=ctx.branch,
+                        llm_response=chunk,
                     )
-                response = checked_callback_result(
-                    response, LlmResponse, "on_model_error", self.name
-                )
-                if response is None:
-                    raise
+            finally:
+                # A hook that failed on a chunk (or a reader that stopped) leaves the model's
+                # stream unfinished: closed now, its span ends and its connection is freed.
+                close = getattr(chunks, "aclose", None)
+                if close is not None:
+                    await close()
             if response is None:
                 raise AgentError(f"model {self.model.name!r} returned no final response")
         if not answered_by_callback:
-            replaced = None
-            if plugins is not None:
-                replaced = await plugins.after_model(callback_context, response)
-            if replaced is None and self.after_model_callbacks:
-                replaced = await call_callbacks(
-                    self.after_model_callbacks, callback_context, response
-                )
-            replaced = checked_callback_result(replaced, LlmResponse, "after_model", self.name)
-            if replaced is not None:
-                response = replaced
+            response = await self._after_model(callback_context, response)
 
         response = _with_call_ids(response)
         event = Event(
@@ -565,6 +584,32 @@ class LlmAgent(BaseAgent):
             return
         async for tool_event in self._run_tools(ctx, calls, tools_by_name):
             yield tool_event
+
+    async def _after_model(
+        self, callback_context: CallbackContext, response: LlmResponse
+    ) -> LlmResponse:
+        """The plugins' ``after_model``, then the agent's callbacks, on one response of the
+        model (a streamed chunk or the final answer): what they return replaces it.
+
+        A replacement takes the replaced response's place in the stream: a hook that builds
+        a fresh ``LlmResponse`` for a chunk (``partial`` left unset) still answers a chunk,
+        which the Runner forwards and never stores, and one built partial for the final
+        answer is still the final answer, stored and ending the step (taken as a chunk, it
+        would leave the step with no answer and the model asked again)."""
+        plugins = callback_context.invocation_context.plugins
+        replaced = None
+        if plugins is not None:
+            replaced = await plugins.after_model(callback_context, response)
+        if replaced is None and self.after_model_callbacks:
+            replaced = await call_callbacks(self.after_model_callbacks, callback_context, response)
+        checked: LlmResponse | None = checked_callback_result(
+            replaced, LlmResponse, "after_model", self.name
+        )
+        if checked is None:
+            return response
+        if checked.partial != response.partial:
+            return checked.model_copy(update={"partial": response.partial})
+        return checked
 
     def _check_output(self, event: Event) -> None:
         """Check the final answer against ``output_schema``: the parsed object goes to

@@ -114,7 +114,11 @@ class Plugin:
     async def after_model(
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> LlmResponse | None:
-        """The model answered. Return an LlmResponse to use instead."""
+        """The model answered. Return an LlmResponse to use instead. In SSE streaming mode
+        it is called on every chunk the model streams (``llm_response.partial``) as well as
+        on the final answer, so what it changes covers the streamed text too; a replacement
+        takes the place of what it replaces (a chunk stays a chunk, the answer the answer).
+        Not called when a ``before_model`` hook answered in the model's place."""
         return None
 
     async def on_model_error(

@@ -51,7 +51,7 @@ class LoggingPlugin(Plugin):
     in the record's ``adk_mesh`` attribute (for a JSON formatter or a handler that ships
     them): ``hook``, ``invocation_id``, ``session_id``, ``user_id``, ``app_name``, ``branch``,
     ``agent`` and, by hook, ``model``, ``tool``, ``function_call_id``, ``event_id``,
-    ``author``, ``error_type``.
+    ``author``, ``error_type``, ``partial`` (an ``after_model`` record of a streamed chunk).
 
     What was said — the user's message, the model's request and answer, tool arguments and
     results, an error's message — is in the record only when the project's content capture is
@@ -185,6 +185,8 @@ class LoggingPlugin(Plugin):
             if llm_response.finish_reason is None
             else llm_response.finish_reason.value,
             error_code=llm_response.error_code,
+            # In SSE mode the hook sees every streamed chunk too: a chunk's record says so.
+            partial=True if llm_response.partial else None,
             content=None if content is None else _content_json(content),
         )
         return None

@@ -287,6 +287,9 @@ class _InvocationShared:
     secrets: KnownSecrets = dataclasses.field(default_factory=KnownSecrets)
     #: The invocation's tracer once asked for (a 1-tuple: ``(None,)`` is "tracing off").
     tracer: tuple[Tracer | None] | None = None
+    #: Ids of events forwarded into this run's stream that went through the plugins'
+    #: ``on_event`` already, in an AgentTool child's run (see InvocationContext.forwarded_hooked).
+    hooked_forwards: set[str] = dataclasses.field(default_factory=set)
 
 
 class InvocationContext:
@@ -457,6 +460,20 @@ class InvocationContext:
     def end_invocation(self) -> None:
         """Stop the invocation: agents check this between steps and return early."""
         self._shared.ended = True
+
+    def note_forwarded_hooked(self, event: Event) -> None:
+        """``event``, forwarded into this run's stream by an AgentTool, went through the
+        plugins' ``on_event`` in the child's run: this run's does not call it again."""
+        self._shared.hooked_forwards.add(event.id)
+
+    def forwarded_hooked(self, event: Event) -> bool:
+        """Whether ``event`` is one :meth:`note_forwarded_hooked` noted (forgotten once asked:
+        each is asked about once, as it goes through this run's stream)."""
+        noted = self._shared.hooked_forwards
+        if event.id not in noted:
+            return False
+        noted.discard(event.id)
+        return True
 
     @property
     def finished(self) -> bool:

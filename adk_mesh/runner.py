@@ -36,6 +36,8 @@ __all__ = [
     "find_branch_to_run",
     "load_agents_behind",
     "new_invocation_id",
+    "run_on_user_message",
+    "with_run_hooks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -418,20 +420,7 @@ class Runner:
             request_metadata=request_metadata,
         )
         if plugins is not None and plugins.has("on_user_message"):
-            replaced = await plugins.run(
-                "on_user_message", invocation_context=ctx, user_message=new_message
-            )
-            if replaced is not None:
-                try:
-                    checked = check_new_message(replaced)
-                except InvalidArgumentError as error:
-                    # The client's message was fine: the plugin's replacement is the mistake
-                    # (not the caller's INVALID_ARGUMENT).
-                    raise ConfigError(
-                        f"a plugin's on_user_message replaced the user's message with one "
-                        f"that cannot start a turn: {error.message}"
-                    ) from error
-                new_message = ctx.user_content = _owned(checked)
+            new_message = await run_on_user_message(plugins, ctx, new_message)
         check_confirmation_answers(session.events, new_message)
         _check_call_answers(session.events, new_message)
         await load_agents_behind(self.agent, session, new_message)
@@ -442,7 +431,7 @@ class Runner:
         append = self.session_service.append_event
         turn = follow_transfers(ctx, agent, root=self.agent, max_transfers=self.max_transfers)
         if plugins is not None:
-            turn = _with_run_hooks(plugins, ctx, turn)
+            turn = with_run_hooks(plugins, ctx, turn)
         events = trace_invocation(ctx, turn)
         # Calls stored in this turn and not answered yet, by id.
         open_calls: dict[str, tuple[Event, FunctionCall]] = {}
@@ -550,11 +539,38 @@ async def _wait_shielded(task: asyncio.Future[None]) -> bool:
     return cancelled
 
 
-async def _with_run_hooks(
+async def run_on_user_message(
+    plugins: PluginManager, ctx: InvocationContext, message: Content
+) -> Content:
+    """``message`` after the plugins' ``on_user_message`` (a Content replaces it, and becomes
+    ``ctx.user_content``): a Runner's turn's, or an AgentTool child's request.
+
+    Raises:
+        ConfigError: the replacement could not start a turn (the plugin's mistake, not the
+            caller's INVALID_ARGUMENT).
+    """
+    replaced = await plugins.run("on_user_message", invocation_context=ctx, user_message=message)
+    if replaced is None:
+        return message
+    try:
+        checked = check_new_message(replaced)
+    except InvalidArgumentError as error:
+        raise ConfigError(
+            f"a plugin's on_user_message replaced the user's message with one "
+            f"that cannot start a turn: {error.message}"
+        ) from error
+    message = ctx.user_content = _owned(checked)
+    return message
+
+
+async def with_run_hooks(
     plugins: PluginManager, ctx: InvocationContext, events: AsyncGenerator[Event, None]
 ) -> AsyncGenerator[Event, None]:
     """``events`` after the plugins' ``before_run`` (whose Content answers instead) and through
-    their ``on_event`` (whose Event replaces one)."""
+    their ``on_event`` (whose Event replaces one): a Runner's turn, or an AgentTool child's run
+    (:func:`~adk_mesh.agents.delegation.run_delegation`). An event a child's run forwarded
+    into this one went through ``on_event`` there (:meth:`InvocationContext.forwarded_hooked`):
+    it is not handed to it twice."""
     async with aclosing(events):
         source = events
         if plugins.has("before_run"):
@@ -563,7 +579,7 @@ async def _with_run_hooks(
                 source = _answer(ctx, content)
         on_event = plugins.has("on_event")
         async for event in source:
-            if on_event:
+            if on_event and not ctx.forwarded_hooked(event):
                 replaced = await plugins.run("on_event", invocation_context=ctx, event=event)
                 if replaced is not None:
                     event = replaced

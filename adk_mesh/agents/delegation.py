@@ -158,7 +158,14 @@ def forwarded(event: Event) -> Event:
 class Delegation:
     """One AgentTool call: its policy, the request, and where the child runs in the
     invocation (its branch, its delegation depth and the largest one allowed, and how many
-    transfers it may follow in its own tree)."""
+    transfers it may follow in its own tree).
+
+    ``run_hooks``: whether the child's run goes through the run hooks (``on_user_message``,
+    ``before_run``, ``on_event``, ``after_run``) of the caller's plugins
+    (``InvocationContext.plugins``), as google-adk's AgentTool runs its child in a Runner of
+    the parent's plugins: so for the AgentTool, in the caller's process, wherever the child
+    runs. A service serving a delegated child leaves it off: the run hooks are its caller's.
+    """
 
     policy: DelegationPolicy
     request: Content
@@ -166,6 +173,7 @@ class Delegation:
     depth: int
     max_depth: int
     max_transfers: int
+    run_hooks: bool = False
 
 
 @dataclass
@@ -209,12 +217,19 @@ async def run_delegation(
     inside the child's tree are followed there. Each event the child yields is appended to
     its session (so its next step sees its state changes); with ``forward_events`` a stripped
     copy goes to ``forward``. The child's end of the invocation (``end_invocation``) ends the
-    delegation only.
+    delegation only. With ``delegation.run_hooks`` the child's run goes through the run hooks
+    of the parent's plugins, as a Runner's turn does (:class:`~adk_mesh.runner.Runner`); an
+    event it forwards is not handed to ``on_event`` again in the parent's run.
     """
     from adk_mesh.agents.transfers import follow_transfers
+    from adk_mesh.runner import run_on_user_message, with_run_hooks
     from adk_mesh.sessions.memory import InMemorySessionService
 
     policy = delegation.policy
+    # The agent, model and tool hooks come with the context (the child runs in this process);
+    # the run hooks only when the caller's side asks.
+    plugins = parent.plugins if delegation.run_hooks else None
+    request = delegation.request
     child_service = InMemorySessionService()
     child_session = await child_service.create_session(
         app_name=parent.app_name,
@@ -237,7 +252,7 @@ async def run_delegation(
         memory_service=parent.memory_service if policy.forward_memory else None,
         run_config=RunConfig(max_llm_calls=parent.run_config.max_llm_calls),
         llm_calls_of=parent,
-        user_content=delegation.request,
+        user_content=request,
         branch=delegation.branch,
         delegation_depth=delegation.depth,
         max_delegation_depth=delegation.max_depth,
@@ -255,18 +270,23 @@ async def run_delegation(
         forwarded_credentials=policy.child_credentials(parent.forwarded_credentials),
         request_metadata=policy.child_request_metadata(parent.request_metadata),
     )
+    if plugins is not None and plugins.has("on_user_message"):
+        request = await run_on_user_message(plugins, child_ctx, request)
     await child_service.append_event(
         child_session,
         Event.new(
             author="user",
             invocation_id=parent.invocation_id,
-            content=delegation.request,
+            content=request,
             branch=delegation.branch,
         ),
     )
     outcome = DelegationOutcome()
     state_changes: dict[str, Any] = {}
     events = follow_transfers(child_ctx, agent, root=agent, max_transfers=delegation.max_transfers)
+    hooked = plugins is not None and plugins.has("on_event")
+    if plugins is not None:
+        events = with_run_hooks(plugins, child_ctx, events)
     async with aclosing(events):
         async for event in events:
             if event.llm_response.partial:
@@ -277,7 +297,12 @@ async def run_delegation(
             if stored.llm_response.content is not None and stored.text:
                 outcome.answer = stored.text
             if policy.forward_events and forward is not None:
-                forward(forwarded(stored))
+                shown = forwarded(stored)
+                if hooked:
+                    parent.note_forwarded_hooked(shown)
+                forward(shown)
+    if plugins is not None and plugins.has("after_run"):
+        await plugins.run("after_run", invocation_context=child_ctx)
     outcome.state_changes = policy.written_back(state_changes)
     return outcome
 

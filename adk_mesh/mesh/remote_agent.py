@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
@@ -15,7 +16,12 @@ import grpc.aio
 from adk_mesh import codec
 from adk_mesh.agents._schemas import AgentSchema
 from adk_mesh.agents.base import AgentSchemas, BaseAgent, RemoteLocation
-from adk_mesh.agents.delegation import forwarded, scoped_artifacts, scoped_memory
+from adk_mesh.agents.delegation import (
+    DelegationOutcome,
+    forwarded,
+    scoped_artifacts,
+    scoped_memory,
+)
 from adk_mesh.artifacts.base import ArtifactService
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, TransferTarget
 from adk_mesh.errors import AdkError, AgentError, ConfigError, LlmCallLimitError
@@ -28,13 +34,14 @@ from adk_mesh.mesh._limits import llm_calls_in
 from adk_mesh.mesh._relay import relay_for
 from adk_mesh.mesh._status import error_from_downstream
 from adk_mesh.mesh.security import ClientTLS
+from adk_mesh.runner import run_on_user_message, with_run_hooks
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Event, EventActions
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
 
 if TYPE_CHECKING:
-    from adk_mesh.agents.delegation import Delegation, DelegationOutcome
+    from adk_mesh.agents.delegation import Delegation
 
 __all__ = ["RemoteAgent"]
 
@@ -578,16 +585,56 @@ class RemoteAgent(BaseAgent):
         forward: Callable[[Event], None] | None = None,
     ) -> DelegationOutcome:
         """Hand the whole AgentTool delegation to the remote service, which applies its policy
-        (see the class docstring); forwarded events go to ``forward`` as they arrive."""
+        (see the class docstring); forwarded events go to ``forward`` as they arrive.
+
+        With ``delegation.run_hooks`` the run hooks of the caller's plugins are applied here,
+        around the call, as to a child in process: ``on_user_message`` (its Content is the
+        request sent), ``before_run`` (its Content answers, and nothing is sent),
+        ``on_event`` on each event of the child (the service is asked to send them all, and
+        the answer is the last text as ``on_event`` left it), ``after_run``. They see the
+        child's events as forwarded (without state, artifact or transfer actions: those
+        come back in the outcome), and a context of the caller's session."""
         outcome: list[DelegationOutcome] = []
         # The span a local child's run would have: invoke_agent, on the child's branch.
         span_ctx = parent.for_agent(self, branch=delegation.branch)
         span_ctx.delegation_depth = delegation.depth
-        events = trace_agent_run(self, span_ctx, self._delegate(parent, delegation, outcome))
+        plugins = parent.plugins if delegation.run_hooks else None
+        hooked = plugins is not None and plugins.has("on_event")
+        sent = delegation
+        if plugins is not None:
+            hook_ctx = parent.for_agent(self, branch=delegation.branch)
+            hook_ctx.delegation_depth = delegation.depth
+            hook_ctx.user_content = delegation.request
+            if plugins.has("on_user_message"):
+                request = await run_on_user_message(plugins, hook_ctx, delegation.request)
+                sent = dataclasses.replace(sent, request=request)
+            if hooked and not sent.policy.forward_events:
+                # on_event sees every event of the child, as in process: the service sends
+                # them all; only the policy's forwarding shows them in the caller's stream.
+                sent = dataclasses.replace(
+                    sent, policy=dataclasses.replace(sent.policy, forward_events=True)
+                )
+        events = trace_agent_run(self, span_ctx, self._delegate(parent, sent, outcome))
+        if plugins is not None:
+            events = with_run_hooks(plugins, hook_ctx, events)
+        answer = ""
         async with aclosing(events):
             async for event in events:
-                if forward is not None:
-                    forward(forwarded(event))
+                if event.llm_response.content is not None and event.text:
+                    answer = event.text
+                if forward is not None and delegation.policy.forward_events:
+                    shown = forwarded(event)
+                    if hooked:
+                        parent.note_forwarded_hooked(shown)
+                    forward(shown)
+        if plugins is not None and plugins.has("after_run"):
+            await plugins.run("after_run", invocation_context=hook_ctx)
+        if not outcome:
+            # before_run answered for the child: nothing was sent.
+            return DelegationOutcome(answer=answer)
+        if hooked:
+            # The answer as on_event left it (a redaction, say), as a child in process gives.
+            outcome[0].answer = answer
         return outcome[0]
 
     async def _delegate(

@@ -42,6 +42,16 @@ content but loses its state, artifact, transfer and escalate actions — they re
 only through the write-back — so the parent's Runner never applies or executes them twice.
 The child's ``end_invocation()`` ends the delegation, not the parent's invocation.
 
+Plugins: as google-adk's child Runner, made with the parent's plugins, the child's run goes
+through the caller's plugins' run hooks — ``on_user_message`` (its Content is the child's
+request), ``before_run`` (its Content answers for the child), ``on_event`` on each of the
+child's events (an Event replaces it, the answer included), ``after_run`` — once each: an event
+the child forwards is not handed to ``on_event`` again in the parent's run. They are applied
+in the caller's process, for a child in another service too (which sees its events as
+forwarded, without actions); a hook that raises fails the call as the child's other errors do.
+A child in this process also runs under the caller's agent, model and tool hooks; one in
+another service under that service's plugins.
+
 Where the policy is enforced: what it decides about the child (projection in, artifact
 prefixes, memory, write-back out, forwarded events) is applied where the child runs, by one
 function (:func:`adk_mesh.agents.delegation.run_delegation`). For a child in another service
@@ -269,6 +279,10 @@ class AgentTool(BaseTool):
             depth=depth,
             max_depth=limit,
             max_transfers=self.max_transfers,
+            # As google-adk's child Runner, made with the parent's plugins: the child's run
+            # goes through their run hooks too, applied on this side (a service serving a
+            # remote child applies its own plugins' agent, model and tool hooks only).
+            run_hooks=True,
         )
         # The child's side applies the policy (here, or in the service where a remote child
         # runs); what it decides about the parent is applied here.

@@ -113,9 +113,11 @@ async def test_every_hook_runs_in_order_for_every_agent_of_the_invocation() -> N
         "before_model", "after_model", "on_event:root",
         "before_tool:add", "after_tool:add", "on_event:root",
         "before_model", "after_model", "on_event:root",
-        # The AgentTool's child runs in this process: under the same plugins.
-        "before_tool:child", "before_agent:child", "before_model", "after_model",
-        "after_agent:child", "after_tool:child", "on_event:root",
+        # The AgentTool's child runs in this process: under the same plugins, its run
+        # through their run hooks too (google-adk's child Runner has the parent's plugins).
+        "before_tool:child", "on_user_message", "before_run", "before_agent:child",
+        "before_model", "after_model", "on_event:child", "after_agent:child", "after_run",
+        "after_tool:child", "on_event:root",
         "before_model", "after_model", "on_event:root",
         "after_agent:root", "after_run",
     ]  # fmt: skip

@@ -56,7 +56,8 @@ from adk_mesh.errors import (
     AgentError,
     InvalidArgumentError,
     ToolError,
-    error_class_for_reason,
+    error_from_wire,
+    wire_metadata,
 )
 from adk_mesh.ids import shown
 from adk_mesh.sessions.base import Session
@@ -2191,7 +2192,8 @@ def tool_result_to_proto(
     if error is not None:
         result.error.reason = error.reason
         result.error.message = error.message
-        for key, value in error.metadata.items():
+        # With the name of a class of the application's own, which the caller's model reads.
+        for key, value in wire_metadata(error).items():
             result.error.metadata[key] = value
         result.error.propagate = error.propagate
     elif response is not None:
@@ -2204,13 +2206,13 @@ def tool_result_from_proto(
     message: tool_pb2.ToolResult,
 ) -> tuple[dict[str, Any] | None, AdkError | None, EventActions]:
     """``(response, error, actions)``; the error is rebuilt as the class its reason names
-    (:class:`~adk_mesh.errors.ToolError` for a reason that is not ours); no outcome: the
+    (:class:`~adk_mesh.errors.ToolError` for a reason that is not ours; a stand-in for a class
+    of the application's own: :func:`~adk_mesh.errors.error_from_wire`); no outcome: the
     tool answered nothing (``None``)."""
     actions = actions_from_proto(message.actions)
     if message.WhichOneof("outcome") == "error":
         detail = message.error
-        cls = error_class_for_reason(detail.reason) or ToolError
-        error = cls(detail.message, metadata=dict(detail.metadata))
+        error = error_from_wire(detail.reason, detail.message, detail.metadata, default=ToolError)
         error.propagate = detail.propagate
         return None, error, actions
     return _read_object(message, "response", "response_json"), None, actions

@@ -35,7 +35,10 @@ Control flow never uses these: a transfer or an escalation is an :class:`EventAc
 Every class has a stable ``reason`` (sent as ``google.rpc.ErrorInfo.reason`` with
 ``domain="adk-mesh"``) and a gRPC status code in :data:`GRPC_STATUS`, the one table the mesh
 uses to map errors to statuses and back. The table names codes as strings so the in-process
-runtime never imports grpc; :mod:`adk_mesh.mesh` turns them into ``grpc.StatusCode``.
+runtime never imports grpc; :mod:`adk_mesh.mesh` turns them into ``grpc.StatusCode``. An
+application's own subclass crosses with its name and the reason of its adk-mesh base in the
+metadata, and the other side raises a class of that name under that base
+(:func:`wire_metadata`, :func:`error_from_wire`): it reads there as it reads in process.
 
 Model errors say whether trying again can help: UNAVAILABLE (``ModelError``: the provider is
 down, overloaded or unreachable; retry later), RESOURCE_EXHAUSTED (``ModelRateLimitError``:
@@ -51,6 +54,7 @@ error.
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -86,9 +90,11 @@ __all__ = [
     "ToolNotFoundError",
     "UnauthenticatedError",
     "error_class_for_reason",
+    "error_from_wire",
     "http_status_for",
     "model_error",
     "status_name_for",
+    "wire_metadata",
 ]
 
 ERROR_DOMAIN = "adk-mesh"
@@ -358,3 +364,90 @@ def http_status_for(error: AdkError) -> int:
 def error_class_for_reason(reason: str) -> type[AdkError] | None:
     """The error class whose ``reason`` this is, or ``None`` if it is not one of ours."""
     return _BY_REASON.get(reason)
+
+
+#: Metadata keys of an error whose class is not one of :data:`GRPC_STATUS` (an application's
+#: own subclass) as it crosses to another service (:func:`wire_metadata`): the class's name,
+#: and the reason of the nearest class of the table it derives from.
+ERROR_CLASS_KEY = "adk_mesh_error_class"
+ERROR_BASE_KEY = "adk_mesh_error_base"
+
+
+def _table_class(cls: type[AdkError]) -> type[AdkError]:
+    """The nearest class of :data:`GRPC_STATUS` that ``cls`` is (or derives from)."""
+    for base in cls.__mro__:
+        if base in GRPC_STATUS:
+            return base
+    return AdkError  # pragma: no cover - every AdkError derives from AdkError
+
+
+def wire_metadata(error: AdkError) -> dict[str, str]:
+    """The metadata an error crosses to another service with (``ErrorInfo.metadata``, a
+    tool result's ``ErrorDetail.metadata``): its own, and for a class of the application's
+    own, the class's name and the reason of the adk-mesh class it derives from. The class
+    cannot cross; the other side raises a class of that name under that base
+    (:func:`error_from_wire`), so what reads of the error there (``type(error).__name__`` in
+    the text a model or a user reads, ``reason``, ``isinstance`` of adk-mesh's classes) reads
+    as in process."""
+    table_class = _table_class(type(error))
+    if table_class is type(error):
+        return error.metadata
+    return {
+        **error.metadata,
+        ERROR_CLASS_KEY: type(error).__name__,
+        ERROR_BASE_KEY: table_class.reason,
+    }
+
+
+def error_from_wire(
+    reason: str, message: str, metadata: Mapping[str, str], *, default: type[AdkError]
+) -> AdkError:
+    """The error another service sent as ``reason``, ``message`` and ``metadata`` (see
+    :func:`wire_metadata`): of the class its reason names (``default`` for a reason that is not
+    ours), or for a class of the application's own there, of a stand-in class of its name."""
+    metadata = dict(metadata)
+    name = metadata.pop(ERROR_CLASS_KEY, "")
+    base_reason = metadata.pop(ERROR_BASE_KEY, "")
+    cls = error_class_for_reason(reason)
+    if name:
+        cls = _peer_class(name, error_class_for_reason(base_reason) or cls or default, reason)
+    return (cls or default)(message, metadata=metadata)
+
+
+#: The classes :func:`_peer_class` made, by name, base and reason: one for each error class of
+#: the peers (errors of one class there are of one class here too). Bounded: a peer sends what
+#: names it likes.
+_PEER_CLASSES: dict[tuple[str, type[AdkError], str], type[AdkError]] = {}
+_MAX_PEER_CLASSES = 256
+_MAX_CLASS_NAME_CHARS = 128
+
+
+def _peer_class(name: str, base: type[AdkError], reason: str) -> type[AdkError]:
+    """The stand-in for another service's error class ``name``: a subclass of ``base`` (the
+    adk-mesh class it derives from there) of that name, with that ``reason``. Nothing of it
+    comes from the peer but the two strings, text it sends anyway (a name that is no Python
+    class name is ignored: ``base`` it is), so the peer is trusted with nothing new."""
+    if (
+        len(name) > _MAX_CLASS_NAME_CHARS
+        or not name.isidentifier()
+        or keyword.iskeyword(name)
+        or (name == base.__name__ and reason in ("", base.reason))
+    ):
+        return base
+    reason = reason or base.reason
+    key = (name, base, reason)
+    cls = _PEER_CLASSES.get(key)
+    if cls is None:
+        if len(_PEER_CLASSES) >= _MAX_PEER_CLASSES:
+            _PEER_CLASSES.clear()
+        cls = type(
+            name,
+            (base,),
+            {
+                "__doc__": f"Error class {name!r} of another service (a {base.__name__} there).",
+                "__module__": __name__,
+                "reason": reason,
+            },
+        )
+        _PEER_CLASSES[key] = cls
+    return cls

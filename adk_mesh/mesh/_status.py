@@ -3,11 +3,12 @@
 The server side aborts a call with the status code from :data:`adk_mesh.errors.GRPC_STATUS`
 and a rich status (``grpc-status-details-bin``) holding ``ErrorInfo(reason, domain="adk-mesh",
 metadata)``. The client side reads that detail back and raises the same class with the same
-message; a status without our ErrorInfo maps by its code alone. A status the served call's
-own work raised (through :func:`error_boundary`, past the doors) also carries the trailer
-``adk-mesh-error-origin: served``: a calling service tells by it a policy's refusal of the
-work (which comes back as it is) from the other service refusing *it* (an INTERNAL fault of
-the mesh, :func:`error_from_downstream`).
+message (for an application's own subclass, a class of its name under the same adk-mesh base:
+:func:`~adk_mesh.errors.wire_metadata`); a status without our ErrorInfo maps by its code
+alone. A status the served call's own work raised (through :func:`error_boundary`, past
+the doors) also carries the trailer ``adk-mesh-error-origin: served``: a calling service
+tells by it a policy's refusal of the work (which comes back as it is) from the other
+service refusing *it* (an INTERNAL fault of the mesh, :func:`error_from_downstream`).
 
 What a client is sent never holds internal addresses, host names or stack traces: our errors'
 messages are written without them (the remote hops put the address they called in their own
@@ -51,8 +52,9 @@ from adk_mesh.errors import (
     PermissionDeniedError,
     StateConflictError,
     UnauthenticatedError,
-    error_class_for_reason,
+    error_from_wire,
     status_name_for,
+    wire_metadata,
 )
 from adk_mesh.telemetry._propagation import INVOCATION_ID, current_invocation_attributes
 
@@ -97,8 +99,9 @@ def status_code_for(error: AdkError) -> grpc.StatusCode:
 def error_to_status(error: AdkError) -> tuple[grpc.StatusCode, status_pb2.Status]:
     """The status code and rich ``google.rpc.Status`` for an error."""
     code = status_code_for(error)
+    # With the name of a class of the application's own: see wire_metadata.
     info = error_details_pb2.ErrorInfo(
-        reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+        reason=error.reason, domain=ERROR_DOMAIN, metadata=wire_metadata(error)
     )
     detail = any_pb2.Any()
     detail.Pack(info)
@@ -179,15 +182,11 @@ def error_from_rpc_error(error: grpc.RpcError) -> AdkError:
     code: grpc.StatusCode = error.code()
     details = error.details()
     message: str = details if details is not None else code.name
+    default = _CLASS_FOR_CODE.get(code, AgentError)
     info = _error_info(error)
-    cls: type[AdkError] | None = None
-    metadata: dict[str, str] = {}
-    if info is not None:
-        cls = error_class_for_reason(info.reason)
-        metadata = dict(info.metadata)
-    if cls is None:
-        cls = _CLASS_FOR_CODE.get(code, AgentError)
-    return cls(message, metadata=metadata)
+    if info is None:
+        return default(message)
+    return error_from_wire(info.reason, message, info.metadata, default=default)
 
 
 @dataclasses.dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import AsyncExitStack, aclosing
 
 import grpc
@@ -153,7 +153,8 @@ class AgentServer(MeshServer):
     raise them. A delegated run counts on from the model calls the invocation made before it
     (``DelegatedRun.llm_calls_made``), may make what its caller has left, and reports the
     calls it made in the trailing metadata ``adk-mesh-llm-calls``, so its caller's invocation
-    counts them too. A request that cannot
+    counts them too; and those made so far on each response (``RunResponse.llm_calls``), so a
+    caller that stops reading (its run cancelled) counts them as well. A request that cannot
     be served (bytes that do not parse, an id outside the id rule, a negative limit, a new
     message that is not the user's or holds only empty text) is refused with
     INVALID_ARGUMENT before anything is stored.
@@ -667,8 +668,7 @@ class AgentServer(MeshServer):
             )
             events = _delegation_events(ctx, agent, delegation, call)
             return call, _ending(
-                _responses(events, session_id="", batches=batches, stored_by_caller=True),
-                call.last_response,
+                _responses(events, session_id="", batches=batches, stored_by_caller=True), call
             )
 
         async def applied() -> AsyncGenerator[Event, None]:
@@ -691,7 +691,7 @@ class AgentServer(MeshServer):
             _responses(
                 applied(), session_id="", batches=batches, session=session, stored_by_caller=True
             ),
-            call.last_response,
+            call,
         )
 
     async def card(self, agent_name: str) -> agent_pb2.AgentCard:
@@ -796,16 +796,24 @@ async def _delegation_events(
 
 
 async def _ending(
-    responses: AsyncGenerator[agent_pb2.RunResponse, None],
-    last: Callable[[], agent_pb2.RunResponse | None],
+    responses: AsyncGenerator[agent_pb2.RunResponse, None], call: _DelegatedCall
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
-    """``responses``, then the last response ``last`` gives once they are done, if any."""
+    """``responses``, then the call's last response (:meth:`_DelegatedCall.last_response`)
+    once they are done, if any. Each says the model calls the run made so far
+    (``RunResponse.llm_calls``): the trailer that has them comes only at the end of the call,
+    and a caller whose run is cancelled (a parallel sibling escalated) never reads it, while in
+    process each call counts as it is made."""
     async with aclosing(responses):
         async for response in responses:
+            response.llm_calls = min(call.llm_calls, _MAX_INT32)
             yield response
-    final = last()
+    final = call.last_response()
     if final is not None:
+        final.llm_calls = min(call.llm_calls, _MAX_INT32)
         yield final
+
+
+_MAX_INT32 = 2**31 - 1
 
 
 async def _remote_card(name: str, target: str, agent_name: str) -> agent_pb2.AgentCard:

@@ -89,7 +89,9 @@ class RemoteAgent(BaseAgent):
     :class:`~adk_mesh.errors.DeadlineExceededError` is raised at once. It also carries the
     model calls the invocation has left (``RunConfig.max_llm_calls``), not its whole limit;
     with none left, no call is made (:class:`~adk_mesh.errors.LlmCallLimitError`). The calls
-    the remote run reports having made count against the invocation here.
+    the remote run reports having made count against the invocation here, as each response
+    comes (``RunResponse.llm_calls``): a run cancelled midway (a parallel sibling escalated or
+    failed) has counted those made up to the last response read.
 
     Failures of the call are raised as the :class:`~adk_mesh.errors.AdkError` the remote side
     raised; a failure of the transport (the service unreachable, ...) names this agent, and
@@ -526,9 +528,13 @@ class RemoteAgent(BaseAgent):
             history=ctx.session.events,
         )
         held: Event | None = None
+        counted = 0  # the remote run's model calls counted here so far
         try:
             async for response in responses:
                 delivery.delivered()
+                # Counted as they come, before the response's events go up: a caller that
+                # stops here (a parallel sibling escalated) never reads the trailer.
+                counted = _count_llm_calls(ctx, counted, response.llm_calls)
                 # Inside an AgentServer's run, partial events go on to its stream as they
                 # came, not decoded (see mesh._relay); the relay is looked up per response, as
                 # the server may start relaying while this run goes on.
@@ -562,12 +568,12 @@ class RemoteAgent(BaseAgent):
             delivery.delivered()
             # Counted before the last event goes up: a caller that follows a transfer in it
             # closes this generator there, and the next agent's calls count against the limit.
-            ctx.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
+            _count_llm_calls(ctx, counted, llm_calls_in(await call.trailing_metadata()))
             if held is not None:
                 # The last event: a transfer the remote tree left to this one.
                 yield held
         except grpc.RpcError as error:
-            ctx.add_llm_calls(llm_calls_in(error.trailing_metadata()))
+            _count_llm_calls(ctx, counted, llm_calls_in(error.trailing_metadata()))
             failure = error_from_downstream(error, f"remote agent {self.name!r}", self.target)
             if held is not None:
                 # The remote run went on past the transfer, then failed: the event happened
@@ -681,18 +687,21 @@ class RemoteAgent(BaseAgent):
         call, responses = self._call(
             message, timeout, parent, artifacts=artifacts, memory=memory, history=view.events
         )
+        counted = 0  # the remote run's model calls counted here so far
         try:
             async for response in responses:
                 delivery.delivered()
+                # As they come: a cancelled delegation never reads the trailer.
+                counted = _count_llm_calls(parent, counted, response.llm_calls)
                 for event in codec.run_response_events(response):
                     if not event.partial:
                         yield event
                 if response.HasField("outcome"):
                     outcome.append(codec.delegation_outcome_from_proto(response.outcome))
             delivery.delivered()
-            parent.add_llm_calls(llm_calls_in(await call.trailing_metadata()))
+            _count_llm_calls(parent, counted, llm_calls_in(await call.trailing_metadata()))
         except grpc.RpcError as error:
-            parent.add_llm_calls(llm_calls_in(error.trailing_metadata()))
+            _count_llm_calls(parent, counted, llm_calls_in(error.trailing_metadata()))
             raise error_from_downstream(
                 error, f"remote agent {self.name!r}", self.target
             ) from error
@@ -703,6 +712,17 @@ class RemoteAgent(BaseAgent):
                 f"remote agent {self.name!r} ended its delegation without an outcome (its "
                 "service does not run AgentTool delegations: an older adk-mesh?)"
             )
+
+
+def _count_llm_calls(ctx: InvocationContext, counted: int, reported: int) -> int:
+    """Count against ``ctx``'s invocation the model calls a remote run reports having made so
+    far (``RunResponse.llm_calls`` of each response, then the trailer), past the ``counted``
+    already; return the calls counted now. A report never takes calls back (a service that
+    does not send the field reports 0 until its trailer)."""
+    if reported > counted:
+        ctx.add_llm_calls(reported - counted)
+        return reported
+    return counted
 
 
 #: The most bytes of a request: the mesh's message limit, less room for the call's framing.

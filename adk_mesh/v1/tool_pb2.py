@@ -28,13 +28,17 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x64k_mesh/v1/tool.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xee\x01\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x32\n\x11parameters_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x30\n\x0fresponse_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0clong_running\x18\x05 \x01(\x08\x12\x1e\n\x16parameters_schema_json\x18\x06 \x01(\t\x12\x1c\n\x14response_schema_json\x18\x07 \x01(\t\"\x81\x01\n\rCallerContext\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x06 \x01(\t\"\x8f\x01\n\x1a\x43\x61llToolInteractiveRequest\x12,\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1c.adk_mesh.v1.CallToolRequestH\x00\x12\x38\n\x10\x63ontext_response\x18\x02 \x01(\x0b\x32\x1c.adk_mesh.v1.ContextResponseH\x00\x42\t\n\x07message\"\x93\x01\n\x1b\x43\x61llToolInteractiveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1d.adk_mesh.v1.CallToolResponseH\x00\x12\x36\n\x0f\x63ontext_request\x18\x02 \x01(\x0b\x32\x1b.adk_mesh.v1.ContextRequestH\x00\x42\t\n\x07message\"\xa7\x03\n\x0e\x43ontextRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x39\n\rload_artifact\x18\x02 \x01(\x0b\x32 .adk_mesh.v1.LoadArtifactRequestH\x00\x12\x39\n\rsave_artifact\x18\x03 \x01(\x0b\x32 .adk_mesh.v1.SaveArtifactRequestH\x00\x12\x42\n\x12list_artifact_keys\x18\x04 \x01(\x0b\x32$.adk_mesh.v1.ListArtifactKeysRequestH\x00\x12J\n\x16list_artifact_versions\x18\x05 \x01(\x0b\x32(.adk_mesh.v1.ListArtifactVersionsRequestH\x00\x12\x39\n\rsearch_memory\x18\x06 \x01(\x0b\x32 .adk_mesh.v1.SearchMemoryRequestH\x00\x12\x35\n\x0bload_events\x18\x07 \x01(\x0b\x32\x1e.adk_mesh.v1.LoadEventsRequestH\x00\x42\t\n\x07request\"I\n\x13LoadArtifactRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12\x14\n\x07version\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\n\n\x08_version\"L\n\x13SaveArtifactRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12#\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x11.adk_mesh.v1.Part\"\x19\n\x17ListArtifactKeysRequest\"/\n\x1bListArtifactVersionsRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\"$\n\x13SearchMemoryRequest\x12\r\n\x05query\x18\x01 \x01(\t\"S\n\x11LoadEventsRequest\x12\x17\n\x0f\x62\x65\x66ore_event_id\x18\x01 \x01(\t\x12\x12\n\nmax_events\x18\x02 \x01(\x05\x12\x11\n\tevent_ids\x18\x03 \x03(\t\"\xff\x02\n\x0f\x43ontextResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x36\n\x0floaded_artifact\x18\x03 \x01(\x0b\x32\x1b.adk_mesh.v1.LoadedArtifactH\x00\x12\x17\n\rsaved_version\x18\x04 \x01(\x05H\x00\x12\x32\n\rartifact_keys\x18\x05 \x01(\x0b\x32\x19.adk_mesh.v1.ArtifactKeysH\x00\x12:\n\x11\x61rtifact_versions\x18\x06 \x01(\x0b\x32\x1d.adk_mesh.v1.ArtifactVersionsH\x00\x12.\n\x08memories\x18\x07 \x01(\x0b\x32\x1a.adk_mesh.v1.MemoryResultsH\x00\x12\x32\n\rloaded_events\x18\x08 \x01(\x0b\x32\x19.adk_mesh.v1.LoadedEventsH\x00\x42\x08\n\x06result\"f\n\x0cLoadedEvents\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.adk_mesh.v1.Event\x12\x16\n\x0eomitted_events\x18\x02 \x01(\x05\x12\x1a\n\x12\x61\x62ridged_event_ids\x18\x03 \x03(\t\"5\n\x0eLoadedArtifact\x12#\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x11.adk_mesh.v1.Part\"!\n\x0c\x41rtifactKeys\x12\x11\n\tfilenames\x18\x01 \x03(\t\"$\n\x10\x41rtifactVersions\x12\x10\n\x08versions\x18\x01 \x03(\x05\"<\n\rMemoryResults\x12+\n\x08memories\x18\x01 \x03(\x0b\x32\x19.adk_mesh.v1.MemoryResult\"\x88\x01\n\x0cMemoryResult\x12%\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x0e\n\x06\x61uthor\x18\x02 \x01(\t\x12-\n\ttimestamp\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsession_id\x18\x04 \x01(\t\"?\n\x10ListToolsRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\"o\n\x11ListToolsResponse\x12+\n\x05tools\x18\x01 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x14\n\x0ctoolset_name\x18\x02 \x01(\t\x12\x17\n\x0flisting_version\x18\x03 \x01(\t\"\x96\x04\n\x0f\x43\x61llToolRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x61rgs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\x05state\x18\x05 \x03(\x0b\x32\'.adk_mesh.v1.CallToolRequest.StateEntry\x12\x11\n\targs_json\x18\x06 \x01(\t\x12?\n\nstate_json\x18\x07 \x03(\x0b\x32+.adk_mesh.v1.CallToolRequest.StateJsonEntry\x12*\n\x0cuser_content\x18\x08 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x38\n\x11tool_confirmation\x18\t \x01(\x0b\x32\x1d.adk_mesh.v1.ToolConfirmation\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x13\n\x11_function_call_id\"w\n\x10\x43\x61llToolResponse\x12-\n\x08progress\x18\x01 \x01(\x0b\x32\x19.adk_mesh.v1.ToolProgressH\x00\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.adk_mesh.v1.ToolResultH\x00\x42\t\n\x07message\"}\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tdata_json\x18\x04 \x01(\tB\x0b\n\t_fraction\"\xcd\x01\n\nToolResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x17\n\rresponse_json\x18\x04 \x01(\tH\x00\x12*\n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x19.adk_mesh.v1.EventActions\x12\x17\n\x0flisting_version\x18\x05 \x01(\tB\t\n\x07outcome\"\xac\x01\n\x0b\x45rrorDetail\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.adk_mesh.v1.ErrorDetail.MetadataEntry\x12\x11\n\tpropagate\x18\x04 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\x92\x02\n\x0bToolService\x12J\n\tListTools\x12\x1d.adk_mesh.v1.ListToolsRequest\x1a\x1e.adk_mesh.v1.ListToolsResponse\x12I\n\x08\x43\x61llTool\x12\x1c.adk_mesh.v1.CallToolRequest\x1a\x1d.adk_mesh.v1.CallToolResponse0\x01\x12l\n\x13\x43\x61llToolInteractive\x12\'.adk_mesh.v1.CallToolInteractiveRequest\x1a(.adk_mesh.v1.CallToolInteractiveResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x64k_mesh/v1/tool.proto\x12\x0b\x61\x64k_mesh.v1\x1a\x19\x61\x64k_mesh/v1/content.proto\x1a\x17\x61\x64k_mesh/v1/event.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xee\x01\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x32\n\x11parameters_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x30\n\x0fresponse_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x0clong_running\x18\x05 \x01(\x08\x12\x1e\n\x16parameters_schema_json\x18\x06 \x01(\t\x12\x1c\n\x14response_schema_json\x18\x07 \x01(\t\"\x81\x01\n\rCallerContext\x12\x10\n\x08\x61pp_name\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x06 \x01(\t\"\x8f\x01\n\x1a\x43\x61llToolInteractiveRequest\x12,\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1c.adk_mesh.v1.CallToolRequestH\x00\x12\x38\n\x10\x63ontext_response\x18\x02 \x01(\x0b\x32\x1c.adk_mesh.v1.ContextResponseH\x00\x42\t\n\x07message\"\x93\x01\n\x1b\x43\x61llToolInteractiveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1d.adk_mesh.v1.CallToolResponseH\x00\x12\x36\n\x0f\x63ontext_request\x18\x02 \x01(\x0b\x32\x1b.adk_mesh.v1.ContextRequestH\x00\x42\t\n\x07message\"\xa7\x03\n\x0e\x43ontextRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x39\n\rload_artifact\x18\x02 \x01(\x0b\x32 .adk_mesh.v1.LoadArtifactRequestH\x00\x12\x39\n\rsave_artifact\x18\x03 \x01(\x0b\x32 .adk_mesh.v1.SaveArtifactRequestH\x00\x12\x42\n\x12list_artifact_keys\x18\x04 \x01(\x0b\x32$.adk_mesh.v1.ListArtifactKeysRequestH\x00\x12J\n\x16list_artifact_versions\x18\x05 \x01(\x0b\x32(.adk_mesh.v1.ListArtifactVersionsRequestH\x00\x12\x39\n\rsearch_memory\x18\x06 \x01(\x0b\x32 .adk_mesh.v1.SearchMemoryRequestH\x00\x12\x35\n\x0bload_events\x18\x07 \x01(\x0b\x32\x1e.adk_mesh.v1.LoadEventsRequestH\x00\x42\t\n\x07request\"I\n\x13LoadArtifactRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12\x14\n\x07version\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\n\n\x08_version\"L\n\x13SaveArtifactRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12#\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x11.adk_mesh.v1.Part\"\x19\n\x17ListArtifactKeysRequest\"/\n\x1bListArtifactVersionsRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\"3\n\x13SearchMemoryRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"S\n\x11LoadEventsRequest\x12\x17\n\x0f\x62\x65\x66ore_event_id\x18\x01 \x01(\t\x12\x12\n\nmax_events\x18\x02 \x01(\x05\x12\x11\n\tevent_ids\x18\x03 \x03(\t\"\xff\x02\n\x0f\x43ontextResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x36\n\x0floaded_artifact\x18\x03 \x01(\x0b\x32\x1b.adk_mesh.v1.LoadedArtifactH\x00\x12\x17\n\rsaved_version\x18\x04 \x01(\x05H\x00\x12\x32\n\rartifact_keys\x18\x05 \x01(\x0b\x32\x19.adk_mesh.v1.ArtifactKeysH\x00\x12:\n\x11\x61rtifact_versions\x18\x06 \x01(\x0b\x32\x1d.adk_mesh.v1.ArtifactVersionsH\x00\x12.\n\x08memories\x18\x07 \x01(\x0b\x32\x1a.adk_mesh.v1.MemoryResultsH\x00\x12\x32\n\rloaded_events\x18\x08 \x01(\x0b\x32\x19.adk_mesh.v1.LoadedEventsH\x00\x42\x08\n\x06result\"f\n\x0cLoadedEvents\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.adk_mesh.v1.Event\x12\x16\n\x0eomitted_events\x18\x02 \x01(\x05\x12\x1a\n\x12\x61\x62ridged_event_ids\x18\x03 \x03(\t\"5\n\x0eLoadedArtifact\x12#\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x11.adk_mesh.v1.Part\"!\n\x0c\x41rtifactKeys\x12\x11\n\tfilenames\x18\x01 \x03(\t\"$\n\x10\x41rtifactVersions\x12\x10\n\x08versions\x18\x01 \x03(\x05\"<\n\rMemoryResults\x12+\n\x08memories\x18\x01 \x03(\x0b\x32\x19.adk_mesh.v1.MemoryResult\"\x88\x01\n\x0cMemoryResult\x12%\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x0e\n\x06\x61uthor\x18\x02 \x01(\t\x12-\n\ttimestamp\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsession_id\x18\x04 \x01(\t\"\xb2\x02\n\x10ListToolsRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\x12\x37\n\x05state\x18\x02 \x03(\x0b\x32(.adk_mesh.v1.ListToolsRequest.StateEntry\x12@\n\nstate_json\x18\x03 \x03(\x0b\x32,.adk_mesh.v1.ListToolsRequest.StateJsonEntry\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x89\x01\n\x11ListToolsResponse\x12+\n\x05tools\x18\x01 \x03(\x0b\x32\x1c.adk_mesh.v1.ToolDeclaration\x12\x14\n\x0ctoolset_name\x18\x02 \x01(\t\x12\x17\n\x0flisting_version\x18\x03 \x01(\t\x12\x18\n\x10\x64\x65pends_on_state\x18\x04 \x01(\x08\"\x96\x04\n\x0f\x43\x61llToolRequest\x12+\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1a.adk_mesh.v1.CallerContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x1d\n\x10\x66unction_call_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x61rgs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\x05state\x18\x05 \x03(\x0b\x32\'.adk_mesh.v1.CallToolRequest.StateEntry\x12\x11\n\targs_json\x18\x06 \x01(\t\x12?\n\nstate_json\x18\x07 \x03(\x0b\x32+.adk_mesh.v1.CallToolRequest.StateJsonEntry\x12*\n\x0cuser_content\x18\x08 \x01(\x0b\x32\x14.adk_mesh.v1.Content\x12\x38\n\x11tool_confirmation\x18\t \x01(\x0b\x32\x1d.adk_mesh.v1.ToolConfirmation\x1a\x44\n\nStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value:\x02\x38\x01\x1a\x30\n\x0eStateJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x13\n\x11_function_call_id\"w\n\x10\x43\x61llToolResponse\x12-\n\x08progress\x18\x01 \x01(\x0b\x32\x19.adk_mesh.v1.ToolProgressH\x00\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.adk_mesh.v1.ToolResultH\x00\x42\t\n\x07message\"}\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tdata_json\x18\x04 \x01(\tB\x0b\n\t_fraction\"\xcd\x01\n\nToolResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.adk_mesh.v1.ErrorDetailH\x00\x12\x17\n\rresponse_json\x18\x04 \x01(\tH\x00\x12*\n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x19.adk_mesh.v1.EventActions\x12\x17\n\x0flisting_version\x18\x05 \x01(\tB\t\n\x07outcome\"\xac\x01\n\x0b\x45rrorDetail\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.adk_mesh.v1.ErrorDetail.MetadataEntry\x12\x11\n\tpropagate\x18\x04 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\x92\x02\n\x0bToolService\x12J\n\tListTools\x12\x1d.adk_mesh.v1.ListToolsRequest\x1a\x1e.adk_mesh.v1.ListToolsResponse\x12I\n\x08\x43\x61llTool\x12\x1c.adk_mesh.v1.CallToolRequest\x1a\x1d.adk_mesh.v1.CallToolResponse0\x01\x12l\n\x13\x43\x61llToolInteractive\x12\'.adk_mesh.v1.CallToolInteractiveRequest\x1a(.adk_mesh.v1.CallToolInteractiveResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'adk_mesh.v1.tool_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_LISTTOOLSREQUEST_STATEENTRY']._loaded_options = None
+  _globals['_LISTTOOLSREQUEST_STATEENTRY']._serialized_options = b'8\001'
+  _globals['_LISTTOOLSREQUEST_STATEJSONENTRY']._loaded_options = None
+  _globals['_LISTTOOLSREQUEST_STATEJSONENTRY']._serialized_options = b'8\001'
   _globals['_CALLTOOLREQUEST_STATEENTRY']._loaded_options = None
   _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_options = b'8\001'
   _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._loaded_options = None
@@ -60,43 +64,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTARTIFACTVERSIONSREQUEST']._serialized_start=1429
   _globals['_LISTARTIFACTVERSIONSREQUEST']._serialized_end=1476
   _globals['_SEARCHMEMORYREQUEST']._serialized_start=1478
-  _globals['_SEARCHMEMORYREQUEST']._serialized_end=1514
-  _globals['_LOADEVENTSREQUEST']._serialized_start=1516
-  _globals['_LOADEVENTSREQUEST']._serialized_end=1599
-  _globals['_CONTEXTRESPONSE']._serialized_start=1602
-  _globals['_CONTEXTRESPONSE']._serialized_end=1985
-  _globals['_LOADEDEVENTS']._serialized_start=1987
-  _globals['_LOADEDEVENTS']._serialized_end=2089
-  _globals['_LOADEDARTIFACT']._serialized_start=2091
-  _globals['_LOADEDARTIFACT']._serialized_end=2144
-  _globals['_ARTIFACTKEYS']._serialized_start=2146
-  _globals['_ARTIFACTKEYS']._serialized_end=2179
-  _globals['_ARTIFACTVERSIONS']._serialized_start=2181
-  _globals['_ARTIFACTVERSIONS']._serialized_end=2217
-  _globals['_MEMORYRESULTS']._serialized_start=2219
-  _globals['_MEMORYRESULTS']._serialized_end=2279
-  _globals['_MEMORYRESULT']._serialized_start=2282
-  _globals['_MEMORYRESULT']._serialized_end=2418
-  _globals['_LISTTOOLSREQUEST']._serialized_start=2420
-  _globals['_LISTTOOLSREQUEST']._serialized_end=2483
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=2485
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=2596
-  _globals['_CALLTOOLREQUEST']._serialized_start=2599
-  _globals['_CALLTOOLREQUEST']._serialized_end=3133
-  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_start=2994
-  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_end=3062
-  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_start=3064
-  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_end=3112
-  _globals['_CALLTOOLRESPONSE']._serialized_start=3135
-  _globals['_CALLTOOLRESPONSE']._serialized_end=3254
-  _globals['_TOOLPROGRESS']._serialized_start=3256
-  _globals['_TOOLPROGRESS']._serialized_end=3381
-  _globals['_TOOLRESULT']._serialized_start=3384
-  _globals['_TOOLRESULT']._serialized_end=3589
-  _globals['_ERRORDETAIL']._serialized_start=3592
-  _globals['_ERRORDETAIL']._serialized_end=3764
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=3717
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=3764
-  _globals['_TOOLSERVICE']._serialized_start=3767
-  _globals['_TOOLSERVICE']._serialized_end=4041
+  _globals['_SEARCHMEMORYREQUEST']._serialized_end=1529
+  _globals['_LOADEVENTSREQUEST']._serialized_start=1531
+  _globals['_LOADEVENTSREQUEST']._serialized_end=1614
+  _globals['_CONTEXTRESPONSE']._serialized_start=1617
+  _globals['_CONTEXTRESPONSE']._serialized_end=2000
+  _globals['_LOADEDEVENTS']._serialized_start=2002
+  _globals['_LOADEDEVENTS']._serialized_end=2104
+  _globals['_LOADEDARTIFACT']._serialized_start=2106
+  _globals['_LOADEDARTIFACT']._serialized_end=2159
+  _globals['_ARTIFACTKEYS']._serialized_start=2161
+  _globals['_ARTIFACTKEYS']._serialized_end=2194
+  _globals['_ARTIFACTVERSIONS']._serialized_start=2196
+  _globals['_ARTIFACTVERSIONS']._serialized_end=2232
+  _globals['_MEMORYRESULTS']._serialized_start=2234
+  _globals['_MEMORYRESULTS']._serialized_end=2294
+  _globals['_MEMORYRESULT']._serialized_start=2297
+  _globals['_MEMORYRESULT']._serialized_end=2433
+  _globals['_LISTTOOLSREQUEST']._serialized_start=2436
+  _globals['_LISTTOOLSREQUEST']._serialized_end=2742
+  _globals['_LISTTOOLSREQUEST_STATEENTRY']._serialized_start=2624
+  _globals['_LISTTOOLSREQUEST_STATEENTRY']._serialized_end=2692
+  _globals['_LISTTOOLSREQUEST_STATEJSONENTRY']._serialized_start=2694
+  _globals['_LISTTOOLSREQUEST_STATEJSONENTRY']._serialized_end=2742
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=2745
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=2882
+  _globals['_CALLTOOLREQUEST']._serialized_start=2885
+  _globals['_CALLTOOLREQUEST']._serialized_end=3419
+  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_start=2624
+  _globals['_CALLTOOLREQUEST_STATEENTRY']._serialized_end=2692
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_start=2694
+  _globals['_CALLTOOLREQUEST_STATEJSONENTRY']._serialized_end=2742
+  _globals['_CALLTOOLRESPONSE']._serialized_start=3421
+  _globals['_CALLTOOLRESPONSE']._serialized_end=3540
+  _globals['_TOOLPROGRESS']._serialized_start=3542
+  _globals['_TOOLPROGRESS']._serialized_end=3667
+  _globals['_TOOLRESULT']._serialized_start=3670
+  _globals['_TOOLRESULT']._serialized_end=3875
+  _globals['_ERRORDETAIL']._serialized_start=3878
+  _globals['_ERRORDETAIL']._serialized_end=4050
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=4003
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=4050
+  _globals['_TOOLSERVICE']._serialized_start=4053
+  _globals['_TOOLSERVICE']._serialized_end=4327
 # @@protoc_insertion_point(module_scope)

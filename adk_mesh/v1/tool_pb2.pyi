@@ -107,10 +107,12 @@ class ListArtifactVersionsRequest(_message.Message):
     def __init__(self, filename: _Optional[str] = ...) -> None: ...
 
 class SearchMemoryRequest(_message.Message):
-    __slots__ = ("query",)
+    __slots__ = ("query", "limit")
     QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     query: str
-    def __init__(self, query: _Optional[str] = ...) -> None: ...
+    limit: int
+    def __init__(self, query: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class LoadEventsRequest(_message.Message):
     __slots__ = ("before_event_id", "max_events", "event_ids")
@@ -189,20 +191,40 @@ class MemoryResult(_message.Message):
     def __init__(self, content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., author: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
-    __slots__ = ("context",)
+    __slots__ = ("context", "state", "state_json")
+    class StateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _struct_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    class StateJsonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
     context: CallerContext
-    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ...) -> None: ...
+    state: _containers.MessageMap[str, _struct_pb2.Value]
+    state_json: _containers.ScalarMap[str, str]
+    def __init__(self, context: _Optional[_Union[CallerContext, _Mapping]] = ..., state: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., state_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
-    __slots__ = ("tools", "toolset_name", "listing_version")
+    __slots__ = ("tools", "toolset_name", "listing_version", "depends_on_state")
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOLSET_NAME_FIELD_NUMBER: _ClassVar[int]
     LISTING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_STATE_FIELD_NUMBER: _ClassVar[int]
     tools: _containers.RepeatedCompositeFieldContainer[ToolDeclaration]
     toolset_name: str
     listing_version: str
-    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ..., listing_version: _Optional[str] = ...) -> None: ...
+    depends_on_state: bool
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., toolset_name: _Optional[str] = ..., listing_version: _Optional[str] = ..., depends_on_state: _Optional[bool] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
     __slots__ = ("context", "tool_name", "function_call_id", "args", "state", "args_json", "state_json", "user_content", "tool_confirmation")

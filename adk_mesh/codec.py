@@ -120,6 +120,8 @@ __all__ = [
     "json_from_value",
     "json_to_text",
     "json_to_value",
+    "list_tools_request_to_proto",
+    "list_tools_state_from_proto",
     "llm_response_from_proto",
     "llm_response_to_proto",
     "part_from_proto",
@@ -2135,6 +2137,20 @@ def run_config_from_proto(
     if message.streaming_mode == agent_pb2.STREAMING_MODE_SSE:
         fields["streaming_mode"] = StreamingMode.SSE
     return RunConfig(**fields)
+
+
+def list_tools_request_to_proto(
+    ctx: ReadonlyContext, state: Mapping[str, Any]
+) -> tool_pb2.ListToolsRequest:
+    """A ``ListToolsRequest``: who lists, and the state the toolset may read to answer."""
+    request = tool_pb2.ListToolsRequest(context=caller_context_to_proto(ctx))
+    _fill_value_map(request.state, request.state_json, state)
+    return request
+
+
+def list_tools_state_from_proto(message: tool_pb2.ListToolsRequest) -> dict[str, Any]:
+    """The caller's state a ``ListToolsRequest`` carries, from either JSON form."""
+    return _read_value_map(message.state, message.state_json, "ListToolsRequest.state_json")
 
 
 def call_tool_request_to_proto(

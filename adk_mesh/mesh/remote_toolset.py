@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,9 @@ class _Listing:
     #: a listing asked before that and answering with another version is not fresh.
     heard: int = 0
     heard_version: str = ""
+    #: The server's toolset read the caller's state to answer: the listing holds for the
+    #: state it was asked with only, so it is asked again before each model request.
+    depends_on_state: bool = False
 
 
 class RemoteToolset(Toolset):
@@ -83,7 +86,12 @@ class RemoteToolset(Toolset):
     request after any call to this server's tools — within the turn that made the call — and a
     listing not confirmed for ``listing_max_age`` seconds is asked again too (a conversation
     that calls none of these tools sees changes after that long). In steady state a remote tool
-    call is one RPC. A server that sends no versions is asked before each model request. Each
+    call is one RPC. A server that sends no versions is asked before each model request. The
+    listing is asked with the caller's state (what the wire can carry of it, as a call's), so
+    the server's toolset may filter on ``ctx.state`` as in process; a listing the server says
+    it read the state for (``depends_on_state``) holds for that state only and is asked again
+    before each model request (a state too large for one message goes to no listing: such a
+    listing is then a ToolError). Each
     :class:`RemoteTool` runs over
     ``CallToolInteractive``, which carries the user's message (``ctx.user_content``) and on
     which the remote tool reaches this invocation's artifacts and memory (each request is
@@ -170,7 +178,7 @@ class RemoteToolset(Toolset):
             # A copy: the list is the caller's to change (a toolset wrapping this one adds
             # its own tools to it), the kept listing is not.
             return list(kept.tools)
-        request = tool_pb2.ListToolsRequest(context=codec.caller_context_to_proto(ctx))
+        request, state_left_out = self._list_request(ctx)
         timeout = call_timeout(ctx.invocation_context.deadline, self.list_timeout, "tool service")
         self._tick += 1
         asked = self._tick
@@ -181,11 +189,27 @@ class RemoteToolset(Toolset):
             if isinstance(failure, AdkIOError) and kept is not None:
                 return list(kept.tools)
             raise failure from error
+        if response.depends_on_state:
+            if state_left_out:
+                raise ToolError(
+                    f"the tools of {self.name!r} depend on the session's state, which is "
+                    f"{state_left_out} bytes, over the mesh's message limit "
+                    f"({MAX_CALL_MESSAGE_BYTES} bytes): they cannot be listed"
+                )
+            # Read as a toolset that depends on the state reads it: a ToolServer serving this
+            # toolset again then says so to its own callers (see _list_request).
+            _ = ctx.state
         tools: list[BaseTool] = [
             RemoteTool(self, codec.declaration_from_proto(declaration))
             for declaration in response.tools
         ]
-        listing = _Listing(tools, response.listing_version, time.monotonic(), asked=asked)
+        listing = _Listing(
+            tools,
+            response.listing_version,
+            time.monotonic(),
+            asked=asked,
+            depends_on_state=response.depends_on_state,
+        )
         current = self._listings.get(key)
         if current is not None:
             if current.asked > asked:
@@ -200,9 +224,31 @@ class RemoteToolset(Toolset):
             self._listings.popitem(last=False)
         return list(tools)
 
+    def _list_request(self, ctx: ReadonlyContext) -> tuple[tool_pb2.ListToolsRequest, int]:
+        """The ``ListToolsRequest`` of ``ctx``, with the state the server's toolset may read
+        (less the values the wire cannot carry, as a call's), and the bytes of the state left
+        out because with it the request would be larger than one message (0: none left out).
+        """
+        # Read through the invocation, not ctx.state: a ToolServer serving this toolset again
+        # takes a read of ctx.state for its listing depending on the state, which is so only
+        # when this toolset's server says so.
+        state = ctx.invocation_context.session.state
+        try:
+            request = codec.list_tools_request_to_proto(ctx, state)
+        except AdkJSONError:
+            request = codec.list_tools_request_to_proto(
+                ctx, _carriable(state, f"toolset {self.name!r} is listed")
+            )
+        if request.ByteSize() <= MAX_CALL_MESSAGE_BYTES:
+            return request, 0
+        # gRPC would refuse the request as an INTERNAL error that names nothing; a toolset
+        # that does not read the state lists without it, one that does is refused after.
+        return tool_pb2.ListToolsRequest(context=request.context), _state_bytes(request)
+
     def _fresh(self, listing: _Listing) -> bool:
         return (
             bool(listing.version)
+            and not listing.depends_on_state
             and not listing.stale
             and time.monotonic() - listing.listed_at < self.listing_max_age
         )
@@ -263,7 +309,11 @@ class RemoteTool(BaseTool):
             # every call of every remote tool: the tool gets the state without it. (A value
             # of the args the wire cannot carry fails again here: the model reads that.)
             request = codec.call_tool_request_to_proto(
-                ctx, self.name, args, _carriable(state, self.name), ctx.function_call_id
+                ctx,
+                self.name,
+                args,
+                _carriable(state, f"remote tool {self.name!r} is called"),
+                ctx.function_call_id,
             )
         toolset = self._toolset
         what = f"tool service for {self.name!r}"
@@ -381,9 +431,9 @@ def _key(ctx: ReadonlyContext) -> tuple[str, str, str]:
 MAX_CALL_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
-def _carriable(state: dict[str, Any], tool_name: str) -> dict[str, Any]:
+def _carriable(state: Mapping[str, Any], doing: str) -> dict[str, Any]:
     """``state`` without the keys whose value the wire cannot carry (each logged by key: the
-    value may be anything, a secret too)."""
+    value may be anything, a secret too); ``doing`` names what goes without them."""
     kept: dict[str, Any] = {}
     for key, value in state.items():
         scratch = tool_pb2.CallToolRequest()
@@ -391,10 +441,7 @@ def _carriable(state: dict[str, Any], tool_name: str) -> dict[str, Any]:
             codec.state_to_map(scratch.state, {key: value}, scratch.state_json)
         except AdkJSONError:
             logger.warning(
-                "remote tool %r is called without state key %r: its value is not JSON the "
-                "mesh can carry",
-                tool_name,
-                key,
+                "%s without state key %r: its value is not JSON the mesh can carry", doing, key
             )
             continue
         kept[key] = value
@@ -411,8 +458,7 @@ def _check_size(request: tool_pb2.CallToolRequest, tool_name: str) -> None:
     size = request.ByteSize()
     if size <= MAX_CALL_MESSAGE_BYTES:
         return
-    state = sum(len(key) + value.ByteSize() for key, value in request.state.items())
-    state += sum(len(key) + len(value) for key, value in request.state_json.items())
+    state = _state_bytes(request)
     arguments = request.args.ByteSize() + len(request.args_json)
     raise ToolError(
         f"the call to remote tool {tool_name!r} is {size} bytes, over the mesh's message "
@@ -420,6 +466,12 @@ def _check_size(request: tool_pb2.CallToolRequest, tool_name: str) -> None:
         f"session's state {state} bytes and the user's message "
         f"{request.user_content.ByteSize()} bytes (all go with every call of a remote tool)"
     )
+
+
+def _state_bytes(request: tool_pb2.CallToolRequest | tool_pb2.ListToolsRequest) -> int:
+    """About the bytes the state takes in ``request`` (keys and values, both forms)."""
+    size = sum(len(key) + value.ByteSize() for key, value in request.state.items())
+    return size + sum(len(key) + len(value) for key, value in request.state_json.items())
 
 
 def _sendable(

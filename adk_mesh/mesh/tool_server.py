@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -171,6 +171,23 @@ class _ListingVersions:
         return digest.hexdigest()
 
 
+class _ListingContext(ReadonlyContext):
+    """The context a toolset lists in: it notes whether the toolset read the caller's state,
+    so that the listing says it holds for that state only (``depends_on_state``) and a client
+    keeps a listing that does not (one RPC per remote tool call in steady state)."""
+
+    __slots__ = ("read_state",)
+
+    def __init__(self, invocation: InvocationContext) -> None:
+        super().__init__(invocation)
+        self.read_state = False
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        self.read_state = True
+        return super().state
+
+
 def _check_caller(caller: tool_pb2.CallerContext, limits: ServerLimits) -> None:
     """Refuse a CallerContext whose ids (when set) break the id rule, or whose agent name or
     branch is too long to be one."""
@@ -251,15 +268,22 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         async with error_boundary(context, "ListTools") as call:
             _check_caller(request.context, self._limits)
             call.invocation_id = request.context.invocation_id
+            # The toolset lists with the caller's state, as in process (a filter on
+            # ReadonlyContext.state, google-adk's tool_filter predicates).
             invocation = _invocation(
-                request.context, deadline=deadline_of(context), limits=self._limits
+                request.context,
+                codec.list_tools_state_from_proto(request),
+                deadline_of(context),
+                limits=self._limits,
             )
             telemetry.annotate_current_span(invocation)
-            tools = _servable(await self._toolset.tools(ReadonlyContext(invocation)))
+            listing = _ListingContext(invocation)
+            tools = _servable(await self._toolset.tools(listing))
             return tool_pb2.ListToolsResponse(
                 tools=[codec.declaration_to_proto(tool.declaration()) for tool in tools],
                 toolset_name=self._name,
                 listing_version=self._versions.version(tools),
+                depends_on_state=listing.read_state,
             )
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
 
@@ -432,9 +456,12 @@ class ToolServer(MeshServer):
     """Serves tools to agents in other processes (``adk_mesh.v1.ToolService``).
 
     ``ListTools`` answers with the tools this caller may use: a :class:`Toolset` is asked with
-    a context built from the request's CallerContext, so a permission-based toolset answers per
-    user. ``CallTool`` runs one tool with a :class:`ToolContext` over the state the caller sent
-    (and the user's message, when sent); ``CallToolInteractive`` (what a RemoteToolset calls)
+    a context built from the request's CallerContext and the state it sent, so a
+    permission-based toolset answers per user and a filter on ``ctx.state`` as in process; a
+    listing for which the toolset read ``ctx.state`` says so (``depends_on_state``), and the
+    caller asks again before each model request instead of keeping it. ``CallTool`` runs one
+    tool with a :class:`ToolContext` over the state the caller sent (and the user's message,
+    when sent); ``CallToolInteractive`` (what a RemoteToolset calls)
     does the same, and the tool's artifacts and memory are then the caller's, reached over the
     call (the server keeps no store of its own);
     progress the tool reports streams back as ``ToolProgress``, then one ``ToolResult`` carries

@@ -129,7 +129,10 @@ class Toolset(abc.ABC):
     """Provides tools chosen per context: by user permissions, from a remote server, ...
 
     :meth:`tools` is called before each model request of an agent, so the answer may change
-    during a conversation. It must be safe to call concurrently.
+    during a conversation. It must be safe to call concurrently. Served by a ToolServer, it
+    gets the caller's ids and state; a listing for which it read ``ctx.state`` holds for that
+    state only, so its callers ask for it before each model request (one more RPC each):
+    read the state only when the answer depends on it.
     """
 
     def __init__(self, name: str) -> None:

@@ -862,15 +862,21 @@ class ToolContext(CallbackContext):
         self._actions = value
         self._state = _ContextState(self._invocation.session.state, value.state_delta, self._gate)
 
-    async def search_memory(self, query: str) -> list[MemoryEntry]:
-        """Search the user's long-term memory; empty when no memory service is configured."""
+    async def search_memory(self, query: str, *, limit: int | None = None) -> list[MemoryEntry]:
+        """Search the user's long-term memory, best match first; empty when no memory service
+        is configured. ``limit``: at most that many (``None``: every match), bounded by the
+        store itself (the root's, across the mesh), not cut from all of them here."""
+        # Imported here: memory.base loads the session stores, which contexts never needs.
+        from adk_mesh.memory.base import check_limit, search_with_limit
+
         if not query.strip():
             raise InvalidArgumentError("a memory search needs a non-empty query")
+        check_limit(limit)
         service = self._invocation.memory_service
         if service is None:
             return []
-        return await service.search_memory(
-            app_name=self.app_name, user_id=self.user_id, query=query
+        return await search_with_limit(
+            service, app_name=self.app_name, user_id=self.user_id, query=query, limit=limit
         )
 
     async def get_credential(self, name: str) -> Credential | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from adk_mesh._bounds import check_bounds
-from adk_mesh.memory.base import MemoryEntry, MemoryService
+from adk_mesh.memory.base import MemoryEntry, MemoryService, check_limit
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Event
 
@@ -55,10 +56,10 @@ class InMemoryMemoryService(MemoryService):
 
     A search scores each remembered event of the app and user by how many distinct words of
     the query it contains, drops those that share none and returns the rest best first (ties
-    keep the order in which sessions and their events were added). Entries are copies: the
-    ingested session and the returned entries share nothing with the store. Adding a session
-    again indexes only its events not indexed before (stored events are immutable: an event
-    id names one content).
+    keep the order in which sessions and their events were added); with ``limit``, only the
+    first ``limit`` of them are copied out. Entries are copies: the ingested session and the
+    returned entries share nothing with the store. Adding a session again indexes only its
+    events not indexed before (stored events are immutable: an event id names one content).
 
     **Bounded.** It remembers at most ``max_sessions`` sessions (default
     :data:`DEFAULT_MAX_MEMORY_SESSIONS`; ``None``: no bound), over all apps and users: adding
@@ -106,20 +107,25 @@ class InMemoryMemoryService(MemoryService):
             while len(self._added) > self.max_sessions:
                 self._forget(next(iter(self._added)))
 
-    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> list[MemoryEntry]:
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str, limit: int | None = None
+    ) -> list[MemoryEntry]:
+        check_limit(limit)
         self._expire()
         query_words = _words(query)
         if not query_words:
             return []
-        scored: list[tuple[int, MemoryEntry]] = []
+        scored: list[tuple[int, int, MemoryEntry]] = []
         for entries in self._entries.get((app_name, user_id), {}).values():
             for item in entries.values():
                 score = len(query_words & item.words)
                 if score:
-                    scored.append((score, item.entry))
-        # sorted() is stable: equal scores keep their ingestion order.
-        scored.sort(key=lambda pair: -pair[0])
-        return [entry.model_copy(deep=True) for _, entry in scored]
+                    scored.append((-score, len(scored), item.entry))
+        # Best score first; equal scores keep their ingestion order (the position breaks
+        # ties, so entries are never compared). With a limit, only the best are picked out
+        # and copied, not every match.
+        best = sorted(scored) if limit is None else heapq.nsmallest(limit, scored)
+        return [entry.model_copy(deep=True) for _, _, entry in best]
 
     def _expire(self) -> None:
         if self.ttl is None:

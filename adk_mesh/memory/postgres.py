@@ -13,8 +13,9 @@
   added with, so add sessions again after changing it.
 * **Search**: the query's words (at most :data:`MAX_QUERY_WORDS` distinct ones), each a
   quoted term, joined with ``|`` (OR): an entry that shares any word is found, ranked by
-  ``ts_rank``, best first (ties: the order entries were added). Only word characters reach
-  ``to_tsquery``, so nothing a user or a model writes is read as query syntax.
+  ``ts_rank``, best first (ties: the order entries were added); a ``limit`` is the query's
+  own ``LIMIT``. Only word characters reach ``to_tsquery``, so nothing a user or a model
+  writes is read as query syntax.
 * An entry's first :data:`MAX_INDEXED_CHARS` characters are indexed (its content is kept
   whole): a ``tsvector`` holds at most 1 MiB of words and positions, and a longer text of
   many distinct words would fail the whole add.
@@ -39,7 +40,7 @@ from adk_mesh import _postgres  # first: a ConfigError when asyncpg is not insta
 from adk_mesh._migrations import Migration
 from adk_mesh.errors import AdkIOError
 from adk_mesh.memory._incremental import changed_entries, text_events
-from adk_mesh.memory.base import MemoryEntry, MemoryService
+from adk_mesh.memory.base import MemoryEntry, MemoryService, check_limit
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Event, LlmResponse
 
@@ -105,6 +106,8 @@ MAX_INDEXED_CHARS = 100_000
 _STORE = "memory"
 _WHAT = "memory store"
 _WORD = re.compile(r"\w+")
+# The largest LIMIT the database takes (a larger limit is no limit).
+_INT64_MAX = 2**63 - 1
 
 
 def _normalized(text: str) -> str:
@@ -221,22 +224,28 @@ class PostgresMemoryService(MemoryService):
                     [(*key, event.id, *_entry_row(event), self._config) for event in new],
                 )
 
-    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> list[MemoryEntry]:
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str, limit: int | None = None
+    ) -> list[MemoryEntry]:
+        check_limit(limit)
         terms = _query_terms(query)
         if terms is None:
             if self._database.closed:
                 raise AdkIOError(f"the PostgreSQL {_WHAT} is closed")
             return []
         async with self._database.connection("searching memory") as connection:
+            # The limit is the query's (NULL: none), so only that many events are sent and
+            # decoded, however many match.
             rows = await connection.fetch(
                 "SELECT entry.session_id, entry.event "
                 "FROM adk_memory_entries AS entry, to_tsquery($3::regconfig, $4) AS query "
                 "WHERE entry.app_name = $1 AND entry.user_id = $2 AND entry.document @@ query "
-                "ORDER BY ts_rank(entry.document, query) DESC, entry.seq",
+                "ORDER BY ts_rank(entry.document, query) DESC, entry.seq LIMIT $5::bigint",
                 app_name,
                 user_id,
                 self._config,
                 terms,
+                None if limit is None else min(limit, _INT64_MAX),
             )
         entries: list[MemoryEntry] = []
         for row in rows:

@@ -9,9 +9,10 @@
   Japanese) index each unbroken run of characters as one word.
 * **Search**: the query's words (at most :data:`MAX_QUERY_WORDS` distinct ones), each quoted,
   joined with ``OR``: an entry that shares any word with the query is found, and FTS5's
-  ``bm25`` ranks them, best first (ties: the order entries were added). The query is never
-  read as FTS5 syntax, so quotes, ``AND``/``OR``/``NEAR``, ``*``, ``:`` or parentheses in
-  what a user or a model wrote are words like any other, never a syntax error.
+  ``bm25`` ranks them, best first (ties: the order entries were added); a ``limit`` is the
+  query's own ``LIMIT``. The query is never read as FTS5 syntax, so quotes,
+  ``AND``/``OR``/``NEAR``, ``*``, ``:`` or parentheses in what a user or a model wrote are
+  words like any other, never a syntax error.
 * **Scope**: every entry carries a token derived from its app and user in a column of the
   index, and every search asks for that token too, so FTS5 only visits the user's entries;
   the app and user are checked again on the entries themselves.
@@ -36,7 +37,7 @@ from datetime import datetime
 from adk_mesh import _sqlite
 from adk_mesh.errors import AdkIOError
 from adk_mesh.memory._incremental import changed_entries, text_events
-from adk_mesh.memory.base import MemoryEntry, MemoryService
+from adk_mesh.memory.base import MemoryEntry, MemoryService, check_limit
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Content
 
@@ -77,6 +78,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 MAX_QUERY_WORDS = 64
 
 _WORD = re.compile(r"\w+")
+# The largest LIMIT the database takes (a larger limit is no limit).
+_INT64_MAX = 2**63 - 1
 
 
 def _apply_migrations(connection: sqlite3.Connection) -> None:
@@ -194,7 +197,10 @@ class SqliteMemoryService(MemoryService):
 
         await self._file.run(add)
 
-    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> list[MemoryEntry]:
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str, limit: int | None = None
+    ) -> list[MemoryEntry]:
+        check_limit(limit)
         expression = _match_expression(app_name, user_id, query)
         if expression is None:
             self._file.check_open()
@@ -202,13 +208,15 @@ class SqliteMemoryService(MemoryService):
 
         def search(connection: sqlite3.Connection) -> list[tuple[str, str | None, str | None, str]]:
             # bm25's weights: the scope column counts for nothing, the text for everything.
+            # The limit is the query's (-1: none), so only that many entries are read back
+            # and decoded, however many match.
             rows: list[tuple[str, str | None, str | None, str]] = connection.execute(
                 "SELECT entry.session_id, entry.author, entry.timestamp, entry.content "
                 "FROM memory_index JOIN memory_entries AS entry "
                 "ON entry.id = memory_index.rowid "
                 "WHERE memory_index MATCH ? AND entry.app_name = ? AND entry.user_id = ? "
-                "ORDER BY bm25(memory_index, 0.0, 1.0), entry.id",
-                (expression, app_name, user_id),
+                "ORDER BY bm25(memory_index, 0.0, 1.0), entry.id LIMIT ?",
+                (expression, app_name, user_id, -1 if limit is None else min(limit, _INT64_MAX)),
             ).fetchall()
             return rows
 

@@ -27,7 +27,7 @@ from adk_mesh.errors import (
     InvalidArgumentError,
     error_class_for_reason,
 )
-from adk_mesh.memory.base import MemoryEntry, MemoryService
+from adk_mesh.memory.base import MemoryEntry, MemoryService, check_limit, search_with_limit
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Event, Part
 from adk_mesh.v1 import agent_pb2, tool_pb2
@@ -42,6 +42,9 @@ __all__ = [
     "NamedHistory",
     "answer_context_request",
 ]
+
+# The largest SearchMemoryRequest.limit (an int32).
+_INT32_MAX = 2**31 - 1
 
 
 class CallerGone(AdkIOError):
@@ -149,10 +152,17 @@ class CallerMemory(MemoryService):
     async def add_session_to_memory(self, session: Session) -> None:
         raise AdkError("a remote callee cannot add to its caller's memory")
 
-    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> list[MemoryEntry]:
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str, limit: int | None = None
+    ) -> list[MemoryEntry]:
+        check_limit(limit)
         request = tool_pb2.ContextRequest()
         request.search_memory.query = query
+        # The caller's store finds at most that many, and only they cross back (0: all; a
+        # limit past int32 is as good as none).
+        request.search_memory.limit = 0 if limit is None or limit > _INT32_MAX else limit
         results = (await self._channel.ask(request)).memories.memories
+        # A caller of an older adk-mesh does not know the limit and sends every match.
         return [
             MemoryEntry(
                 content=codec.content_from_proto(result.content),
@@ -164,7 +174,7 @@ class CallerMemory(MemoryService):
                 ),
                 session_id=result.session_id or None,
             )
-            for result in results
+            for result in results[:limit]
         ]
 
 
@@ -375,8 +385,12 @@ async def answer_context_request(
             found = (
                 []
                 if memory is None
-                else await memory.search_memory(
-                    app_name=app_name, user_id=user_id, query=request.search_memory.query
+                else await search_with_limit(
+                    memory,
+                    app_name=app_name,
+                    user_id=user_id,
+                    query=request.search_memory.query,
+                    limit=request.search_memory.limit or None,
                 )
             )
             response.memories.SetInParent()

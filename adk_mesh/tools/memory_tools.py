@@ -16,7 +16,8 @@ Without a memory service they find nothing.
   ``<PAST_CONVERSATIONS>`` tags. A failing search is logged and the request goes without.
 
 Each takes ``max_memories`` (20 unless told otherwise; ``None``: every match), so that a
-common word does not pour a user's whole history into one request.
+common word does not pour a user's whole history into one request; it is the search's
+``limit``, so the store (the root's, across the mesh) reads and sends no more than that.
 """
 
 from __future__ import annotations
@@ -93,9 +94,8 @@ class LoadMemoryTool(BaseTool):
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():
             raise ToolError("load_memory needs a query: the words to look for, as a string")
-        entries = await ctx.search_memory(query)
-        if self.max_memories is not None:
-            entries = entries[: self.max_memories]
+        # The store finds at most max_memories (in its query), not every match.
+        entries = await ctx.search_memory(query, limit=self.max_memories)
         return {"memories": [_memory_json(entry) for entry in entries]}
 
 
@@ -125,7 +125,7 @@ class PreloadMemoryTool(BaseTool):
         if not query.strip():
             return
         try:
-            entries = await ctx.search_memory(query)
+            entries = await ctx.search_memory(query, limit=self.max_memories)
         except Exception as error:
             logger.warning(
                 "preload_memory: the memory search failed; the request goes without past "
@@ -134,8 +134,6 @@ class PreloadMemoryTool(BaseTool):
                 getattr(error, "message", None) or type(error).__name__,
             )
             return
-        if self.max_memories is not None:
-            entries = entries[: self.max_memories]
         lines = [line for entry in entries for line in _memory_lines(entry)]
         if not lines:
             return

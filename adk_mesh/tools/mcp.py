@@ -41,6 +41,13 @@ server that sends the result both ways, as adk-mesh's own McpServer does, uses t
 size). Over HTTP it is the SDK's limit on one server-sent event, so a larger streamed answer is
 never buffered whole; a plain JSON answer (and a stdio line) is measured once received. A
 result over it is a ToolError the model reads, and the session stays open.
+
+**Secrets in the URL.** A server's URL may carry a key (``?api_key=...``, ``user:password@``):
+it is used as given to connect, and shown everywhere else (the default name, logs, errors,
+hence spans and what a ToolServer tells its callers) with the password and the values of
+query parameters whose names look like secrets (``api_key``, ``token``, ``accessToken``,
+``password``, ... as span attributes judge keys) replaced by ``[redacted]``; those values are
+also taken out of the errors the HTTP client and the server give.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ import os
 import re
 import ssl
 import sys
+import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +69,9 @@ from typing import TYPE_CHECKING, Any
 
 from adk_mesh._env_tables import tables_from_env
 from adk_mesh._version import __version__
+from adk_mesh.credentials import REDACTED, Credential, KnownSecrets
 from adk_mesh.errors import AdkIOError, ConfigError, ToolError
+from adk_mesh.telemetry._spans import _is_secret
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.tools.function_tool import _model_friendly
 from adk_mesh.types import ToolDeclaration
@@ -127,11 +137,13 @@ class McpToolset(Toolset):
             ``USER``, ... — not this process's whole environment, so secrets are passed on
             only when named here).
         cwd: working directory of the stdio server.
-        url: the endpoint of a streamable-HTTP server (``http://127.0.0.1:8000/mcp``).
+        url: the endpoint of a streamable-HTTP server (``http://127.0.0.1:8000/mcp``); its
+            secrets are shown nowhere (see the module docstring).
         headers: HTTP headers of every request (an ``Authorization`` bearer token, an API key).
         ca_file: a PEM CA bundle to verify an ``https://`` server with (default: the system's).
         tool_filter: names of the server's tools to offer (default: all of them).
-        name: this toolset's name (default: ``mcp:<command or url>``).
+        name: this toolset's name (default: ``mcp:<command or url>``, the url without its
+            secrets).
         connect_timeout: seconds to start or reach the server and open the session.
         list_timeout: seconds one ``tools/list`` page may take.
         max_result_bytes: the largest result a call may return, as the server sends it (see
@@ -160,12 +172,20 @@ class McpToolset(Toolset):
     ) -> None:
         if (command is None) == (url is None):
             raise ConfigError("McpToolset needs either command (a stdio server) or url (HTTP)")
+        # The URL as logs, errors and the name show it, and its secrets, to take them out of
+        # what the HTTP client and the server say.
+        self._shown_url: str | None = None
+        self._url_secrets = KnownSecrets()
+        if url is not None:
+            self._shown_url, self._url_secrets = _shown(url)
         if command is not None and (headers or ca_file is not None):
             raise ConfigError("headers and ca_file are for an HTTP server (url), not a command")
         if url is not None and (args or env or cwd is not None):
             raise ConfigError("args, env and cwd are for a stdio server (command), not a url")
         if url is not None and not url.startswith(("http://", "https://")):
-            raise ConfigError(f"an MCP server url starts with http:// or https://, not {url!r}")
+            raise ConfigError(
+                f"an MCP server url starts with http:// or https://, not {self._shown_url!r}"
+            )
         if command is not None and not command.strip():
             raise ConfigError("the command of an MCP server is empty")
         if isinstance(tool_filter, str):
@@ -174,7 +194,7 @@ class McpToolset(Toolset):
             raise ConfigError(f"max_result_bytes is a number of bytes, not {max_result_bytes!r}")
         if max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be at least 1, not {max_result_bytes}")
-        super().__init__(name or f"mcp:{command if command is not None else url}")
+        super().__init__(name or f"mcp:{command if command is not None else self._shown_url}")
         self.command = command
         self.args = tuple(args)
         self.env = dict(env or {})
@@ -201,9 +221,17 @@ class McpToolset(Toolset):
     @property
     def _where(self) -> str:
         """The server, for this process's log (models and clients read the toolset's name)."""
-        if self.url is not None:
-            return self.url
+        if self._shown_url is not None:
+            return self._shown_url
         return " ".join([str(self.command), *self.args])
+
+    def _redacted(self, text: str) -> str:
+        """``text`` (an error's, a server's message) without the secrets of the URL."""
+        return self._url_secrets.redact_text(text)
+
+    def _reason(self, error: BaseException) -> str:
+        """:func:`_reason` without the secrets of the URL (an HTTP error may name it)."""
+        return self._redacted(_reason(error))
 
     # --- the listing ------------------------------------------------------------------------
 
@@ -267,14 +295,16 @@ class McpToolset(Toolset):
                     break
         except MCPError as error:
             session.check(error)
-            raise AdkIOError(f"{self.name}: tools/list failed: {error.error.message}") from error
+            raise AdkIOError(
+                f"{self.name}: tools/list failed: {self._redacted(error.error.message)}"
+            ) from error
         except TimeoutError:
             raise AdkIOError(
                 f"{self.name}: tools/list did not answer within {self.list_timeout:g} s"
             ) from None
         except Exception as error:
             session.check(error)
-            raise AdkIOError(f"{self.name}: tools/list failed: {_reason(error)}") from error
+            raise AdkIOError(f"{self.name}: tools/list failed: {self._reason(error)}") from error
         return found
 
     def _listing_changed(self) -> None:
@@ -470,15 +500,16 @@ class _Session:
                     await self._closing.wait()
         except BaseException as error:
             if not self._ready.done():
+                reason = toolset._reason(error)
                 self._ready.set_exception(
-                    AdkIOError(f"{toolset.name}: cannot open the MCP session: {_reason(error)}")
+                    AdkIOError(f"{toolset.name}: cannot open the MCP session: {reason}")
                 )
-                logger.warning(
-                    "cannot open an MCP session with %s: %s", toolset._where, _reason(error)
-                )
+                logger.warning("cannot open an MCP session with %s: %s", toolset._where, reason)
             elif not self._closing.is_set():
                 self.failure = error
-                logger.warning("MCP session with %s ended: %s", toolset._where, _reason(error))
+                logger.warning(
+                    "MCP session with %s ended: %s", toolset._where, toolset._reason(error)
+                )
             if isinstance(error, asyncio.CancelledError):
                 raise
         finally:
@@ -500,7 +531,7 @@ class _Session:
             logger.info(
                 "MCP server %s offers no tool change stream (%s); its listing is kept",
                 self._toolset._where,
-                _reason(error),
+                self._toolset._reason(error),
             )
 
     async def _on_message(self, message: IncomingMessage) -> None:
@@ -512,7 +543,7 @@ class _Session:
             logger.warning(
                 "MCP server %s sent what is not an MCP message (ignored): %s",
                 self._toolset._where,
-                _reason(message),
+                self._toolset._reason(message),
             )
         elif isinstance(message, Exception):
             self.fail(message)
@@ -626,16 +657,19 @@ class McpTool(BaseTool):
             if session.failure is not None:
                 raise self._lost(error) from error
             raise ToolError(
-                f"the MCP server refused the call to {self.name!r}: {error.error.message}"
+                f"the MCP server refused the call to {self.name!r}: "
+                f"{toolset._redacted(error.error.message)}"
             ) from error
         except Exception as error:
             session.check(error)
             if session.failure is not None:
                 raise self._lost(error) from error
-            raise ToolError(f"the call to {self.name!r} failed: {_reason(error)}") from error
+            raise ToolError(
+                f"the call to {self.name!r} failed: {toolset._reason(error)}"
+            ) from error
         if _result_bytes(result) > toolset.max_result_bytes:
             raise self._too_large()
-        return _response(self.name, result)
+        return _response(self.name, result, toolset._redacted)
 
     def _too_large(self) -> ToolError:
         toolset = self._toolset
@@ -650,7 +684,7 @@ class McpTool(BaseTool):
             "MCP server %s was lost during a call to %r: %s",
             self._toolset._where,
             self.name,
-            _reason(error),
+            self._toolset._reason(error),
         )
         return ToolError(
             f"the MCP server of {self._toolset.name!r} stopped answering during the call to "
@@ -734,11 +768,12 @@ def _result_bytes(result: CallToolResult) -> int:
     return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
-def _response(name: str, result: CallToolResult) -> dict[str, Any]:
-    """A tool result as the model reads it; an ``isError`` result as a ToolError."""
+def _response(name: str, result: CallToolResult, redact: Callable[[str], str]) -> dict[str, Any]:
+    """A tool result as the model reads it; an ``isError`` result as a ToolError, its text
+    through ``redact`` (a server's error may echo the URL it was asked at)."""
     text = _content_text(result.content)
     if result.is_error:
-        raise ToolError(text or f"the MCP tool {name!r} failed without saying why")
+        raise ToolError(redact(text) or f"the MCP tool {name!r} failed without saying why")
     if isinstance(result.structured_content, dict):
         return dict(result.structured_content)
     return {"result": text}
@@ -775,6 +810,43 @@ def _content_text(blocks: Sequence[Any]) -> str:
         else:
             pieces.append(f"[{getattr(block, 'type', type(block).__name__)} content]")
     return "\n".join(pieces)
+
+
+def _shown(url: str) -> tuple[str, KnownSecrets]:
+    """``url`` as it may be shown: the password of its user info, and the values of its query
+    (and fragment) parameters whose names look like secrets, replaced by ``[redacted]``; and
+    those values (as written and decoded), to take out of the text of errors."""
+    secrets = KnownSecrets()
+
+    def hide(value: str, *, plus_is_space: bool = True) -> str:
+        decoded = urllib.parse.unquote_plus(value) if plus_is_space else urllib.parse.unquote(value)
+        for form in {value, decoded}:
+            secrets.add(Credential("mcp url", form))
+        return REDACTED
+
+    def parameters(text: str) -> str:
+        shown = []
+        for parameter in text.split("&"):
+            key, equals, value = parameter.partition("=")
+            if equals and value and _is_secret(urllib.parse.unquote_plus(key)):
+                parameter = f"{key}={hide(value)}"
+            shown.append(parameter)
+        return "&".join(shown)
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        # A URL the parser refuses (a malformed IPv6 host) connects to nothing: shown as its
+        # scheme only, and the whole of it taken out of errors.
+        hide(url, plus_is_space=False)
+        return f"{url.partition(':')[0]}://{REDACTED}", secrets
+    netloc = parts.netloc
+    userinfo, at, host = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    if at and colon and password:
+        netloc = f"{user}:{hide(password, plus_is_space=False)}@{host}"
+    query, fragment = parameters(parts.query), parameters(parts.fragment)
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment)), secrets
 
 
 def _reason(error: BaseException) -> str:

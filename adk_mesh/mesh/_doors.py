@@ -96,7 +96,10 @@ class _Checks:
         }
         principal = await authenticate(self.security.authenticators, metadata)
         if method == _RUN:
-            _bind_user(request.root, principal.user_id, "this run")
+            # Only a root run: writing to ``request.root`` of a request with no mode would
+            # make it one (refused then for its missing message, not for its missing mode).
+            if request.WhichOneof("mode") == "root":
+                _bind_user(request.root, principal.user_id, "this run")
         elif method.startswith(_SESSION_API) and "user_id" in request.DESCRIPTOR.fields_by_name:
             _bind_user(request, principal.user_id, "this request")
 

@@ -19,6 +19,9 @@ __all__ = ["LLM_CALLS_TRAILER", "ServerLimits", "llm_calls_in"]
 #: runs it delegated to), which the caller adds to its invocation's count.
 LLM_CALLS_TRAILER = "adk-mesh-llm-calls"
 
+#: The largest limit the mesh carries (its fields are int32).
+_MAX_INT32 = 2**31 - 1
+
 
 @dataclasses.dataclass(frozen=True)
 class ServerLimits:
@@ -48,8 +51,9 @@ class ServerLimits:
     ========================  =======  =============================================================
 
     Raises:
-        ConfigError: a limit below 1 (or ``max_id_chars`` above 128, ``tool_timeout`` not a
-            positive finite number).
+        ConfigError: a limit below 1 (or ``max_llm_calls`` or ``max_delegation_depth`` above
+            2**31 - 1, ``max_id_chars`` above 128, ``tool_timeout`` not a positive finite
+            number).
     """
 
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
@@ -58,11 +62,13 @@ class ServerLimits:
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT
 
     def __post_init__(self) -> None:
-        if self.max_llm_calls < 1:
-            raise ConfigError(f"max_llm_calls must be 1 or more, not {self.max_llm_calls}")
-        if self.max_delegation_depth < 1:
+        # Both travel as int32 (RunConfig.max_llm_calls, DelegatedRun.max_delegation_depth):
+        # a larger one would start a server whose every run fails.
+        if not 1 <= self.max_llm_calls <= _MAX_INT32:
+            raise ConfigError(f"max_llm_calls must be 1 to {_MAX_INT32}, not {self.max_llm_calls}")
+        if not 1 <= self.max_delegation_depth <= _MAX_INT32:
             raise ConfigError(
-                f"max_delegation_depth must be 1 or more, not {self.max_delegation_depth}"
+                f"max_delegation_depth must be 1 to {_MAX_INT32}, not {self.max_delegation_depth}"
             )
         if not 1 <= self.max_id_chars <= MAX_ID_CHARS:
             raise ConfigError(
@@ -92,6 +98,11 @@ def llm_calls_in(metadata: object) -> int:
     reported none, or nonsense)."""
     for item in metadata or ():  # type: ignore[attr-defined]
         key, value = item
-        if key == LLM_CALLS_TRAILER and isinstance(value, str) and value.isdigit():
-            return min(int(value), 2**31 - 1)
+        # ASCII digits only ("²" is a digit to isdigit(), not to int()), and no more of them
+        # than a count can have: int() refuses over 4,300 digits, and more than ten is past
+        # any limit anyway.
+        if key == LLM_CALLS_TRAILER and isinstance(value, str) and value.isascii():
+            if value.isdigit():
+                digits = value.lstrip("0") or "0"
+                return _MAX_INT32 if len(digits) > 10 else min(int(digits), _MAX_INT32)
     return 0

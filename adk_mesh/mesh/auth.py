@@ -158,7 +158,7 @@ class JwtAuthenticator(Authenticator):
         user_claim: the claim holding the user id.
         algorithms: the signature algorithms accepted (a subset of RS256, ES256, EdDSA, PS256,
             ES384, RS384, RS512, ES512).
-        leeway: seconds of clock skew allowed on ``exp``, ``nbf`` and ``iat``.
+        leeway: seconds of clock skew allowed on ``exp``, ``nbf`` and ``iat`` (0 or more).
         jwks_refresh_cooldown: a JWKS URL is fetched again for a ``kid`` it does not know at
             most this often (seconds), so tokens with made-up ids cannot flood the issuer.
     """
@@ -183,6 +183,12 @@ class JwtAuthenticator(Authenticator):
             )
         if not issuer or not audience:
             raise ConfigError("a JWT authenticator needs the issuer and the audience to check")
+        if not user_claim:
+            raise ConfigError("a JWT authenticator's user_claim must name a claim")
+        # PyJWT compares exp with now - leeway: NaN or infinity would let every expired token
+        # in, and a negative leeway refuse tokens that are still valid.
+        if not (leeway >= 0 and math.isfinite(leeway)):
+            raise ConfigError(f"JWT leeway must be 0 or more seconds, not {leeway}")
         self.issuer = issuer
         self.audience = audience
         self.user_claim = user_claim
@@ -219,9 +225,7 @@ class JwtAuthenticator(Authenticator):
     def _key(self, kid: object) -> jwt.PyJWK:
         import jwt
 
-        keys = self._keys()
-        signing = [key for key in keys.keys if key.public_key_use in ("sig", None)]
-        found = signing[0] if kid is None and len(signing) == 1 else _signing_key(keys, kid)
+        found = _signing_key(self._keys(), kid)
         if found is None:
             raise jwt.PyJWKClientError("no key with the token's kid")
         return found
@@ -243,7 +247,7 @@ class JwtAuthenticator(Authenticator):
                 key = await self._remote.key(header.get("kid"))
             else:
                 key = self._key(header.get("kid"))
-            if key.algorithm_name != algorithm:
+            if not _verifies(key, algorithm):
                 raise UnauthenticatedError("token algorithm does not match its key")
             claims = jwt.decode(
                 token,
@@ -380,11 +384,32 @@ class _RemoteJwks:
 
 def _signing_key(keys: jwt.PyJWKSet, kid: object) -> jwt.PyJWK | None:
     """The key of ``keys`` named ``kid`` that may verify signatures (``use`` absent or
-    ``sig``)."""
-    for key in keys.keys:
-        if key.key_id == kid and kid is not None and key.public_key_use in ("sig", None):
+    ``sig``); for a token without ``kid``, the only such key, if there is only one."""
+    signing = [key for key in keys.keys if key.public_key_use in ("sig", None)]
+    if kid is None:
+        return signing[0] if len(signing) == 1 else None
+    for key in signing:
+        if key.key_id == kid:
             return key
     return None
+
+
+_RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256"})
+
+
+def _verifies(key: jwt.PyJWK, algorithm: str) -> bool:
+    """Whether ``key`` may verify a token signed with ``algorithm``: the algorithm of its
+    JWK, or any RSA algorithm for an RSA key PyJWT reads as RS256.
+
+    ``alg`` is optional in a JWK (RFC 7517), and PyJWT reads an RSA key without it as RS256
+    (telling it from one that names RS256 takes its private data): issuers that leave it out
+    (Entra ID) would otherwise never verify the PS256, RS384 or RS512 tokens this service
+    was told to accept. Each of those needs the RSA private key to sign; a key that names
+    another RSA algorithm keeps to it, and no algorithm of another family (EC, EdDSA) passes.
+    """
+    if key.algorithm_name == algorithm:
+        return True
+    return key.key_type == "RSA" and key.algorithm_name == "RS256" and algorithm in _RSA_ALGORITHMS
 
 
 def _hash(key: str) -> str:

@@ -28,7 +28,7 @@ from adk_mesh.errors import AdkError, PermissionDeniedError
 from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
 from adk_mesh.mesh._status import abort_with_error, refuse_stream
 from adk_mesh.mesh.auth import authenticate
-from adk_mesh.mesh.security import ServerSecurity, peer_identities
+from adk_mesh.mesh.security import ServerSecurity, is_local_peer, peer_identities
 
 __all__ = ["DoorKeeper"]
 
@@ -44,7 +44,6 @@ _MESH_METHODS = frozenset(
         "/adk_mesh.v1.AgentService/RunDelegated",
     }
 )
-_LOOPBACK_PEERS = ("ipv4:127.", "ipv6:[::1]", "unix:")
 
 
 def _is_mesh_call(method: str, request: Any) -> bool:
@@ -68,8 +67,7 @@ class _Checks:
 
     def peer(self, method: str, context: grpc.aio.ServicerContext) -> None:
         if self.security.tls is None:
-            peer = context.peer() or ""
-            if not peer.startswith(_LOOPBACK_PEERS):
+            if not is_local_peer(context.peer()):
                 raise PermissionDeniedError(
                     f"{method.rsplit('/', 1)[-1]} is a mesh-door call, and without TLS this "
                     "service's mesh door is open to processes of its own machine only"

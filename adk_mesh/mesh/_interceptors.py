@@ -49,7 +49,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
-from adk_mesh.mesh.security import peer_identities
+from adk_mesh.mesh.security import is_local_peer, peer_identities
 from adk_mesh.telemetry import _metrics
 from adk_mesh.telemetry._propagation import (
     attributes_from_baggage,
@@ -315,18 +315,19 @@ def _caller_context(
 ) -> otel_context.Context:
     """``received`` (the caller's trace context and baggage), without the invocation's ids
     in its baggage unless the caller is of the mesh: a peer whose client certificate the
-    server verified, or, on a plaintext server (which listens on loopback only), a process
-    of this machine. Anyone else — a client of a TLS front door — would otherwise write what
-    it likes (another user's id, another invocation's) on this service's spans; its call is
-    still a child of its span (``traceparent``), and the invocation's spans carry the ids
-    this service gives them."""
+    server verified, or, on a plaintext server, a process of this machine (the peer address
+    is checked: ``--insecure`` lets a plaintext server listen beyond loopback). Anyone else —
+    a client of a TLS front door, a remote client of an insecure server — would otherwise
+    write what it likes (another user's id, another invocation's) on this service's spans;
+    its call is still a child of its span (``traceparent``), and the invocation's spans carry
+    the ids this service gives them."""
     ids = without_invocation_baggage(received)
     if ids is received:  # no ids asserted: nothing to check (and no auth context to read)
         return received
     auth = context.auth_context() or {}
-    if b"ssl" not in auth.get("transport_security_type", ()) or peer_identities(auth):
-        return received
-    return ids
+    if b"ssl" in auth.get("transport_security_type", ()):
+        return received if peer_identities(auth) else ids
+    return received if is_local_peer(context.peer()) else ids
 
 
 def _start_server_span(

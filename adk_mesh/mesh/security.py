@@ -262,6 +262,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: How grpc names a peer of this machine (``context.peer()``).
+_LOCAL_PEERS = ("ipv4:127.", "ipv6:[::1]", "unix:")
+
+
+def is_local_peer(peer: object) -> bool:
+    """Whether ``peer`` (a ``ServicerContext.peer()``) is a process of this machine: over
+    loopback, or a unix socket."""
+    return isinstance(peer, str) and peer.startswith(_LOCAL_PEERS)
+
+
 def check_transport(address: str, security: ServerSecurity) -> None:
     """Refuse plaintext beyond loopback unless ``security.insecure`` says so.
 

@@ -112,3 +112,36 @@ async def test_a_mesh_peers_baggage_labels_the_server_span(
     attributes = (await _server_span(spans)).attributes or {}
     assert attributes["adk_mesh.user_id"] == "mallory"
     assert attributes["adk_mesh.invocation_id"] == "e-forged"
+
+
+class _PlaintextCall:
+    """The part of a grpc.aio ServicerContext ``_caller_context`` reads: a plaintext call."""
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {"transport_security_type": [b"insecure"]}
+
+    def peer(self) -> str:
+        return self._peer
+
+
+@pytest.mark.parametrize(
+    ("peer", "trusted"),
+    [
+        ("ipv4:127.0.0.1:50000", True),
+        ("ipv6:[::1]:50000", True),
+        ("unix:/run/adk.sock", True),
+        # An --insecure server listens beyond loopback: its remote clients are no mesh peers.
+        ("ipv4:10.1.2.3:50000", False),
+        ("ipv6:[2001:db8::1]:50000", False),
+    ],
+)
+def test_a_plaintext_servers_remote_client_labels_nothing(peer: str, trusted: bool) -> None:
+    from adk_mesh.mesh._interceptors import _caller_context
+    from adk_mesh.telemetry._propagation import attributes_from_baggage, extract_context
+
+    received = extract_context(FORGED)
+    labels = attributes_from_baggage(_caller_context(received, _PlaintextCall(peer)))  # type: ignore[arg-type]
+    assert (labels.get("adk_mesh.user_id") == "mallory") is trusted

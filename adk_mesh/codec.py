@@ -1197,10 +1197,14 @@ def state_to_map(target: Any, state: Mapping[str, Any], json_target: Any = None)
 
 
 def state_from_map(
-    source: Mapping[str, struct_pb2.Value], json_source: Mapping[str, str] | None = None
+    source: Mapping[str, struct_pb2.Value],
+    json_source: Mapping[str, str] | None = None,
+    *,
+    field: str = "state",
 ) -> dict[str, Any]:
-    """A protobuf ``map<string, Value>`` field (and its ``*_json`` twin) back to a state dict."""
-    return _read_value_map(source, json_source, "state_json")
+    """A protobuf ``map<string, Value>`` field (and its ``*_json`` twin) back to a state dict;
+    ``field`` is the map's name in errors (``state_delta``: ``state_delta_json['k']``)."""
+    return _read_value_map(source, json_source, f"{field}_json")
 
 
 def caller_context_to_proto(ctx: ReadonlyContext) -> tool_pb2.CallerContext:

@@ -105,20 +105,27 @@ def _file_path_error(module_name: str, attribute_path: str) -> ConfigError:
 
 
 def _call_factory(reference: str, factory: Callable[..., Any], wanted: str) -> Any:
+    async_factory = ConfigError(
+        f"{reference} is an async function; name a plain (def) function that returns it, "
+        "or the object itself"
+    )
     if inspect.iscoroutinefunction(factory):
         # Called, it would only make a coroutine, never awaited (and warned about at exit).
-        raise ConfigError(
-            f"{reference} is an async function; name a plain (def) function that returns it, "
-            "or the object itself"
-        )
+        raise async_factory
     try:
-        return factory()
+        built = factory()
     except ConfigError:
         raise
     except Exception as error:
         raise ConfigError(
             f"calling {reference}() to build {wanted} raised {type(error).__name__}: {error}"
         ) from error
+    if inspect.iscoroutine(built):
+        # An async factory that iscoroutinefunction cannot tell (an object with an async
+        # __call__): its coroutine, not yet started, is closed so that it never warns.
+        built.close()
+        raise async_factory
+    return built
 
 
 def _describe(value: Any) -> str:

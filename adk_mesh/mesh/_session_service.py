@@ -61,6 +61,7 @@ from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import error_boundary
 from adk_mesh.sessions import SessionService
+from adk_mesh.sessions._common import check_event_id
 from adk_mesh.sessions.base import Session
 from adk_mesh.state import TEMP_PREFIX
 from adk_mesh.telemetry._propagation import CONVERSATION_ID, INVOCATION_ID
@@ -321,7 +322,9 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
     ) -> session_pb2.UpdateSessionStateResponse:
         async with error_boundary(context, "UpdateSessionState") as call:
             key = self._key(request)
-            delta = codec.state_from_map(request.state_delta, request.state_delta_json)
+            delta = codec.state_from_map(
+                request.state_delta, request.state_delta_json, field="state_delta"
+            )
             # temp: keys live for one invocation; this update has none to give them to.
             delta = {k: v for k, v in delta.items() if not k.startswith(TEMP_PREFIX)}
             event = Event(
@@ -545,19 +548,25 @@ def _event_from_proto(message: event_pb2.Event) -> Event:
 
 
 def _check_initial_events(events: list[Event]) -> None:
-    """Refuse, before the session is created, initial events the store would refuse midway."""
+    """Refuse, before the session is created, initial events the store would refuse midway:
+    by then the ``app:`` and ``user:`` keys of the state and of the events before would be
+    written, and they outlive the session the failure deletes."""
     seen: set[str] = set()
     for event in events:
         if event.id and event.id in seen:
             raise InvalidArgumentError(
                 f"CreateSessionRequest.events holds the event id {shown(event.id)} twice"
             )
-        if "\x00" in event.id:
-            # PostgreSQL text cannot hold it: one store would fail where the others store it.
+        try:
+            # The id every store keeps (PostgreSQL text holds no NUL; its index bounds the
+            # length): one store must not fail where the others store the event.
+            check_event_id(event.id)
+        except InvalidArgumentError as error:
+            problem = error.message.removesuffix("; nothing was written")
             raise InvalidArgumentError(
-                f"CreateSessionRequest.events holds the event id {shown(event.id)}, with a NUL "
-                "character; send ids without one (or none: each event then gets a UUID)"
-            )
+                f"CreateSessionRequest.events: {problem}; send ids every store keeps (or none: "
+                "each event then gets a UUID)"
+            ) from None
         seen.add(event.id)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from adk_mesh.errors import AlreadyExistsError, SessionConflictError, SessionNotFoundError
 from adk_mesh.ids import check_id
-from adk_mesh.sessions._common import new_session_id
+from adk_mesh.sessions._common import check_num_recent_events, new_session_id, to_micros
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.state import TEMP_PREFIX
 from adk_mesh.types import Event, new_event_id
@@ -68,14 +68,18 @@ class ViewSessions(SessionService):
         after: datetime | None = None,
     ) -> Session | None:
         _check_ids(app_name, user_id, session_id)
+        check_num_recent_events(num_recent_events)
         held = self._sessions.get((app_name, user_id, session_id))
         if held is None:
             return None
         events = held[0].events
         if after is not None:
-            events = [event for event in events if event.timestamp > after]
+            # As the stores compare: in microseconds, a naive datetime taken as UTC.
+            threshold = to_micros(after)
+            events = [event for event in events if to_micros(event.timestamp) > threshold]
         if num_recent_events is not None:
-            events = events[len(events) - num_recent_events :] if num_recent_events else []
+            # More than the session holds is all of them (``len - N`` would slice from the end).
+            events = events[-num_recent_events:] if num_recent_events else []
         return _copy(held[0], events)
 
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:

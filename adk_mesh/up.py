@@ -371,6 +371,57 @@ def _agent_name(name: str) -> str:
     return name
 
 
+def _module(name: str) -> str:
+    # Run as ``python -m <module>``: anything but a dotted module name ("-c", "app/agent") would
+    # be read by Python as something else. (An empty one is refused with the table's check.)
+    if name and not all(part.isidentifier() for part in name.split(".")):
+        raise PydanticCustomError(
+            "module_name",
+            "{name} is not a module name (dotted Python names, e.g. my_app.service)",
+            {"name": _toml_value(name)},
+        )
+    return name
+
+
+def _app_name(name: str) -> str:
+    # The gateway takes it as ``--app NAME=ADDRESS`` and clients name it in URL paths.
+    if not _NAME.fullmatch(name):
+        raise PydanticCustomError(
+            "app_name", "an app name is letters, digits, '_' and '-', starting with a letter"
+        )
+    return name
+
+
+#: A header name (RFC 9110's token).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_name(name: str) -> str:
+    if not _HEADER_NAME.fullmatch(name):
+        raise PydanticCustomError(
+            "header_name", "{name} is not an HTTP header name", {"name": _toml_value(name)}
+        )
+    return name
+
+
+def _header_value(value: str) -> str:
+    # A line break would end the header and start another the server reads as sent.
+    if any(character in value for character in "\r\n\0"):
+        raise PydanticCustomError(
+            "header_value", "a header value cannot hold a line break or a NUL character"
+        )
+    return value
+
+
+def _url_start(url: str) -> str:
+    """What an error shows of a URL that is not http(s): its scheme, never the rest (which
+    may hold a key: ``ftp://user:secret@host``)."""
+    scheme, separator, _ = url.partition(":")
+    if separator and scheme and len(scheme) <= 16 and scheme.isascii() and scheme.isalnum():
+        return f"{scheme}:..."
+    return "no http(s) scheme"
+
+
 def _command(value: object) -> object:
     """``"adk-mesh serve ..."`` split as a shell would; an array is checked as it is."""
     if isinstance(value, str):
@@ -453,6 +504,9 @@ def _environment_value(value: object) -> object:
 _Port = Annotated[int, AfterValidator(_port)]
 _EnvironmentValue = Annotated[str, BeforeValidator(_environment_value)]
 _EnvironmentName = Annotated[str, AfterValidator(_environment_name)]
+_Headers = dict[
+    Annotated[str, AfterValidator(_header_name)], Annotated[str, AfterValidator(_header_value)]
+]
 
 
 class _Table(BaseModel):
@@ -466,7 +520,7 @@ class _McpTable(_Table):
     env: dict[_EnvironmentName, _EnvironmentValue] = {}
     cwd: str = ""
     url: str = ""
-    headers: dict[str, str] = {}
+    headers: _Headers = {}
     tools: list[str] | None = None
     max_result_bytes: Annotated[int, AfterValidator(_byte_count)] | None = None
 
@@ -479,7 +533,9 @@ class _McpTable(_Table):
             )
         if self.url and not self.url.startswith(("http://", "https://")):
             raise PydanticCustomError(
-                "mcp_url", "url must start with http:// or https://, got {url}", {"url": self.url}
+                "mcp_url",
+                "url must start with http:// or https://, got {url}",
+                {"url": _url_start(self.url)},
             )
         if self.url and (self.env or self.cwd):
             raise PydanticCustomError(
@@ -516,13 +572,15 @@ class _A2aAgentTable(_Table):
     description: str = ""
     binding: Literal["jsonrpc", "grpc"] | None = None
     timeout: Annotated[float, AfterValidator(_seconds(0, inclusive=False))] | None = None
-    headers: dict[str, str] = {}
+    headers: _Headers = {}
 
     @model_validator(mode="after")
     def _http_url(self) -> _A2aAgentTable:
         if not self.url.startswith(("http://", "https://")):
             raise PydanticCustomError(
-                "a2a_url", "url must start with http:// or https://, got {url}", {"url": self.url}
+                "a2a_url",
+                "url must start with http:// or https://, got {url}",
+                {"url": _url_start(self.url)},
             )
         return self
 
@@ -534,7 +592,7 @@ class _A2aAgentTable(_Table):
 class _ServiceTable(_Table):
     """``[services.<name>]``."""
 
-    module: str | None = None
+    module: Annotated[str, AfterValidator(_module)] | None = None
     command: Annotated[
         list[str] | None, BeforeValidator(_command), AfterValidator(_service_command)
     ] = None
@@ -577,7 +635,7 @@ class _GatewayTable(_Table):
     """``[gateway]``."""
 
     port: _Port = 8000
-    apps: dict[str, str] = {}
+    apps: dict[Annotated[str, AfterValidator(_app_name)], str] = {}
     cors_origins: list[str] = []
 
 
@@ -699,6 +757,7 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
     if not parsed.services:
         raise ConfigError(f"{source}: no [services.<name>] tables; list at least one service")
     mesh = parsed.mesh
+    _check_store_urls(mesh, source)
     if mesh.tls == "off":
         for name, table in parsed.services.items():
             if table.mesh_port:
@@ -760,6 +819,27 @@ def parse_config(data: Mapping[str, Any], *, root_dir: Path, source: str = "conf
         tls=mesh.tls,
         pki_dir=root_dir / mesh.pki_dir if mesh.pki_dir else None,
     )
+
+
+def _check_store_urls(mesh: _MeshTable, source: str) -> None:
+    """The ``[mesh]`` store URLs, checked as the services will read them (nothing opened):
+    a mistake is reported here, naming the key, not by a service that fails to start."""
+    from adk_mesh.artifacts import check_artifact_store_url
+    from adk_mesh.memory import check_memory_store_url
+    from adk_mesh.sessions import check_session_store_url
+
+    checks = (
+        ("sessions", mesh.sessions, check_session_store_url),
+        ("artifacts", mesh.artifacts, check_artifact_store_url),
+        ("memory", mesh.memory, check_memory_store_url),
+    )
+    for key, url, check in checks:
+        if not url:
+            continue
+        try:
+            check(url)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: [mesh] {key}: {error.message}") from None
 
 
 def _target_variable(name: str) -> str:

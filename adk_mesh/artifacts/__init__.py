@@ -30,6 +30,7 @@ __all__ = [
     "FileArtifactService",
     "InMemoryArtifactService",
     "artifact_service_from_url",
+    "check_artifact_store_url",
     "is_user_scoped",
     "validate_artifact_name",
 ]
@@ -44,6 +45,27 @@ def artifact_service_from_url(url: str) -> ArtifactService:
         ConfigError: for an unknown scheme or a malformed URL; the message lists the forms
             that are known.
     """
+    kind, where = _target(url)
+    if kind == "memory":
+        return InMemoryArtifactService()
+    if kind == "file":
+        return FileArtifactService(where)
+    return _postgres_artifacts(url)
+
+
+def check_artifact_store_url(url: str) -> None:
+    """Check an artifact store URL as :func:`artifact_service_from_url` does, opening
+    nothing (for a configuration read before its services start).
+
+    Raises:
+        ConfigError: what :func:`artifact_service_from_url` would raise for its form.
+    """
+    _target(url)
+
+
+def _target(url: str) -> tuple[str, str]:
+    """``("memory", "")``, ``("file", directory)`` or ``("postgres", url)``: checked, not
+    opened."""
     shown = _store_urls.redact_url(url)  # a message never holds its password
     scheme, colon, rest = url.partition(":")
     if not colon or not scheme:
@@ -52,7 +74,7 @@ def artifact_service_from_url(url: str) -> ArtifactService:
     if scheme == "memory":
         if rest.strip("/"):
             raise ConfigError(f"artifact store URL {shown!r}: memory:// takes no path")
-        return InMemoryArtifactService()
+        return "memory", ""
     if scheme == "file":
         if "?" in rest or "#" in rest:
             raise ConfigError(f"artifact store URL {shown!r}: query and fragment are not supported")
@@ -69,9 +91,9 @@ def artifact_service_from_url(url: str) -> ArtifactService:
         directory = unquote(directory)
         if not directory:
             raise ConfigError(f"artifact store URL {shown!r} names no directory")
-        return FileArtifactService(directory)
+        return "file", directory
     if scheme in _store_urls.POSTGRES_SCHEMES:
-        return _postgres_artifacts(url)
+        return "postgres", url
     raise ConfigError(f"unknown artifact store URL scheme {scheme!r} in {shown!r}; known: {_KNOWN}")
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "MemoryEntry",
     "MemoryService",
     "SqliteMemoryService",
+    "check_memory_store_url",
     "memory_service_from_url",
 ]
 
@@ -42,14 +43,34 @@ def memory_service_from_url(url: str) -> MemoryService:
         ConfigError: for an unknown scheme or a malformed URL (the message lists the forms
             that are known), or a PostgreSQL URL without the ``postgres`` extra installed.
     """
+    kind, where = _target(url)
+    if kind == "memory":
+        return InMemoryMemoryService()
+    if kind == "sqlite":
+        return SqliteMemoryService(where)
+    return _postgres_memory(url)
+
+
+def check_memory_store_url(url: str) -> None:
+    """Check a memory store URL as :func:`memory_service_from_url` does, opening nothing
+    (for a configuration read before its services start).
+
+    Raises:
+        ConfigError: what :func:`memory_service_from_url` would raise for its form.
+    """
+    _target(url)
+
+
+def _target(url: str) -> tuple[str, str]:
+    """``("memory", "")``, ``("sqlite", path)`` or ``("postgres", url)``: checked, not opened."""
     scheme, rest = _store_urls.split_store_url(url, store=_STORE, known=_KNOWN)
     if scheme == "memory":
         _store_urls.check_memory_url(url, rest, store=_STORE)
-        return InMemoryMemoryService()
+        return "memory", ""
     if scheme == "sqlite":
-        return SqliteMemoryService(_store_urls.sqlite_path(url, rest, store=_STORE))
+        return "sqlite", _store_urls.sqlite_path(url, rest, store=_STORE)
     if scheme in _store_urls.POSTGRES_SCHEMES:
-        return _postgres_memory(url)
+        return "postgres", url
     raise _store_urls.unknown_scheme(url, scheme, store=_STORE, known=_KNOWN)
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "Session",
     "SessionService",
     "SqliteSessionService",
+    "check_session_store_url",
     "session_service_from_url",
 ]
 
@@ -46,14 +47,34 @@ def session_service_from_url(url: str) -> SessionService:
         ConfigError: for an unknown scheme or a malformed URL; the message lists the forms
             that are known.
     """
+    kind, where = _target(url)
+    if kind == "memory":
+        return InMemorySessionService()
+    if kind == "sqlite":
+        return SqliteSessionService(where)
+    return _postgres_sessions(url)
+
+
+def check_session_store_url(url: str) -> None:
+    """Check a session store URL as :func:`session_service_from_url` does, opening nothing
+    (for a configuration read before its services start).
+
+    Raises:
+        ConfigError: what :func:`session_service_from_url` would raise for its form.
+    """
+    _target(url)
+
+
+def _target(url: str) -> tuple[str, str]:
+    """``("memory", "")``, ``("sqlite", path)`` or ``("postgres", url)``: checked, not opened."""
     scheme, rest = _store_urls.split_store_url(url, store=_STORE, known=_KNOWN)
     if scheme == "memory":
         _store_urls.check_memory_url(url, rest, store=_STORE)
-        return InMemorySessionService()
+        return "memory", ""
     if scheme == "sqlite":
-        return SqliteSessionService(_store_urls.sqlite_path(url, rest, store=_STORE))
+        return "sqlite", _store_urls.sqlite_path(url, rest, store=_STORE)
     if scheme in _store_urls.POSTGRES_SCHEMES:
-        return _postgres_sessions(url)
+        return "postgres", url
     raise _store_urls.unknown_scheme(url, scheme, store=_STORE, known=_KNOWN)
 
 

@@ -23,6 +23,7 @@ def test_public_exports() -> None:
         "FileArtifactService",
         "InMemoryArtifactService",
         "artifact_service_from_url",
+        "check_artifact_store_url",
         "is_user_scoped",
         "validate_artifact_name",
     ]

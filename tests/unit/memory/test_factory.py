@@ -20,6 +20,7 @@ def test_public_exports() -> None:
         "MemoryEntry",
         "MemoryService",
         "SqliteMemoryService",
+        "check_memory_store_url",
         "memory_service_from_url",
     ]
 

@@ -24,6 +24,7 @@ def test_public_exports() -> None:
         "Session",
         "SessionService",
         "SqliteSessionService",
+        "check_session_store_url",
         "session_service_from_url",
     ]
 

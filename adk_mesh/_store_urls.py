@@ -19,6 +19,7 @@ from adk_mesh.errors import ConfigError
 __all__ = [
     "POSTGRES_SCHEMES",
     "check_memory_url",
+    "database_target",
     "postgres_store",
     "redact_url",
     "split_store_url",
@@ -62,6 +63,20 @@ def sqlite_path(url: str, rest: str, *, store: str) -> str:
     if not path:
         raise ConfigError(f"{store} URL {redact_url(url)!r} names no database file")
     return path
+
+
+def database_target(url: str, *, store: str, known: str) -> tuple[str, str]:
+    """What a session or memory store URL names, checked and not opened: ``("memory", "")``,
+    ``("sqlite", path)`` or ``("postgres", url)``."""
+    scheme, rest = split_store_url(url, store=store, known=known)
+    if scheme == "memory":
+        check_memory_url(url, rest, store=store)
+        return "memory", ""
+    if scheme == "sqlite":
+        return "sqlite", sqlite_path(url, rest, store=store)
+    if scheme in POSTGRES_SCHEMES:
+        return "postgres", url
+    raise unknown_scheme(url, scheme, store=store, known=known)
 
 
 def unknown_scheme(url: str, scheme: str, *, store: str, known: str) -> ConfigError:

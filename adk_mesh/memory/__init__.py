@@ -43,7 +43,7 @@ def memory_service_from_url(url: str) -> MemoryService:
         ConfigError: for an unknown scheme or a malformed URL (the message lists the forms
             that are known), or a PostgreSQL URL without the ``postgres`` extra installed.
     """
-    kind, where = _target(url)
+    kind, where = _store_urls.database_target(url, store=_STORE, known=_KNOWN)
     if kind == "memory":
         return InMemoryMemoryService()
     if kind == "sqlite":
@@ -58,20 +58,7 @@ def check_memory_store_url(url: str) -> None:
     Raises:
         ConfigError: what :func:`memory_service_from_url` would raise for its form.
     """
-    _target(url)
-
-
-def _target(url: str) -> tuple[str, str]:
-    """``("memory", "")``, ``("sqlite", path)`` or ``("postgres", url)``: checked, not opened."""
-    scheme, rest = _store_urls.split_store_url(url, store=_STORE, known=_KNOWN)
-    if scheme == "memory":
-        _store_urls.check_memory_url(url, rest, store=_STORE)
-        return "memory", ""
-    if scheme == "sqlite":
-        return "sqlite", _store_urls.sqlite_path(url, rest, store=_STORE)
-    if scheme in _store_urls.POSTGRES_SCHEMES:
-        return "postgres", url
-    raise _store_urls.unknown_scheme(url, scheme, store=_STORE, known=_KNOWN)
+    _store_urls.database_target(url, store=_STORE, known=_KNOWN)
 
 
 def _postgres_memory(url: str) -> MemoryService:

@@ -47,7 +47,7 @@ def session_service_from_url(url: str) -> SessionService:
         ConfigError: for an unknown scheme or a malformed URL; the message lists the forms
             that are known.
     """
-    kind, where = _target(url)
+    kind, where = _store_urls.database_target(url, store=_STORE, known=_KNOWN)
     if kind == "memory":
         return InMemorySessionService()
     if kind == "sqlite":
@@ -62,20 +62,7 @@ def check_session_store_url(url: str) -> None:
     Raises:
         ConfigError: what :func:`session_service_from_url` would raise for its form.
     """
-    _target(url)
-
-
-def _target(url: str) -> tuple[str, str]:
-    """``("memory", "")``, ``("sqlite", path)`` or ``("postgres", url)``: checked, not opened."""
-    scheme, rest = _store_urls.split_store_url(url, store=_STORE, known=_KNOWN)
-    if scheme == "memory":
-        _store_urls.check_memory_url(url, rest, store=_STORE)
-        return "memory", ""
-    if scheme == "sqlite":
-        return "sqlite", _store_urls.sqlite_path(url, rest, store=_STORE)
-    if scheme in _store_urls.POSTGRES_SCHEMES:
-        return "postgres", url
-    raise _store_urls.unknown_scheme(url, scheme, store=_STORE, known=_KNOWN)
+    _store_urls.database_target(url, store=_STORE, known=_KNOWN)
 
 
 def _postgres_sessions(url: str) -> SessionService:

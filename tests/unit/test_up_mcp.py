@@ -66,7 +66,7 @@ def test_a_service_without_mcp_tables_gets_no_variable(tmp_path: Path) -> None:
     [
         ({}, "[services.tools.mcp.time]: set exactly one of command (a stdio server) or url"),
         ({"command": "x", "url": "http://h/mcp"}, "set exactly one of command"),
-        ({"url": "ftp://h/mcp"}, "url must start with http:// or https://, got ftp://h/mcp"),
+        ({"url": "ftp://h/mcp"}, "url must start with http:// or https://, got ftp:..."),
         ({"url": "http://h/mcp", "cwd": "x"}, "env and cwd are for a command (stdio), not a url"),
         ({"command": "x", "headers": {"a": "b"}}, "headers are for a url, not a command"),
         (

@@ -14,7 +14,9 @@ Every conversion is lossless for what the wire can carry:
 * A JSON value nested deeper than :data:`STRUCT_MAX_DEPTH` (20) levels travels as JSON text in
   the ``*_json`` field next to its Struct / Value field, never as a Struct a protobuf decoder
   would refuse (upb parses at most 100 message levels; each JSON level costs up to 3). Both
-  forms read back the same, numbers included, and either is read. Values deeper than
+  forms read back the same, numbers included, and either is read; a message that sets both
+  for one value (or a key in both maps) is refused with
+  :class:`~adk_mesh.errors.InvalidArgumentError` naming them. Values deeper than
   :data:`MAX_JSON_DEPTH` (240) are refused.
 * A delegated run's session view carries a window of the history
   (:func:`session_view_to_proto`), bounded in events and bytes whatever the history.
@@ -430,11 +432,23 @@ def _fill_object(message: Any, field: str, json_field: str, mapping: Mapping[str
         setattr(message, json_field, json_to_text(mapping))
 
 
+def _both_set(field: str, json_field: str) -> InvalidArgumentError:
+    """A value sent in both its forms. A writer sets one (``content.proto``): both is a
+    client's bug, refused rather than read as one of them with the other dropped unseen."""
+    return InvalidArgumentError(f"{field} and {json_field} both set: send one")
+
+
 def _read_object(message: Any, field: str, json_field: str) -> dict[str, Any] | None:
-    """The JSON object of a Struct field and its ``*_json`` twin (the text wins); None when
-    neither is set."""
+    """The JSON object of a Struct field or of its ``*_json`` twin; None when neither is set.
+
+    Raises:
+        InvalidArgumentError: both are set, or the one set is no JSON object the mesh reads.
+    """
     text: str = getattr(message, json_field)
     if text:
+        if message.HasField(field):
+            name = type(message).__name__
+            raise _both_set(f"{name}.{field}", f"{name}.{json_field}")
         return _object_from_text(text, f"{type(message).__name__}.{json_field}")
     if message.HasField(field):
         try:
@@ -469,6 +483,8 @@ def _fill_value_map(target: Any, json_target: Any, mapping: Mapping[str, Any]) -
 
 
 def _read_value_map(source: Any, json_source: Any, what: str) -> dict[str, Any]:
+    """A ``map<string, Value>`` and its ``map<string, string>`` twin back to one dict; a key
+    is in one of them, never both (InvalidArgumentError). ``what`` names the twin in errors."""
     try:
         values = {key: json_from_value(source[key]) for key in source}
     except InvalidArgumentError as error:
@@ -481,6 +497,8 @@ def _read_value_map(source: Any, json_source: Any, what: str) -> dict[str, Any]:
         raise  # pragma: no cover - the same value fails again
     if json_source:
         for key in json_source:
+            if key in values:
+                raise _both_set(f"{what.removesuffix('_json')}[{key!r}]", f"{what}[{key!r}]")
             values[key] = json_from_text(json_source[key], f"{what}[{key!r}]")
     return values
 
@@ -990,6 +1008,8 @@ def tool_confirmation_to_proto(confirmation: ToolConfirmation) -> event_pb2.Tool
 
 def _tool_confirmation_fields(message: event_pb2.ToolConfirmation) -> dict[str, Any]:
     if message.payload_json:
+        if message.HasField("payload"):
+            raise _both_set("ToolConfirmation.payload", "ToolConfirmation.payload_json")
         payload = json_from_text(message.payload_json, "ToolConfirmation.payload_json")
     elif message.HasField("payload"):
         try:

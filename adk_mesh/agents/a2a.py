@@ -15,7 +15,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import urllib.parse
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,6 +26,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from adk_mesh._env_tables import tables_from_env
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext
+from adk_mesh.credentials import KnownSecrets
+from adk_mesh.credentials._redaction import add_header_secrets, shown_url
 from adk_mesh.errors import AdkError, ConfigError, InvalidArgumentError
 from adk_mesh.ids import USER_ARTIFACT_PREFIX, check_artifact_name
 from adk_mesh.telemetry._propagation import trace_headers
@@ -125,6 +128,14 @@ class A2aAgent(BaseAgent):
       ``DEADLINE_EXCEEDED``) and a message naming this agent: the invocation goes on, as after
       a model's error; nothing is raised.
 
+    **Secrets of the endpoint.** A key in ``url`` (``user:password@``, ``?api_key=...``) is used
+    to fetch the card (the password as basic auth, the query as the card request's) and shown
+    nowhere else: the span's ``url.full``, logs and error messages show the URL with the
+    password and the values of secret-looking query parameters as ``[redacted]`` (as
+    :class:`~adk_mesh.McpToolset` shows its URL). Those values, and those of secret-looking
+    ``headers`` (``Authorization``, ``x-api-key``, ...), are taken out of every error message
+    and log line, the remote's own failure messages included.
+
     **Cancel and deadline.** Closing the run (the invocation ends, is cancelled, or a parent
     stops reading) sends ``CancelTask`` for a task still going on. A2A names a new task only
     in the server's first event (a client cannot choose its id), so the call's stream is read
@@ -159,8 +170,15 @@ class A2aAgent(BaseAgent):
         keeps_conversation: bool = True,
     ) -> None:
         super().__init__(name=name, description=description)
+        # The URL as the span, logs and errors show it; its secrets and the headers', to
+        # take out of what the HTTP client and the remote agent say.
+        self._secrets = KnownSecrets()
+        self._shown_url = shown_url(url.rstrip("/"), self._secrets)
+        add_header_secrets(headers or {}, self._secrets)
         if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"A2aAgent {name!r}: url {url!r} must be an http:// or https:// URL")
+            raise ConfigError(
+                f"A2aAgent {name!r}: url {self._shown_url!r} must be an http:// or https:// URL"
+            )
         if binding is not None and binding not in _BINDINGS:
             raise ConfigError(
                 f"A2aAgent {name!r}: binding {binding!r} is not one of {', '.join(_BINDINGS)}"
@@ -206,10 +224,11 @@ class A2aAgent(BaseAgent):
         import httpx
         from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 
+        base, request = _card_request(self.url)
         async with httpx.AsyncClient(
             verify=self._verify(), timeout=CARD_TIMEOUT, headers=self.headers
         ) as http:
-            card = await A2ACardResolver(http, self.url).get_agent_card()
+            card = await A2ACardResolver(http, base).get_agent_card(http_kwargs=request)
         offered = [interface.protocol_binding for interface in card.supported_interfaces]
         if self.binding is not None:
             wanted = _BINDINGS[self.binding]
@@ -309,6 +328,8 @@ class A2aAgent(BaseAgent):
         yield self._with_conversation(pending, remote)
 
     def _error(self, ctx: InvocationContext, code: str, message: str) -> Event:
+        # Errors of the HTTP client and the SDK name the URL; a remote may echo a key.
+        message = self._secrets.redact_text(message)
         logger.warning("A2A agent %r: %s: %s", self.name, code, message)
         return Event(
             author=self.name,
@@ -366,7 +387,7 @@ class A2aAgent(BaseAgent):
                     "rpc.system": "a2a",
                     "rpc.service": "lf.a2a.v1.A2AService",
                     "rpc.method": "SendStreamingMessage",
-                    "url.full": self.url,
+                    "url.full": self._shown_url,
                     "gen_ai.agent.name": self.name,
                 },
             )
@@ -381,6 +402,7 @@ class A2aAgent(BaseAgent):
             client.send_message(a2a_pb2.SendMessageRequest(message=message), context=context),
             task_id=remote.task_id,
             headers=self.headers,
+            redact=self._secrets.redact_text,
         )
         try:
             while (response := await call.next()) is not None:
@@ -601,10 +623,12 @@ class _RemoteCall:
         *,
         task_id: str,
         headers: Mapping[str, str],
+        redact: Callable[[str], str],
     ) -> None:
         self._agent_name = agent_name
         self._client = client
         self._headers = dict(headers)
+        self._redact = redact
         #: The remote task (known from the start when the message continues one) and its
         #: last state, as the reader saw them.
         self.task_id = task_id
@@ -710,7 +734,7 @@ class _RemoteCall:
                 "A2A agent %r: cancelling task %s failed: %s",
                 self._agent_name,
                 self.task_id,
-                error,
+                self._redact(str(error)),
             )
 
 
@@ -720,6 +744,23 @@ class _CutShort(AdkError):
 
 class _Unavailable(Exception):
     """The remote agent cannot be used: its card unreachable or unfit."""
+
+
+def _card_request(url: str) -> tuple[str, dict[str, Any]]:
+    """The base URL to give the card resolver, and the card request's keyword arguments:
+    the resolver appends the card's path to the base as text, so a query string must travel
+    as the request's ``params`` (else it would end in the middle of the query), and the user
+    info as its ``auth`` (what httpx makes of it; the SDK logs the base URL it is given)."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    request: dict[str, Any] = {}
+    if at:
+        user, _, password = userinfo.partition(":")
+        request["auth"] = (urllib.parse.unquote(user), urllib.parse.unquote(password))
+    if parts.query:
+        request["params"] = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    base = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return base, request
 
 
 def _code_of(error: BaseException) -> str:

@@ -11,22 +11,38 @@ searched for in text (it would match ordinary words); a Credential object is alw
 A value is searched for as text usually shows it, not only as it was handed out: without the
 whitespace around it, escaped as ``repr`` and JSON write it (an HTTP library's error message,
 a request body) and percent-encoded (an error naming a URL whose query string holds it).
+
+The secrets of a remote endpoint (an MCP server, an A2A agent) are shown the same way
+everywhere — names, logs, errors, spans: :func:`shown_url` hides a URL's password and the
+values of its secret-looking query parameters, :func:`shown_arguments` those of a command
+line, :func:`add_header_secrets` notes the values of secret-looking headers; each adds what
+it hid to a :class:`KnownSecrets`, to take out of what the endpoint and the HTTP client say.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import traceback
 import urllib.parse
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import SchemaSerializer, core_schema
 
 from adk_mesh.credentials._credential import REDACTED, Credential
+from adk_mesh.telemetry._spans import _WORD_BOUNDARY, _is_secret
 
-__all__ = ["MIN_REDACTED_CHARS", "KnownSecrets", "RedactedChain"]
+__all__ = [
+    "MIN_REDACTED_CHARS",
+    "KnownSecrets",
+    "RedactedChain",
+    "add_header_secrets",
+    "shown_arguments",
+    "shown_url",
+]
 
 #: Credential values shorter than this are not searched for inside text.
 MIN_REDACTED_CHARS = 8
@@ -160,3 +176,115 @@ class KnownSecrets:
             redacted = self.redact(dumped)
             return value if redacted is dumped else redacted
         return value
+
+
+# --- the secrets of an endpoint ---------------------------------------------------------------
+
+#: Query parameters that hold a credential though their names do not read as secrets by the
+#: rule of span attributes (:func:`_is_secret`): the signature of a pre-signed URL (AWS's
+#: ``X-Amz-Signature``, Google Cloud's ``X-Goog-Signature``, Azure's ``sig``, OAuth 1's
+#: ``oauth_signature``: its last word), OAuth's authorization ``code``, and ``AWSAccessKeyId``,
+#: which OpenTelemetry's ``url.full`` says to redact too. A tool argument named ``code`` or
+#: ``signature`` is no secret, so the rule for URLs is wider than the one for spans.
+_URL_SECRET_LAST_WORDS = frozenset({"sig", "signature"})
+_URL_SECRET_NAMES = frozenset({"code", "awsaccesskeyid"})
+
+#: An HTTP header's name (RFC 9110 token): ``Authorization: Bearer ...`` as an argument.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _is_secret_parameter(name: str) -> bool:
+    """Whether a URL's query parameter ``name`` holds a credential."""
+    if _is_secret(name) or name.lower() in _URL_SECRET_NAMES:
+        return True
+    words = [word.lower() for word in _WORD_BOUNDARY.split(name) if word]
+    return bool(words) and words[-1] in _URL_SECRET_LAST_WORDS
+
+
+def _hide(value: str, secrets: KnownSecrets, *, plus_is_space: bool = False) -> str:
+    """Note ``value`` (as written and decoded; the token of ``Bearer <token>`` alone too: a
+    server's error may echo it alone) in ``secrets``; ``[redacted]`` to show in its place."""
+    decoded = urllib.parse.unquote_plus(value) if plus_is_space else urllib.parse.unquote(value)
+    scheme, space, token = value.strip().partition(" ")
+    for form in {value, decoded, token.strip() if space and scheme.isalpha() else ""}:
+        if form:
+            secrets.add(Credential("endpoint secret", form))
+    return REDACTED
+
+
+def shown_url(url: str, secrets: KnownSecrets) -> str:
+    """``url`` as it may be shown: the password of its user info, and the values of its query
+    (and fragment) parameters that hold credentials, replaced by ``[redacted]``; those values
+    (as written and decoded) are added to ``secrets``, to take out of the text of errors."""
+
+    def parameters(text: str) -> str:
+        shown = []
+        for parameter in text.split("&"):
+            key, equals, value = parameter.partition("=")
+            if equals and value and _is_secret_parameter(urllib.parse.unquote_plus(key)):
+                parameter = f"{key}={_hide(value, secrets, plus_is_space=True)}"
+            shown.append(parameter)
+        return "&".join(shown)
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        # A URL the parser refuses (a malformed IPv6 host) connects to nothing: shown as its
+        # scheme only, and the whole of it taken out of errors.
+        _hide(url, secrets)
+        return f"{url.partition(':')[0]}://{REDACTED}"
+    netloc = parts.netloc
+    userinfo, at, host = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    if at and colon and password:
+        netloc = f"{user}:{_hide(password, secrets)}@{host}"
+    query, fragment = parameters(parts.query), parameters(parts.fragment)
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def shown_arguments(arguments: Sequence[str], secrets: KnownSecrets) -> list[str]:
+    """A command line's ``arguments`` as they may be shown, the secrets' values replaced by
+    ``[redacted]`` and added to ``secrets``: the value after a flag whose name looks like a
+    secret (``--api-key X``, by the rule of span attributes; unless it is another ``--``
+    flag), the value of ``--token=X`` or ``API_KEY=X``, of a header (``Authorization: Bearer
+    X``, as ``--header`` takes it), and a URL's as :func:`shown_url` hides them."""
+    shown: list[str] = []
+    value_follows = False
+    for argument in arguments:
+        if value_follows and not argument.startswith("--"):
+            shown.append(_hide(argument, secrets))
+            value_follows = False
+            continue
+        shown_argument = _shown_argument(argument, secrets)
+        value_follows = (
+            shown_argument == argument
+            and argument.startswith("-")
+            and "=" not in argument
+            and _is_secret(argument)
+        )
+        shown.append(shown_argument)
+    return shown
+
+
+def _shown_argument(argument: str, secrets: KnownSecrets) -> str:
+    if argument.startswith(("http://", "https://")):
+        return shown_url(argument, secrets)
+    name, equals, value = argument.partition("=")
+    if equals and value and _HEADER_NAME.fullmatch(name):
+        if _is_secret(name):
+            return f"{name}={_hide(value, secrets)}"
+        if name.startswith("-"):  # --header=Authorization: ..., --url=https://...
+            return f"{name}={_shown_argument(value, secrets)}"
+    header, colon, value = argument.partition(":")
+    if colon and value.strip() and _HEADER_NAME.fullmatch(header) and _is_secret(header):
+        return f"{header}:{' ' if value.startswith(' ') else ''}{_hide(value.strip(), secrets)}"
+    return argument
+
+
+def add_header_secrets(headers: Mapping[str, str], secrets: KnownSecrets) -> None:
+    """Add to ``secrets`` the values of the ``headers`` whose names look like secrets
+    (``Authorization``, ``x-api-key``, ``Cookie``: the rule of span attributes), and the token
+    of a ``Bearer <token>`` alone."""
+    for name, value in headers.items():
+        if _is_secret(name) and value:
+            _hide(value, secrets)

@@ -46,8 +46,13 @@ result over it is a ToolError the model reads, and the session stays open.
 it is used as given to connect, and shown everywhere else (the default name, logs, errors,
 hence spans and what a ToolServer tells its callers) with the password and the values of
 query parameters whose names look like secrets (``api_key``, ``token``, ``accessToken``,
-``password``, ... as span attributes judge keys) replaced by ``[redacted]``; those values are
-also taken out of the errors the HTTP client and the server give.
+``password``, ... as span attributes judge keys; and a pre-signed URL's ``X-Amz-Signature``,
+``sig``, ..., OAuth's ``code``) replaced by ``[redacted]``; those values are also taken out
+of the errors the HTTP client and the server give. A stdio server's command line is shown
+(in logs) with the same care: the value after a secret-looking flag (``--api-key X``), of
+``--token=X``, of a header argument (``Authorization: Bearer X``) and a URL argument's secrets
+are ``[redacted]``; its ``env`` is never shown. The values of secret-looking ``headers``
+(``Authorization``, ``x-api-key``, ...) are taken out of errors too.
 """
 
 from __future__ import annotations
@@ -61,7 +66,6 @@ import os
 import re
 import ssl
 import sys
-import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,9 +73,9 @@ from typing import TYPE_CHECKING, Any
 
 from adk_mesh._env_tables import tables_from_env
 from adk_mesh._version import __version__
-from adk_mesh.credentials import REDACTED, Credential, KnownSecrets
+from adk_mesh.credentials import KnownSecrets
+from adk_mesh.credentials._redaction import add_header_secrets, shown_arguments, shown_url
 from adk_mesh.errors import AdkIOError, ConfigError, ToolError
-from adk_mesh.telemetry._spans import _is_secret
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.tools.function_tool import _model_friendly
 from adk_mesh.types import ToolDeclaration
@@ -172,12 +176,14 @@ class McpToolset(Toolset):
     ) -> None:
         if (command is None) == (url is None):
             raise ConfigError("McpToolset needs either command (a stdio server) or url (HTTP)")
-        # The URL as logs, errors and the name show it, and its secrets, to take them out of
-        # what the HTTP client and the server say.
+        # The URL (or the command line) as logs, errors and the name show it, and its
+        # secrets, to take them out of what the HTTP client and the server say.
         self._shown_url: str | None = None
-        self._url_secrets = KnownSecrets()
+        self._secrets = KnownSecrets()
         if url is not None:
-            self._shown_url, self._url_secrets = _shown(url)
+            self._shown_url = shown_url(url, self._secrets)
+        self._shown_args = shown_arguments(args, self._secrets)
+        add_header_secrets(headers or {}, self._secrets)
         if command is not None and (headers or ca_file is not None):
             raise ConfigError("headers and ca_file are for an HTTP server (url), not a command")
         if url is not None and (args or env or cwd is not None):
@@ -223,11 +229,12 @@ class McpToolset(Toolset):
         """The server, for this process's log (models and clients read the toolset's name)."""
         if self._shown_url is not None:
             return self._shown_url
-        return " ".join([str(self.command), *self.args])
+        return " ".join([str(self.command), *self._shown_args])
 
     def _redacted(self, text: str) -> str:
-        """``text`` (an error's, a server's message) without the secrets of the URL."""
-        return self._url_secrets.redact_text(text)
+        """``text`` (an error's, a server's message) without the secrets of the URL or of
+        the command line."""
+        return self._secrets.redact_text(text)
 
     def _reason(self, error: BaseException) -> str:
         """:func:`_reason` without the secrets of the URL (an HTTP error may name it)."""
@@ -810,43 +817,6 @@ def _content_text(blocks: Sequence[Any]) -> str:
         else:
             pieces.append(f"[{getattr(block, 'type', type(block).__name__)} content]")
     return "\n".join(pieces)
-
-
-def _shown(url: str) -> tuple[str, KnownSecrets]:
-    """``url`` as it may be shown: the password of its user info, and the values of its query
-    (and fragment) parameters whose names look like secrets, replaced by ``[redacted]``; and
-    those values (as written and decoded), to take out of the text of errors."""
-    secrets = KnownSecrets()
-
-    def hide(value: str, *, plus_is_space: bool = True) -> str:
-        decoded = urllib.parse.unquote_plus(value) if plus_is_space else urllib.parse.unquote(value)
-        for form in {value, decoded}:
-            secrets.add(Credential("mcp url", form))
-        return REDACTED
-
-    def parameters(text: str) -> str:
-        shown = []
-        for parameter in text.split("&"):
-            key, equals, value = parameter.partition("=")
-            if equals and value and _is_secret(urllib.parse.unquote_plus(key)):
-                parameter = f"{key}={hide(value)}"
-            shown.append(parameter)
-        return "&".join(shown)
-
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        # A URL the parser refuses (a malformed IPv6 host) connects to nothing: shown as its
-        # scheme only, and the whole of it taken out of errors.
-        hide(url, plus_is_space=False)
-        return f"{url.partition(':')[0]}://{REDACTED}", secrets
-    netloc = parts.netloc
-    userinfo, at, host = netloc.rpartition("@")
-    user, colon, password = userinfo.partition(":")
-    if at and colon and password:
-        netloc = f"{user}:{hide(password, plus_is_space=False)}@{host}"
-    query, fragment = parameters(parts.query), parameters(parts.fragment)
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment)), secrets
 
 
 def _reason(error: BaseException) -> str:

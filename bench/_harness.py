@@ -1,9 +1,12 @@
 """Timing helpers shared by the benchmarks in ``bench/`` (a helper module, not a benchmark).
 
-A benchmark times a zero-argument callable for ``iterations`` calls, ``runs`` times over, and
+A benchmark times zero-argument callables for ``iterations`` calls, ``runs`` times over, and
 reports the median run: the median ignores the odd run slowed by another process, which a mean
-would not. Garbage collection is paused inside each timed run, as :mod:`timeit` does, so that a
-collection triggered by an earlier benchmark does not land in a later one.
+would not. :func:`measure_interleaved` times the sides of a comparison round by round, in the
+order A B, then B A (ABBA), so that a slower moment of the machine falls on every side alike,
+with the garbage collector on, as in production and in every other benchmark here (it is
+part of what allocating objects costs); a collection before each run starts every side from
+the same collector state.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Measurement", "describe_latencies", "format_table", "measure"]
+__all__ = ["Measurement", "describe_latencies", "format_table", "measure_interleaved"]
 
 
 @dataclass(frozen=True)
@@ -48,35 +51,39 @@ class Measurement:
         )
 
 
-def measure(
-    name: str,
-    operation: Callable[[], object],
+def measure_interleaved(
+    operations: Sequence[tuple[str, Callable[[], object]]],
     *,
     iterations: int,
     runs: int = 7,
     warmup: int = 1,
-) -> Measurement:
-    """Time ``iterations`` calls of ``operation``, ``runs`` times, after ``warmup`` untimed runs."""
+) -> list[Measurement]:
+    """Time ``iterations`` calls of each named operation, ``runs`` rounds, after ``warmup``
+    untimed runs of each: every round runs each operation once, in the given order in even
+    rounds and the reverse in odd ones. The measurements come in the given order."""
     if runs < 1 or iterations < 1:
         raise ValueError("runs and iterations must be at least 1")
     loop = range(iterations)
     for _ in range(warmup):
-        for _ in loop:
-            operation()
-    timings: list[float] = []
-    for _ in range(runs):
-        gc_was_enabled = gc.isenabled()
-        gc.collect()
-        gc.disable()
-        try:
+        for _, operation in operations:
+            for _ in loop:
+                operation()
+    timings: list[list[float]] = [[] for _ in operations]
+    for number in range(runs):
+        order = list(range(len(operations)))
+        if number % 2:
+            order.reverse()
+        for index in order:
+            operation = operations[index][1]
+            gc.collect()
             start = time.perf_counter()
             for _ in loop:
                 operation()
-            timings.append(time.perf_counter() - start)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-    return Measurement(name=name, iterations=iterations, run_seconds=tuple(timings))
+            timings[index].append(time.perf_counter() - start)
+    return [
+        Measurement(name=name, iterations=iterations, run_seconds=tuple(runs_of))
+        for (name, _), runs_of in zip(operations, timings, strict=True)
+    ]
 
 
 def _format_rate(value: float) -> str:

@@ -3,7 +3,8 @@
 The event is what an agent turn produces most often: a model reply with a text part and a
 function call (small nested args), plus a state delta of three keys. Encoding is
 pydantic -> protobuf message -> bytes; decoding is bytes -> protobuf message -> pydantic.
-``model_dump_json`` / ``model_validate_json`` of the same event run alongside for comparison.
+``model_dump_json`` / ``model_validate_json`` of the same event run alongside for comparison,
+interleaved with it run by run (A B, B A, ...), garbage collector on.
 
 Run: ``.venv/bin/python bench/codec.py [--iterations N] [--runs R]``
 """
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 
 import google.protobuf
 import pydantic
-from _harness import format_table, measure
+from _harness import format_table, measure_interleaved
 from google.protobuf.internal import api_implementation
 
 from adk_mesh import codec
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=5_000, help="calls per timed run")
     parser.add_argument("--runs", type=int, default=7, help="timed runs (the median is shown)")
     args = parser.parse_args(argv)
+    if args.runs < 5:
+        parser.error("--runs must be at least 5: the median of fewer runs is noise")
 
     event = typical_event()
     wire = codec.event_to_proto(event).SerializeToString()
@@ -86,10 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         return Event.model_validate_json(json_text)
 
     timing = {"iterations": args.iterations, "runs": args.runs}
-    encode_proto = measure("protobuf: pydantic -> proto -> bytes", encode, **timing)
-    encode_json = measure("pydantic: model_dump_json", dump_json, **timing)
-    decode_proto = measure("protobuf: bytes -> proto -> pydantic", decode, **timing)
-    decode_json = measure("pydantic: model_validate_json", validate_json, **timing)
+    encode_proto, encode_json = measure_interleaved(
+        [
+            ("protobuf: pydantic -> proto -> bytes", encode),
+            ("pydantic: model_dump_json", dump_json),
+        ],
+        **timing,
+    )
+    decode_proto, decode_json = measure_interleaved(
+        [
+            ("protobuf: bytes -> proto -> pydantic", decode),
+            ("pydantic: model_validate_json", validate_json),
+        ],
+        **timing,
+    )
 
     print(
         f"codec benchmark: Python {platform.python_version()}, protobuf "
@@ -100,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         f"event: 1 text part + 1 function call (nested args) + 3-key state delta; "
         f"{len(wire)} bytes protobuf, {len(json_text.encode())} bytes pydantic JSON"
     )
-    print(f"median of {args.runs} runs x {args.iterations:,} iterations each\n")
+    print(
+        f"median of {args.runs} runs x {args.iterations:,} iterations each, the two sides "
+        "interleaved run by run, GC on\n"
+    )
     print("encode")
     print(format_table([encode_proto, encode_json], unit="events", baseline=encode_json))
     print("\ndecode")

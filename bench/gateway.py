@@ -221,11 +221,13 @@ async def stream_part(
 
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (at least 5)")
     parser.add_argument("--calls", type=int, default=200, help="turns per side per round (a)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=5000, help="partial events per stream (b)")
     args = parser.parse_args(argv)
+    if args.rounds < 5:
+        parser.error("--rounds must be at least 5: the median and spread of rounds need them")
     print(
         f"gateway benchmark: Python {platform.python_version()}, grpcio {grpc.__version__}, "
         f"httpx {httpx.__version__}, {os.cpu_count()} CPUs; agent service, gateway and client "

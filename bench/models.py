@@ -12,7 +12,8 @@ stream parser (JSON, partial ``LlmResponse`` per delta, final aggregate). Rows:
 - ``<provider> json.loads``: the baseline, ``json.loads`` of each record's JSON payload, already
   split out (the least any parser must do).
 
-Times are per streamed chunk (one delta), median of ``--runs`` runs.
+Times are per streamed chunk (one delta), median of ``--runs`` runs; a provider's three rows
+are timed interleaved, run by run (A B C, C B A, ...), garbage collector on.
 
 Run: ``.venv/bin/python bench/models.py [--chunks N] [--runs R]``
 """
@@ -27,7 +28,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 
 import httpx
-from _harness import Measurement, format_table, measure
+from _harness import Measurement, format_table, measure_interleaved
 
 from adk_mesh.models import AnthropicModel, GeminiModel, OllamaModel, OpenAIModel
 from adk_mesh.models._http import HttpLlm
@@ -164,23 +165,27 @@ def main() -> None:
         records = recorded_stream(server, model, deltas)
         size = sum(map(len, records))
         print(f"{name}: {len(records)} records, {size / 1024:.0f} KiB", file=sys.stderr)
-        for label, operation in (
-            (
-                f"{name} full (bytes -> LlmResponse)",
-                full_parse(loop, server, model, records, expected),
-            ),
-            (f"{name} framing only", framing_only(loop, server, model, records)),
-            (f"{name} json.loads per record", json_baseline(payloads(records))),
-        ):
-            measured = measure(label, operation, iterations=args.iterations, runs=args.runs)
-            row = per_chunk(measured, args.chunks)
+        measured = measure_interleaved(
+            [
+                (
+                    f"{name} full (bytes -> LlmResponse)",
+                    full_parse(loop, server, model, records, expected),
+                ),
+                (f"{name} framing only", framing_only(loop, server, model, records)),
+                (f"{name} json.loads per record", json_baseline(payloads(records))),
+            ],
+            iterations=args.iterations,
+            runs=args.runs,
+        )
+        for row in (per_chunk(measurement, args.chunks) for measurement in measured):
             rows.append(row)
-            if baseline is None and label.startswith("openai json.loads"):
+            if baseline is None and row.name.startswith("openai json.loads"):
                 baseline = row
     print(
         f"Python {platform.python_version()} on {platform.machine()}; "
         f"{args.chunks} text deltas per stream, median of {args.runs} runs of "
-        f"{args.iterations} streams; baseline: openai json.loads per record\n"
+        f"{args.iterations} streams, each provider's rows interleaved run by run, GC on; "
+        "baseline: openai json.loads per record\n"
     )
     loop.close()
     print(format_table(rows, unit="chunks", baseline=baseline))

@@ -287,14 +287,14 @@ async def drive(args: argparse.Namespace) -> None:
             order = ["ours", "theirs", "theirs", "ours"]
             if number % 2:
                 order.reverse()
-            for _ in range(args.blocks // 2 or 1):
+            for _ in range(args.blocks // 2):
                 for side in order:
                     spent, collecting_seconds = await (
                         ours(our_turns) if side == "ours" else theirs(their_turns)
                     )
                     cpu[side] += spent
                     collected[side] += collecting_seconds
-            blocks = 2 * (args.blocks // 2 or 1)
+            blocks = args.blocks
             rounds.append(
                 (cpu["ours"] / (blocks * our_turns), cpu["theirs"] / (blocks * their_turns))
             )
@@ -343,6 +343,9 @@ def main() -> None:
         return
     if args.rounds < 5:
         parser.error("--rounds must be at least 5: the spread needs them")
+    if args.blocks < 2 or args.blocks % 2:
+        # The blocks run in ABBA pairs: an odd count would run fewer than the header says.
+        parser.error("--blocks must be even and at least 2: the blocks run in ABBA pairs")
     args.python = os.environ.get("ADK_COMPAT_PYTHON") or str(DEFAULT_ADK_PYTHON)
     if not Path(args.python).exists():
         print(f"adk-mesh Runner vs google-adk: google-adk's Python {args.python} is missing")

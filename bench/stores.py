@@ -53,15 +53,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.postgres_fixtures
 
 from adk_mesh import Content, LlmAgent, LlmResponse, Runner
-from adk_mesh.models.base import LlmRequest
+from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.sessions import InMemorySessionService, SessionService, SqliteSessionService
-from adk_mesh.testing import FunctionModel, call, text
+from adk_mesh.testing import call, text
 from adk_mesh.types import Event
 
 APP, USER = "bench", "u"
@@ -79,10 +80,18 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": 22}
 
 
-def script(request: LlmRequest) -> LlmResponse:
-    if request.contents[-1].role == "user":
-        return call("get_weather", {"city": "Paris"})
-    return text("It is 22 °C in Paris.")
+class Scripted(Llm):
+    """Calls the tool, then answers; keeps nothing. (``FunctionModel`` keeps every request it
+    is sent: a heap growing over the run that the collector walks during every
+    configuration's turns alike, a cost of the test double that narrows the ratios judged.)"""
+
+    async def generate_content(
+        self, request: LlmRequest, *, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        if request.contents[-1].role == "user":
+            yield call("get_weather", {"city": "Paris"})
+        else:
+            yield text("It is 22 °C in Paris.")
 
 
 async def prepared_sessions(store: SessionService, history: int, count: int) -> list[str]:
@@ -103,7 +112,7 @@ class Turns:
     """One configuration's turns: ``next()`` runs the untimed turn before, then times one."""
 
     def __init__(self, store: SessionService, before: list[str], timed: list[str]) -> None:
-        agent = LlmAgent(name="weather", model=FunctionModel(script), tools=[get_weather])
+        agent = LlmAgent(name="weather", model=Scripted("scripted"), tools=[get_weather])
         self._runner = Runner(agent=agent, app_name=APP, session_service=store)
         self._before = before
         self._timed = timed

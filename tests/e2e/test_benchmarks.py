@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 #: Script, its smallest arguments, and lines (substrings) its output must hold.
 BENCHMARKS = [
-    ("codec.py", ["--iterations", "200", "--runs", "1"], ["round trip: protobuf"]),
+    ("codec.py", ["--iterations", "200", "--runs", "5"], ["round trip: protobuf"]),
     (
         "models.py",
         ["--chunks", "10", "--runs", "5", "--iterations", "10"],
@@ -47,18 +47,18 @@ BENCHMARKS = [
     ),
     (
         "gateway.py",
-        ["--rounds", "1", "--calls", "5", "--warmup", "2", "--tokens", "10"],
+        ["--rounds", "5", "--calls", "3", "--warmup", "2", "--tokens", "10"],
         ["through the gateway: "],
     ),
     (
         "tracing.py",
         [
             "--rounds",
-            "1",
+            "5",
             "--deployed-invocations",
-            "20",
+            "6",
             "--deployed-block",
-            "10",
+            "3",
             "--deployed-warmup",
             "5",
             "--slow-invocations",

@@ -8,7 +8,9 @@ go along to the service, which checks them again.
 Where adk-mesh differs from google-adk: artifact versions are numbered as the agent service
 numbers them (adk-mesh: from 1); an artifact version's ``createTime`` is not kept by the
 contract and reads 0; ``customMetadata`` on save, and a new session's ``options``, are refused
-when not empty (the contract has no place for them).
+when not empty (the contract has no place for them); a version larger than one message of the
+mesh (32 MiB; a tool may save one in process) does not load (400, naming it and the limit),
+though its metadata is still described.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time,
@@ -22,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from adk_mesh import codec
-from adk_mesh.errors import InvalidArgumentError
+from adk_mesh.errors import ConfigError, InvalidArgumentError
 from adk_mesh.types import Event
 from adk_mesh.v1 import session_pb2
 from gateway._json import event_from_json, event_to_json, part_from_json, part_to_json
@@ -303,16 +305,28 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
     async def version_metadata(
         app: str, user: str, session: str, name: str, version: int | None, who: Caller
     ) -> dict[str, Any]:
-        part, number = await load(app, user, session, name, version, who)
+        mime_type: str | None = None
+        try:
+            part, number = await load(app, user, session, name, version, who)
+        except ConfigError as error:
+            # A version too large to load over the contract: the service's refusal names
+            # its number and MIME type, which is all a description needs.
+            if "limit_bytes" not in error.metadata:
+                raise
+            number = int(error.metadata["version"])
+            mime_type = error.metadata.get("mime_type")
+        else:
+            blob = part.get("inlineData") or part.get("fileData")
+            if blob is not None:
+                mime_type = blob["mimeType"]
         body: dict[str, Any] = {
             "version": number,
             "canonicalUri": _canonical_uri(app, user, session, name, number),
             "customMetadata": {},
             "createTime": 0.0,
         }
-        blob = part.get("inlineData") or part.get("fileData")
-        if blob is not None:
-            body["mimeType"] = blob["mimeType"]
+        if mime_type is not None:
+            body["mimeType"] = mime_type
         return body
 
     @router.get(

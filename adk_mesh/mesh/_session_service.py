@@ -25,6 +25,9 @@ it is kept here:
   created with the same id would inherit them. Here the session's own artifacts are deleted
   first, then the session (a failure in between leaves the session, so a retry finishes the
   job); the user's ``user:`` artifacts belong to every session of the user and stay.
+  ``SaveArtifact`` does not wait for the session, so a save racing the delete is caught on
+  both sides: the delete sweeps the artifacts again once the session is gone, and a save
+  that finds no session after writing deletes what it wrote and answers SESSION_NOT_FOUND.
 * **Reads that grow stream.** ``GetSession`` sends the session (state included) first, then
   its events in responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` (one larger event
   alone); an event too large for a message whole goes abridged and is named, as ``Run``
@@ -65,7 +68,7 @@ from adk_mesh.sessions._common import check_event_id
 from adk_mesh.sessions.base import Session
 from adk_mesh.state import TEMP_PREFIX
 from adk_mesh.telemetry._propagation import CONVERSATION_ID, INVOCATION_ID
-from adk_mesh.types import Event, EventActions
+from adk_mesh.types import Event, EventActions, Part
 from adk_mesh.v1 import event_pb2, session_pb2, session_pb2_grpc
 
 if TYPE_CHECKING:
@@ -188,6 +191,22 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             raise _session_not_found(key)
         return session
 
+    async def _delete_own_artifacts(self, key: _SessionKey) -> None:
+        """Delete the session's own artifacts; the user's ``user:`` ones stay."""
+        artifacts = self._artifacts
+        if artifacts is None:
+            return
+        for filename in await artifacts.list_artifact_keys(
+            app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
+        ):
+            if not is_user_scoped(filename):
+                await artifacts.delete_artifact(
+                    app_name=key.app_name,
+                    user_id=key.user_id,
+                    session_id=key.session_id,
+                    filename=filename,
+                )
+
     # --- methods ----------------------------------------------------------------------------
 
     async def ListApps(
@@ -299,21 +318,15 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                         return session_pb2.DeleteSessionResponse()
                     raise _session_not_found(key)
                 # The artifacts first: a failure leaves the session, so a retry ends the job.
-                artifacts = self._artifacts
-                if artifacts is not None:
-                    for filename in await artifacts.list_artifact_keys(
-                        app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
-                    ):
-                        if not is_user_scoped(filename):
-                            await artifacts.delete_artifact(
-                                app_name=key.app_name,
-                                user_id=key.user_id,
-                                session_id=key.session_id,
-                                filename=filename,
-                            )
+                await self._delete_own_artifacts(key)
                 await self._sessions.delete_session(
                     app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
                 )
+                # SaveArtifact does not wait for the session: a save that landed after the
+                # listing above would outlive it. Once the session is gone, a save either
+                # lands before this second sweep (and goes with it) or finds no session
+                # when it checks after writing (and undoes itself).
+                await self._delete_own_artifacts(key)
             return session_pb2.DeleteSessionResponse()
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
 
@@ -401,9 +414,11 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             )
             if part is None:
                 raise _artifact_not_found(key, filename, version)
-            return session_pb2.SessionServiceLoadArtifactResponse(
+            response = session_pb2.SessionServiceLoadArtifactResponse(
                 artifact=codec.part_to_proto(part), version=version
             )
+            _check_sendable(response, key, filename, part)
+            return response
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
 
     async def SaveArtifact(
@@ -430,6 +445,18 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                 filename=filename,
                 artifact=part,
             )
+            if not is_user_scoped(filename) and await self._existing(key) is None:
+                # DeleteSession ran while this save wrote (a save does not wait for the
+                # session as a turn does): what it wrote would be inherited by a later
+                # session of the same id. Every version of the name goes, as the session's
+                # other artifacts went; a user: artifact is the user's and stays.
+                await artifacts.delete_artifact(
+                    app_name=key.app_name,
+                    user_id=key.user_id,
+                    session_id=key.session_id,
+                    filename=filename,
+                )
+                raise _session_not_found(key)
             return session_pb2.SessionServiceSaveArtifactResponse(version=version)
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
 
@@ -518,6 +545,42 @@ def _artifact_not_found(
         metadata["version"] = str(version)
     return ArtifactNotFoundError(
         f"artifact {shown(filename)}{which} of session {shown(key.session_id)} does not exist",
+        metadata=metadata,
+    )
+
+
+def _check_sendable(
+    response: session_pb2.SessionServiceLoadArtifactResponse,
+    key: _SessionKey,
+    filename: str,
+    part: Part,
+) -> None:
+    """Refuse an artifact whose answer is larger than one message of the mesh (a tool may save
+    any size in process): gRPC would refuse to send it with its own RESOURCE_EXHAUSTED, which
+    names nothing and reads as "overloaded". FAILED_PRECONDITION: the request is sound, but
+    this artifact as stored cannot cross; asking again cannot help. The metadata carries its
+    MIME type, so a client may still describe the version.
+
+    Raises:
+        ConfigError: the answer is over :data:`MAX_MESSAGE_BYTES`.
+    """
+    size = response.ByteSize()
+    if size <= MAX_MESSAGE_BYTES:
+        return
+    metadata = {
+        "session_id": key.session_id,
+        "filename": filename,
+        "version": str(response.version),
+        "size_bytes": str(size),
+        "limit_bytes": str(MAX_MESSAGE_BYTES),
+    }
+    if part.inline_data is not None:
+        metadata["mime_type"] = part.inline_data.mime_type
+    raise ConfigError(
+        f"artifact {shown(filename)} version {response.version} of session "
+        f"{shown(key.session_id)} is {size} bytes encoded, over the mesh's message limit "
+        f"({MAX_MESSAGE_BYTES} bytes): the session API cannot send it; load it in process "
+        "(a tool's load_artifact), or save it in smaller artifacts",
         metadata=metadata,
     )
 

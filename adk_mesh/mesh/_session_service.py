@@ -31,7 +31,15 @@ it is kept here:
 * **Reads that grow stream.** ``GetSession`` sends the session (state included) first, then
   its events in responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` (one larger event
   alone); an event too large for a message whole goes abridged and is named, as ``Run``
-  streams it. ``ListSessions`` sends :data:`SESSIONS_PER_RESPONSE` sessions per response.
+  streams it. ``ListSessions`` reads the store a page of :data:`SESSIONS_PER_RESPONSE`
+  sessions at a time (keyset pagination, without state) and sends each page before it
+  reads the next; ``page_size`` stops the call early with a ``next_page_token``.
+* **An update is answered or not written.** ``UpdateSessionState``'s answer holds the whole
+  state after it and the event, and is built (and its size checked against
+  :data:`MAX_UPDATE_RESPONSE_BYTES`) before the append: an update that could not be
+  answered is refused with INVALID_ARGUMENT having written nothing, rather than stored and
+  then failed by gRPC (RESOURCE_EXHAUSTED), which a client would retry into a second append.
+  INVALID_ARGUMENT, not RESOURCE_EXHAUSTED: retrying the same update cannot succeed.
 """
 
 from __future__ import annotations
@@ -94,8 +102,12 @@ _ENTRY_FRAMING = 1 + 5
 #: An event whose encoding is larger than this goes abridged: whole, it would not fit a
 #: message next to the response's other fields.
 MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
-#: Sessions in one ListSessions response (a few hundred bytes each without state).
+#: Sessions in one ListSessions response (a few hundred bytes each without state), and in
+#: one page the servicer reads from the store.
 SESSIONS_PER_RESPONSE = 1000
+#: The largest UpdateSessionState answer (the state after the update and the event): the
+#: message limit, less room for what may change between the check and the answer.
+MAX_UPDATE_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 #: Author and invocation-id prefix of the event that records a state update (google-adk's
 #: PATCH writes the same).
@@ -293,19 +305,41 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
         async with error_boundary(context, "ListSessions"):
             app_name = self._app(request.app_name)
             user_id = self._user(request.user_id)
-            sessions = await self._sessions.list_sessions(app_name=app_name, user_id=user_id)
-            response = session_pb2.ListSessionsResponse()
-            for session in sessions:
-                if len(response.sessions) == SESSIONS_PER_RESPONSE:
-                    yield response
-                    response = session_pb2.ListSessionsResponse()
-                response.sessions.add(
-                    app_name=session.app_name,
-                    user_id=session.user_id,
-                    id=session.id,
-                    last_update_time=session.last_update_time,
+            if request.page_size < 0:
+                raise InvalidArgumentError(
+                    f"page_size is {request.page_size}; send 1 or more, or 0 for every session"
                 )
-            yield response
+            # Sessions this call may still send (None: all of them).
+            remaining: int | None = request.page_size or None
+            token = request.page_token or None
+            while True:
+                # One store page per response, sent before the next is read: memory does
+                # not grow with the user's sessions, and the first arrive early.
+                page = await self._sessions.list_sessions_page(
+                    app_name=app_name,
+                    user_id=user_id,
+                    page_size=min(SESSIONS_PER_RESPONSE, remaining or SESSIONS_PER_RESPONSE),
+                    page_token=token,
+                )
+                response = session_pb2.ListSessionsResponse()
+                for session in page.sessions:
+                    response.sessions.add(
+                        app_name=session.app_name,
+                        user_id=session.user_id,
+                        id=session.id,
+                        last_update_time=session.last_update_time,
+                    )
+                token = page.next_page_token or None
+                if remaining is not None:
+                    remaining -= len(page.sessions)
+                if token is None:
+                    yield response
+                    return
+                if remaining == 0:
+                    response.next_page_token = token
+                    yield response
+                    return
+                yield response
 
     async def DeleteSession(
         self, request: session_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
@@ -349,9 +383,16 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             _annotate(invocation_id=event.invocation_id)
             async with self._held(key):
                 session = await self._required(key)
+                # The answer is built, and its size checked, before the write: an answer
+                # gRPC refused to send would report a failure for a stored update, which a
+                # client's retry would append twice. The session holds the state as the
+                # append leaves it, the event is stored as it is; only the version moves.
+                response = _update_response(session, event)
                 stored = await self._sessions.append_event(session, event)
-            response = session_pb2.UpdateSessionStateResponse(session=_session_to_proto(session))
-            codec.event_to_proto(stored, into=response.event)
+            response.session.last_update_time = session.last_update_time
+            if stored is not event:  # a store that copied it: answer what it stored
+                response.event.Clear()
+                codec.event_to_proto(stored, into=response.event)
             return response
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
 
@@ -643,6 +684,31 @@ def _session_to_proto(session: Session) -> session_pb2.Session:
     )
     codec.state_to_map(message.state, _lasting(session.state), message.state_json)
     return message
+
+
+def _update_response(session: Session, event: Event) -> session_pb2.UpdateSessionStateResponse:
+    """The UpdateSessionState answer for appending ``event`` to ``session``, before the
+    append: the state as the append will leave it (the store applies the delta to the
+    session object just so) and the event.
+
+    Raises:
+        InvalidArgumentError: the answer is larger than :data:`MAX_UPDATE_RESPONSE_BYTES`
+            (nothing is written then).
+    """
+    after = {**session.state, **event.actions.state_delta}
+    projected = session.model_copy(update={"state": after})
+    response = session_pb2.UpdateSessionStateResponse(session=_session_to_proto(projected))
+    codec.event_to_proto(event, into=response.event)
+    size = response.ByteSize()
+    if size > MAX_UPDATE_RESPONSE_BYTES:
+        raise InvalidArgumentError(
+            f"the update was not written: its answer (the session's state after it, "
+            f"{response.session.ByteSize()} bytes, and the delta) would be {size} bytes, over "
+            f"the {MAX_UPDATE_RESPONSE_BYTES} bytes a message may carry; send a smaller delta "
+            "(or keep large values in artifacts)",
+            metadata={"session_id": session.id},
+        )
+    return response
 
 
 def _lasting(state: Mapping[str, Any]) -> dict[str, Any]:

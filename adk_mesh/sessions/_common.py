@@ -8,6 +8,7 @@ size exactly.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import time
@@ -69,6 +70,67 @@ def new_session_id(session_id: str | None) -> str:
 def check_num_recent_events(num_recent_events: int | None) -> None:
     if num_recent_events is not None and num_recent_events < 0:
         raise InvalidArgumentError(f"num_recent_events must be 0 or more, not {num_recent_events}")
+
+
+# --- pages of list_sessions_page ----------------------------------------------------------------
+
+#: What a page token's position may hold: a number (a store's creation rank or time) or a
+#: session id.
+PagePart = int | float | str
+
+
+def check_page_size(page_size: int) -> None:
+    if page_size < 1:
+        raise InvalidArgumentError(f"page_size must be 1 or more, not {page_size}")
+
+
+def encode_page_token(*position: PagePart) -> str:
+    """An opaque page token naming ``position`` (the last session a page listed, as the
+    store orders them): URL-safe base64 of its compact JSON, without padding."""
+    data = json.dumps(list(position), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def decode_page_token(token: str, kinds: tuple[type[PagePart], ...]) -> tuple[Any, ...]:
+    """The position a token of :func:`encode_page_token` names, each part of the kind
+    ``kinds`` says (a ``float`` part takes an integer too; a ``str`` part must be an id).
+
+    Raises:
+        InvalidArgumentError: the token is not one the store issues.
+    """
+    try:
+        parts = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except ValueError:
+        raise bad_page_token() from None
+    if not isinstance(parts, list) or len(parts) != len(kinds):
+        raise bad_page_token()
+    position: list[Any] = []
+    for part, kind in zip(parts, kinds, strict=True):
+        if kind is str:
+            if not isinstance(part, str):
+                raise bad_page_token()
+            try:
+                # A session id: so nothing a database cannot compare (a NUL) reaches the query.
+                check_id("session_id", part)
+            except InvalidArgumentError:
+                raise bad_page_token() from None
+        elif kind is float:
+            if isinstance(part, bool) or not isinstance(part, int | float):
+                raise bad_page_token()
+            part = float(part)
+            if not math.isfinite(part):
+                raise bad_page_token()
+        elif isinstance(part, bool) or not isinstance(part, int):
+            raise bad_page_token()
+        position.append(part)
+    return tuple(position)
+
+
+def bad_page_token() -> InvalidArgumentError:
+    return InvalidArgumentError(
+        "page_token is not one this session store issued; send the next_page_token of an "
+        "earlier page, or none to start from the first"
+    )
 
 
 def now() -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,9 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from adk_mesh.errors import AlreadyExistsError, SessionConflictError
 from adk_mesh.ids import check_id
+from adk_mesh.sessions._common import (
+    bad_page_token,
+    check_page_size,
+    decode_page_token,
+    encode_page_token,
+)
 from adk_mesh.types import Content, Event
 
-__all__ = ["GET_OR_CREATE_ATTEMPTS", "Session", "SessionService"]
+__all__ = ["GET_OR_CREATE_ATTEMPTS", "Session", "SessionService", "SessionsPage"]
 
 #: Rounds of read-then-create :meth:`SessionService.get_or_create_session` makes before it
 #: gives up: each lost round means another caller created the session and a third deleted it.
@@ -44,6 +51,20 @@ class Session(BaseModel):
     def conversation_history(self) -> list[Content]:
         """The content of every event, oldest first (events without content left out)."""
         return [event.content for event in self.events if event.content is not None]
+
+
+@dataclass(frozen=True)
+class SessionsPage:
+    """One page of :meth:`SessionService.list_sessions_page`.
+
+    ``sessions`` are in creation order, without events or state (as google-adk's
+    ``ListSessionsResponse`` holds them), each with its ``last_update_time``.
+    ``next_page_token`` continues the listing after the last of them; ``None`` when this page
+    ends it.
+    """
+
+    sessions: list[Session]
+    next_page_token: str | None = None
 
 
 class SessionService(abc.ABC):
@@ -93,6 +114,12 @@ class SessionService(abc.ABC):
       holds is refused at once with :class:`~adk_mesh.errors.SessionConflictError`. The
       default claims nothing: the stale-append check above is then the only guard.
     * ``list_sessions`` returns the user's sessions in the app, without events.
+      ``list_sessions_page`` returns them a page at a time, in creation order, without events
+      or state: at most ``page_size`` (1 or more) after the position ``page_token`` names,
+      and a token for the next page (``None`` after the last). The token names a position,
+      not an offset: sessions deleted or created between pages make no other session listed
+      twice or skipped (one created since comes at the end). A token the store did not issue
+      is :class:`~adk_mesh.errors.InvalidArgumentError`.
     * ``delete_session`` removes a session and its events; deleting an unknown one is a no-op.
 
     Implementations are safe to use from many tasks of one event loop at once; they do not
@@ -123,6 +150,33 @@ class SessionService(abc.ABC):
 
     @abc.abstractmethod
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]: ...
+
+    async def list_sessions_page(
+        self, *, app_name: str, user_id: str, page_size: int, page_token: str | None = None
+    ) -> SessionsPage:
+        """The user's sessions in the app, a page at a time (see the class doc), so that a
+        caller listing a user with any number of sessions holds one page at once.
+
+        The stores of adk-mesh read only the page from their tables (keyset pagination on
+        the creation order). This default, for a store written against google-adk's
+        ``list_sessions`` alone, reads the whole listing for each page and cuts it: the
+        pages are right, only their cost is not bounded.
+
+        Raises:
+            InvalidArgumentError: ``page_size`` below 1, or a token this store did not issue.
+        """
+        check_page_size(page_size)
+        start = 0
+        if page_token is not None:
+            (start,) = decode_page_token(page_token, (int,))
+            if start < 0:
+                raise bad_page_token()
+        listed = await self.list_sessions(app_name=app_name, user_id=user_id)
+        end = start + page_size
+        return SessionsPage(
+            [session.model_copy(update={"state": {}}) for session in listed[start:end]],
+            encode_page_token(end) if end < len(listed) else None,
+        )
 
     @abc.abstractmethod
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None: ...

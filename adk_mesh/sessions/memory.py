@@ -16,7 +16,7 @@ from typing import Any
 from adk_mesh._bounds import check_bounds
 from adk_mesh.errors import AlreadyExistsError, SessionNotFoundError
 from adk_mesh.sessions import _common, _history
-from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.sessions.base import Session, SessionService, SessionsPage
 from adk_mesh.state import merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
 
@@ -118,9 +118,10 @@ class InMemorySessionService(SessionService):
         self._released: deque[_Released] = deque()
         self._app_states: dict[str, dict[str, Any]] = {}
         self._user_states: dict[_UserKey, dict[str, Any]] = {}
-        # Sessions per user, and users without sessions whose state is still kept (with the
-        # time they lost their last one), oldest first.
-        self._user_sessions: dict[_UserKey, int] = {}
+        # Each user's sessions (id to creation rank) in creation order, so that listing a
+        # user walks their sessions only; and users without sessions whose state is still
+        # kept (with the time they lost their last one), oldest first.
+        self._user_sessions: dict[_UserKey, dict[str, int]] = {}
         self._orphans: OrderedDict[_UserKey, float] = OrderedDict()
         # Sessions held by claim_session, with how many claims hold each.
         self._claims: dict[_SessionKey, int] = {}
@@ -152,7 +153,7 @@ class InMemorySessionService(SessionService):
         )
         user = (app_name, user_id)
         self._orphans.pop(user, None)
-        self._user_sessions[user] = self._user_sessions.get(user, 0) + 1
+        self._user_sessions.setdefault(user, {})[session_id] = stored.created
         if scoped is not None:
             stored.state.update(scoped.session)
             if scoped.app:
@@ -225,15 +226,47 @@ class InMemorySessionService(SessionService):
         self._expire()
         # Listing is not a use: it neither refreshes the sessions nor holds them. In creation
         # order, as the SQL stores list them (``_sessions`` is in order of last use).
-        listed = sorted(
-            (
-                (stored.created, key, stored)
-                for key, stored in self._sessions.items()
-                if key[0] == app_name and key[1] == user_id
-            ),
-            key=lambda item: item[0],
-        )
-        return [self._build_session(key, stored, [], held=False) for _, key, stored in listed]
+        listed = []
+        for session_id in self._user_sessions.get((app_name, user_id), {}):
+            key = (app_name, user_id, session_id)
+            listed.append(self._build_session(key, self._sessions[key], [], held=False))
+        return listed
+
+    async def list_sessions_page(
+        self, *, app_name: str, user_id: str, page_size: int, page_token: str | None = None
+    ) -> SessionsPage:
+        _common.check_ids(app_name, user_id)
+        _common.check_page_size(page_size)
+        after = -1
+        if page_token is not None:
+            (after,) = _common.decode_page_token(page_token, (int,))
+        self._settle()
+        self._expire()
+        # The token is the creation rank of the last session listed: ranks are never
+        # reused, so a session deleted since shifts nothing. Walks the user's sessions (in
+        # creation order) up to the page's end; builds only the page, without state.
+        page: list[Session] = []
+        more = False
+        for session_id, created in self._user_sessions.get((app_name, user_id), {}).items():
+            if created <= after:
+                continue
+            if len(page) == page_size:
+                more = True
+                break
+            after = created
+            page.append(
+                Session.model_construct(
+                    id=session_id,
+                    app_name=app_name,
+                    user_id=user_id,
+                    state={},
+                    events=[],
+                    last_update_time=self._sessions[
+                        (app_name, user_id, session_id)
+                    ].last_update_time,
+                )
+            )
+        return SessionsPage(page, _common.encode_page_token(after) if more else None)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         _common.check_ids(app_name, user_id, session_id)
@@ -399,9 +432,9 @@ class InMemorySessionService(SessionService):
         self._idle.pop(key, None)
         self._histories.discard(key)
         user = (key[0], key[1])
-        remaining = self._user_sessions[user] - 1
+        remaining = self._user_sessions[user]
+        del remaining[key[2]]
         if remaining:
-            self._user_sessions[user] = remaining
             return
         del self._user_sessions[user]
         if user not in self._user_states:

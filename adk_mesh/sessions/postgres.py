@@ -46,7 +46,7 @@ from adk_mesh._migrations import Migration
 from adk_mesh._postgres import Connection, DedicatedConnection
 from adk_mesh.errors import AlreadyExistsError, SessionError, SessionNotFoundError
 from adk_mesh.sessions import _common, _history
-from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.sessions.base import Session, SessionService, SessionsPage
 from adk_mesh.state import ScopedDelta, merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
 
@@ -92,6 +92,15 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ON adk_events (app_name, user_id, session_id, seq)""",
             """CREATE INDEX adk_events_by_session_time
                 ON adk_events (app_name, user_id, session_id, timestamp_us)""",
+        ),
+    ),
+    Migration(
+        # Keyset pagination: a page of a user's sessions is read from this index in creation
+        # order, not sorted from all of them. The key never changes after the insert.
+        "list a user's sessions a page at a time, in creation order",
+        (
+            """CREATE INDEX adk_sessions_by_creation
+                ON adk_sessions (app_name, user_id, create_time, id)""",
         ),
     ),
 )
@@ -157,6 +166,17 @@ SELECT s.id, s.state, s.update_time,
 FROM adk_sessions AS s
 WHERE s.app_name = $1 AND s.user_id = $2
 ORDER BY s.create_time, s.id
+"""
+
+# A page of a user's sessions in creation order, without state (a listing reads none), after
+# the position ($3, $4) a page token names (NULL: from the first); $5 rows at most (the
+# caller asks for one more than the page, to tell whether another page follows).
+_LIST_PAGE = """
+SELECT id, create_time, update_time FROM adk_sessions
+WHERE app_name = $1 AND user_id = $2
+    AND ($3::float8 IS NULL OR (create_time, id) > ($3::float8, $4::text))
+ORDER BY create_time, id
+LIMIT $5::bigint
 """
 
 # Locks the session's row for the append's transaction; says whether it holds the event id.
@@ -413,6 +433,33 @@ class PostgresSessionService(SessionService):
             )
             for row in rows
         ]
+
+    async def list_sessions_page(
+        self, *, app_name: str, user_id: str, page_size: int, page_token: str | None = None
+    ) -> SessionsPage:
+        _common.check_ids(app_name, user_id)
+        _common.check_page_size(page_size)
+        after: tuple[Any, ...] = (None, None)
+        if page_token is not None:
+            after = _common.decode_page_token(page_token, (float, str))
+        async with self._database.connection("listing sessions") as connection:
+            rows = await connection.fetch(_LIST_PAGE, app_name, user_id, *after, page_size + 1)
+        sessions = [
+            Session.model_construct(
+                id=row["id"],
+                app_name=app_name,
+                user_id=user_id,
+                state={},
+                events=[],
+                last_update_time=row["update_time"],
+            )
+            for row in rows[:page_size]
+        ]
+        next_page_token = None
+        if len(rows) > page_size:
+            last = rows[page_size - 1]
+            next_page_token = _common.encode_page_token(last["create_time"], last["id"])
+        return SessionsPage(sessions, next_page_token)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         _common.check_ids(app_name, user_id, session_id)

@@ -39,7 +39,7 @@ from adk_mesh.errors import (
     SessionNotFoundError,
 )
 from adk_mesh.sessions import _claims, _common, _history
-from adk_mesh.sessions.base import Session, SessionService
+from adk_mesh.sessions.base import Session, SessionService, SessionsPage
 from adk_mesh.state import ScopedDelta, merge_scoped_state, split_by_scope
 from adk_mesh.types import Event
 
@@ -115,10 +115,27 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         """CREATE UNIQUE INDEX events_by_id ON events (app_name, user_id, session_id, id)""",
     ),
+    # 4: list a user's sessions a page at a time in creation order from an index (keyset
+    # pagination), rather than sorting every session of the user for each page. The key
+    # never changes after the insert, so appends do not rewrite the index.
+    ("CREATE INDEX sessions_by_creation ON sessions (app_name, user_id, create_time, id)",),
 )
 
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# A page of a user's sessions in creation order, without state (a listing reads none): the
+# first, and the one after a position (create_time, id) a page token names. One more row
+# than the page is read, to tell whether another page follows.
+_LIST_PAGE_FIRST = (
+    "SELECT id, create_time, update_time FROM sessions WHERE app_name = ? AND user_id = ? "
+    "ORDER BY create_time, id LIMIT ?"
+)
+_LIST_PAGE_AFTER = (
+    "SELECT id, create_time, update_time FROM sessions WHERE app_name = ? AND user_id = ? "
+    "AND (create_time, id) > (?, ?) ORDER BY create_time, id LIMIT ?"
+)
 
 
 def _apply_migrations(connection: sqlite3.Connection) -> None:
@@ -366,6 +383,50 @@ class SqliteSessionService(SessionService):
             ]
 
         return await self._run(list_)
+
+    async def list_sessions_page(
+        self, *, app_name: str, user_id: str, page_size: int, page_token: str | None = None
+    ) -> SessionsPage:
+        _common.check_ids(app_name, user_id)
+        _common.check_page_size(page_size)
+        statement, parameters = (
+            (_LIST_PAGE_FIRST, (app_name, user_id, page_size + 1))
+            if page_token is None
+            else (
+                _LIST_PAGE_AFTER,
+                (
+                    app_name,
+                    user_id,
+                    *_common.decode_page_token(page_token, (float, str)),
+                    page_size + 1,
+                ),
+            )
+        )
+
+        def page(connection: sqlite3.Connection) -> list[tuple[str, float, float]]:
+            with _sqlite.read_transaction(connection):
+                rows: list[tuple[str, float, float]] = connection.execute(
+                    statement, parameters
+                ).fetchall()
+            return rows
+
+        rows = await self._run(page)
+        sessions = [
+            Session.model_construct(
+                id=session_id,
+                app_name=app_name,
+                user_id=user_id,
+                state={},
+                events=[],
+                last_update_time=update_time,
+            )
+            for session_id, _, update_time in rows[:page_size]
+        ]
+        next_page_token = None
+        if len(rows) > page_size:
+            last_id, last_create_time, _ = rows[page_size - 1]
+            next_page_token = _common.encode_page_token(last_create_time, last_id)
+        return SessionsPage(sessions, next_page_token)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         _common.check_ids(app_name, user_id, session_id)

@@ -178,7 +178,8 @@ class SessionServiceServicer:
 
     def ListSessions(self, request, context):
         """Lists the user's sessions of the app, without state or events, in creation order, in
-        batches.
+        batches read from the store one at a time; optionally at most `page_size` of them, the
+        listing continued by a later call from `next_page_token`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -193,7 +194,8 @@ class SessionServiceServicer:
 
     def UpdateSessionState(self, request, context):
         """Changes a session's state without running an agent, as google-adk's PATCH does: the
-        delta is appended to the history as an event (author "user") and applied by scope.
+        delta is appended to the history as an event (author "user") and applied by scope. An
+        update whose answer would not fit a message is refused before anything is written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -214,7 +214,7 @@ async def test_migrate_reads_the_store_urls_from_the_environment(
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"{postgres_url}: sessions at schema version 1",
+        f"{postgres_url}: sessions at schema version {SESSIONS_VERSION}",
         f"{postgres_url}: artifacts at schema version 1",
         f"sqlite:///{memory}: memory at schema version {SQLITE_MEMORY_VERSION}",
     ]

@@ -25,6 +25,7 @@
     │   └── StateConflictError      a write rejected by RejectConflicts
     │       └── SessionConflictError    a stale append: the session changed since it was loaded
     ├── ArtifactError               the artifact store failed
+    │   └── ArtifactTooLargeError   an artifact too large for one message of the mesh
     ├── AdkIOError                  file or network I/O failed
     ├── AdkJSONError                a value is not (or cannot be carried as) JSON
     ├── InvocationCancelledError    the caller cancelled the invocation
@@ -70,6 +71,7 @@ __all__ = [
     "AlreadyExistsError",
     "ArtifactError",
     "ArtifactNotFoundError",
+    "ArtifactTooLargeError",
     "ConfigError",
     "DeadlineExceededError",
     "DelegationError",
@@ -268,6 +270,14 @@ class ArtifactError(AdkError):
     reason = "ARTIFACT_ERROR"
 
 
+class ArtifactTooLargeError(ArtifactError):
+    """A stored artifact larger than one message of the mesh (a tool may save any size in
+    process): the session API cannot send it. FAILED_PRECONDITION: the request is sound, and
+    asking again cannot help."""
+
+    reason = "ARTIFACT_TOO_LARGE"
+
+
 class AdkIOError(AdkError):
     reason = "IO_ERROR"
 
@@ -315,6 +325,7 @@ GRPC_STATUS: dict[type[AdkError], str] = {
     StateConflictError: "ABORTED",
     SessionConflictError: "ABORTED",
     ArtifactError: "INTERNAL",
+    ArtifactTooLargeError: "FAILED_PRECONDITION",
     AdkIOError: "UNAVAILABLE",
     AdkJSONError: "INVALID_ARGUMENT",
     InvocationCancelledError: "CANCELLED",

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from adk_mesh import codec
-from adk_mesh.errors import ConfigError, InvalidArgumentError
+from adk_mesh.errors import ArtifactTooLargeError, InvalidArgumentError
 from adk_mesh.types import Event
 from adk_mesh.v1 import session_pb2
 from gateway._json import event_from_json, event_to_json, part_from_json, part_to_json
@@ -308,11 +308,9 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
         mime_type: str | None = None
         try:
             part, number = await load(app, user, session, name, version, who)
-        except ConfigError as error:
+        except ArtifactTooLargeError as error:
             # A version too large to load over the contract: the service's refusal names
             # its number and MIME type, which is all a description needs.
-            if "limit_bytes" not in error.metadata:
-                raise
             number = int(error.metadata["version"])
             mime_type = error.metadata.get("mime_type")
         else:

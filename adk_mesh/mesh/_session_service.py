@@ -62,6 +62,7 @@ from adk_mesh.artifacts.base import is_user_scoped
 from adk_mesh.errors import (
     AdkJSONError,
     ArtifactNotFoundError,
+    ArtifactTooLargeError,
     ConfigError,
     InvalidArgumentError,
     NotFoundError,
@@ -603,7 +604,7 @@ def _check_sendable(
     MIME type, so a client may still describe the version.
 
     Raises:
-        ConfigError: the answer is over :data:`MAX_MESSAGE_BYTES`.
+        ArtifactTooLargeError: the answer is over :data:`MAX_MESSAGE_BYTES`.
     """
     size = response.ByteSize()
     if size <= MAX_MESSAGE_BYTES:
@@ -617,7 +618,7 @@ def _check_sendable(
     }
     if part.inline_data is not None:
         metadata["mime_type"] = part.inline_data.mime_type
-    raise ConfigError(
+    raise ArtifactTooLargeError(
         f"artifact {shown(filename)} version {response.version} of session "
         f"{shown(key.session_id)} is {size} bytes encoded, over the mesh's message limit "
         f"({MAX_MESSAGE_BYTES} bytes): the session API cannot send it; load it in process "

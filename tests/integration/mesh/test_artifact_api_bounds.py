@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from adk_mesh.artifacts import ArtifactService, FileArtifactService, InMemoryArtifactService
-from adk_mesh.errors import ConfigError
+from adk_mesh.errors import ArtifactTooLargeError
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
 from adk_mesh.mesh._status import error_from_rpc_error
 from adk_mesh.types import Part
@@ -85,7 +85,7 @@ async def test_an_artifact_too_large_for_a_message_is_refused_naming_it(served: 
 
     assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     error = error_from_rpc_error(raised.value)
-    assert isinstance(error, ConfigError)
+    assert isinstance(error, ArtifactTooLargeError)
     assert "big.bin" in error.message
     assert "version 1" in error.message
     assert str(response_bytes(size)) in error.message
@@ -98,7 +98,7 @@ async def test_an_artifact_too_large_for_a_message_is_refused_naming_it(served: 
     # Naming the version gives the same answer; the other calls still work.
     assert await refusal(
         lambda: served.stub.LoadArtifact(load_request("big.bin", 1), timeout=60)
-    ) == (grpc.StatusCode.FAILED_PRECONDITION, "CONFIG_ERROR")
+    ) == (grpc.StatusCode.FAILED_PRECONDITION, "ARTIFACT_TOO_LARGE")
     versions = await served.stub.ListArtifactVersions(
         session_pb2.SessionServiceListArtifactVersionsRequest(**IDS, filename="big.bin"),
         timeout=10,

@@ -489,18 +489,25 @@ class InvocationContext:
     def count_llm_call(self) -> None:
         """Count one model call; past ``run_config.max_llm_calls`` raise
         :class:`~adk_mesh.errors.LlmCallLimitError` instead."""
-        count = self._shared.llm_calls
+        self.check_llm_calls(making=1)
+        self._shared.llm_calls.calls += 1
+
+    def check_llm_calls(self, *, making: int = 0) -> None:
+        """Raise :class:`~adk_mesh.errors.LlmCallLimitError` when ``making`` more model calls
+        would take the invocation past ``run_config.max_llm_calls``; with none, when the
+        calls counted already did (:meth:`add_llm_calls`: concurrent delegated runs in other
+        services were each sent what was left when they started)."""
         limit = self.run_config.max_llm_calls
-        if limit > 0 and count.calls >= limit:
+        if limit > 0 and self._shared.llm_calls.calls + making > limit:
             raise LlmCallLimitError(
                 f"the invocation reached max_llm_calls={limit}; no more model calls",
                 metadata={"max_llm_calls": str(limit)},
             )
-        count.calls += 1
 
     def add_llm_calls(self, calls: int) -> None:
         """Count ``calls`` model calls made for this invocation elsewhere (by a delegated run
-        in another service), so the invocation's limit covers them too."""
+        in another service), so the invocation's limit covers them too. They are counted
+        even past the limit (they were made); :meth:`check_llm_calls` tells."""
         self._shared.llm_calls.calls += max(0, calls)
 
     @property

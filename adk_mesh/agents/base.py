@@ -294,7 +294,13 @@ class BaseAgent(abc.ABC):
             async for event in events:
                 yield event
 
-    async def _run_with_callbacks(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+    async def _run_with_callbacks(
+        self,
+        ctx: InvocationContext,
+        run: Callable[[InvocationContext], AsyncGenerator[Event, None]] | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        # ``run``: what runs between the hooks, when not :meth:`_run_impl` (a remote agent's
+        # AgentTool delegation goes through the same hooks as its run as a transfer target).
         # The plugins' hooks first (adk_mesh.plugins): a Content one returns skips the rest.
         plugins = ctx.plugins
         before = plugins is not None and plugins.has("before_agent")
@@ -315,7 +321,7 @@ class BaseAgent(abc.ABC):
                 return
         if ctx.ended:
             return
-        async with aclosing(self._run_impl(ctx)) as events:
+        async with aclosing((run or self._run_impl)(ctx)) as events:
             async for event in events:
                 yield event
         if self.after_agent_callbacks or (plugins is not None and plugins.has("after_agent")):

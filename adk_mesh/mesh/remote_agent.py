@@ -23,8 +23,8 @@ from adk_mesh.agents.delegation import (
     scoped_memory,
 )
 from adk_mesh.artifacts.base import ArtifactService
-from adk_mesh.contexts import InvocationContext, ReadonlyContext, TransferTarget
-from adk_mesh.errors import AdkError, AgentError, ConfigError, LlmCallLimitError
+from adk_mesh.contexts import InvocationContext, ReadonlyContext, RunConfig, TransferTarget
+from adk_mesh.errors import AdkError, AgentError, ConfigError
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import answer_context_request
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, open_channel
@@ -91,7 +91,15 @@ class RemoteAgent(BaseAgent):
     with none left, no call is made (:class:`~adk_mesh.errors.LlmCallLimitError`). The calls
     the remote run reports having made count against the invocation here, as each response
     comes (``RunResponse.llm_calls``): a run cancelled midway (a parallel sibling escalated or
-    failed) has counted those made up to the last response read.
+    failed) has counted those made up to the last response read. Concurrent remote runs (a
+    ParallelAgent's branches, the AgentTool calls of one model answer) are each sent what is
+    left when they start, so together they could make more: the response whose report takes
+    the invocation past its limit ends that run here — the call cancelled, its events not
+    passed on, :class:`~adk_mesh.errors.LlmCallLimitError` raised as by the call past the
+    limit in process. What remains over the limit are the calls made before the caller read
+    that report: those the report itself counts past the limit, and those the runs still
+    going make before the cancellation reaches them (a call a service is in, at least), each
+    run never more than it was sent.
 
     Failures of the call are raised as the :class:`~adk_mesh.errors.AdkError` the remote side
     raised; a failure of the transport (the service unreachable, ...) names this agent, and
@@ -335,17 +343,14 @@ class RemoteAgent(BaseAgent):
 
     def _run_config(self, ctx: InvocationContext) -> agent_pb2.RunConfig:
         run_config = codec.run_config_to_proto(ctx.run_config)
-        left = ctx.llm_calls_left
-        if left == 0:
-            # As the first model call would fail in process (the same error and message).
-            limit = ctx.run_config.max_llm_calls
-            raise LlmCallLimitError(
-                f"the invocation reached max_llm_calls={limit}; no more model calls",
-                metadata={"max_llm_calls": str(limit)},
-            )
+        # With none left, as the first model call would fail in process (the same error).
+        ctx.check_llm_calls(making=1)
         # What is left, not the limit: the hop downstream cannot make the invocation exceed
-        # it. 0 (no bound here) leaves the limit to the remote server.
-        run_config.max_llm_calls = left or 0
+        # it alone. Concurrent hops (a ParallelAgent's branches) are each sent what is left
+        # now; the calls they report count as they come (_count_llm_calls), and the report
+        # that takes the invocation past its limit ends that run. 0 (no bound here) leaves
+        # the limit to the remote server.
+        run_config.max_llm_calls = ctx.llm_calls_left or 0
         return run_config
 
     def _caller_tree(self) -> agent_pb2.CallerTree | None:
@@ -533,7 +538,9 @@ class RemoteAgent(BaseAgent):
             async for response in responses:
                 delivery.delivered()
                 # Counted as they come, before the response's events go up: a caller that
-                # stops here (a parallel sibling escalated) never reads the trailer.
+                # stops here (a parallel sibling escalated) never reads the trailer; and the
+                # events of calls past the invocation's limit never go up, as in process
+                # those calls are never made.
                 counted = _count_llm_calls(ctx, counted, response.llm_calls)
                 # Inside an AgentServer's run, partial events go on to its stream as they
                 # came, not decoded (see mesh._relay); the relay is looked up per response, as
@@ -573,7 +580,8 @@ class RemoteAgent(BaseAgent):
                 # The last event: a transfer the remote tree left to this one.
                 yield held
         except grpc.RpcError as error:
-            _count_llm_calls(ctx, counted, llm_calls_in(error.trailing_metadata()))
+            # The remote run's own failure is what ended it, even past the limit.
+            _count_llm_calls(ctx, counted, llm_calls_in(error.trailing_metadata()), check=False)
             failure = error_from_downstream(error, f"remote agent {self.name!r}", self.target)
             if held is not None:
                 # The remote run went on past the transfer, then failed: the event happened
@@ -599,8 +607,23 @@ class RemoteAgent(BaseAgent):
         ``on_event`` on each event of the child (the service is asked to send them all, and
         the answer is the last text as ``on_event`` left it), ``after_run``. They see the
         child's events as forwarded (without state, artifact or transfer actions: those
-        come back in the outcome), and a context of the caller's session."""
+        come back in the outcome), and a context of the caller's session.
+
+        Inside them, as for this agent run as a transfer target and for a child in process,
+        the plugins' ``before_agent`` / ``after_agent`` hooks see this agent as one agent
+        (:meth:`BaseAgent._run_with_callbacks`): a ``before_agent`` Content answers for the
+        child, and nothing is sent; an ``after_agent`` Content is a reply of the child's,
+        its answer when it has text. They run in a context of the child's, as in process:
+        a session of its own holding what the policy projects of the caller's (the state
+        sent, the history window), to which the remote run's written-back changes are
+        applied before ``after_agent``. What they write there is the child's state change
+        made on this side: not sent to the remote run (which starts from the projection
+        sent), but given back with the child's own through the policy's write-back
+        (``output_state_keys``; the AgentTool then checks ``REJECT_CONFLICTS``), in the
+        order of the run (``before_agent``'s, the remote child's, ``after_agent``'s); the
+        artifacts they save are the child's too."""
         outcome: list[DelegationOutcome] = []
+        policy = delegation.policy
         # The span a local child's run would have: invoke_agent, on the child's branch.
         span_ctx = parent.for_agent(self, branch=delegation.branch)
         span_ctx.delegation_depth = delegation.depth
@@ -620,33 +643,6 @@ class RemoteAgent(BaseAgent):
                 sent = dataclasses.replace(
                     sent, policy=dataclasses.replace(sent.policy, forward_events=True)
                 )
-        events = trace_agent_run(self, span_ctx, self._delegate(parent, sent, outcome))
-        if plugins is not None:
-            events = with_run_hooks(plugins, hook_ctx, events)
-        answer = ""
-        async with aclosing(events):
-            async for event in events:
-                if event.llm_response.content is not None and event.text:
-                    answer = event.text
-                if forward is not None and delegation.policy.forward_events:
-                    shown = forwarded(event)
-                    if hooked:
-                        parent.note_forwarded_hooked(shown)
-                    forward(shown)
-        if plugins is not None and plugins.has("after_run"):
-            await plugins.run("after_run", invocation_context=hook_ctx)
-        if not outcome:
-            # before_run answered for the child: nothing was sent.
-            return DelegationOutcome(answer=answer)
-        if hooked:
-            # The answer as on_event left it (a redaction, say), as a child in process gives.
-            outcome[0].answer = answer
-        return outcome[0]
-
-    async def _delegate(
-        self, parent: InvocationContext, delegation: Delegation, outcome: list[DelegationOutcome]
-    ) -> AsyncGenerator[Event, None]:
-        policy = delegation.policy
         # Only what the policy lets the child see leaves this service (the remote side
         # projects again, which changes nothing).
         view = Session(
@@ -656,6 +652,109 @@ class RemoteAgent(BaseAgent):
             state=policy.child_state(parent.session.state),
             events=policy.child_history(parent.session.events),
         )
+        child_ctx = self._child_context(parent, sent, view)
+
+        async def delegated(ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+            async with aclosing(self._delegate(parent, sent, view, outcome)) as events:
+                async for event in events:
+                    yield event
+            # after_agent sees the child's state as it ended, as far as this side knows it:
+            # with the changes the remote run wrote back.
+            ctx.session.state.update(outcome[0].state_changes)
+
+        events = trace_agent_run(self, span_ctx, self._run_with_callbacks(child_ctx, delegated))
+        if plugins is not None:
+            events = with_run_hooks(plugins, hook_ctx, events)
+        answer = ""
+        answered_after = False  # whether an after_agent reply gave the last text
+        # What the agent hooks changed, by the actions of their events (the remote child's
+        # changes come in its outcome): before the remote run ([0]), and after it ([1]).
+        hook_state: list[dict[str, Any]] = [{}, {}]
+        hook_artifacts: list[dict[str, int]] = [{}, {}]
+        async with aclosing(events):
+            async for event in events:
+                after = 1 if outcome else 0
+                hook_state[after].update(event.actions.state_delta)
+                hook_artifacts[after].update(event.actions.artifact_delta)
+                if event.llm_response.content is not None and event.text:
+                    answer = event.text
+                    answered_after = bool(after)
+                if forward is not None and delegation.policy.forward_events:
+                    shown = forwarded(event)
+                    if hooked:
+                        parent.note_forwarded_hooked(shown)
+                    forward(shown)
+        if plugins is not None and plugins.has("after_run"):
+            await plugins.run("after_run", invocation_context=hook_ctx)
+        if not outcome:
+            # before_run or before_agent answered for the child: nothing was sent.
+            result = DelegationOutcome(answer=answer)
+        else:
+            result = outcome[0]
+            if hooked or answered_after:
+                # The answer as on_event left it (a redaction, say), or after_agent's reply,
+                # as a child in process gives.
+                result.answer = answer
+        # In the order of the run, as a child in process folds its events' changes.
+        result.state_changes = policy.written_back(
+            {**hook_state[0], **result.state_changes, **hook_state[1]}
+        )
+        result.artifact_changes = {
+            **hook_artifacts[0],
+            **result.artifact_changes,
+            **hook_artifacts[1],
+        }
+        return result
+
+    def _child_context(
+        self, parent: InvocationContext, delegation: Delegation, view: Session
+    ) -> InvocationContext:
+        """The context of this agent's ``before_agent`` / ``after_agent`` hooks as an
+        AgentTool's child of ``parent``: the one the child would have in process
+        (:func:`~adk_mesh.agents.delegation.run_delegation`), over a session of its own
+        seeded from ``view`` (its state copied: what the hooks write is not sent)."""
+        policy = delegation.policy
+        scope = policy.narrowed(parent.delegation_scope)
+        session = Session(
+            id=view.id,
+            app_name=view.app_name,
+            user_id=view.user_id,
+            state=dict(view.state),
+            events=view.events,
+        )
+        return InvocationContext(
+            invocation_id=parent.invocation_id,
+            agent=self,
+            session=session,
+            artifact_service=scoped_artifacts(parent.artifact_service, scope),
+            memory_service=scoped_memory(parent.memory_service, scope),
+            run_config=RunConfig(max_llm_calls=parent.run_config.max_llm_calls),
+            llm_calls_of=parent,
+            user_content=delegation.request,
+            branch=delegation.branch,
+            delegation_depth=delegation.depth,
+            max_delegation_depth=delegation.max_depth,
+            call_path=parent.call_path,
+            deadline=parent.deadline,
+            tool_timeout=parent.tool_timeout,
+            delegation_scope=scope,
+            history=parent.history if policy.include_parent_history else None,
+            # The agent hooks of the process the delegation is made in, as for a child in it
+            # (the run hooks come only with ``delegation.run_hooks``).
+            plugins=parent.plugins,
+            credential_service=parent.credential_service,
+            forwarded_credentials=policy.child_credentials(parent.forwarded_credentials),
+            request_metadata=policy.child_request_metadata(parent.request_metadata),
+        )
+
+    async def _delegate(
+        self,
+        parent: InvocationContext,
+        delegation: Delegation,
+        view: Session,
+        outcome: list[DelegationOutcome],
+    ) -> AsyncGenerator[Event, None]:
+        policy = delegation.policy
         # The child reaches the parent's artifacts and memory over the call, as far as the
         # policy lets a child in this process reach them.
         scope = policy.narrowed(parent.delegation_scope)
@@ -691,7 +790,8 @@ class RemoteAgent(BaseAgent):
         try:
             async for response in responses:
                 delivery.delivered()
-                # As they come: a cancelled delegation never reads the trailer.
+                # As they come: a cancelled delegation never reads the trailer, and one past
+                # the invocation's limit ends here (cancelled), before its events go up.
                 counted = _count_llm_calls(parent, counted, response.llm_calls)
                 for event in codec.run_response_events(response):
                     if not event.partial:
@@ -701,7 +801,8 @@ class RemoteAgent(BaseAgent):
             delivery.delivered()
             _count_llm_calls(parent, counted, llm_calls_in(await call.trailing_metadata()))
         except grpc.RpcError as error:
-            _count_llm_calls(parent, counted, llm_calls_in(error.trailing_metadata()))
+            # The remote run's own failure is what ended it, even past the limit.
+            _count_llm_calls(parent, counted, llm_calls_in(error.trailing_metadata()), check=False)
             raise error_from_downstream(
                 error, f"remote agent {self.name!r}", self.target
             ) from error
@@ -714,14 +815,26 @@ class RemoteAgent(BaseAgent):
             )
 
 
-def _count_llm_calls(ctx: InvocationContext, counted: int, reported: int) -> int:
+def _count_llm_calls(
+    ctx: InvocationContext, counted: int, reported: int, *, check: bool = True
+) -> int:
     """Count against ``ctx``'s invocation the model calls a remote run reports having made so
     far (``RunResponse.llm_calls`` of each response, then the trailer), past the ``counted``
     already; return the calls counted now. A report never takes calls back (a service that
-    does not send the field reports 0 until its trailer)."""
+    does not send the field reports 0 until its trailer).
+
+    Raises:
+        LlmCallLimitError: with ``check``, the invocation is now past its ``max_llm_calls``
+            (the calls are counted all the same: they were made). A run alone cannot get
+            there (it was sent what was left); concurrent ones can, each sent what was left
+            when it started, and the one whose report crosses the limit ends there, as the
+            call past it raises in process wherever it happens.
+    """
     if reported > counted:
         ctx.add_llm_calls(reported - counted)
-        return reported
+        counted = reported
+        if check:
+            ctx.check_llm_calls()
     return counted
 
 

@@ -50,7 +50,8 @@ the child forwards is not handed to ``on_event`` again in the parent's run. They
 in the caller's process, for a child in another service too (which sees its events as
 forwarded, without actions); a hook that raises fails the call as the child's other errors do.
 A child in this process also runs under the caller's agent, model and tool hooks; one in
-another service under that service's plugins.
+another service under that service's plugins, the caller's ``before_agent`` / ``after_agent``
+seeing it as one agent (as a transfer target; see ``RemoteAgent.run_delegation``).
 
 Where the policy is enforced: what it decides about the child (projection in, artifact
 prefixes, memory, write-back out, forwarded events) is applied where the child runs, by one

@@ -189,10 +189,12 @@ async def test_a_child_in_another_service_goes_through_the_callers_run_hooks() -
         await server.stop(None)
     assert tool_response(events) == {"result": "child says"}
     # The caller's plugins see the child's run as for a child in process (its events
-    # included); the agent, model and tool hooks of what runs there are the service's.
+    # included), the remote agent as one agent (as a transfer target); the agent, model and
+    # tool hooks of what runs there are the service's.
     child_run = caller.seen[caller.seen.index("before_tool:child") + 1 :]
     assert child_run[: child_run.index("after_tool:child")] == [
-        "on_user_message:child", "before_run:child", "on_event:child", "after_run:child",
+        "on_user_message:child", "before_run:child", "before_agent:child",
+        "on_event:child", "after_agent:child", "after_run:child",
     ]  # fmt: skip
     # The service's: the agent, no run hooks (they are the caller Runner's).
     assert served.seen == ["before_agent:child", "after_agent:child"]

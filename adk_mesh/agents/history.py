@@ -12,12 +12,15 @@ The rules, in order:
 5. The user's events and the agent's own events are kept as they are. Another agent's events
    are presented as context in a user message (``For context: [other] said: ...``), so the
    model never mistakes them for its own turns; another agent's events that skip
-   summarization are left out.
+   summarization, or that hold nothing to tell (only reasoning, blank text or built-in tool
+   parts), are left out.
 6. A long-running call answered later: when the newest event holds function responses to
    calls made before an intermediate answer, the events between that call and the response
    are dropped, so the call is directly followed by its final response, merged with the
    responses in between to the calls of the same event (a sibling answered in an earlier
-   turn), a later response to a call in the place of an earlier one, as google-adk does.
+   turn), a later response to a call in the place of an earlier one, as google-adk does —
+   and with those to a call made before it that was still waiting (the pairing then moves
+   them up to their call).
 7. Tool confirmation (:mod:`adk_mesh._confirmation`): the ``adk_request_confirmation`` calls
    and the client's answers to them are left out (the model made none of them); a call that
    waits for a person's confirmation reads as pending, as a long-running call does.
@@ -73,7 +76,7 @@ def build_contents(
 ) -> list[Content]:
     """The contents sent to the model for ``agent_name`` (see the module docstring)."""
     kept = _kept_events(events, agent_name, branch, invocation_id)
-    kept = _join_late_function_response(kept)
+    kept = _join_late_function_response(kept, agent_name)
     return [_content_for(event, agent_name) for event in kept]
 
 
@@ -202,7 +205,7 @@ class RequestHistory:
         tail = events[start:]
         kept = _kept_events(tail, agent_name, branch, None)
         long_running_ids = prefix.long_running_ids | _long_running_ids(tail)
-        joined = _join_late_function_response(kept)
+        joined = _join_late_function_response(kept, agent_name)
         tail_contents = [_content_for(event, agent_name) for event in joined]
         if prefix.events and (
             not kept or _answers_earlier_calls(kept) or _holds_function_responses(tail_contents[0])
@@ -418,18 +421,20 @@ def _kept_events(
         content = event.llm_response.content
         if content is None or not content.parts or event.llm_response.partial:
             continue
-        if without_confirmations(content) is None:
+        content = without_confirmations(content)
+        if content is None:
             continue
         if invocation_id is not None and event.invocation_id != invocation_id:
             continue
         if event.branch and not is_visible_on_branch(event.branch, branch):
             continue
-        if (
-            event.author != "user"
-            and event.author != agent_name
-            and event.actions.skip_summarization
-        ):
-            continue
+        if event.author != "user" and event.author != agent_name:
+            if event.actions.skip_summarization:
+                continue
+            if not _tells_something(content):
+                # Only reasoning, blank text or built-in tool parts: told as context, it
+                # would be a bare "For context:" message (google-adk leaves such out too).
+                continue
         kept.append(event)
     return kept
 
@@ -444,7 +449,7 @@ def _content_for(event: Event, agent_name: str) -> Content:
     return _as_context(event.author, content)
 
 
-def _join_late_function_response(events: list[Event]) -> list[Event]:
+def _join_late_function_response(events: list[Event], agent_name: str) -> list[Event]:
     if len(events) < 2:
         return events
     last = events[-1]
@@ -459,6 +464,10 @@ def _join_late_function_response(events: list[Event]) -> list[Event]:
             # Responses in between to that event's calls (a sibling long-running or confirmed
             # call answered in an earlier turn) join the last one, as google-adk merges them:
             # dropped, the model would read that call as still pending and make it again.
+            # So do those to a call made before it and not answered by then (a long-running
+            # call of an earlier step whose result came in between): the pairing moves them
+            # up to their call.
+            call_ids |= _open_call_ids(events[:index], agent_name)
             answered = [
                 event
                 for event in events[index + 1 : -1]
@@ -468,6 +477,21 @@ def _join_late_function_response(events: list[Event]) -> list[Event]:
                 last = _merged_responses([*answered, last])
             return [*events[: index + 1], last]
     return events
+
+
+def _open_call_ids(events: list[Event], agent_name: str) -> set[str]:
+    """Ids of the function calls in the contents of ``events`` (kept events) that no
+    response after them among those contents answers."""
+    open_ids: set[str] = set()
+    for event in events:
+        if event.author != "user" and event.author != agent_name:
+            continue  # told as context: no call nor response is left in its content
+        content = _content_for(event, agent_name)
+        if is_model_role(content):
+            open_ids.update(call.id for call in content.function_calls if call.id)
+        else:
+            open_ids.difference_update(r.id for r in content.function_responses if r.id)
+    return open_ids
 
 
 def _merged_responses(events: list[Event]) -> Event:
@@ -493,6 +517,14 @@ def _merged_responses(events: list[Event]) -> Event:
     merged = Content(role=content.role, parts=parts)
     return last.model_copy(
         update={"llm_response": last.llm_response.model_copy(update={"content": merged})}
+    )
+
+
+def _tells_something(content: Content) -> bool:
+    """Whether :func:`_as_context` tells anything of another agent's ``content``."""
+    return any(
+        not (part.thought or part.is_server_tool) and (part.text is None or part.text.strip())
+        for part in content.parts
     )
 
 

@@ -57,6 +57,7 @@ prompt says so; forcing the schema's tool would leave the model no way to call t
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -232,6 +233,22 @@ def _error(error: Any) -> ModelError:
 #: raw bytes, the OpenAI Responses adapter's marked JSON) are not, and the API refuses a
 #: thinking block whose signature it did not issue: those thoughts are not sent.
 _SIGNATURE_TEXT = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
+
+
+#: What the API takes as a tool_use id (and a tool_result's tool_use_id).
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+_TOOL_USE_ID_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _tool_use_id(call_id: str) -> str:
+    """``call_id`` as the API takes it: another provider's id (``functions.lookup:0``) is
+    refused with a 400 on every later turn, so its other characters become ``_``, plus a
+    digest of the original so ids differing only there stay apart. Deterministic, so a call
+    and its result keep the same id."""
+    if _TOOL_USE_ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:8]
+    return f"{_TOOL_USE_ID_REFUSED.sub('_', call_id)}_{digest}"
 
 
 def _signature_text(signature: bytes | None) -> str | None:
@@ -788,7 +805,7 @@ class AnthropicModel(HttpLlm):
                     results.append(
                         {
                             "type": "tool_result",
-                            "tool_use_id": ids.for_response(part.function_response),
+                            "tool_use_id": _tool_use_id(ids.for_response(part.function_response)),
                             "content": json_dumps(part.function_response.response),
                         }
                     )
@@ -821,7 +838,7 @@ class AnthropicModel(HttpLlm):
         if part.function_call is not None:
             return {
                 "type": "tool_use",
-                "id": ids.for_call(part.function_call),
+                "id": _tool_use_id(ids.for_call(part.function_call)),
                 "name": part.function_call.name,
                 "input": part.function_call.args,
             }

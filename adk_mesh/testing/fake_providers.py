@@ -24,8 +24,15 @@ A reply is one of:
 
 Like the real APIs, :class:`FakeOpenAI` and :class:`FakeAnthropic` refuse (HTTP 400,
 ``invalid_request_error``, the API's own message) a history in which a tool call is not
-answered right after it, or a tool result answers no call just before it: the check runs
-before a scripted reply is taken. Pass ``check_history=False`` to turn it off.
+answered right after it, or a tool result answers no call just before it, and
+:class:`FakeGemini` refuses (400 ``INVALID_ARGUMENT``) contents the API does not take: none,
+a content without parts, an empty part, a function response turn that does not follow a
+function call turn with as many calls, a function call turn that does not follow a user turn,
+and on Gemini 3+ an unsigned function call of the current turn (its own calls come signed).
+The checks run before a scripted reply is taken. Pass ``check_history=False`` to turn them
+off. Always checked: a method and path the API does not serve (its 404) and a body that is not
+a JSON object (its 400). ``streamGenerateContent`` without ``alt=sse`` answers one JSON array,
+as the API does.
 
 Every request is recorded in :attr:`FakeProviderServer.requests`. The servers run on the
 event loop that starts them; :meth:`FakeProviderServer.stop` closes every connection.
@@ -415,6 +422,34 @@ class FakeProviderServer(abc.ABC):
         does not accept), or ``None``. Checked only with ``check_history``."""
         return None
 
+    #: The requests the API serves (``"METHOD /path"``); ``None`` takes any.
+    route: ClassVar[re.Pattern[str] | None] = None
+
+    def misrouted(self, request: RecordedRequest) -> RawReply | None:
+        """The API's 404 for a method and path it does not serve, or ``None``. Always checked:
+        a client building a wrong URL must fail here as it would against the real API."""
+        if self.route is None or self.route.fullmatch(f"{request.method} {request.path}"):
+            return None
+        message = f"Invalid URL ({request.method} {request.path})"
+        return RawReply(status=404, body=_json_bytes(self.error_body(404, message)))
+
+    #: What the API answers (HTTP 400) to a body that is not a JSON object.
+    unparsable_message: ClassVar[str] = "the request body is not a JSON object"
+
+    def unparsable(self, request: RecordedRequest) -> RawReply | None:
+        """The API's 400 for a body that is not a JSON object, or ``None``. Always checked:
+        without it the reply was taken from the script and the connection dropped (a
+        transport error to the client, retried) while the fake failed to read the body."""
+        if not request.body:
+            return None
+        try:
+            body = request.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            return None
+        return RawReply(status=400, body=_json_bytes(self.error_body(400, self.unparsable_message)))
+
     def requested_model(self, request: RecordedRequest) -> str:
         try:
             body = request.json()
@@ -499,7 +534,9 @@ class FakeProviderServer(abc.ABC):
         self, request: RecordedRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         """Send the reply; False when the connection must not be reused."""
-        refused = self.refusal(request) if self.check_history else None
+        refused = self.misrouted(request) or self.unparsable(request)
+        if refused is None and self.check_history:
+            refused = self.refusal(request)
         if refused is not None:
             self.refused.append((request, refused))
             await self._send(writer, refused.status, refused.body, refused.headers)
@@ -625,6 +662,11 @@ _GOOGLE_STATUS = {
 }
 
 
+#: Fields of a Gemini part beside its one data member (``text``, ``functionCall``, ...).
+_GEMINI_PART_METADATA = frozenset(
+    {"thought", "videoMetadata", "video_metadata", "partMetadata", "part_metadata"}
+)
+
 #: The ``toolType`` Gemini reports for a server-side call of each scripted native tool.
 _GEMINI_TOOL_TYPES = {ScriptedWebSearch: "GOOGLE_SEARCH_WEB", ScriptedUrlFetch: "URL_CONTEXT"}
 
@@ -641,13 +683,25 @@ class FakeGemini(FakeProviderServer):
 
     provider = "gemini"
     default_model = "gemini-2.5-flash"
+    unparsable_message = "Invalid JSON payload received. Expected a JSON object."
+    route = re.compile(
+        r"POST /v1(?:beta|alpha)?/models/[A-Za-z0-9._-]+:(?:streamG|g)enerateContent"
+    )
 
     def make_model(self, **kwargs: Any) -> GeminiModel:
         kwargs.setdefault("api_key", "test-gemini-key")
         return GeminiModel(kwargs.pop("model", self.model_name), base_url=self.base_url, **kwargs)
 
     def is_stream(self, request: RecordedRequest) -> bool:
+        """SSE only with ``alt=sse``: without it the API streams one JSON array instead."""
+        return self._streams(request) and request.query.get("alt") == "sse"
+
+    @staticmethod
+    def _streams(request: RecordedRequest) -> bool:
         return request.path.endswith(":streamGenerateContent")
+
+    def _streamed_as_array(self, request: RecordedRequest) -> bool:
+        return self._streams(request) and not self.is_stream(request)
 
     def requested_model(self, request: RecordedRequest) -> str:
         name = request.path.rsplit("/", 1)[-1].split(":", 1)[0]
@@ -677,12 +731,22 @@ class FakeGemini(FakeProviderServer):
             parts.append({"functionCall": function_call})
         return parts
 
-    @staticmethod
-    def _sign(turn: ScriptedTurn, parts: list[dict[str, Any]]) -> None:
-        if turn.thought_signature is None or not parts:
+    def _sign(
+        self, turn: ScriptedTurn, request: RecordedRequest, parts: list[dict[str, Any]]
+    ) -> None:
+        signature = turn.thought_signature
+        if signature is None and turn.tool_calls and self._signs_calls(request):
+            signature = b"fake-gemini-3-signature"  # Gemini 3 signs every step's first call
+        if signature is None or not parts:
             return
         target = next((p for p in parts if "functionCall" in p), parts[-1])
-        target["thoughtSignature"] = base64.b64encode(turn.thought_signature).decode()
+        target["thoughtSignature"] = base64.b64encode(signature).decode()
+
+    def _signs_calls(self, request: RecordedRequest) -> bool:
+        """Gemini 3+: signs the first function call of each step, and requires the current
+        turn's signatures back."""
+        version = re.match(r"gemini-(\d+)", self.requested_model(request))
+        return version is not None and int(version.group(1)) >= 3
 
     def _chunk(
         self, turn: ScriptedTurn, request: RecordedRequest, parts: list[dict[str, Any]], last: bool
@@ -792,13 +856,22 @@ class FakeGemini(FakeProviderServer):
         return parts
 
     def refusal(self, request: RecordedRequest) -> RawReply | None:
-        """The API's 400s for built-in tools beside function declarations: refused before
-        Gemini 3, and on Gemini 3+ unless the request includes server-side tool invocations."""
+        """The API's 400s for contents it does not take (see :meth:`_contents_refusal`), and
+        for built-in tools beside function declarations: refused before Gemini 3, and on
+        Gemini 3+ unless the request includes server-side tool invocations."""
         try:
             body = request.json()
         except ValueError:
             return None
-        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            return None
+        refused = self._contents_refusal(body.get("contents"))
+        contents = body.get("contents")
+        if refused is None and isinstance(contents, list) and self._signs_calls(request):
+            refused = self._signature_refusal(contents)
+        if refused is not None:
+            return refused
+        tools = body.get("tools")
         if not isinstance(tools, list):
             return None
         keys = {key for tool in tools if isinstance(tool, dict) for key in tool}
@@ -818,10 +891,103 @@ class FakeGemini(FakeProviderServer):
             )
         return None
 
+    def _contents_refusal(self, contents: Any) -> RawReply | None:
+        """The API's 400s for ``contents``: none at all; a content without parts; a part with
+        no data (``{"text": ""}`` counts as none, unless it carries a thought signature, as
+        Gemini's own closing parts do); a turn mixing function calls and responses; a
+        function call turn that does not follow a user turn (a function response turn is
+        one); a function response turn that does not follow a function call turn, or whose
+        number of responses differs from that turn's number of calls."""
+        if not contents:
+            return self._refuse("* GenerateContentRequest.contents: contents is not specified\n")
+        if not isinstance(contents, list):
+            return None
+        previous_role: str | None = None
+        previous_calls = 0
+        for index, content in enumerate(contents):
+            if not isinstance(content, dict):
+                continue
+            parts = content.get("parts")
+            where = f"* GenerateContentRequest.contents[{index}].parts"
+            if not parts:
+                return self._refuse(f"{where}: contents.parts must not be empty.\n")
+            if not isinstance(parts, list):
+                continue
+            for position, part in enumerate(parts):
+                if isinstance(part, dict) and not self._has_data(part):
+                    return self._refuse(
+                        f"{where}[{position}].data: required oneof field 'data' must have one "
+                        "initialized field\n"
+                    )
+            calls = sum(1 for p in parts if isinstance(p, dict) and "functionCall" in p)
+            responses = sum(1 for p in parts if isinstance(p, dict) and "functionResponse" in p)
+            role = content.get("role") or "user"
+            if calls and responses:
+                return self._refuse(
+                    "Please ensure that function call turn contains at least one function_call "
+                    "part which can not be mixed with function_response parts."
+                )
+            if calls and previous_role != "user":
+                return self._refuse(
+                    "Please ensure that function call turn comes immediately after a user turn "
+                    "or after a function response turn."
+                )
+            if responses and not previous_calls:
+                return self._refuse(
+                    "Please ensure that function response turn comes immediately after a "
+                    "function call turn."
+                )
+            if responses and responses != previous_calls:
+                return self._refuse(
+                    "Please ensure that the number of function response parts is equal to the "
+                    "number of function call parts of the function call turn."
+                )
+            previous_role, previous_calls = role, calls
+        return None
+
+    def _signature_refusal(self, contents: list[Any]) -> RawReply | None:
+        """Gemini 3's 400 for a step of the current turn (the contents after the last user
+        message that is not function responses) whose first function call has no signature."""
+        start = 0
+        for index, content in enumerate(contents):
+            parts = content.get("parts") if isinstance(content, dict) else None
+            if (
+                isinstance(parts, list)
+                and (content.get("role") or "user") == "user"
+                and not any(isinstance(p, dict) and "functionResponse" in p for p in parts)
+            ):
+                start = index + 1
+        for index in range(start, len(contents)):
+            parts = contents[index].get("parts") if isinstance(contents[index], dict) else None
+            calls = [p for p in parts or [] if isinstance(p, dict) and "functionCall" in p]
+            if calls and not {"thoughtSignature", "thought_signature"} & set(calls[0]):
+                name = calls[0]["functionCall"].get("name")
+                return self._refuse(
+                    "Function call is missing a thought_signature in functionCall parts. This "
+                    "is required for tools to work correctly, and missing thought_signature may "
+                    "lead to degraded model performance. Additional data, function call "
+                    f"`default_api:{name}`, position {index}. Please refer to "
+                    "https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+                )
+        return None
+
+    @staticmethod
+    def _has_data(part: dict[str, Any]) -> bool:
+        if "thoughtSignature" in part or "thought_signature" in part:
+            return True
+        data = set(part) - _GEMINI_PART_METADATA
+        return (bool(data) and data != {"text"}) or bool(part.get("text"))
+
     def _refuse(self, message: str) -> RawReply:
         return RawReply(status=400, body=_json_bytes(self.error_body(400, message)))
 
     def render_json(self, turn: ScriptedTurn, request: RecordedRequest) -> Any:
+        if self._streamed_as_array(request):
+            # streamGenerateContent without alt=sse: the chunks as one JSON array.
+            return [
+                self._chunk(turn, request, parts, last)
+                for parts, last in self._stream_parts(turn, request)
+            ]
         parts: list[dict[str, Any]] = []
         if turn.thoughts:
             parts.append({"text": "".join(turn.thoughts), "thought": True})
@@ -830,10 +996,19 @@ class FakeGemini(FakeProviderServer):
         if turn.text_deltas:
             parts.append({"text": "".join(turn.text_deltas)})
         parts.extend(self._call_parts(turn))
-        self._sign(turn, parts)
+        self._sign(turn, request, parts)
         return self._chunk(turn, request, parts, last=True)
 
     def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
+        return [
+            b"data: " + _json_bytes(self._chunk(turn, request, parts, last)) + b"\r\n\r\n"
+            for parts, last in self._stream_parts(turn, request)
+        ]
+
+    def _stream_parts(
+        self, turn: ScriptedTurn, request: RecordedRequest
+    ) -> list[tuple[list[dict[str, Any]], bool]]:
+        """The parts of each streamed chunk, and whether it is the last."""
         chunks: list[list[dict[str, Any]]] = [
             [{"text": thought, "thought": True}] for thought in turn.thoughts
         ]
@@ -844,13 +1019,8 @@ class FakeGemini(FakeProviderServer):
             chunks.append(self._call_parts(turn))
         if not chunks:
             chunks.append([{"text": ""}])
-        self._sign(turn, chunks[-1])
-        return [
-            b"data: "
-            + _json_bytes(self._chunk(turn, request, parts, last=index == len(chunks) - 1))
-            + b"\r\n\r\n"
-            for index, parts in enumerate(chunks)
-        ]
+        self._sign(turn, request, chunks[-1])
+        return [(parts, index == len(chunks) - 1) for index, parts in enumerate(chunks)]
 
     def render_stream_error(self, message: str) -> bytes:
         return b"data: " + _json_bytes(self.error_body(500, message)) + b"\r\n\r\n"
@@ -881,6 +1051,12 @@ class FakeOpenAI(FakeProviderServer):
 
     provider = "openai"
     default_model = "gpt-4o-mini"
+    unparsable_message = (
+        "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+        "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what "
+        "was sent was not valid JSON.)"
+    )
+    route = re.compile(r"POST /v1/chat/completions")
 
     def make_model(self, **kwargs: Any) -> OpenAIModel:
         kwargs.setdefault("api_key", "test-openai-key")
@@ -950,6 +1126,7 @@ class FakeOpenAI(FakeProviderServer):
 
     def render_stream(self, turn: ScriptedTurn, request: RecordedRequest) -> list[bytes]:
         envelope = self._envelope(turn, request, "chat.completion.chunk")
+        include_usage = bool((request.json().get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             body = {
@@ -958,6 +1135,8 @@ class FakeOpenAI(FakeProviderServer):
                     {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
                 ],
             }
+            if include_usage:
+                body["usage"] = None  # the API's: every chunk but the last has a null usage
             return b"data: " + _json_bytes(body) + b"\n\n"
 
         records = [chunk({"role": "assistant", "content": "", "refusal": None})]
@@ -983,7 +1162,7 @@ class FakeOpenAI(FakeProviderServer):
                     chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
                 )
         records.append(chunk({}, self._finish(turn)))
-        if (request.json().get("stream_options") or {}).get("include_usage"):
+        if include_usage:
             usage = {**envelope, "choices": [], "usage": self._usage(turn)}
             records.append(b"data: " + _json_bytes(usage) + b"\n\n")
         records.append(b"data: [DONE]\n\n")
@@ -1071,6 +1250,9 @@ _ANTHROPIC_ERROR_TYPES = {
 #: The fields of a server tool's result block (``*_tool_result``) the Messages API takes back.
 _SERVER_RESULT_FIELDS = frozenset({"type", "tool_use_id", "content", "cache_control"})
 
+#: What the Messages API takes as a ``tool_use`` block's id (and a ``tool_result``'s).
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+
 #: What a thinking signature the Messages API issued looks like (the fake cannot check it).
 _ISSUED_SIGNATURE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
 
@@ -1092,6 +1274,8 @@ class FakeAnthropic(FakeProviderServer):
 
     provider = "anthropic"
     default_model = "claude-sonnet-4-5"
+    unparsable_message = "There was an error parsing the body: it is not a JSON object"
+    route = re.compile(r"POST /v1/messages")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -1335,19 +1519,27 @@ class FakeAnthropic(FakeProviderServer):
     def refusal(self, request: RecordedRequest) -> RawReply | None:
         """The Messages API's 400s for a history it does not take: a message with no content
         (but a final assistant one), an empty or whitespace-only text block, a thinking
-        block without a signature it issued (here: base64 text), and tool blocks out of
-        place: every ``tool_use`` block of an assistant message needs a ``tool_result`` block
-        in the very next message, ahead of its other blocks, and a ``tool_result`` block must
+        block without a signature it issued (here: base64 text), a tool id outside
+        ``[a-zA-Z0-9_-]+``, and tool blocks out of place: every ``tool_use`` block of an
+        assistant message needs a ``tool_result`` block in the very next message, ahead of
+        its other blocks, and a ``tool_result`` block must
         answer a ``tool_use`` of the message before it; a server tool's result block
         (``*_tool_result``) must follow its ``server_tool_use`` in the same assistant turn and
         hold its ``content`` and no field the API does not know.
-        Consecutive messages of one role are not refused: the API joins them into one turn. After a
+        Consecutive messages of one role are not refused: the API joins them into one turn. A
+        request without ``max_tokens`` is refused (the API has no default). After a
         ``pause_turn``, a request that does not continue the paused content is refused too
         (the fake's check: the API would start a new turn instead)."""
         try:
-            messages = request.json().get("messages")
-        except (ValueError, AttributeError):
+            body = request.json()
+        except ValueError:
             return None
+        if not isinstance(body, dict):
+            return None
+        if "max_tokens" not in body:
+            # The Messages API has no default for it.
+            return self._refuse("max_tokens: Field required")
+        messages = body.get("messages")
         if not isinstance(messages, list):
             return None
         return (
@@ -1436,6 +1628,15 @@ class FakeAnthropic(FakeProviderServer):
                 return "messages: text content blocks must be non-empty"
             if isinstance(text, str) and text.isspace():
                 return "messages: text content blocks must contain non-whitespace text"
+        for kind, key in (("tool_use", "id"), ("tool_result", "tool_use_id")):
+            value = block.get(key)
+            if block.get("type") == kind and not (
+                isinstance(value, str) and _TOOL_USE_ID.fullmatch(value)
+            ):
+                return (
+                    f"messages.{index}.content.{position}.{kind}.{key}: String should match "
+                    f"pattern '^[a-zA-Z0-9_-]+$'"
+                )
         if block.get("type") == "thinking":
             signature = block.get("signature")
             if not isinstance(signature, str) or not _ISSUED_SIGNATURE.fullmatch(signature):
@@ -1506,6 +1707,8 @@ class FakeOllama(FakeProviderServer):
 
     provider = "ollama"
     default_model = "llama3.2"
+    unparsable_message = "invalid request body: not a JSON object"
+    route = re.compile(r"POST /api/chat")
     stream_content_type = "application/x-ndjson"
 
     def make_model(self, **kwargs: Any) -> OllamaModel:

@@ -756,6 +756,9 @@ class FakeOpenAIResponses(FakeProviderServer):
 
     # ------------------------------------------------------------------ what the API refuses
 
+    def unparsable(self, request: RecordedRequest) -> RawReply | None:
+        return None  # refusal() answers such a body with the API's own param and message
+
     def refusal(self, request: RecordedRequest) -> RawReply | None:
         try:
             self._check(request)

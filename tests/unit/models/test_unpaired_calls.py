@@ -170,6 +170,7 @@ async def test_fake_anthropic_refuses_a_tool_result_that_answers_no_tool_use() -
             server,
             "/v1/messages",
             {
+                "max_tokens": 100,
                 "messages": [
                     {"role": "user", "content": "fares"},
                     {"role": "assistant", "content": "Let me see."},
@@ -180,7 +181,7 @@ async def test_fake_anthropic_refuses_a_tool_result_that_answers_no_tool_use() -
                             {"type": "tool_result", "tool_use_id": "toolu_z", "content": "{}"},
                         ],
                     },
-                ]
+                ],
             },
         )
     assert response.status_code == 400

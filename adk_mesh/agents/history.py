@@ -8,7 +8,9 @@ The rules, in order:
    sees events with no branch, the same branch, or an ancestor branch (``b`` starts with
    ``event.branch + "."``). So parallel siblings do not see each other's events, while an agent
    that runs after a ParallelAgent sees what every branch did, as in ADK.
-4. ``include_contents="none"``: only the events of the current invocation are kept.
+4. ``include_contents="none"``: only the agent's current turn is kept, from the latest event
+   that starts it — a user's message or another agent's reply (:func:`current_turn`), as
+   google-adk does.
 5. The user's events and the agent's own events are kept as they are. Another agent's events
    are presented as context in a user message (``For context: [other] said: ...``), so the
    model never mistakes them for its own turns; another agent's events that skip
@@ -45,7 +47,13 @@ from adk_mesh.models._convert import is_model_role
 from adk_mesh.models._pairing import pair_function_calls
 from adk_mesh.types import Content, Event, Part
 
-__all__ = ["RequestHistory", "build_contents", "is_visible_on_branch", "request_contents"]
+__all__ = [
+    "RequestHistory",
+    "build_contents",
+    "current_turn",
+    "is_visible_on_branch",
+    "request_contents",
+]
 
 #: Sessions whose request history a :class:`RequestHistory` keeps, by default, and the memory
 #: their events may hold (estimated: :func:`~adk_mesh._memory.event_bytes`).
@@ -416,27 +424,46 @@ def _kept_events(
     events: Sequence[Event], agent_name: str, branch: str, invocation_id: str | None
 ) -> list[Event]:
     """Rules 2-5's selection: the events whose content the agent's model reads."""
-    kept: list[Event] = []
-    for event in events:
-        content = event.llm_response.content
-        if content is None or not content.parts or event.llm_response.partial:
+    return [event for event in events if _is_kept(event, agent_name, branch, invocation_id)]
+
+
+def _is_kept(event: Event, agent_name: str, branch: str, invocation_id: str | None) -> bool:
+    content = event.llm_response.content
+    if content is None or not content.parts or event.llm_response.partial:
+        return False
+    content = without_confirmations(content)
+    if content is None:
+        return False
+    if invocation_id is not None and event.invocation_id != invocation_id:
+        return False
+    if event.branch and not is_visible_on_branch(event.branch, branch):
+        return False
+    if event.author != "user" and event.author != agent_name:
+        if event.actions.skip_summarization:
+            return False
+        if not _tells_something(content):
+            # Only reasoning, blank text or built-in tool parts: told as context, it
+            # would be a bare "For context:" message (google-adk leaves such out too).
+            return False
+    return True
+
+
+def current_turn(events: Sequence[Event], *, agent_name: str, branch: str = "") -> Sequence[Event]:
+    """Rule 4: the events from the latest one that starts ``agent_name``'s current turn — a
+    message of the user's, or another agent's reply it is told — as google-adk's
+    ``include_contents="none"`` takes them (in a loop, an agent sees the round's input, not
+    every round before it). A user's event holding only answers to calls does not start a
+    turn (the call it answers stays in view). No such event: no events."""
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event.author == agent_name or not _is_kept(event, agent_name, branch, None):
             continue
-        content = without_confirmations(content)
-        if content is None:
-            continue
-        if invocation_id is not None and event.invocation_id != invocation_id:
-            continue
-        if event.branch and not is_visible_on_branch(event.branch, branch):
-            continue
-        if event.author != "user" and event.author != agent_name:
-            if event.actions.skip_summarization:
-                continue
-            if not _tells_something(content):
-                # Only reasoning, blank text or built-in tool parts: told as context, it
-                # would be a bare "For context:" message (google-adk leaves such out too).
-                continue
-        kept.append(event)
-    return kept
+        if event.author != "user" or any(
+            part.function_response is None
+            for part in event.llm_response.content.parts  # type: ignore[union-attr]
+        ):
+            return events[index:]
+    return []
 
 
 def _content_for(event: Event, agent_name: str) -> Content:

@@ -24,7 +24,7 @@ from adk_mesh.agents.base import (
     call_callbacks,
     checked_callback_result,
 )
-from adk_mesh.agents.history import RequestHistory, request_contents
+from adk_mesh.agents.history import RequestHistory, current_turn, request_contents
 from adk_mesh.contexts import (
     MAX_UNREAD_TOOL_EVENTS,
     CallbackContext,
@@ -152,7 +152,8 @@ class LlmAgent(BaseAgent):
         generate_content_config: sampling settings sent with every request (or a dict of
             them); tools and the system instruction have their own arguments.
         include_contents: ``"default"`` sends the conversation history; ``"none"`` only the
-            current turn.
+            current turn: from the latest user message or other agent's reply on (as
+            google-adk; in a LoopAgent, the round's input, not every round before it).
         disallow_transfer_to_parent / disallow_transfer_to_peers: narrow the transfer targets.
         on_model_error_callback: ``(callback_context, llm_request, error)`` when the model
             call fails (a :class:`~adk_mesh.errors.ModelError`, or any exception of the
@@ -440,10 +441,9 @@ class LlmAgent(BaseAgent):
         session = ctx.session
         if self.include_contents == "none":
             request.contents = request_contents(
-                session.events,
+                current_turn(session.events, agent_name=self.name, branch=ctx.branch),
                 agent_name=self.name,
                 branch=ctx.branch,
-                invocation_id=ctx.invocation_id,
             )
         else:
             # Built from what was appended since this agent's last request in the session.

@@ -407,6 +407,53 @@ async def test_include_contents_none_sends_only_the_current_turn() -> None:
     assert [c.text for c in full.requests[1].contents] == ["one", "first", "two"]
 
 
+async def test_include_contents_none_starts_at_the_latest_other_agents_reply_in_a_loop() -> None:
+    """As google-adk's ``_get_current_turn_contents``: the turn of a "none" agent starts at the
+    latest user message or other agent's reply, so in a loop it reads the round's input (and
+    its own tool round since), not the user's message and every round before."""
+    from adk_mesh import LoopAgent
+
+    def score(draft: str) -> dict[str, Any]:
+        """Scores a draft."""
+        return {"score": len(draft)}
+
+    writer = LlmAgent(name="writer", model=ScriptedModel(["draft 1", "draft 2"]))
+    reviewer_model = ScriptedModel(
+        [call("score", {"draft": "draft 1"}), "ok 1", call("score", {"draft": "draft 2"}), "ok 2"]
+    )
+    reviewer = LlmAgent(
+        name="reviewer", model=reviewer_model, include_contents="none", tools=[score]
+    )
+    loop = LoopAgent(name="loop", sub_agents=[writer, reviewer], max_iterations=2)
+    runner = Runner(agent=loop, app_name="app", session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run(
+        user_id="u", session_id=session.id, new_message=Content.from_text("user", "a poem")
+    ):
+        pass
+
+    def shown(request: LlmRequest) -> list[str]:
+        return [
+            part.text
+            or (part.function_call and f"call {part.function_call.name}")
+            or (part.function_response and f"answer {part.function_response.name}")
+            or "?"
+            for content in request.contents
+            for part in content.parts
+        ]
+
+    first, after_tool, second, _ = reviewer_model.requests
+    assert shown(first) == ["For context:", "[writer] said: draft 1"]
+    assert shown(after_tool) == [
+        "For context:",
+        "[writer] said: draft 1",
+        "call score",
+        "answer score",
+    ]
+    # The second round: the writer's new draft, not the user's message or round one.
+    assert shown(second) == ["For context:", "[writer] said: draft 2"]
+
+
 async def test_long_running_tool_is_resumed_by_a_later_function_response() -> None:
     from adk_mesh import FunctionTool
 

@@ -46,6 +46,9 @@ class GatewaySettings:
         sse_ping_seconds: a comment line (``: ping``) keeps an idle event stream open through
             proxies this often (0: never).
         trace_dir: where the mesh's trace files are (for the UI's trace routes), if any.
+        trace_memory_spans: how many spans read from the trace files the gateway keeps in
+            memory (the oldest traces are dropped, whole, past it); ``None``:
+            ``ADK_MESH_TRACE_MEMORY_SPANS``, else 50,000.
         request_headers: HTTP headers of a run request (lower-case names) that reach the run
             as its request metadata (``RootRun.request_metadata``; tools read it as
             ``tool_context.request_metadata``); none by default. What the client sends there
@@ -60,6 +63,7 @@ class GatewaySettings:
     run_timeout: float = DEFAULT_RUN_TIMEOUT
     sse_ping_seconds: float = 15.0
     trace_dir: Path | None = None
+    trace_memory_spans: int | None = None
     request_headers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -72,6 +76,10 @@ class GatewaySettings:
             raise ConfigError(f"max_body_bytes must be 1 or more, not {self.max_body_bytes}")
         if not self.run_timeout > 0:
             raise ConfigError(f"run_timeout must be positive seconds, not {self.run_timeout}")
+        if self.trace_memory_spans is not None and self.trace_memory_spans < 1:
+            raise ConfigError(
+                f"trace_memory_spans must be 1 or more, not {self.trace_memory_spans}"
+            )
         for origin in self.cors_origins:
             if origin == "*":
                 raise ConfigError(

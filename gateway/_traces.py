@@ -14,8 +14,10 @@ with one (a client's own trace around several users' turns) is shown without its
 come from:
 
 * **the trace files of a local mesh** — the OTLP JSON lines ``adk-mesh up`` has every service
-  append to ``<state_dir>/traces/<service>.jsonl`` (``ADK_MESH_TRACE_DIR``); read
-  incrementally, only what was appended since the last request;
+  append to ``<state_dir>/traces/<service>.jsonl`` (``ADK_MESH_TRACE_DIR``) and the files
+  rotated from them (``<service>.jsonl.<n>``); read incrementally, only what was appended
+  since the last request, and at most ``max_spans`` spans kept in memory
+  (``ADK_MESH_TRACE_MEMORY_SPANS``, 50,000 by default; the oldest traces dropped whole);
 * **an OTLP backend's query API**, where one is configured (``ADK_MESH_TRACE_QUERY_URL``): the
   Jaeger HTTP query API (``/api/services``, then ``/api/traces?service=...&tags=...`` per
   service, merged by trace id).
@@ -33,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +47,14 @@ from fastapi import Path as PathParameter
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from adk_mesh.errors import ConfigError
 from adk_mesh.telemetry import TRACE_DIR_ENV, SpanRecord, records_from_otlp_json
+from adk_mesh.telemetry._records import TraceFile, open_trace_files
 from gateway._problems import Problem
 
 __all__ = [
+    "DEFAULT_TRACE_MEMORY_SPANS",
+    "TRACE_MEMORY_SPANS_ENV",
     "TRACE_PATH",
     "TRACE_QUERY_URL_ENV",
     "UI_DIRECTORY",
@@ -70,6 +76,11 @@ TRACE_PATH: Final = "/debug/traces/{invocation_id}"
 
 #: Base URL of a Jaeger query service (``http://localhost:16686``) to read traces from.
 TRACE_QUERY_URL_ENV: Final = "ADK_MESH_TRACE_QUERY_URL"
+
+#: How many spans read from trace files the gateway keeps in memory.
+TRACE_MEMORY_SPANS_ENV: Final = "ADK_MESH_TRACE_MEMORY_SPANS"
+#: About 2.6 KB a span of a dozen attributes (more with captured content): some 130 MB.
+DEFAULT_TRACE_MEMORY_SPANS: Final = 50_000
 
 INVOCATION_ATTRIBUTE: Final = "adk_mesh.invocation_id"
 USER_ATTRIBUTE: Final = "adk_mesh.user_id"
@@ -99,25 +110,50 @@ class TraceSources:
         query_url: base URL of a Jaeger query service.
         lookback_seconds: how far back a backend query searches.
         timeout_seconds: the budget of one backend query.
+        max_spans: how many spans read from ``trace_dir`` are kept in memory; past it, the
+            traces least recently added to are dropped, whole.
     """
 
     trace_dir: Path | None = None
     query_url: str | None = None
     lookback_seconds: float = 2 * 24 * 3600
     timeout_seconds: float = 10.0
+    max_spans: int = DEFAULT_TRACE_MEMORY_SPANS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_spans, bool) or not isinstance(self.max_spans, int):
+            raise ConfigError(f"max_spans must be a whole number, not {self.max_spans!r}")
+        if self.max_spans < 1:
+            raise ConfigError(f"max_spans must be 1 or more, not {self.max_spans}")
 
     @classmethod
     def from_environment(
-        cls, environment: Mapping[str, str] | None = None, *, trace_dir: Path | None = None
+        cls,
+        environment: Mapping[str, str] | None = None,
+        *,
+        trace_dir: Path | None = None,
+        max_spans: int | None = None,
     ) -> TraceSources:
-        """``ADK_MESH_TRACE_QUERY_URL`` and ``ADK_MESH_TRACE_DIR`` (empty means unset);
-        ``trace_dir``, when given, before the environment's."""
+        """``ADK_MESH_TRACE_QUERY_URL``, ``ADK_MESH_TRACE_DIR`` and
+        ``ADK_MESH_TRACE_MEMORY_SPANS`` (empty means unset); ``trace_dir`` and ``max_spans``,
+        when given, before the environment's.
+
+        Raises:
+            ConfigError: ``ADK_MESH_TRACE_MEMORY_SPANS`` is not a whole number, 1 or more.
+        """
         env = os.environ if environment is None else environment
         if trace_dir is None:
             directory = env.get(TRACE_DIR_ENV, "").strip()
             trace_dir = Path(directory) if directory else None
+        if max_spans is None:
+            text = env.get(TRACE_MEMORY_SPANS_ENV, "").strip()
+            if text and (not text.isdecimal() or int(text) < 1):
+                raise ConfigError(
+                    f"{TRACE_MEMORY_SPANS_ENV} must be a whole number, 1 or more, not {text!r}"
+                )
+            max_spans = int(text) if text else DEFAULT_TRACE_MEMORY_SPANS
         query_url = env.get(TRACE_QUERY_URL_ENV, "").strip().rstrip("/")
-        return cls(trace_dir=trace_dir, query_url=query_url or None)
+        return cls(trace_dir=trace_dir, query_url=query_url or None, max_spans=max_spans)
 
 
 class TraceUnavailableError(Exception):
@@ -147,81 +183,87 @@ def _well_formed(record: SpanRecord) -> bool:
 
 @dataclass
 class _FileState:
-    identity: tuple[int, int]
-    offset: int = 0
-    # The file's spans by trace, and the traces each invocation has a span in: a request
-    # looks up its invocation rather than going over every span read.
-    traces: defaultdict[str, list[SpanRecord]] = field(default_factory=lambda: defaultdict(list))
-    invocations: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    """How far one trace file was read, and the traces it holds spans of."""
 
-    def add(self, record: SpanRecord) -> None:
-        self.traces[record.trace_id].append(record)
-        if record.invocation_id is not None:
-            self.invocations[record.invocation_id].add(record.trace_id)
+    offset: int = 0
+    # The length and the first line, to tell the file read before from a new one the file
+    # system gave its inode (a rotation removes the oldest file and makes a new one), or the
+    # same file truncated and written again.
+    first_line: bytes = b""
+    traces: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _HeldTrace:
+    records: list[SpanRecord] = field(default_factory=list)
+    files: set[tuple[int, int]] = field(default_factory=set)
 
 
 class _TraceFileReader:
-    """The spans of a directory of ``*.jsonl`` OTLP files, re-reading only what was appended.
+    """The spans of a directory of OTLP trace files, re-reading only what was appended, at most
+    ``max_spans`` of them.
 
-    Each file is read up to its last complete line (a service may be writing the next one);
-    a file replaced or truncated (a cleaned state directory, a rotation) is read again from the
-    start.
+    Each service's current file and its rotated ones are read (:func:`open_trace_files`), each
+    up to its last complete line (a service may be writing the next one). A file is known by its
+    inode, not its name: a file rotated (renamed) is read on from where it was, never again; a
+    file replaced or truncated is read again from the start. Past ``max_spans``, the traces
+    least recently added to are dropped, whole, and a later span of one is not kept (a trace
+    shown in part would draw its spans as orphans). The traces of a file that is gone (rotated
+    out, or the directory cleaned) are dropped whole too, their spans in other files with them.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, max_spans: int = DEFAULT_TRACE_MEMORY_SPANS) -> None:
         self.directory = directory
-        self._files: dict[Path, _FileState] = {}
+        self.max_spans = max_spans
+        self.span_count = 0
+        self._files: dict[tuple[int, int], _FileState] = {}
+        # Least recently added to first: the first dropped.
+        self._traces: OrderedDict[str, _HeldTrace] = OrderedDict()
+        self._invocations: defaultdict[str, set[str]] = defaultdict(set)
+        # Traces dropped past the cap (at most ``max_spans`` remembered), whose later spans
+        # are not kept.
+        self._dropped: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def spans(self, invocation_id: str) -> list[SpanRecord]:
         """The spans of every trace holding a span of ``invocation_id``."""
-        with self._lock:
-            present = sorted(self.directory.glob("*.jsonl")) if self.directory.is_dir() else []
+        with self._lock, open_trace_files(self.directory) as files:
+            present = {(item.status.st_dev, item.status.st_ino): item for item in files}
             for gone in set(self._files) - set(present):
-                del self._files[gone]
-            for path in present:
-                self._refresh(path)
-            trace_ids = {
-                trace_id
-                for state in self._files.values()
-                for trace_id in state.invocations.get(invocation_id, ())
-            }
+                self._forget_file(gone, remember=False)
+            # The oldest files first, so the cap drops the oldest traces (a stable sort: each
+            # service's files come oldest first).
+            for identity, item in sorted(
+                present.items(), key=lambda entry: entry[1].status.st_mtime_ns
+            ):
+                self._refresh(identity, item)
             return [
                 record
-                for state in self._files.values()
-                for trace_id in trace_ids
-                for record in state.traces.get(trace_id, ())
+                for trace_id in self._invocations.get(invocation_id, ())
+                for record in self._traces[trace_id].records
             ]
 
-    def _refresh(self, path: Path) -> None:
-        try:
-            status = path.stat()
-        except FileNotFoundError:
-            self._files.pop(path, None)
+    def _refresh(self, identity: tuple[int, int], item: TraceFile) -> None:
+        state = self._files.get(identity)
+        if state is not None and item.status.st_size == state.offset:
             return
-        identity = (status.st_dev, status.st_ino)
-        state = self._files.get(path)
-        if state is None or state.identity != identity or status.st_size < state.offset:
-            state = self._files[path] = _FileState(identity)
-        if status.st_size == state.offset:
-            return
-        try:
-            with path.open("rb") as file:
-                if state.offset:
-                    file.seek(state.offset - 1)
-                    # The byte before the offset ended the last line read. Anything else: the
-                    # file was truncated and written past the offset since (copytruncate
-                    # rotation, `: > file`), so it is read again from its start.
-                    if file.read(1) != b"\n":
-                        state = self._files[path] = _FileState(identity)
-                        file.seek(0)
-                chunk = file.read(status.st_size - state.offset)
-        except OSError:  # not a readable regular file (a directory named *.jsonl, ...)
-            self._files.pop(path, None)
-            return
-        complete = chunk.rfind(b"\n") + 1
-        state.offset += complete
-        for line in chunk[:complete].splitlines():
+        file = item.file
+        if state is not None and (
+            item.status.st_size < state.offset
+            or file.read(len(state.first_line)) != state.first_line
+        ):
+            self._forget_file(identity, remember=False)
+            state = None
+        if state is None:
+            state = self._files[identity] = _FileState()
+        file.seek(state.offset)
+        # Line by line: a large file is never all in memory at once.
+        for line in file:
+            if not line.endswith(b"\n"):
+                break  # torn: a service is writing it; read again at the next request
+            if not state.offset:
+                state.first_line = line
+            state.offset += len(line)
             if not line.strip():
                 continue
             # A line that is not the exporter's OTLP JSON is skipped, not the end of the file.
@@ -232,18 +274,61 @@ class _TraceFileReader:
                 continue
             for record in records:
                 if _well_formed(record):
-                    state.add(record)
+                    self._add(record, identity, state)
+
+    def _add(self, record: SpanRecord, identity: tuple[int, int], state: _FileState) -> None:
+        trace_id = record.trace_id
+        if trace_id in self._dropped:
+            return
+        held = self._traces.get(trace_id)
+        if held is None:
+            held = self._traces[trace_id] = _HeldTrace()
+        else:
+            self._traces.move_to_end(trace_id)
+        held.records.append(record)
+        held.files.add(identity)
+        state.traces.add(trace_id)
+        if record.invocation_id is not None:
+            self._invocations[record.invocation_id].add(trace_id)
+        self.span_count += 1
+        while self.span_count > self.max_spans:
+            self._drop(next(iter(self._traces)), remember=True)
+
+    def _forget_file(self, identity: tuple[int, int], *, remember: bool) -> None:
+        for trace_id in self._files.pop(identity).traces:
+            self._drop(trace_id, remember=remember)
+
+    def _drop(self, trace_id: str, *, remember: bool) -> None:
+        held = self._traces.pop(trace_id, None)
+        if held is None:
+            return
+        self.span_count -= len(held.records)
+        for record in held.records:
+            if record.invocation_id is not None:
+                traces = self._invocations.get(record.invocation_id)
+                if traces is not None:
+                    traces.discard(trace_id)
+                    if not traces:
+                        del self._invocations[record.invocation_id]
+        for identity in held.files:
+            state = self._files.get(identity)
+            if state is not None:
+                state.traces.discard(trace_id)
+        if remember:
+            self._dropped[trace_id] = None
+            while len(self._dropped) > self.max_spans:
+                self._dropped.popitem(last=False)
 
 
-_readers: dict[Path, _TraceFileReader] = {}
+_readers: dict[tuple[Path, int], _TraceFileReader] = {}
 _readers_lock = threading.Lock()
 
 
-def _file_spans(directory: Path, invocation_id: str) -> list[SpanRecord]:
+def _file_spans(directory: Path, invocation_id: str, max_spans: int) -> list[SpanRecord]:
     with _readers_lock:
-        reader = _readers.get(directory)
+        reader = _readers.get((directory, max_spans))
         if reader is None:
-            reader = _readers[directory] = _TraceFileReader(directory)
+            reader = _readers[directory, max_spans] = _TraceFileReader(directory, max_spans)
     return reader.spans(invocation_id)
 
 
@@ -637,7 +722,9 @@ def trace_router(sources: TraceSources | None = None, caller: Any = None) -> API
                 ) from error
             return invocation_trace(invocation_id, spans, source="jaeger", user_id=user_id)
         if configured.trace_dir is not None:
-            spans = await asyncio.to_thread(_file_spans, configured.trace_dir, invocation_id)
+            spans = await asyncio.to_thread(
+                _file_spans, configured.trace_dir, invocation_id, configured.max_spans
+            )
             return invocation_trace(invocation_id, spans, source="files", user_id=user_id)
         answer = invocation_trace(invocation_id, (), source="none")
         answer.detail = (
@@ -653,5 +740,8 @@ def create_router(app: FastAPI, settings: Any) -> APIRouter:
     """The gateway's trace route: callers authenticated by ``app.state.caller``; spans from
     ``settings.trace_dir`` or ``ADK_MESH_TRACE_DIR``, or a Jaeger query service
     (``ADK_MESH_TRACE_QUERY_URL``)."""
-    sources = TraceSources.from_environment(trace_dir=getattr(settings, "trace_dir", None))
+    sources = TraceSources.from_environment(
+        trace_dir=getattr(settings, "trace_dir", None),
+        max_spans=getattr(settings, "trace_memory_spans", None),
+    )
     return trace_router(sources, caller=getattr(app.state, "caller", None))

@@ -7,13 +7,21 @@ Pure Python over ``json``: usable by a demo or a test without the SDK.
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NamedTuple
 
 __all__ = ["SpanRecord", "format_span_trees", "read_trace_files", "records_from_otlp_json"]
+
+# A service's current file, ``<service>.jsonl``, and its rotated ones, ``<service>.jsonl.<n>``
+# (the higher ``n``, the newer): see ``_file_exporter``.
+_TRACE_FILE = re.compile(r"(?P<current>.+\.jsonl)(?:\.(?P<generation>[1-9][0-9]{0,17}))?")
 
 _KIND_NAMES = {
     0: "UNSPECIFIED",
@@ -126,23 +134,112 @@ def records_from_otlp_json(data: Mapping[str, Any]) -> list[SpanRecord]:
     return records
 
 
+class TraceFile(NamedTuple):
+    """One trace file, open for reading."""
+
+    path: Path
+    #: 0 for a service's current file, ``n`` for ``<service>.jsonl.<n>`` (the higher, the newer).
+    generation: int
+    file: BinaryIO
+    status: os.stat_result
+
+
+def _open_regular(path: Path) -> tuple[BinaryIO, os.stat_result] | None:
+    # Non-blocking: a FIFO named *.jsonl must not hang the reader; it is then left out.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError:  # gone (rotated out), a dangling link, a directory, not readable
+        return None
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        return None
+    return os.fdopen(descriptor, "rb"), status
+
+
+def _listing(directory: Path) -> dict[str, set[int]]:
+    """Each service's current file name, with the generations of its files listed (0: the
+    current file, always tried)."""
+    generations: defaultdict[str, set[int]] = defaultdict(lambda: {0})
+    try:
+        names = os.listdir(directory)
+    except OSError:  # missing, or not a directory
+        names = []
+    for name in names:
+        match = _TRACE_FILE.fullmatch(name)
+        # Hidden files are left out, as ``glob("*.jsonl")`` did.
+        if match is not None and not name.startswith("."):
+            generations[match["current"]].add(int(match["generation"] or 0))
+    return generations
+
+
+@contextmanager
+def open_trace_files(directory: Path) -> Iterator[list[TraceFile]]:
+    """The trace files of ``directory``, each service's rotated files (the oldest first) and
+    its current file, open, each file once (closed on exit).
+
+    A rotation while they are opened hides none that is there before and after: the exporter
+    only ever renames a current file, to a number above every rotated file's, and never renames
+    a rotated one. So a file rotated when the directory is listed is opened under the name
+    listed; a file current then is opened as the current file, or, rotated before that, is
+    under a name not listed, which a second listing, after, finds. A file opened under two
+    names (current, then rotated) is given once: the same device and inode. An open file stays
+    readable when it is renamed or removed.
+    """
+    with ExitStack() as stack:
+        files: defaultdict[str, list[TraceFile]] = defaultdict(list)
+        seen: set[tuple[int, int]] = set()
+        tried: set[tuple[str, int]] = set()
+
+        def add(current: str, generation: int) -> None:
+            tried.add((current, generation))
+            path = directory / (f"{current}.{generation}" if generation else current)
+            opened = _open_regular(path)
+            if opened is None:  # removed since the listing (or never a regular file)
+                return
+            file, status = opened
+            stack.callback(file.close)
+            if (status.st_dev, status.st_ino) not in seen:
+                seen.add((status.st_dev, status.st_ino))
+                files[current].append(TraceFile(path, generation, file, status))
+
+        for current, generations in sorted(_listing(directory).items()):
+            # The rotated files first: the current file may join them meanwhile.
+            for generation in sorted(generations - {0}):
+                add(current, generation)
+            add(current, 0)
+        for current, generations in sorted(_listing(directory).items()):
+            for generation in sorted(generations):
+                if (current, generation) not in tried:
+                    add(current, generation)
+        # Each service's files, the oldest first: by number, the current file last.
+        yield [
+            item
+            for current in sorted(files)
+            for item in sorted(
+                files[current], key=lambda item: (not item.generation, item.generation)
+            )
+        ]
+
+
 def read_trace_files(directory: str | Path) -> list[SpanRecord]:
-    """Every span in the ``*.jsonl`` OTLP files of ``directory`` (one file per service),
-    ordered by start time. A missing directory holds no spans; a torn last line (a process
-    still writing) is skipped."""
-    path = Path(directory)
-    if not path.is_dir():
-        return []
+    """Every span in the OTLP files of ``directory`` (``<service>.jsonl``, one per service,
+    and the files rotated from it, ``<service>.jsonl.<n>``), ordered by start time. A
+    missing directory holds no spans; a torn last line (a process still writing) is skipped;
+    a rotation while the files are read doubles no span, and loses none of a file there before
+    and after it (a file rotated out meanwhile, the oldest, may be gone before it is read)."""
     records: list[SpanRecord] = []
-    for file in sorted(path.glob("*.jsonl")):
-        for line in file.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            records.extend(records_from_otlp_json(data))
+    with open_trace_files(Path(directory)) as files:
+        for trace_file in files:
+            for line in trace_file.file:
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue
+                records.extend(records_from_otlp_json(data))
     records.sort(key=lambda record: record.start_time_unix_nano)
     return records
 

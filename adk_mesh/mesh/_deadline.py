@@ -26,6 +26,12 @@ __all__ = ["call_timeout", "deadline_of"]
 _FIXED_SLACK = 0.005
 _RELATIVE_SLACK = 0.01
 
+#: The longest timeout an outgoing call is given. gRPC for Python turns a timeout into a
+#: wall-clock deadline in signed 64-bit nanoseconds, which end in 2262: a longer one fails
+#: the call at once with DEADLINE_EXCEEDED. Go and Java clients send deadlines up to 292
+#: years away (their largest, which some use for "none"); a century is as good as none.
+_MAX_CALL_TIMEOUT = 100 * 365 * 86_400.0
+
 
 def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
     """The ``time.monotonic()`` deadline of the call being served, a little before the
@@ -50,4 +56,5 @@ def call_timeout(deadline: float | None, configured: float | None, what: str) ->
         raise DeadlineExceededError(
             f"{what}: the invocation's deadline passed {-remaining:.3f}s ago; not calling"
         )
+    remaining = min(remaining, _MAX_CALL_TIMEOUT)
     return remaining if configured is None else min(remaining, configured)

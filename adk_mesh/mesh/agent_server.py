@@ -60,6 +60,8 @@ from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
 from adk_mesh.mesh._view_sessions import ViewSessions
+from adk_mesh.mesh.remote_agent import RemoteAgent
+from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.plugins._manager import plugin_manager
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.runner import (
@@ -701,7 +703,10 @@ class AgentServer(MeshServer):
         agent = self.find(agent_name)
         location = agent.remote_location
         if location is not None:
-            card = await _remote_card(agent.name, location.target, location.agent_name)
+            # Asked with the TLS the agent's own runs use (a RemoteAgent's ``tls``), not
+            # only ADK_MESH_TLS_*: a service reached with other credentials refuses others.
+            tls = agent.tls if isinstance(agent, RemoteAgent) else None
+            card = await _remote_card(agent.name, location.target, location.agent_name, tls)
             card.name = agent.name
             card.description = agent.description or card.description
             return card
@@ -816,9 +821,13 @@ async def _ending(
 _MAX_INT32 = 2**31 - 1
 
 
-async def _remote_card(name: str, target: str, agent_name: str) -> agent_pb2.AgentCard:
-    """The AgentCard the agent service at ``target`` gives for ``agent_name``."""
-    async with open_channel(target) as channel:
+async def _remote_card(
+    name: str, target: str, agent_name: str, tls: ClientTLS | None = None
+) -> agent_pb2.AgentCard:
+    """The AgentCard the agent service at ``target`` gives for ``agent_name``, asked over
+    ``tls`` (``None``: ADK_MESH_TLS_*, as a RemoteAgent without ``tls`` reaches it)."""
+    channel = open_channel(target, tls=tls) if tls is not None else open_channel(target)
+    async with channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         try:
             response = await stub.Describe(
@@ -880,6 +889,10 @@ async def _responses(
             try:
                 event = await anext(events)
             except StopAsyncIteration:
+                if session_id:
+                    # A run that yielded nothing still names the session it used (one it
+                    # created holds the user's message): the client's next turn goes there.
+                    yield agent_pb2.RunResponse(session_id=session_id)
                 return
             response = agent_pb2.RunResponse(session_id=session_id)
             session_id = ""
@@ -919,9 +932,18 @@ async def _batched(
                 continue
             size = 0
             for event in batch:
-                added = _encode_event(
-                    event, response.events.add(), stored_by_caller=stored_by_caller
-                )
+                try:
+                    added = _encode_event(
+                        event, response.events.add(), stored_by_caller=stored_by_caller
+                    )
+                except Exception:
+                    # An event that cannot go (a delegated run's state change too large)
+                    # fails the run after the events before it, as every other failure:
+                    # the caller stores those, so they must not fall with their batch.
+                    del response.events[-1]
+                    if response.events:
+                        yield _batch_or_single(response)
+                    raise
                 if size and size + added > MAX_BATCH_BYTES:
                     # The batch is full: this event opens the next one.
                     del response.events[-1]

@@ -10,7 +10,8 @@ Built in:
 
 * :class:`JwtAuthenticator` — ``authorization: Bearer <JWT>`` verified with PyJWT: signature by a
   key of a JWKS (a file, re-read when it changes, or a URL, cached and fetched again for an
-  unknown ``kid``), an algorithm allow-list (RS256, ES256, EdDSA; never ``none``), issuer,
+  unknown ``kid``, its last good keys kept for a bounded time while it cannot be fetched), an
+  algorithm allow-list (RS256, ES256, EdDSA; never ``none``), issuer,
   audience, expiry with leeway; the user id from a claim (``sub`` by default).
 * :class:`ApiKeyAuthenticator` — ``x-api-key: <key>`` looked up by its SHA-256 in a file of
   ``<sha256 hex> <user id>`` lines (the keys themselves are never stored); re-read when it
@@ -161,6 +162,11 @@ class JwtAuthenticator(Authenticator):
         leeway: seconds of clock skew allowed on ``exp``, ``nbf`` and ``iat`` (0 or more).
         jwks_refresh_cooldown: a JWKS URL is fetched again for a ``kid`` it does not know at
             most this often (seconds), so tokens with made-up ids cannot flood the issuer.
+        jwks_max_stale: seconds past their 5 minutes the keys last fetched from a JWKS URL
+            still verify while the URL cannot be fetched (HTTP's ``stale-if-error``; 0 or
+            more, 1 hour by default). An issuer's short outage then refuses no call; the price
+            is that a key revoked upstream meanwhile verifies until the next good fetch, for
+            at most this long. Past it, calls are UNAVAILABLE until the URL answers.
     """
 
     def __init__(
@@ -173,6 +179,7 @@ class JwtAuthenticator(Authenticator):
         algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
         leeway: float = 30.0,
         jwks_refresh_cooldown: float = 30.0,
+        jwks_max_stale: float = 3600.0,
     ) -> None:
         allowed = {"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "ES512", "EdDSA"}
         refused = set(algorithms) - allowed
@@ -208,7 +215,9 @@ class JwtAuthenticator(Authenticator):
                     "machine (anyone on the way could swap the keys): use an https:// URL"
                 )
         if source.startswith(("https://", "http://")):
-            self._remote = _RemoteJwks(source, cooldown=jwks_refresh_cooldown)
+            self._remote = _RemoteJwks(
+                source, cooldown=jwks_refresh_cooldown, max_stale=jwks_max_stale
+            )
         else:
             if not Path(source).is_file():
                 raise ConfigError(f"JWKS file {source!r} does not exist")
@@ -278,9 +287,12 @@ class JwtAuthenticator(Authenticator):
         return Principal(user_id=user, method="jwt", claims=claims)
 
 
-#: Seconds a JWKS URL whose fetch failed is left alone before it is fetched again: calls in
-#: between are refused with UNAVAILABLE rather than each hitting a failing issuer.
+#: Seconds a JWKS URL whose fetch failed is left alone before it is fetched again, doubled
+#: after each further failure up to :data:`_JWKS_MAX_RETRY_AFTER_FAILURE`: calls in between
+#: use the keys held (or are refused with UNAVAILABLE) rather than each hitting a failing issuer.
 _JWKS_RETRY_AFTER_FAILURE = 5.0
+#: The longest a failing JWKS URL is left alone: an issuer back is seen within a minute.
+_JWKS_MAX_RETRY_AFTER_FAILURE = 60.0
 #: Seconds a JWKS fetched from a URL is used before it is fetched again.
 _JWKS_LIFESPAN = 300.0
 #: Seconds one fetch of a JWKS URL may take.
@@ -295,20 +307,32 @@ class _RemoteJwks:
     Cached for :data:`_JWKS_LIFESPAN` seconds. A token whose ``kid`` is not among them makes
     the URL fetched again, at most once per ``cooldown`` seconds since the last fetch, whether
     it succeeded or not; after a failed fetch the URL is not fetched again for
-    :data:`_JWKS_RETRY_AFTER_FAILURE` seconds (at most ``cooldown``) — so tokens with made-up
-    ids, or calls while the issuer is down, cannot hammer it. One fetch at a time, in a
-    worker thread, shared by every call that waits for it: no call holds a thread while it
-    waits. A fetch that fails (unreachable, an error status, not a JWKS, no usable key) is
-    UNAVAILABLE for the caller, with the detail in this service's log.
+    :data:`_JWKS_RETRY_AFTER_FAILURE` seconds (at most ``cooldown``), doubled after each
+    further failure up to :data:`_JWKS_MAX_RETRY_AFTER_FAILURE` — so tokens with made-up ids,
+    or calls while the issuer is down, cannot hammer it. One fetch at a time, in a worker
+    thread, shared by every call that waits for it: no call holds a thread while it waits.
+
+    While the URL cannot be fetched (unreachable, an error status, not a JWKS, no usable key),
+    the keys of the last good fetch keep verifying up to ``max_stale`` seconds past their
+    lifespan (as Envoy's and Kong's verifiers do: an identity provider's blip must not take
+    every service down); only a good fetch replaces them, so a key revoked upstream meanwhile
+    verifies until then. With no keys, or keys older than that, a call is UNAVAILABLE. The
+    detail goes to this service's log: one warning when a failure streak begins, one when it
+    outlives the keys held.
     """
 
-    def __init__(self, url: str, *, cooldown: float) -> None:
+    def __init__(self, url: str, *, cooldown: float, max_stale: float) -> None:
         import jwt
 
         if not (cooldown >= 0 and math.isfinite(cooldown)):
             raise ConfigError(f"jwks_refresh_cooldown must be 0 or more seconds, not {cooldown}")
+        # Infinity would keep a revoked key verifying for as long as the issuer is unreachable
+        # (or an attacker keeps it so): the staleness accepted must have a bound.
+        if not (max_stale >= 0 and math.isfinite(max_stale)):
+            raise ConfigError(f"jwks_max_stale must be 0 or more seconds, not {max_stale}")
         self.url = url
         self._cooldown = cooldown
+        self._max_stale = max_stale
         self._retry_after_failure = min(cooldown, _JWKS_RETRY_AFTER_FAILURE)
         # PyJWT's client fetches and parses; the caching and its timing are ours (above).
         self._client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=_JWKS_TIMEOUT)
@@ -316,7 +340,8 @@ class _RemoteJwks:
         self._keys: jwt.PyJWKSet | None = None
         self._fetched_at = -math.inf  # time.monotonic() of the last fetch that succeeded
         self._attempted_at = -math.inf  # ... of the last fetch, whatever came of it
-        self._failed = False  # whether the last fetch failed
+        self._failures = 0  # fetches failed in a row since the last that succeeded
+        self._told_too_stale = False  # whether this streak's keys were logged as too old
         self._fetching: concurrent.futures.Future[jwt.PyJWKSet] | None = None
 
     async def key(self, kid: object) -> jwt.PyJWK:
@@ -330,7 +355,10 @@ class _RemoteJwks:
 
         keys = self._keys
         if keys is None or time.monotonic() - self._fetched_at >= _JWKS_LIFESPAN:
-            keys = await self._refresh()
+            try:
+                keys = await self._refresh()
+            except AdkIOError:
+                keys = self._held_keys()
         found = _signing_key(keys, kid)
         if found is None:
             # Keys rotated upstream? A fetch already under way is shared whatever the
@@ -341,6 +369,34 @@ class _RemoteJwks:
             raise jwt.PyJWKClientError("no key with the token's kid")
         return found
 
+    def _held_keys(self) -> jwt.PyJWKSet:
+        """The keys of the last good fetch while the URL cannot be fetched, if they are at
+        most ``max_stale`` seconds past their lifespan.
+
+        Raises:
+            AdkIOError: no keys, or older ones.
+        """
+        with self._lock:
+            keys, age = self._keys, time.monotonic() - self._fetched_at
+            if keys is not None and age < _JWKS_LIFESPAN + self._max_stale:
+                return keys
+            tell = keys is not None and not self._told_too_stale
+            self._told_too_stale = True
+        if tell:
+            logger.warning(
+                "the JWKS %s has not been fetched for %.0f s; its held keys are too old to "
+                "trust (jwks_max_stale): credentials are refused until it can be fetched",
+                self.url,
+                age,
+            )
+        raise AdkIOError(_UNAVAILABLE)
+
+    def _retry_delay(self) -> float:
+        """Seconds the URL is left alone after the current streak of failed fetches."""
+        # The exponent is bounded so that a streak of days cannot overflow the float.
+        doubled = self._retry_after_failure * 2.0 ** min(self._failures - 1, 16)
+        return min(doubled, _JWKS_MAX_RETRY_AFTER_FAILURE)
+
     async def _refresh(self, *, cooldown: float = 0.0) -> jwt.PyJWKSet:
         """The keys of a new fetch, or of the one under way; the keys held when the last
         fetch began less than ``cooldown`` seconds ago (then there are some)."""
@@ -350,7 +406,7 @@ class _RemoteJwks:
                 since = time.monotonic() - self._attempted_at
                 if since < cooldown and self._keys is not None:
                     return self._keys
-                if self._failed and since < self._retry_after_failure:
+                if self._failures and since < self._retry_delay():
                     raise AdkIOError(_UNAVAILABLE)
                 self._attempted_at = time.monotonic()
                 fetching = self._fetching = concurrent.futures.Future()
@@ -363,22 +419,40 @@ class _RemoteJwks:
         try:
             keys = self._client.get_jwk_set(refresh=True)
         except Exception as error:  # unreachable, HTTP error, not JSON, not a JWKS, no key
-            logger.warning(
-                "the JWKS %s cannot be fetched (%s: %s); credentials are refused until it can",
+            with self._lock:
+                self._failures += 1
+                failures, retry = self._failures, self._retry_delay()
+                held, age = self._keys is not None, time.monotonic() - self._fetched_at
+                self._fetching = None
+            if held:
+                then = (
+                    f"the held keys, fetched {age:.0f} s ago, verify until "
+                    f"{_JWKS_LIFESPAN + self._max_stale:.0f} s old"
+                )
+            else:
+                then = "credentials are refused until it can"
+            # Once per streak: a long outage must not flood the log with one line per retry.
+            logger.log(
+                logging.WARNING if failures == 1 else logging.DEBUG,
+                "the JWKS %s cannot be fetched (%s: %s; %d failure(s) in a row); %s; "
+                "retrying in %.0f s at the earliest",
                 self.url,
                 type(error).__name__,
                 error,
+                failures,
+                then,
+                retry,
             )
-            with self._lock:
-                self._failed = True
-                self._fetching = None
             fetching.set_exception(AdkIOError(_UNAVAILABLE))
             return
         with self._lock:
+            failures, self._failures = self._failures, 0
             self._keys = keys
             self._fetched_at = time.monotonic()
-            self._failed = False
+            self._told_too_stale = False
             self._fetching = None
+        if failures:
+            logger.info("the JWKS %s was fetched again after %d failure(s)", self.url, failures)
         fetching.set_result(keys)
 
 

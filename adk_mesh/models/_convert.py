@@ -9,8 +9,9 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
+from adk_mesh._tool_names import fitted_name
 from adk_mesh.errors import ModelRequestError
-from adk_mesh.models.base import BuiltinTool, GenerateContentConfig
+from adk_mesh.models.base import BuiltinTool, GenerateContentConfig, LlmRequest
 from adk_mesh.types import (
     Citation,
     CodeExecution,
@@ -20,6 +21,7 @@ from adk_mesh.types import (
     FunctionResponse,
     GroundingMetadata,
     GroundingSource,
+    LlmResponse,
     Part,
 )
 
@@ -28,6 +30,7 @@ __all__ = [
     "OPENAI_RESPONSES_SIGNATURE",
     "GroundingCollector",
     "ToolCallIds",
+    "ToolNames",
     "b64encode",
     "data_url",
     "describe_part",
@@ -160,6 +163,85 @@ def response_schema_name(config: GenerateContentConfig) -> str:
     ``"final_response"``."""
     name = _NAME_REFUSED.sub("_", config.response_schema_name or "").strip("_")[:64]
     return name or DEFAULT_RESPONSE_SCHEMA_NAME
+
+
+class ToolNames:
+    """The names one request's tools are sent under, for a provider that takes only the names
+    ``accepted`` matches (``None``: any name).
+
+    A name it refuses, declared or in the history (the calls and responses of earlier turns,
+    perhaps made on another provider), is sent under :func:`~adk_mesh._tool_names.fitted_name`:
+    the same one everywhere in the request, none that another name of it has, so the mapping
+    is exact both ways and the model's calls get the real name back (tools run, and the session
+    keeps, the real name). Names are fitted in sorted order: which names a request holds, not
+    their order, decides.
+    """
+
+    def __init__(self, request: LlmRequest, accepted: re.Pattern[str] | None) -> None:
+        self._sent: dict[str, str] = {}
+        self._real: dict[str, str] = {}
+        if accepted is None:
+            return
+        names = {tool.name for tool in request.tools}
+        for content in request.contents:
+            for part in content.parts:
+                if part.function_call is not None:
+                    names.add(part.function_call.name)
+                elif part.function_response is not None:
+                    names.add(part.function_response.name)
+        taken = {name for name in names if accepted.fullmatch(name)}
+        for name in sorted(names - taken):
+            sent = fitted_name(name, taken)
+            taken.add(sent)
+            self._sent[name], self._real[sent] = sent, name
+
+    def request(self, request: LlmRequest) -> LlmRequest:
+        """``request`` with every refused name replaced by its fitted one."""
+        if not self._sent:
+            return request
+        sent = self._sent
+        contents = [
+            content.model_copy(update={"parts": [self._sent_part(part) for part in content.parts]})
+            for content in request.contents
+        ]
+        tools = [
+            tool.model_copy(update={"name": sent[tool.name]}) if tool.name in sent else tool
+            for tool in request.tools
+        ]
+        return request.model_copy(update={"contents": contents, "tools": tools})
+
+    def _sent_part(self, part: Part) -> Part:
+        call, response = part.function_call, part.function_response
+        if call is not None and call.name in self._sent:
+            renamed = call.model_copy(update={"name": self._sent[call.name]})
+            return part.model_copy(update={"function_call": renamed})
+        if response is not None and response.name in self._sent:
+            answer = response.model_copy(update={"name": self._sent[response.name]})
+            return part.model_copy(update={"function_response": answer})
+        return part
+
+    def response(self, response: LlmResponse) -> LlmResponse:
+        """``response`` with the model's calls of fitted names given the real ones."""
+        content = response.content
+        real = self._real
+        if content is None or not any(
+            part.function_call is not None and part.function_call.name in real
+            for part in content.parts
+        ):
+            return response
+        parts = [
+            part.model_copy(
+                update={
+                    "function_call": part.function_call.model_copy(
+                        update={"name": real[part.function_call.name]}
+                    )
+                }
+            )
+            if part.function_call is not None and part.function_call.name in real
+            else part
+            for part in content.parts
+        ]
+        return response.model_copy(update={"content": content.model_copy(update={"parts": parts})})
 
 
 class ToolCallIds:

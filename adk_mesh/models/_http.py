@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import random
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ from httpx_sse import EventSource, SSEError
 
 from adk_mesh.contexts import serving_deadline
 from adk_mesh.errors import AdkError, ConfigError, ModelError, model_error
+from adk_mesh.models._convert import ToolNames
 from adk_mesh.models.base import Llm, LlmRequest
 from adk_mesh.telemetry._propagation import trace_headers
 from adk_mesh.types import (
@@ -909,6 +911,10 @@ class HttpLlm(Llm):
     #: The registry prefix and the name used in error messages.
     provider: ClassVar[str] = "http"
     framing: ClassVar[Literal["sse", "ndjson"]] = "sse"
+    #: The tool names the API takes (``None``: any). A tool it refuses (``files.read`` on
+    #: OpenAI) is sent under a name that fits, in declarations and history alike, and the
+    #: model's calls get the real name back (:class:`~adk_mesh.models._convert.ToolNames`).
+    accepted_tool_names: ClassVar[re.Pattern[str] | None] = None
 
     def __init__(
         self,
@@ -991,18 +997,19 @@ class HttpLlm(Llm):
         self, request: LlmRequest, *, stream: bool = False
     ) -> AsyncIterator[LlmResponse]:
         self._check_credentials()
-        wire = self._build_request(request, stream=stream)
+        names = ToolNames(request, self.accepted_tool_names)
+        wire = self._build_request(names.request(request), stream=stream)
         if not stream:
             data = await self._transport.post_json(wire)
-            yield self._guarded(self._parse_response, data)
+            yield names.response(self._guarded(self._parse_response, data))
             return
         parser = self._new_stream_parser()
         async with self._transport.stream(wire, self._records) as records:
             async for record in records:
                 for partial in self._guarded(parser.feed, record):
-                    yield partial
+                    yield names.response(partial)
             final = self._guarded(parser.final)
-        yield final
+        yield names.response(final)
 
     def _guarded(self, step: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """``step(...)``, a malformed response's failure raised as :class:`ModelError`."""

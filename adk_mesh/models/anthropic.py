@@ -71,6 +71,7 @@ from adk_mesh.errors import ConfigError, ModelError, model_error
 from adk_mesh.models._convert import (
     GroundingCollector,
     ToolCallIds,
+    ToolNames,
     b64encode,
     is_model_role,
     json_dumps,
@@ -649,6 +650,8 @@ class AnthropicModel(HttpLlm):
     """
 
     provider = "anthropic"
+    #: The Messages API refuses (400) another tool name, in ``tools`` and ``tool_use`` blocks.
+    accepted_tool_names = re.compile(r"[A-Za-z0-9_-]{1,128}")
     framing = "sse"
 
     def __init__(
@@ -1019,6 +1022,8 @@ class AnthropicModel(HttpLlm):
         """As every provider, a paused turn continued (see the module's docstring); with a
         response schema, the final response's call of the schema's tool becomes its answer: a
         text part holding the call's input as JSON."""
+        names = ToolNames(request, self.accepted_tool_names)
+        request = names.request(request)
         answer_tool = (
             _answer_tool_name(request) if request.config.response_schema is not None else None
         )
@@ -1028,7 +1033,7 @@ class AnthropicModel(HttpLlm):
             async for response in responses:
                 if answer_tool is not None and not response.partial:
                     response = _answer_from_tool(response, answer_tool)
-                yield response
+                yield names.response(response)
 
 
 _ANSWER_TOOL_DESCRIPTION = (

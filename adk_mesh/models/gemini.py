@@ -470,6 +470,9 @@ class GeminiModel(HttpLlm):
     """
 
     provider = "gemini"
+    #: Gemini's function names (FunctionTool's rule): a letter or ``_`` first, then letters,
+    #: digits, ``_``, ``.``, ``:``, ``-``; at most 64. A BaseTool may be named otherwise.
+    accepted_tool_names = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
     framing = "sse"
 
     def __init__(

@@ -43,6 +43,7 @@ text, and the response finishes for SAFETY rather than STOP.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -341,6 +342,8 @@ class OpenAIModel(HttpLlm):
     """
 
     provider = "openai"
+    #: Chat Completions refuses (400) another function name, declared or in the history.
+    accepted_tool_names = re.compile(r"[A-Za-z0-9_-]{1,64}")
     framing = "sse"
 
     def __init__(

@@ -649,6 +649,8 @@ class OpenAIResponsesModel(HttpLlm):
     """
 
     provider = PROVIDER
+    #: The Responses API refuses (400) another function name, declared or in the input.
+    accepted_tool_names = re.compile(r"[A-Za-z0-9_-]{1,64}")
     framing = "sse"
 
     def __init__(

@@ -24,11 +24,14 @@ A reply is one of:
 
 Like the real APIs, :class:`FakeOpenAI` and :class:`FakeAnthropic` refuse (HTTP 400,
 ``invalid_request_error``, the API's own message) a history in which a tool call is not
-answered right after it, or a tool result answers no call just before it, and
+answered right after it, or a tool result answers no call just before it, and a tool name
+they do not take, declared or in the history (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``, Anthropic:
+``{1,128}``), and
 :class:`FakeGemini` refuses (400 ``INVALID_ARGUMENT``) contents the API does not take: none,
 a content without parts, an empty part, a function response turn that does not follow a
 function call turn with as many calls, a function call turn that does not follow a user turn,
-and on Gemini 3+ an unsigned function call of the current turn (its own calls come signed).
+on Gemini 3+ an unsigned function call of the current turn (its own calls come signed), and a
+function declaration whose name it does not take.
 The checks run before a scripted reply is taken. Pass ``check_history=False`` to turn them
 off. Always checked: a method and path the API does not serve (its 404) and a body that is not
 a JSON object (its 400). ``streamGenerateContent`` without ``alt=sse`` answers one JSON array,
@@ -671,6 +674,10 @@ _GEMINI_PART_METADATA = frozenset(
 _GEMINI_TOOL_TYPES = {ScriptedWebSearch: "GOOGLE_SEARCH_WEB", ScriptedUrlFetch: "URL_CONTEXT"}
 
 
+#: The function names Gemini takes in a declaration.
+_GEMINI_FUNCTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+
+
 class FakeGemini(FakeProviderServer):
     """``generateContent`` and ``streamGenerateContent?alt=sse``.
 
@@ -874,6 +881,19 @@ class FakeGemini(FakeProviderServer):
         tools = body.get("tools")
         if not isinstance(tools, list):
             return None
+        for index, tool in enumerate(tools):
+            declarations = tool.get("functionDeclarations") if isinstance(tool, dict) else None
+            for position, declaration in enumerate(
+                declarations if isinstance(declarations, list) else []
+            ):
+                name = declaration.get("name") if isinstance(declaration, dict) else None
+                if not isinstance(name, str) or not _GEMINI_FUNCTION_NAME.fullmatch(name):
+                    return self._refuse(
+                        f"* GenerateContentRequest.tools[{index}].function_declarations"
+                        f"[{position}].name: Invalid function name. Must start with a letter "
+                        "or an underscore. Must be alphameric (a-z, A-Z, 0-9), underscores "
+                        "(_), dots (.), colons (:), or dashes (-), with a maximum length of 64."
+                    )
         keys = {key for tool in tools if isinstance(tool, dict) for key in tool}
         if not {"functionDeclarations", "function_declarations"} & keys or not keys - {
             "functionDeclarations",
@@ -1046,6 +1066,29 @@ _OPENAI_ERROR_TYPES = {
 }
 
 
+#: The function names OpenAI's APIs take (Chat Completions and Responses): the pattern its
+#: 400 names, and at most 64 characters (another 400).
+_OPENAI_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+_OPENAI_FUNCTION_NAME_MAX = 64
+
+
+def _openai_name_refusal(name: Any, where: str) -> tuple[str, str] | None:
+    """OpenAI's 400 (message, code) for a function ``name`` at ``where``, or ``None``."""
+    if not isinstance(name, str) or not _OPENAI_FUNCTION_NAME.fullmatch(name):
+        return (
+            f"Invalid '{where}': string does not match pattern. Expected a string that "
+            "matches the pattern '^[a-zA-Z0-9_-]+$'.",
+            "invalid_value",
+        )
+    if len(name) > _OPENAI_FUNCTION_NAME_MAX:
+        return (
+            f"Invalid '{where}': string too long. Expected a string with maximum length "
+            f"{_OPENAI_FUNCTION_NAME_MAX}, but got a string with length {len(name)} instead.",
+            "string_above_max_length",
+        )
+    return None
+
+
 class FakeOpenAI(FakeProviderServer):
     """``POST /v1/chat/completions``, plain and streamed (with ``stream_options``)."""
 
@@ -1169,13 +1212,19 @@ class FakeOpenAI(FakeProviderServer):
         return records
 
     def refusal(self, request: RecordedRequest) -> RawReply | None:
-        """Chat Completions' 400s for tool messages out of place: an assistant message's
-        ``tool_calls`` must each be answered by the ``tool`` messages right after it, and a
-        ``tool`` message must answer a call of the assistant message before those."""
+        """Chat Completions' 400s for a function name outside ``^[a-zA-Z0-9_-]{1,64}$`` (in
+        ``tools`` and in the history's ``tool_calls``), and for tool messages out of place: an
+        assistant message's ``tool_calls`` must each be answered by the ``tool`` messages right
+        after it, and a ``tool`` message must answer a call of the assistant message before
+        those."""
         try:
-            messages = request.json().get("messages")
+            body = request.json()
+            messages = body.get("messages")
         except (ValueError, AttributeError):
             return None
+        named = self._name_refusal(body.get("tools"), messages)
+        if named is not None:
+            return named
         if not isinstance(messages, list):
             return None
         open_calls: list[Any] = []  # ids of the last assistant message's calls
@@ -1205,6 +1254,27 @@ class FakeOpenAI(FakeProviderServer):
         missing = [call_id for call_id in open_calls if call_id not in answered]
         if missing:
             return self._unanswered(missing, len(messages))
+        return None
+
+    def _name_refusal(self, tools: Any, messages: Any) -> RawReply | None:
+        named: list[tuple[str, Any]] = [
+            (f"tools[{index}].function.name", tool["function"].get("name"))
+            for index, tool in enumerate(tools if isinstance(tools, list) else [])
+            if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
+        ]
+        for index, message in enumerate(messages if isinstance(messages, list) else []):
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for position, call in enumerate(calls if isinstance(calls, list) else []):
+                if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                    where = f"messages[{index}].tool_calls[{position}].function.name"
+                    named.append((where, call["function"].get("name")))
+        for where, name in named:
+            refused = _openai_name_refusal(name, where)
+            if refused is not None:
+                message, code = refused
+                body = self.error_body(400, message)
+                body["error"].update(param=where, code=code)
+                return RawReply(status=400, body=_json_bytes(body))
         return None
 
     def _unanswered(self, missing: list[Any], index: int) -> RawReply:
@@ -1252,6 +1322,8 @@ _SERVER_RESULT_FIELDS = frozenset({"type", "tool_use_id", "content", "cache_cont
 
 #: What the Messages API takes as a ``tool_use`` block's id (and a ``tool_result``'s).
 _TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+#: The names the Messages API takes for a custom tool and in a ``tool_use`` block.
+_ANTHROPIC_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
 #: What a thinking signature the Messages API issued looks like (the fake cannot check it).
 _ISSUED_SIGNATURE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
@@ -1543,11 +1615,33 @@ class FakeAnthropic(FakeProviderServer):
         if not isinstance(messages, list):
             return None
         return (
-            self._content_refusal(messages)
+            self._name_refusal(body.get("tools"), messages)
+            or self._content_refusal(messages)
             or self._tool_refusal(messages)
             or self._server_tool_refusal(messages)
             or self._continuation_refusal(messages)
         )
+
+    def _name_refusal(self, tools: Any, messages: list[Any]) -> RawReply | None:
+        """The 400 for a tool name outside ``^[a-zA-Z0-9_-]{1,128}$``: a custom tool's (a
+        server tool has ``type``, and a fixed name) or a ``tool_use`` block's."""
+        named: list[tuple[str, Any]] = [
+            (f"tools.{index}.custom.name", tool.get("name"))
+            for index, tool in enumerate(tools if isinstance(tools, list) else [])
+            if isinstance(tool, dict) and tool.get("type", "custom") == "custom"
+        ]
+        for index, message in enumerate(messages):
+            blocks = message.get("content") if isinstance(message, dict) else None
+            for position, block in enumerate(blocks if isinstance(blocks, list) else []):
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    where = f"messages.{index}.content.{position}.tool_use.name"
+                    named.append((where, block.get("name")))
+        for where, name in named:
+            if not isinstance(name, str) or not _ANTHROPIC_TOOL_NAME.fullmatch(name):
+                return self._refuse(
+                    f"{where}: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+                )
+        return None
 
     def _server_tool_refusal(self, messages: list[Any]) -> RawReply | None:
         uses: set[Any] = set()

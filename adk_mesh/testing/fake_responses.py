@@ -40,6 +40,8 @@ own messages:
   not found``; encrypted content this server did not issue for that item (HTTP 400,
   ``invalid_encrypted_content``);
 - a reasoning item without the model's item that followed it;
+- a function name (of a function tool, or a ``function_call`` input item) outside
+  ``^[a-zA-Z0-9_-]{1,64}$``;
 - unless ``check_history=False``: a ``function_call_output`` whose ``call_id`` no earlier
   ``function_call`` has (``No tool call found for function call output with call_id ...``),
   and a ``function_call`` never answered (``No tool output found for function call ...``).
@@ -67,6 +69,7 @@ from adk_mesh.testing.fake_providers import (
     Reply,
     ScriptedTurn,
     _json_bytes,
+    _openai_name_refusal,
     _split_text,
 )
 
@@ -249,6 +252,14 @@ _ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded", 500: "server
 #: The key this server signs the encrypted reasoning it issues with (it stands in for
 #: OpenAI's: the client cannot read or forge the content, only carry it back).
 _SIGNING_KEY = b"fake-openai-responses"
+
+
+def _check_function_name(name: str, where: str) -> None:
+    """The API's 400 for a function name outside ``^[a-zA-Z0-9_-]{1,64}$``."""
+    refused = _openai_name_refusal(name, where)
+    if refused is not None:
+        message, code = refused
+        raise _Refused(message, param=where, code=code)
 
 
 class _Refused(Exception):
@@ -896,6 +907,7 @@ class FakeOpenAIResponses(FakeProviderServer):
             name = tool.get("name")
             if not isinstance(name, str) or not name:
                 raise _missing(f"{path}.name")
+            _check_function_name(name, f"{path}.name")
             parameters = tool.get("parameters")
             # Left out, "strict" is true in the Responses API.
             if tool.get("strict", True) is not False and not strict_compatible(parameters):
@@ -969,6 +981,7 @@ class FakeOpenAIResponses(FakeProviderServer):
             for key in ("call_id", "name", "arguments"):
                 if not isinstance(item[key], str):
                     raise _invalid_type(f"{path}.{key}", "a string", item[key])
+            _check_function_name(item["name"], f"{path}.name")
         elif kind == "function_call_output":
             if not isinstance(item["call_id"], str):
                 raise _invalid_type(f"{path}.call_id", "a string", item["call_id"])

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -72,6 +71,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adk_mesh._env_tables import tables_from_env
+from adk_mesh._tool_names import PORTABLE_NAME, fitted_name
 from adk_mesh._version import __version__
 from adk_mesh.credentials import KnownSecrets
 from adk_mesh.credentials._redaction import add_header_secrets, shown_arguments, shown_url
@@ -112,13 +112,6 @@ DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
 #: How the SDK says an SSE event was over its ``max_sse_event_size`` (it gives the failed
 #: request a CONNECTION_CLOSED error whose message only holds this text).
 _EVENT_TOO_LARGE = re.compile(r"exceeded the \d+ byte limit")
-
-#: A function name every model provider takes: OpenAI and Anthropic allow letters, digits,
-#: ``_`` and ``-``, at most 64; Gemini wants a letter or ``_`` first. MCP allows more (``.``,
-#: up to 128), and servers use more still; such a tool is offered under a name that fits.
-_PROVIDER_NAME_MAX = 64
-_PROVIDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
-_NAME_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
 
 #: The header of a streamable-HTTP session's id (HTTP headers are case-insensitive).
 _SESSION_ID_HEADER = "mcp-session-id"
@@ -268,13 +261,15 @@ class McpToolset(Toolset):
         offered = [
             tool for tool in declared if self.tool_filter is None or tool.name in self.tool_filter
         ]
-        # The names that fit are kept first, so a fitted one never takes them.
-        taken = {tool.name for tool in offered if _PROVIDER_NAME.fullmatch(tool.name)}
+        # MCP allows more than every provider takes (``.``, up to 128), and servers use more
+        # still: such a tool is offered under a portable name. The names that fit are kept
+        # first, so a fitted one never takes them.
+        taken = {tool.name for tool in offered if PORTABLE_NAME.fullmatch(tool.name)}
         listing: list[BaseTool] = []
         for tool in offered:
             name = tool.name
-            if not _PROVIDER_NAME.fullmatch(name):
-                name = _provider_name(name, taken)
+            if not PORTABLE_NAME.fullmatch(name):
+                name = fitted_name(name, taken)
                 taken.add(name)
                 logger.info(
                     "MCP server %s: its tool %r is offered to models as %r",
@@ -697,20 +692,6 @@ class McpTool(BaseTool):
             f"the MCP server of {self._toolset.name!r} stopped answering during the call to "
             f"{self.name!r}; it was not retried (it may have run). The next call connects again."
         )
-
-
-def _provider_name(name: str, taken: Collection[str]) -> str:
-    """A name every model provider takes for a server's tool ``name`` that some refuse:
-    other characters become ``_``, one that does not start with a letter gets a ``_`` first,
-    and one too long or already ``taken`` is cut and ends with a digest of ``name`` (so it
-    stays the same from one listing to the next)."""
-    fitted = _NAME_REFUSED.sub("_", name)
-    if not fitted[:1].isalpha():
-        fitted = f"_{fitted}"
-    if len(fitted) <= _PROVIDER_NAME_MAX and fitted not in taken:
-        return fitted
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{fitted[: _PROVIDER_NAME_MAX - len(digest) - 1]}_{digest}"
 
 
 def _friendly(schema: Mapping[str, Any]) -> dict[str, Any]:

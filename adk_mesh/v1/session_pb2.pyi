@@ -159,7 +159,7 @@ class DeleteSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class UpdateSessionStateRequest(_message.Message):
-    __slots__ = ("app_name", "user_id", "session_id", "state_delta", "state_delta_json")
+    __slots__ = ("app_name", "user_id", "session_id", "state_delta", "state_delta_json", "event_id")
     class StateDeltaEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -179,12 +179,14 @@ class UpdateSessionStateRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_DELTA_FIELD_NUMBER: _ClassVar[int]
     STATE_DELTA_JSON_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     app_name: str
     user_id: str
     session_id: str
     state_delta: _containers.MessageMap[str, _struct_pb2.Value]
     state_delta_json: _containers.ScalarMap[str, str]
-    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state_delta: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., state_delta_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    event_id: str
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state_delta: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., state_delta_json: _Optional[_Mapping[str, str]] = ..., event_id: _Optional[str] = ...) -> None: ...
 
 class UpdateSessionStateResponse(_message.Message):
     __slots__ = ("session", "event")
@@ -265,10 +267,24 @@ class SessionServiceListArtifactVersionsRequest(_message.Message):
     def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., filename: _Optional[str] = ...) -> None: ...
 
 class SessionServiceListArtifactVersionsResponse(_message.Message):
-    __slots__ = ("versions",)
+    __slots__ = ("versions", "metadata")
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     versions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, versions: _Optional[_Iterable[int]] = ...) -> None: ...
+    metadata: _containers.RepeatedCompositeFieldContainer[ArtifactVersionMetadata]
+    def __init__(self, versions: _Optional[_Iterable[int]] = ..., metadata: _Optional[_Iterable[_Union[ArtifactVersionMetadata, _Mapping]]] = ...) -> None: ...
+
+class ArtifactVersionMetadata(_message.Message):
+    __slots__ = ("version", "mime_type", "size_bytes", "create_time")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    mime_type: str
+    size_bytes: int
+    create_time: float
+    def __init__(self, version: _Optional[int] = ..., mime_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., create_time: _Optional[float] = ...) -> None: ...
 
 class SessionServiceDeleteArtifactRequest(_message.Message):
     __slots__ = ("app_name", "user_id", "session_id", "filename", "allow_missing")

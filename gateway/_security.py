@@ -214,13 +214,15 @@ class _BodyTooLarge(HTTPException):
 
 
 #: What a browser on an allowed origin may send (CORS): the credentials headers, JSON, the
-#: run's deadline and trace context; no cookies (credentials are headers, not ambient).
+#: run's deadline, a PATCH's idempotency key and trace context; no cookies (credentials are
+#: headers, not ambient).
 CORS_METHODS = ("GET", "POST", "PATCH", "DELETE")
 CORS_HEADERS = (
     "authorization",
     "x-api-key",
     "content-type",
     "x-request-timeout",
+    "idempotency-key",
     "traceparent",
     "tracestate",
 )

@@ -193,9 +193,29 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
         summary="Change a session's state (recorded as an event, as google-adk's PATCH)",
     )
     async def update_session(
-        app_name: str, user_id: str, session_id: str, body: UpdateSessionRequest, who: Who
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        body: UpdateSessionRequest,
+        who: Who,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                description=(
+                    "Makes the change safe to retry: the id of the event that records it (at "
+                    "most 512 characters). A retry with the key and the same stateDelta "
+                    "writes nothing and answers the session as it is; the key with another "
+                    "stateDelta is 409."
+                ),
+            ),
+        ] = None,
     ) -> Response:
         request = session_pb2.UpdateSessionStateRequest(user_id=user_id, session_id=session_id)
+        if idempotency_key:
+            # A client that lost the answer retries with the key rather than patching twice
+            # (UpdateSessionStateRequest.event_id).
+            request.event_id = idempotency_key
         codec.state_to_map(request.state_delta, body.state_delta, request.state_delta_json)
         await mesh.unary(
             app_name,

@@ -40,6 +40,12 @@ it is kept here:
   answered is refused with INVALID_ARGUMENT having written nothing, rather than stored and
   then failed by gRPC (RESOURCE_EXHAUSTED), which a client would retry into a second append.
   INVALID_ARGUMENT, not RESOURCE_EXHAUSTED: retrying the same update cannot succeed.
+* **An update with an ``event_id`` is safe to retry.** An answer lost on the way (a
+  deadline, a dropped connection, a client's receive limit) leaves the client unsure
+  whether the update was written. The client-chosen ``event_id`` becomes the event's id,
+  which a session holds once: the store refuses a retry's append, and the retry is answered
+  from what the first call stored (the event, the session as it is now), writing nothing.
+  The id held by another event (another delta, or a turn's event) is ALREADY_EXISTS.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from adk_mesh.artifacts import ArtifactService
 from adk_mesh.artifacts.base import is_user_scoped
 from adk_mesh.errors import (
     AdkJSONError,
+    AlreadyExistsError,
     ArtifactNotFoundError,
     ArtifactTooLargeError,
     ConfigError,
@@ -73,7 +80,7 @@ from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import error_boundary
 from adk_mesh.sessions import SessionService
-from adk_mesh.sessions._common import check_event_id
+from adk_mesh.sessions._common import MAX_EVENT_ID_CHARS, check_event_id
 from adk_mesh.sessions.base import Session
 from adk_mesh.state import TEMP_PREFIX
 from adk_mesh.telemetry._propagation import CONVERSATION_ID, INVOCATION_ID
@@ -380,22 +387,85 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                 invocation_id=f"{UPDATE_INVOCATION_PREFIX}{random_uuid()}",
                 actions=EventActions(state_delta=delta),
             )
+            if request.event_id:
+                # The client's idempotency key: the session holds an event id once, so a
+                # retry of a written update finds its event rather than appending again.
+                _check_update_event_id(request.event_id)
+                event = event.model_copy(update={"id": request.event_id})
             call.invocation_id = event.invocation_id
             _annotate(invocation_id=event.invocation_id)
             async with self._held(key):
                 session = await self._required(key)
-                # The answer is built, and its size checked, before the write: an answer
-                # gRPC refused to send would report a failure for a stored update, which a
-                # client's retry would append twice. The session holds the state as the
-                # append leaves it, the event is stored as it is; only the version moves.
-                response = _update_response(session, event)
-                stored = await self._sessions.append_event(session, event)
+                try:
+                    # The answer is built, and its size checked, before the write: an answer
+                    # gRPC refused to send would report a failure for a stored update, which
+                    # a client's retry would append twice. The session holds the state as
+                    # the append leaves it, the event is stored as it is; only the version
+                    # moves.
+                    response = _update_response(session, event)
+                    stored = await self._sessions.append_event(session, event)
+                except (AlreadyExistsError, InvalidArgumentError):
+                    # A retry of an update an earlier call wrote: the store refuses its id
+                    # again (or its answer, the state having grown since, is too large).
+                    if not request.event_id:
+                        raise
+                    replayed = await self._replayed(key, event)
+                    if replayed is None:
+                        raise
+                    call.invocation_id = replayed.event.invocation_id
+                    _annotate(invocation_id=replayed.event.invocation_id)
+                    return replayed
             response.session.last_update_time = session.last_update_time
             if stored is not event:  # a store that copied it: answer what it stored
                 response.event.Clear()
                 codec.event_to_proto(stored, into=response.event)
             return response
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def _replayed(
+        self, key: _SessionKey, update: Event
+    ) -> session_pb2.UpdateSessionStateResponse | None:
+        """The answer to a retry of ``update`` whose event id an earlier call stored: that
+        event as stored and the session as it is now; None when the session holds no event
+        of the id (the update was not written: the caller's own error stands).
+
+        Read only on a refused write, so the cost of reading the history is a retry's. The
+        caller holds the session, so nothing is appended between the refusal and this read.
+
+        Raises:
+            AlreadyExistsError: the id is taken by another event (another delta, or an event
+                a turn recorded): a retry must repeat its update exactly.
+            InvalidArgumentError: the answer no longer fits a message (later writes grew
+                the state); the update is written, GetSession reads it.
+        """
+        session = await self._sessions.get_session_shared(
+            app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
+        )
+        if session is None:
+            return None
+        stored = next((event for event in session.events if event.id == update.id), None)
+        if stored is None:
+            return None
+        if not _same_update(stored, update):
+            raise AlreadyExistsError(
+                f"session {shown(key.session_id)} already holds event {shown(update.id)}, "
+                "which is not this update (another delta, or not a state update): nothing was "
+                "written; a retry sends the same delta with the same event_id, a new update "
+                "a new event_id",
+                metadata={"session_id": key.session_id, "event_id": update.id},
+            )
+        response = session_pb2.UpdateSessionStateResponse(session=_session_to_proto(session))
+        codec.event_to_proto(stored, into=response.event)
+        size = response.ByteSize()
+        if size > MAX_UPDATE_RESPONSE_BYTES:
+            raise InvalidArgumentError(
+                f"the update with event_id {shown(update.id)} was written by an earlier call, "
+                f"but its answer (the session's state now and the delta) would be {size} "
+                f"bytes, over the {MAX_UPDATE_RESPONSE_BYTES} bytes a message may carry; read "
+                "the session with GetSession",
+                metadata={"session_id": key.session_id, "event_id": update.id},
+            )
+        return response
 
     async def ListArtifactKeys(
         self,
@@ -673,6 +743,30 @@ def _check_initial_events(events: list[Event]) -> None:
                 "each event then gets a UUID)"
             ) from None
         seen.add(event.id)
+
+
+def _check_update_event_id(event_id: str) -> None:
+    """Refuse, before the session is touched, an ``event_id`` not every store keeps."""
+    try:
+        check_event_id(event_id)
+    except InvalidArgumentError as error:
+        problem = error.message.removesuffix("; nothing was written")
+        raise InvalidArgumentError(
+            f"UpdateSessionStateRequest.event_id: {problem}; send an id every store keeps (at "
+            f"most {MAX_EVENT_ID_CHARS} characters, no NUL), or none for a UUID"
+        ) from None
+
+
+def _same_update(stored: Event, update: Event) -> bool:
+    """Whether ``stored`` is the event an earlier call wrote for ``update``: a state update
+    (author, invocation-id prefix, no content) with the same delta. The invocation id and
+    the timestamp are the first call's own."""
+    return (
+        stored.author == UPDATE_AUTHOR
+        and stored.invocation_id.startswith(UPDATE_INVOCATION_PREFIX)
+        and stored.content is None
+        and stored.actions == update.actions
+    )
 
 
 def _session_to_proto(session: Session) -> session_pb2.Session:

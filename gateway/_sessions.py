@@ -6,11 +6,13 @@ authenticators, ``{user_id}`` must be the principal (403 otherwise), and the use
 go along to the service, which checks them again.
 
 Where adk-mesh differs from google-adk: artifact versions are numbered as the agent service
-numbers them (adk-mesh: from 1); an artifact version's ``createTime`` is not kept by the
-contract and reads 0; ``customMetadata`` on save, and a new session's ``options``, are refused
-when not empty (the contract has no place for them); a version larger than one message of the
-mesh (32 MiB; a tool may save one in process) does not load (400, naming it and the limit),
-though its metadata is still described.
+numbers them (adk-mesh: from 1); an artifact version's ``createTime`` is the store's time of
+the save, or 0 when the service does not tell it (a service from before
+``ListArtifactVersions`` described versions, or a store that keeps no time);
+``customMetadata`` on save, and a new session's ``options``, are refused when not empty
+(the contract has no place for them); a version larger than one message of the mesh (32 MiB;
+a tool may save one in process) does not load (400, naming it and the limit), though its
+metadata is still described.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time,
@@ -19,7 +21,7 @@ though its metadata is still described.
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Header, Query
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
@@ -322,9 +324,34 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
             }
         )
 
+    async def described_versions(
+        app: str, user: str, session: str, name: str, who: Caller
+    ) -> tuple[list[int], dict[int, dict[str, Any]] | None]:
+        """The versions of an artifact and, when the service describes them (without their
+        data), each one's JSON by number; ``None`` when it does not (an older service), and
+        a description needs a load."""
+        response = await list_versions(app, user, session, name, who)
+        versions = list(response.versions)
+        if len(response.metadata) != len(versions):
+            return versions, None
+        bodies: dict[int, dict[str, Any]] = {}
+        for described in response.metadata:
+            body: dict[str, Any] = {
+                "version": described.version,
+                "canonicalUri": _canonical_uri(app, user, session, name, described.version),
+                "customMetadata": {},
+                "createTime": (described.create_time if described.HasField("create_time") else 0.0),
+            }
+            if described.HasField("mime_type"):
+                body["mimeType"] = described.mime_type
+            bodies[described.version] = body
+        return versions, bodies
+
     async def version_metadata(
         app: str, user: str, session: str, name: str, version: int | None, who: Caller
     ) -> dict[str, Any]:
+        """A version's JSON, from its loaded content (for a service that does not describe
+        versions, or to refuse a version that does not exist as a load does)."""
         mime_type: str | None = None
         try:
             part, number = await load(app, user, session, name, version, who)
@@ -355,7 +382,11 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
     async def list_artifact_versions_metadata(
         app_name: str, user_id: str, session_id: str, artifact_name: str, who: Who
     ) -> Response:
-        versions = await _versions(app_name, user_id, session_id, artifact_name, who)
+        versions, bodies = await described_versions(
+            app_name, user_id, session_id, artifact_name, who
+        )
+        if bodies is not None:
+            return JSONResponse([bodies[number] for number in versions])
         return JSONResponse(
             [
                 await version_metadata(app_name, user_id, session_id, artifact_name, number, who)
@@ -372,12 +403,23 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
         app_name: str, user_id: str, session_id: str, artifact_name: str, version_id: str, who: Who
     ) -> Response:
         number = version_number(version_id)
+        versions, bodies = await described_versions(
+            app_name, user_id, session_id, artifact_name, who
+        )
+        if bodies is not None:
+            wanted = versions[-1] if number is None and versions else number
+            if wanted in bodies:
+                return JSONResponse(bodies[wanted])
+        # Not described (an older service), or not listed: the load describes it or refuses
+        # it as loading it would (an unknown name or version, a version out of range).
         return JSONResponse(
             await version_metadata(app_name, user_id, session_id, artifact_name, number, who)
         )
 
-    async def _versions(app: str, user: str, session: str, name: str, who: Caller) -> list[int]:
-        response = await mesh.unary(
+    async def list_versions(
+        app: str, user: str, session: str, name: str, who: Caller
+    ) -> session_pb2.SessionServiceListArtifactVersionsResponse:
+        response: session_pb2.SessionServiceListArtifactVersionsResponse = await mesh.unary(
             app,
             mesh.sessions(app).ListArtifactVersions,
             session_pb2.SessionServiceListArtifactVersionsRequest(
@@ -386,7 +428,10 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
             credentials=who.credentials,
             seconds=_CALL_SECONDS,
         )
-        return list(response.versions)
+        return response
+
+    async def _versions(app: str, user: str, session: str, name: str, who: Caller) -> list[int]:
+        return list((await list_versions(app, user, session, name, who)).versions)
 
     @router.get(
         _ARTIFACTS + "/{artifact_name:path}/versions",

@@ -38,7 +38,12 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from adk_mesh.artifacts import _common
-from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
+from adk_mesh.artifacts.base import (
+    ArtifactService,
+    ArtifactVersionInfo,
+    is_user_scoped,
+    validate_artifact_name,
+)
 from adk_mesh.errors import AdkError, ArtifactError, InvalidArgumentError
 from adk_mesh.types import Part
 
@@ -238,6 +243,29 @@ class FileArtifactService(ArtifactService):
 
         return await _in_thread(list_versions)
 
+    async def list_version_metadata(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str
+    ) -> list[ArtifactVersionInfo]:
+        _common.validate_scope(app_name, user_id, session_id)
+        validate_artifact_name(filename)
+
+        def describe() -> list[ArtifactVersionInfo]:
+            name_directory = self._name_directory(app_name, user_id, session_id, filename)
+            self._check_inside_root(name_directory)
+            described = []
+            for version in self._complete_versions(name_directory):
+                try:
+                    described.append(_describe_version(name_directory / str(version), version))
+                except FileNotFoundError:
+                    continue  # deleted since the listing
+                except (ValueError, KeyError, TypeError) as error:
+                    raise ArtifactError(
+                        f"artifact {filename!r} version {version} is unreadable: {error!r}"
+                    ) from error
+            return described
+
+        return await _in_thread(describe)
+
     async def delete_artifact(
         self, *, app_name: str, user_id: str, session_id: str, filename: str
     ) -> None:
@@ -256,6 +284,16 @@ class FileArtifactService(ArtifactService):
             shutil.rmtree(tombstone, ignore_errors=True)
 
         await _in_thread(delete)
+
+
+def _describe_version(version_directory: Path, version: int) -> ArtifactVersionInfo:
+    """A version from its ``meta.json`` alone: the data is not read. ``meta.json`` is written
+    once, last, when the version is committed, so its modification time is the save's."""
+    with open(version_directory / _META, "rb") as file:
+        created = os.fstat(file.fileno()).st_mtime
+        meta = json.loads(file.read())
+    mime_type = str(meta["mime_type"]) if meta["kind"] == "inline_data" else None
+    return ArtifactVersionInfo(version, mime_type, int(meta["size"]), created)
 
 
 def _save_version(name_directory: Path, data: bytes, meta: bytes) -> int:

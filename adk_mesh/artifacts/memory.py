@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 
 from adk_mesh._bounds import check_bounds
 from adk_mesh.artifacts import _common
-from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
+from adk_mesh.artifacts.base import (
+    ArtifactService,
+    ArtifactVersionInfo,
+    is_user_scoped,
+    validate_artifact_name,
+)
 from adk_mesh.types import Part
 
 __all__ = ["DEFAULT_MAX_ARTIFACT_BYTES", "DEFAULT_MAX_ARTIFACT_SCOPES", "InMemoryArtifactService"]
@@ -25,6 +30,8 @@ _ScopeKey = tuple[str, str, str | None]
 
 # The clock of last uses (a module attribute so tests can move time).
 _monotonic = time.monotonic
+# The clock of versions' creation times.
+_now = time.time
 
 
 @dataclass
@@ -32,6 +39,8 @@ class _Scope:
     last_used: float
     # name -> versions, version n at n - 1.
     names: dict[str, list[Part]] = field(default_factory=dict)
+    # name -> when each version was saved, as in names.
+    created: dict[str, list[float]] = field(default_factory=dict)
     size: int = 0
 
 
@@ -96,6 +105,7 @@ class InMemoryArtifactService(ArtifactService):
             scope = self._scopes[key] = _Scope(last_used=_monotonic())
         versions = scope.names.setdefault(filename, [])
         versions.append(stored)
+        scope.created.setdefault(filename, []).append(_now())
         scope.size += size
         self._bytes += size
         self._evict(keep=key)
@@ -144,6 +154,27 @@ class InMemoryArtifactService(ArtifactService):
         versions = scope.names.get(filename, []) if scope is not None else []
         return list(range(1, len(versions) + 1))
 
+    async def list_version_metadata(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str
+    ) -> list[ArtifactVersionInfo]:
+        key = self._key(app_name, user_id, session_id, filename)
+        self._expire()
+        scope = self._used(key)
+        if scope is None:
+            return []
+        return [
+            ArtifactVersionInfo(
+                version,
+                part.inline_data.mime_type if part.inline_data is not None else None,
+                _size(part),
+                created,
+            )
+            for version, (part, created) in enumerate(
+                zip(scope.names.get(filename, []), scope.created.get(filename, []), strict=True),
+                start=1,
+            )
+        ]
+
     async def delete_artifact(
         self, *, app_name: str, user_id: str, session_id: str, filename: str
     ) -> None:
@@ -152,6 +183,7 @@ class InMemoryArtifactService(ArtifactService):
         if scope is None:
             return
         versions = scope.names.pop(filename, [])
+        scope.created.pop(filename, None)
         size = sum(_size(part) for part in versions)
         scope.size -= size
         self._bytes -= size

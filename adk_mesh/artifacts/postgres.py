@@ -24,7 +24,12 @@ from typing import Any
 from adk_mesh import _postgres  # first: a ConfigError when asyncpg is not installed
 from adk_mesh._migrations import Migration
 from adk_mesh.artifacts import _common
-from adk_mesh.artifacts.base import ArtifactService, is_user_scoped, validate_artifact_name
+from adk_mesh.artifacts.base import (
+    ArtifactService,
+    ArtifactVersionInfo,
+    is_user_scoped,
+    validate_artifact_name,
+)
 from adk_mesh.errors import ArtifactError
 from adk_mesh.types import Part
 
@@ -225,6 +230,25 @@ class PostgresArtifactService(ArtifactService):
                 *key,
             )
         return [row["version"] for row in rows]
+
+    async def list_version_metadata(
+        self, *, app_name: str, user_id: str, session_id: str, filename: str
+    ) -> list[ArtifactVersionInfo]:
+        key = self._key(app_name, user_id, session_id, filename)
+        async with self._database.connection("describing artifact versions") as connection:
+            # octet_length of a stored bytea reads its size from the value's header: the
+            # data is neither fetched nor decompressed.
+            rows = await connection.fetch(
+                "SELECT version, mime_type, octet_length(data) AS size, "
+                "extract(epoch FROM create_time)::float8 AS created "
+                "FROM adk_artifacts WHERE app_name = $1 AND user_id = $2 "
+                "AND session_id = $3 AND filename = $4 ORDER BY version",
+                *key,
+            )
+        return [
+            ArtifactVersionInfo(row["version"], row["mime_type"], row["size"], row["created"])
+            for row in rows
+        ]
 
     async def delete_artifact(
         self, *, app_name: str, user_id: str, session_id: str, filename: str

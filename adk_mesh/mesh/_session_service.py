@@ -582,17 +582,34 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             filename = self._filename(request.filename)
             await self._required(key)
             artifacts = self._artifacts
-            versions = (
-                []
-                if artifacts is None
-                else await artifacts.list_versions(
-                    app_name=key.app_name,
-                    user_id=key.user_id,
-                    session_id=key.session_id,
-                    filename=filename,
+            response = session_pb2.SessionServiceListArtifactVersionsResponse()
+            if artifacts is None:
+                return response
+            if type(artifacts).list_version_metadata is ArtifactService.list_version_metadata:
+                # A store that keeps no metadata apart would load every version to describe
+                # it: list the numbers only, and a client loads the versions it describes.
+                response.versions.extend(
+                    await artifacts.list_versions(
+                        app_name=key.app_name,
+                        user_id=key.user_id,
+                        session_id=key.session_id,
+                        filename=filename,
+                    )
                 )
-            )
-            return session_pb2.SessionServiceListArtifactVersionsResponse(versions=versions)
+                return response
+            for info in await artifacts.list_version_metadata(
+                app_name=key.app_name,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                filename=filename,
+            ):
+                response.versions.append(info.version)
+                described = response.metadata.add(version=info.version, size_bytes=info.size)
+                if info.mime_type is not None:
+                    described.mime_type = info.mime_type
+                if info.create_time is not None:
+                    described.create_time = info.create_time
+            return response
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
 
     async def DeleteArtifact(

@@ -29,11 +29,12 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
 from cryptography import x509
@@ -333,19 +334,67 @@ def add_authentication_arguments(group: Any) -> None:
         "--auth-user-claim", default="sub", metavar="CLAIM", help="claim with the user id"
     )
     group.add_argument(
+        "--auth-jwks-max-stale",
+        type=_seconds,
+        metavar="SECONDS",
+        help="how long past their 5 minutes the keys last fetched from the --auth-jwks URL "
+        "keep verifying while it cannot be fetched (default 3600; 0: not at all)",
+    )
+    group.add_argument(
+        "--auth-jwks-refresh-cooldown",
+        type=_seconds,
+        metavar="SECONDS",
+        help="the --auth-jwks URL is fetched again for an unknown key id at most this often "
+        "(default 30)",
+    )
+    group.add_argument(
         "--auth-api-keys",
         metavar="FILE",
         help="API keys of end users: lines of '<sha256 hex> <user id>'",
     )
 
 
+def _seconds(text: str) -> float:
+    """A duration flag's value: argparse's error then names the flag, and the process exits 2
+    before anything starts (the authenticator refuses the same values, naming its argument)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds (0 or more)")
+    return seconds
+
+
+class _JwksTuning(TypedDict, total=False):
+    jwks_max_stale: float
+    jwks_refresh_cooldown: float
+
+
 def authenticators_from_arguments(args: argparse.Namespace) -> tuple[Authenticator, ...]:
     """The authenticators :func:`add_authentication_arguments`' flags name.
 
     Raises:
-        ConfigError: JWT flags given in part.
+        ConfigError: JWT flags given in part, or JWKS URL flags without a JWKS URL.
     """
     found: list[Authenticator] = []
+    given = [
+        flag
+        for flag, value in (
+            ("--auth-jwks-max-stale", args.auth_jwks_max_stale),
+            ("--auth-jwks-refresh-cooldown", args.auth_jwks_refresh_cooldown),
+        )
+        if value is not None
+    ]
+    if given and not str(args.auth_jwks or "").startswith(("https://", "http://")):
+        # A JWKS file is read again when it changes: the flag would do nothing, and let an
+        # operator believe the staleness or the fetches bounded as they asked.
+        raise ConfigError(f"{given[0]} tunes the fetches of a JWKS URL: give --auth-jwks a URL")
+    tuning: _JwksTuning = {}  # unset, the authenticator's defaults hold
+    if args.auth_jwks_max_stale is not None:
+        tuning["jwks_max_stale"] = args.auth_jwks_max_stale
+    if args.auth_jwks_refresh_cooldown is not None:
+        tuning["jwks_refresh_cooldown"] = args.auth_jwks_refresh_cooldown
     if args.auth_jwks:
         if not (args.auth_issuer and args.auth_audience):
             raise ConfigError("--auth-jwks needs --auth-issuer and --auth-audience")
@@ -355,6 +404,7 @@ def authenticators_from_arguments(args: argparse.Namespace) -> tuple[Authenticat
                 issuer=args.auth_issuer,
                 audience=args.auth_audience,
                 user_claim=args.auth_user_claim,
+                **tuning,
             )
         )
     elif args.auth_issuer or args.auth_audience:

@@ -8,7 +8,7 @@ The gateway reaches agents only here, through the generated ``adk_mesh.v1`` stub
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -132,9 +132,23 @@ class MeshClient:
         self, app: str, method: Any, request: Any, *, credentials: Credentials, seconds: float
     ) -> list[Any]:
         """Every response of the server-streaming ``method`` of ``app``'s service."""
+        responses = self.responses(app, method, request, credentials=credentials, seconds=seconds)
+        return [response async for response in responses]
+
+    async def responses(
+        self, app: str, method: Any, request: Any, *, credentials: Credentials, seconds: float
+    ) -> AsyncGenerator[Any, None]:
+        """The responses of the server-streaming ``method`` of ``app``'s service, each as it
+        arrives: a caller that answers as it reads holds one response at a time.
+
+        The call starts at the first iteration (in the caller's trace context); a failure is
+        raised as an adk-mesh error where it happens, and closing the iterator (or the
+        iterating task being cancelled) cancels the call, so the service stops too.
+        """
         call = method(request, metadata=tuple(credentials), timeout=seconds)
         try:
-            return [response async for response in call]
+            async for response in call:
+                yield response
         except grpc.RpcError as error:
             raise rpc_failure(error, app, self.target(app)) from None
         finally:

@@ -12,21 +12,25 @@ the save, or 0 when the service does not tell it (a service from before
 ``customMetadata`` on save, and a new session's ``options``, are refused when not empty
 (the contract has no place for them); a version larger than one message of the mesh (32 MiB;
 a tool may save one in process) does not load (400, naming it and the limit), though its
-metadata is still described.
+metadata is still described. The session list is streamed as ListSessions reads the store
+(same JSON array); a failure after it began is logged and leaves the array unclosed.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time,
 # and they name dependencies local to the factory.
 
+import json
+import logging
 import time
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from adk_mesh import codec
-from adk_mesh.errors import ArtifactTooLargeError, InvalidArgumentError
+from adk_mesh.errors import AdkError, ArtifactTooLargeError, InvalidArgumentError
 from adk_mesh.types import Event
 from adk_mesh.v1 import session_pb2
 from gateway._json import event_from_json, event_to_json, part_from_json, part_to_json
@@ -46,6 +50,8 @@ from gateway._settings import GatewaySettings
 from gateway._tracing import TracedRoute
 
 __all__ = ["session_router"]
+
+logger = logging.getLogger("gateway")
 
 _SESSIONS = "/apps/{app_name}/users/{user_id}/sessions"
 _SESSION = _SESSIONS + "/{session_id}"
@@ -79,6 +85,53 @@ def _session_json(
         "events": [event_to_json(event) for event in events],
         "lastUpdateTime": message.last_update_time,
     }
+
+
+def _json_bytes(value: Any) -> bytes:
+    # JSONResponse's rendering, so a streamed list has the bytes of one JSONResponse.
+    return json.dumps(
+        value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
+async def _listing(
+    app: str,
+    user: str,
+    first: session_pb2.ListSessionsResponse | None,
+    pages: AsyncGenerator[session_pb2.ListSessionsResponse, None],
+) -> AsyncIterator[bytes]:
+    """The JSON array of the user's sessions, a page of ListSessions at a time: the gateway
+    holds one page, and the client reads the first sessions while the store reads the next.
+
+    A failure after the answer began cannot change its status: it is logged and the array is
+    left open (no ``]``), so no JSON parser takes what was sent for the whole list.
+    """
+    written = 0
+    try:
+        response = first
+        while response is not None:
+            items = [
+                _json_bytes(_session_json(app, session, [], with_state=False))
+                for session in response.sessions
+            ]
+            if items:
+                yield (b"," if written else b"[") + b",".join(items)
+                written += len(items)
+            response = await anext(pages, None)
+    except AdkError as error:
+        logger.warning(
+            "session listing of user %r of app %r failed after %d sessions were sent; the "
+            "response ends without its closing bracket: %s",
+            user,
+            app,
+            written,
+            error,
+        )
+        return
+    finally:
+        # The client gone (or the failure above): the call is cancelled, not left reading.
+        await pages.aclose()
+    yield b"]" if written else b"[]"
 
 
 def _events_to_proto(raw: list[dict[str, Any]]) -> list[Any]:
@@ -146,19 +199,18 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
 
     @router.get(_SESSIONS, response_model=list[SessionBody], summary="The user's sessions")
     async def list_sessions(app_name: str, user_id: str, who: Who) -> Response:
-        responses = await mesh.streamed(
+        pages: AsyncGenerator[session_pb2.ListSessionsResponse, None] = mesh.responses(
             app_name,
             mesh.sessions(app_name).ListSessions,
             session_pb2.ListSessionsRequest(user_id=user_id),
             credentials=who.credentials,
             seconds=_CALL_SECONDS,
         )
-        return JSONResponse(
-            [
-                _session_json(app_name, session, [], with_state=False)
-                for response in responses
-                for session in response.sessions
-            ]
+        # The first page is read before answering: a refusal or an unreachable service is
+        # still a plain HTTP error (its status, problem+json), as when the list was whole.
+        first = await anext(pages, None)
+        return StreamingResponse(
+            _listing(app_name, user_id, first, pages), media_type="application/json"
         )
 
     @router.post(_SESSIONS, response_model=SessionBody, summary="Create a session")

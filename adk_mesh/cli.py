@@ -516,12 +516,20 @@ def _warn(message: str) -> None:
 
 
 async def _responses(call: Any) -> AsyncIterator[agent_pb2.RunResponse | None]:
-    from adk_mesh.mesh._status import error_from_rpc_error
+    from adk_mesh.mesh._status import error_from_rpc_error, session_id_in
 
+    named = False
     try:
         async for response in call:
+            named = named or (response is not None and bool(response.session_id))
             yield response
     except grpc.RpcError as error:
+        # A turn that failed before its first response may have stored the user's message in
+        # a session it created: the trailers name it, passed on as that response would have.
+        trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+        session_id = "" if named else session_id_in(trailers)
+        if session_id:
+            yield agent_pb2.RunResponse(session_id=session_id)
         raise error_from_rpc_error(error) from error
 
 

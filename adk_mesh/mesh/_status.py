@@ -59,6 +59,7 @@ from adk_mesh.errors import (
 from adk_mesh.telemetry._propagation import INVOCATION_ID, current_invocation_attributes
 
 __all__ = [
+    "SESSION_ID_TRAILER",
     "ServedCall",
     "abort_with_error",
     "add_servicer",
@@ -67,6 +68,7 @@ __all__ = [
     "error_from_rpc_error",
     "error_to_status",
     "refuse_stream",
+    "session_id_in",
     "status_code_for",
 ]
 
@@ -115,6 +117,20 @@ def error_to_status(error: AdkError) -> tuple[grpc.StatusCode, status_pb2.Status
 #: :func:`error_from_downstream`).
 _ORIGIN_KEY = "adk-mesh-error-origin"
 _SERVED = "served"
+
+#: Trailer of every root ``Run`` that loaded or created its session, success or failure: the
+#: session's id. A run that creates a session and fails before its first response (which
+#: carries ``RunResponse.session_id``) has stored the user's message there; this is how its
+#: client learns where.
+SESSION_ID_TRAILER = "adk-mesh-session-id"
+
+
+def session_id_in(metadata: Any) -> str:
+    """The session a root run named in its trailers (:data:`SESSION_ID_TRAILER`), or ""."""
+    for key, value in metadata or ():
+        if key == SESSION_ID_TRAILER and isinstance(value, str):
+            return value
+    return ""
 
 
 async def abort_with_error(

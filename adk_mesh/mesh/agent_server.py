@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 
 import grpc
@@ -58,7 +58,12 @@ from adk_mesh.mesh._relay import PartialRelay
 from adk_mesh.mesh._session_service import SERVICE_NAME as _SESSION_SERVICE_NAME
 from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
-from adk_mesh.mesh._status import add_servicer, error_boundary, error_from_downstream
+from adk_mesh.mesh._status import (
+    SESSION_ID_TRAILER,
+    add_servicer,
+    error_boundary,
+    error_from_downstream,
+)
 from adk_mesh.mesh._view_sessions import ViewSessions
 from adk_mesh.mesh.remote_agent import RemoteAgent
 from adk_mesh.mesh.security import ClientTLS
@@ -279,11 +284,15 @@ class AgentServer(MeshServer):
                 yield response
 
     async def _root_responses(
-        self, request: agent_pb2.RunRequest, *, invocation_id: str
+        self,
+        request: agent_pb2.RunRequest,
+        *,
+        invocation_id: str,
+        session_used: Callable[[str], None] | None = None,
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """Check a root run and return its responses, not yet started (the turn takes and
         loads its session when the stream starts). Every check comes before the session is
-        touched."""
+        touched. ``session_used`` is told the session's id once it is loaded or created."""
         root = request.root
         run_config = self._run_config(request)
         agent = self.find(request.agent_name)
@@ -310,6 +319,7 @@ class AgentServer(MeshServer):
             invocation_id=invocation_id,
             batches=request.accept_event_batches,
             request_metadata=metadata,
+            session_used=session_used,
         )
 
     async def _root_turn(
@@ -323,6 +333,7 @@ class AgentServer(MeshServer):
         invocation_id: str,
         batches: bool,
         request_metadata: dict[str, str] | None = None,
+        session_used: Callable[[str], None] | None = None,
     ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
         """One root turn, holding its session from before it is read until the last response:
         wait for the turn in flight on it in this process, claim it against other processes,
@@ -343,6 +354,8 @@ class AgentServer(MeshServer):
                 )
             )
             session = await self._load_session(user_id, session_id, new=new)
+            if session_used is not None:
+                session_used(session.id)
             responses = self._run_turn(
                 agent,
                 session,
@@ -1025,9 +1038,17 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             mode = request.WhichOneof("mode")
             delegated: _DelegatedCall | None = None
             if mode == "root":
+
+                def name_session(session_id: str) -> None:
+                    # On every root run that got as far as its session, success or failure:
+                    # a new session holds the user's message from the start, and a run that
+                    # fails before its first response would otherwise never name it. It is
+                    # the caller's own session (its user's, checked before), nothing more.
+                    context.set_trailing_metadata(((SESSION_ID_TRAILER, session_id),))
+
                 call.invocation_id = new_invocation_id()
                 responses = await self._server._root_responses(
-                    request, invocation_id=call.invocation_id
+                    request, invocation_id=call.invocation_id, session_used=name_session
                 )
             elif mode == "delegated":
                 delegated, responses = await self._server._delegated_run(

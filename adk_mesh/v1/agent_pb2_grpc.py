@@ -64,6 +64,10 @@ class AgentServiceServicer:
         call cancels it; either way the turn is stored as interrupted. A turn on a session another
         replica is running is ABORTED (reason SESSION_CONFLICT: retry); in one service it waits
         its turn. A run past its model-call limit ends RESOURCE_EXHAUSTED (LLM_CALL_LIMIT).
+        A root run that loaded or created its session names it in the trailing metadata
+        `adk-mesh-session-id`, whether it succeeds or fails: a run that creates a session and
+        fails before its first response (which carries RunResponse.session_id) has stored the
+        user's message there, and this is how the client finds that session again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -214,13 +214,21 @@ function printEvent(event) {
   console.log(`  (invocation ${event.invocation_id})`);
 }
 
+let sessionNamed = false;
 call.on("data", (response) => {
-  if (response.session_id) console.log(`session ${response.session_id}`);
+  if (response.session_id) {
+    console.log(`session ${response.session_id}`);
+    sessionNamed = true;
+  }
   // One event per response, or a batch in `events` (a client that sets
   // accept_event_batches): read both.
   for (const event of response.event ? [response.event] : response.events ?? []) printEvent(event);
 });
 call.on("error", (error) => {
+  // A turn that failed before its first response still names the session it used (one it
+  // created holds the user's message) in the trailer adk-mesh-session-id.
+  const [session] = error.metadata?.get("adk-mesh-session-id") ?? [];
+  if (session && !sessionNamed) console.log(`session ${session}`);
   console.error(`error: ${grpc.status[error.code]}: ${error.details}`);
   client.close();
   process.exit(1);

@@ -32,6 +32,7 @@ from adk_mesh.types import Content, Event, EventActions, Part
 if TYPE_CHECKING:
     from adk_mesh.agents.base import BaseAgent
     from adk_mesh.memory.base import MemoryService
+    from adk_mesh.sessions.base import Session, SessionService
 
 __all__ = [
     "Delegation",
@@ -202,6 +203,52 @@ def scoped_memory(service: MemoryService | None, scope: DelegationScope) -> Memo
     return service if scope.memory else None
 
 
+def child_context(
+    parent: InvocationContext,
+    delegation: Delegation,
+    agent: BaseAgent,
+    session: Session,
+    *,
+    artifact_service: ArtifactService | None,
+    memory_service: MemoryService | None,
+    session_service: SessionService | None = None,
+) -> InvocationContext:
+    """The context of an AgentTool's child ``agent`` of ``parent`` over ``session`` (what the
+    policy projects of the parent's): its own invocation view of the parent's, narrowed by the
+    policy — for the child run here (:func:`run_delegation`) and for the hooks a caller runs
+    around a child in another service (``RemoteAgent.run_delegation``), which reach the
+    parent's artifacts and memory each its own way."""
+    policy = delegation.policy
+    return InvocationContext(
+        invocation_id=parent.invocation_id,
+        agent=agent,
+        session=session,
+        session_service=session_service,
+        artifact_service=artifact_service,
+        memory_service=memory_service,
+        run_config=RunConfig(max_llm_calls=parent.run_config.max_llm_calls),
+        llm_calls_of=parent,
+        user_content=delegation.request,
+        branch=delegation.branch,
+        delegation_depth=delegation.depth,
+        max_delegation_depth=delegation.max_depth,
+        call_path=parent.call_path,
+        deadline=parent.deadline,
+        tool_timeout=parent.tool_timeout,
+        delegation_scope=policy.narrowed(parent.delegation_scope),
+        # The parent's history the child starts with may be a window of it (in a delegated
+        # run served here): the rest is where the parent's is.
+        history=parent.history if policy.include_parent_history else None,
+        # Under the same plugins (their agent, model and tool hooks; the run hooks come
+        # only with ``delegation.run_hooks``), with the same credential store; what a caller
+        # forwarded reaches the child only as far as the policy says.
+        plugins=parent.plugins,
+        credential_service=parent.credential_service,
+        forwarded_credentials=policy.child_credentials(parent.forwarded_credentials),
+        request_metadata=policy.child_request_metadata(parent.request_metadata),
+    )
+
+
 async def run_delegation(
     parent: InvocationContext,
     agent: BaseAgent,
@@ -238,11 +285,11 @@ async def run_delegation(
         state=policy.child_state(parent.session.state),
     )
     child_session.events = policy.child_history(parent.session.events)
-    scope = policy.narrowed(parent.delegation_scope)
-    child_ctx = InvocationContext(
-        invocation_id=parent.invocation_id,
-        agent=agent,
-        session=child_session,
+    child_ctx = child_context(
+        parent,
+        delegation,
+        agent,
+        child_session,
         session_service=child_service,
         artifact_service=(
             _AllowListArtifacts(parent.artifact_service, policy.artifact_prefixes)
@@ -250,25 +297,6 @@ async def run_delegation(
             else parent.artifact_service
         ),
         memory_service=parent.memory_service if policy.forward_memory else None,
-        run_config=RunConfig(max_llm_calls=parent.run_config.max_llm_calls),
-        llm_calls_of=parent,
-        user_content=request,
-        branch=delegation.branch,
-        delegation_depth=delegation.depth,
-        max_delegation_depth=delegation.max_depth,
-        call_path=parent.call_path,
-        deadline=parent.deadline,
-        tool_timeout=parent.tool_timeout,
-        delegation_scope=scope,
-        # The parent's history the child starts with may be a window of it (in a delegated
-        # run served here): the rest is where the parent's is.
-        history=parent.history if policy.include_parent_history else None,
-        # The child runs in this process: under the same plugins, with the same credential
-        # store; what a caller forwarded reaches it only as far as the policy says.
-        plugins=parent.plugins,
-        credential_service=parent.credential_service,
-        forwarded_credentials=policy.child_credentials(parent.forwarded_credentials),
-        request_metadata=policy.child_request_metadata(parent.request_metadata),
     )
     if plugins is not None and plugins.has("on_user_message"):
         request = await run_on_user_message(plugins, child_ctx, request)

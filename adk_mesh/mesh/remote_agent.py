@@ -18,12 +18,13 @@ from adk_mesh.agents._schemas import AgentSchema
 from adk_mesh.agents.base import AgentSchemas, BaseAgent, RemoteLocation
 from adk_mesh.agents.delegation import (
     DelegationOutcome,
+    child_context,
     forwarded,
     scoped_artifacts,
     scoped_memory,
 )
 from adk_mesh.artifacts.base import ArtifactService
-from adk_mesh.contexts import InvocationContext, ReadonlyContext, RunConfig, TransferTarget
+from adk_mesh.contexts import InvocationContext, ReadonlyContext, TransferTarget
 from adk_mesh.errors import AdkError, AgentError, ConfigError
 from adk_mesh.memory.base import MemoryService
 from adk_mesh.mesh._caller_contexts import answer_context_request
@@ -713,8 +714,7 @@ class RemoteAgent(BaseAgent):
         AgentTool's child of ``parent``: the one the child would have in process
         (:func:`~adk_mesh.agents.delegation.run_delegation`), over a session of its own
         seeded from ``view`` (its state copied: what the hooks write is not sent)."""
-        policy = delegation.policy
-        scope = policy.narrowed(parent.delegation_scope)
+        scope = delegation.policy.narrowed(parent.delegation_scope)
         session = Session(
             id=view.id,
             app_name=view.app_name,
@@ -722,29 +722,13 @@ class RemoteAgent(BaseAgent):
             state=dict(view.state),
             events=view.events,
         )
-        return InvocationContext(
-            invocation_id=parent.invocation_id,
-            agent=self,
-            session=session,
+        return child_context(
+            parent,
+            delegation,
+            self,
+            session,
             artifact_service=scoped_artifacts(parent.artifact_service, scope),
             memory_service=scoped_memory(parent.memory_service, scope),
-            run_config=RunConfig(max_llm_calls=parent.run_config.max_llm_calls),
-            llm_calls_of=parent,
-            user_content=delegation.request,
-            branch=delegation.branch,
-            delegation_depth=delegation.depth,
-            max_delegation_depth=delegation.max_depth,
-            call_path=parent.call_path,
-            deadline=parent.deadline,
-            tool_timeout=parent.tool_timeout,
-            delegation_scope=scope,
-            history=parent.history if policy.include_parent_history else None,
-            # The agent hooks of the process the delegation is made in, as for a child in it
-            # (the run hooks come only with ``delegation.run_hooks``).
-            plugins=parent.plugins,
-            credential_service=parent.credential_service,
-            forwarded_credentials=policy.child_credentials(parent.forwarded_credentials),
-            request_metadata=policy.child_request_metadata(parent.request_metadata),
         )
 
     async def _delegate(

@@ -19,12 +19,10 @@ ever.
 
 from __future__ import annotations
 
-import asyncio
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from adk_mesh._tasks import TaskFeed
     from adk_mesh.contexts import InvocationContext
     from adk_mesh.sessions.base import Session
     from adk_mesh.types import Event
@@ -33,15 +31,25 @@ if TYPE_CHECKING:
 __all__ = ["PartialRelay", "relay_for"]
 
 
+class Backlog(Protocol):
+    """Where a served run's stream takes its events (the AgentServer's), bounded by a count
+    and by bytes: :meth:`offer` hands one on if there is room now, :meth:`send` waits for it."""
+
+    def offer(self, event: Event | event_pb2.Event) -> bool: ...
+
+    async def send(self, event: Event | event_pb2.Event) -> None: ...
+
+
 class PartialRelay:
     """The response stream of one AgentServer run, open to the partial events of its
     RemoteAgents (see the module docstring)."""
 
-    __slots__ = ("_feed", "_session")
+    __slots__ = ("_backlog", "_session")
 
-    def __init__(self, session: Session, feed: TaskFeed[Event | event_pb2.Event, Any]) -> None:
+    def __init__(self, session: Session, backlog: Backlog) -> None:
         self._session = session
-        self._feed = feed
+        #: The stream's events, waiting while it is full (by count or by bytes).
+        self._backlog = backlog
 
     def serves(self, ctx: InvocationContext) -> bool:
         """Whether the events of an agent running in ``ctx`` reach this stream unchanged."""
@@ -56,10 +64,8 @@ class PartialRelay:
     async def forward(self, message: event_pb2.Event) -> None:
         """Send a partial event on, after every event the run handed over before it (the
         run's task waits while the stream is full, as for its own events)."""
-        try:
-            self._feed.send_nowait(message)
-        except asyncio.QueueFull:
-            await self._feed.send(message)
+        if not self._backlog.offer(message):
+            await self._backlog.send(message)
 
 
 _current: ContextVar[PartialRelay | None] = ContextVar("adk_mesh_partial_relay", default=None)

@@ -12,6 +12,7 @@ import grpc
 import grpc.aio
 
 from adk_mesh import codec
+from adk_mesh._memory import MESSAGE_OBJECT_BYTES, event_bytes
 from adk_mesh._tasks import TaskFeed
 from adk_mesh.agents.base import BaseAgent, validate_agent_name
 from adk_mesh.agents.delegation import (
@@ -863,6 +864,11 @@ def _new_message(message: content_pb2.Content | None) -> Content:
 #: At most this many events in one batched response, and this many waiting for the client.
 MAX_BATCH_EVENTS = 256
 MAX_PENDING_EVENTS = 1024
+#: ... and at most this many bytes of events (their memory, estimated) waiting for the client,
+#: whichever comes first: a count alone lets a run of large events (inline media, big tool
+#: results, up to a message each) make the server hold gigabytes for one slow client. One
+#: event larger than this still goes, alone.
+MAX_PENDING_BYTES = 64 * 1024 * 1024
 #: A batched response holds at most this many bytes of events (more only for one event alone).
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 #: An event whose encoding is larger than this is streamed abridged: whole, it would not fit
@@ -889,9 +895,10 @@ async def _responses(
     too; from then on the run goes on in a task of its own while the client reads: every
     event that is ready when the next response is due goes into it (``events``), so a fast
     stream of partials is not bound to one message per event, and a slow client holds the run
-    back once MAX_PENDING_EVENTS wait. From then on too, the RemoteAgents of the run on
-    ``session`` (the one this stream serves) hand over the partial events their peers stream
-    as they came, without decoding them (:mod:`adk_mesh.mesh._relay`).
+    back once MAX_PENDING_EVENTS events or MAX_PENDING_BYTES of them wait (:class:`_Backlog`).
+    From then on too, the RemoteAgents of the run on ``session`` (the one this stream serves)
+    hand over the partial events their peers stream as they came, without decoding them
+    (:mod:`adk_mesh.mesh._relay`).
 
     ``stored_by_caller``: a delegated run's events, which its caller stores as they come;
     one that cannot go whole fails the run (:func:`_encode_event`).
@@ -923,28 +930,30 @@ async def _batched(
     stored_by_caller: bool,
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """The rest of a run's events (closed by the caller), batched as :func:`_responses` says."""
+    backlog = _Backlog()
 
-    async def produce(feed: TaskFeed[Event | event_pb2.Event, None]) -> None:
+    async def produce() -> None:
         if session is not None:
-            PartialRelay(session, feed).open()  # in this task: the run's
+            PartialRelay(session, backlog).open()  # in this task: the run's
         async for event in events:
-            try:
-                feed.send_nowait(event)
-            except asyncio.QueueFull:  # the client is behind: wait for room
-                await feed.send(event)
+            if not backlog.offer(event):
+                await backlog.send(event)
 
-    async with TaskFeed[Event | event_pb2.Event, None](max_pending=MAX_PENDING_EVENTS) as feed:
-        feed.start(produce(feed))
+    async with backlog.feed as feed:
+        feed.start(produce())
         async for first in feed:
             batch = [first, *feed.take_ready(MAX_BATCH_EVENTS - 1)]
             response = agent_pb2.RunResponse(session_id=session_id)
             session_id = ""
             if len(batch) == 1:
-                _encode_event(batch[0], response.event, stored_by_caller=stored_by_caller)
+                event, held = batch[0]
+                _encode_event(event, response.event, stored_by_caller=stored_by_caller)
                 yield response
+                backlog.sent(held)
                 continue
             size = 0
-            for event in batch:
+            held = 0  # the backlog's bytes of the events in ``response``
+            for event, weight in batch:
                 try:
                     added = _encode_event(
                         event, response.events.add(), stored_by_caller=stored_by_caller
@@ -961,11 +970,85 @@ async def _batched(
                     # The batch is full: this event opens the next one.
                     del response.events[-1]
                     yield _batch_or_single(response)
+                    backlog.sent(held)
                     response = agent_pb2.RunResponse()
-                    size = 0
+                    size = held = 0
                     _encode_event(event, response.events.add(), stored_by_caller=stored_by_caller)
                 size += added
+                held += weight
             yield _batch_or_single(response)
+            backlog.sent(held)
+
+
+class _Backlog:
+    """The events of one served run waiting for its client (:func:`_batched`): at most
+    MAX_PENDING_EVENTS of them and MAX_PENDING_BYTES of their memory, whichever comes first.
+    A sender (the run, or a RemoteAgent relaying its peer's partial events) waits for room:
+    the run goes at its client's pace instead of buffering. An event counts from when it is
+    sent until the response carrying it has gone to gRPC, so the events taken for a batch and
+    being encoded count too."""
+
+    __slots__ = ("_rooms", "bytes", "feed")
+
+    def __init__(self) -> None:
+        self.feed = TaskFeed[tuple[Event | event_pb2.Event, int], None](
+            max_pending=MAX_PENDING_EVENTS
+        )
+        #: The estimated memory of the events sent and not yet gone (:meth:`sent`).
+        self.bytes = 0
+        # One future per send waiting for bytes: a cancelled send cancels only its own.
+        self._rooms: list[asyncio.Future[None]] = []
+
+    def offer(self, event: Event | event_pb2.Event) -> bool:
+        """Hand ``event`` to the stream if there is room now, without waiting (a streamed
+        token's usual case: no coroutine made); ``False``: nothing was done, :meth:`send`."""
+        size = _held_bytes(event)
+        if self.bytes and self.bytes + size > MAX_PENDING_BYTES:
+            return False
+        try:
+            self.feed.send_nowait((event, size))
+        except asyncio.QueueFull:
+            return False
+        self.bytes += size
+        return True
+
+    async def send(self, event: Event | event_pb2.Event) -> None:
+        """Hand ``event`` to the stream; waits while the backlog is full. An event larger
+        than MAX_PENDING_BYTES waits for an empty backlog, then goes alone."""
+        size = _held_bytes(event)
+        while self.bytes and self.bytes + size > MAX_PENDING_BYTES:
+            room = asyncio.get_running_loop().create_future()
+            self._rooms.append(room)
+            try:
+                await room
+            finally:
+                self._rooms.remove(room)
+        self.bytes += size
+        try:
+            try:
+                self.feed.send_nowait((event, size))
+            except asyncio.QueueFull:  # the client is behind by a count of events
+                await self.feed.send((event, size))
+        except BaseException:
+            self.sent(size)  # never sent (cancelled): it holds no room
+            raise
+
+    def sent(self, size: int) -> None:
+        """Events of ``size`` bytes went to the client: let every waiting send look for room
+        again (each takes it or waits anew; concurrent senders are a run's parallel
+        branches)."""
+        self.bytes -= size
+        for room in self._rooms:
+            if not room.done():
+                room.set_result(None)
+
+
+def _held_bytes(event: Event | event_pb2.Event) -> int:
+    """What ``event`` costs in memory while it waits: :func:`~adk_mesh._memory.event_bytes`,
+    or for a relayed message its encoded size and the message object."""
+    if isinstance(event, event_pb2.Event):
+        return MESSAGE_OBJECT_BYTES + event.ByteSize()
+    return event_bytes(event)
 
 
 def _encode_event(

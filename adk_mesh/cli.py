@@ -29,7 +29,6 @@ import inspect
 import io
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -684,16 +683,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _grace(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds (0 or more)")
-    return seconds
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="adk-mesh", description="Run ADK agents and tools as a gRPC mesh.")
     parser.add_argument("--version", action="version", version=f"adk-mesh {__version__}")
@@ -709,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from adk_mesh.mesh import ServerLimits
     from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_CONNECTION_AGE
-    from adk_mesh.mesh.security import add_server_security_arguments
+    from adk_mesh.mesh.security import add_server_security_arguments, seconds_argument
 
     defaults = ServerLimits()
     for sub in (agent, tools):
@@ -770,7 +759,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--port", type=_port, required=True, help="port (0: any free port)")
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         sub.add_argument(
-            "--grace", type=_grace, default=10.0, help="seconds running calls get on SIGTERM"
+            "--grace",
+            type=seconds_argument,
+            default=10.0,
+            help="seconds running calls get on SIGTERM",
         )
         sub.add_argument(
             "--log-level",

@@ -56,7 +56,9 @@ __all__ = [
     "ServerTLS",
     "add_server_security_arguments",
     "check_transport",
+    "is_local_peer",
     "is_loopback",
+    "seconds_argument",
     "server_security_from_arguments",
 ]
 
@@ -335,14 +337,14 @@ def add_authentication_arguments(group: Any) -> None:
     )
     group.add_argument(
         "--auth-jwks-max-stale",
-        type=_seconds,
+        type=seconds_argument,
         metavar="SECONDS",
         help="how long past their 5 minutes the keys last fetched from the --auth-jwks URL "
         "keep verifying while it cannot be fetched (default 3600; 0: not at all)",
     )
     group.add_argument(
         "--auth-jwks-refresh-cooldown",
-        type=_seconds,
+        type=seconds_argument,
         metavar="SECONDS",
         help="the --auth-jwks URL is fetched again for an unknown key id at most this often "
         "(default 30)",
@@ -354,9 +356,10 @@ def add_authentication_arguments(group: Any) -> None:
     )
 
 
-def _seconds(text: str) -> float:
-    """A duration flag's value: argparse's error then names the flag, and the process exits 2
-    before anything starts (the authenticator refuses the same values, naming its argument)."""
+def seconds_argument(text: str) -> float:
+    """A duration flag's value, 0 or more seconds (argparse ``type``: ``--grace``, the JWKS
+    flags): argparse's error then names the flag, and the process exits 2 before anything
+    starts (the authenticator refuses the same values, naming its argument)."""
     try:
         seconds = float(text)
     except ValueError:

@@ -486,7 +486,7 @@ async def _stream_run(args: argparse.Namespace, out: TextIO) -> None:
     async with open_channel(args.target) as channel:
         call = agent_pb2_grpc.AgentServiceStub(channel).Run(request, metadata=credentials)
         try:
-            async for response in _responses(call):
+            async for response in _responses(call, named=bool(args.session)):
                 if response is None:
                     # gRPC hands over None for bytes that do not parse: say so, read on.
                     _warn("skipped a response from the service that does not parse")
@@ -514,17 +514,20 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-async def _responses(call: Any) -> AsyncIterator[agent_pb2.RunResponse | None]:
+async def _responses(
+    call: Any, *, named: bool = False
+) -> AsyncIterator[agent_pb2.RunResponse | None]:
+    """The call's responses; ``named``: the request named its session (the user knows it)."""
     from adk_mesh.mesh._status import error_from_rpc_error, session_id_in
 
-    named = False
     try:
         async for response in call:
             named = named or (response is not None and bool(response.session_id))
             yield response
     except grpc.RpcError as error:
         # A turn that failed before its first response may have stored the user's message in
-        # a session it created: the trailers name it, passed on as that response would have.
+        # a session it created: the trailers name it, passed on as that response would have
+        # (a session the request named is not repeated).
         trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
         session_id = "" if named else session_id_in(trailers)
         if session_id:

@@ -214,7 +214,8 @@ function printEvent(event) {
   console.log(`  (invocation ${event.invocation_id})`);
 }
 
-let sessionNamed = false;
+// A session the user named (--session) is known; one a response named was printed.
+let sessionNamed = Boolean(args.session);
 call.on("data", (response) => {
   if (response.session_id) {
     console.log(`session ${response.session_id}`);

@@ -454,9 +454,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                 "a new event_id",
                 metadata={"session_id": key.session_id, "event_id": update.id},
             )
-        response = session_pb2.UpdateSessionStateResponse(session=_session_to_proto(session))
-        codec.event_to_proto(stored, into=response.event)
-        size = response.ByteSize()
+        response, size = _update_answer(session, stored)
         if size > MAX_UPDATE_RESPONSE_BYTES:
             raise InvalidArgumentError(
                 f"the update with event_id {shown(update.id)} was written by an earlier call, "
@@ -808,10 +806,7 @@ def _update_response(session: Session, event: Event) -> session_pb2.UpdateSessio
             (nothing is written then).
     """
     after = {**session.state, **event.actions.state_delta}
-    projected = session.model_copy(update={"state": after})
-    response = session_pb2.UpdateSessionStateResponse(session=_session_to_proto(projected))
-    codec.event_to_proto(event, into=response.event)
-    size = response.ByteSize()
+    response, size = _update_answer(session.model_copy(update={"state": after}), event)
     if size > MAX_UPDATE_RESPONSE_BYTES:
         raise InvalidArgumentError(
             f"the update was not written: its answer (the session's state after it, "
@@ -821,6 +816,15 @@ def _update_response(session: Session, event: Event) -> session_pb2.UpdateSessio
             metadata={"session_id": session.id},
         )
     return response
+
+
+def _update_answer(
+    session: Session, event: Event
+) -> tuple[session_pb2.UpdateSessionStateResponse, int]:
+    """An UpdateSessionState answer of ``session`` and ``event``, and its size in bytes."""
+    response = session_pb2.UpdateSessionStateResponse(session=_session_to_proto(session))
+    codec.event_to_proto(event, into=response.event)
+    return response, response.ByteSize()
 
 
 def _lasting(state: Mapping[str, Any]) -> dict[str, Any]:

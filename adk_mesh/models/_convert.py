@@ -222,8 +222,10 @@ class ToolNames:
 
     def response(self, response: LlmResponse) -> LlmResponse:
         """``response`` with the model's calls of fitted names given the real ones."""
-        content = response.content
         real = self._real
+        if not real:  # every name fits (the usual case): nothing to look for, chunk by chunk
+            return response
+        content = response.content
         if content is None or not any(
             part.function_call is not None and part.function_call.name in real
             for part in content.parts

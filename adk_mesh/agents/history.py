@@ -13,9 +13,10 @@ The rules, in order:
    google-adk does.
 5. The user's events and the agent's own events are kept as they are. Another agent's events
    are presented as context in a user message (``For context: [other] said: ...``), so the
-   model never mistakes them for its own turns; another agent's events that skip
-   summarization, or that hold nothing to tell (only reasoning, blank text or built-in tool
-   parts), are left out.
+   model never mistakes them for its own turns; another agent's events that hold nothing
+   to tell (only reasoning, blank text or built-in tool parts) are left out. Events that
+   skip summarization are kept, as google-adk keeps them: the flag ends its author's turn,
+   it does not hide the result from the agents after it.
 6. A long-running call answered later: when the newest event holds function responses to
    calls made before an intermediate answer, the events between that call and the response
    are dropped, so the call is directly followed by its final response, merged with the
@@ -438,13 +439,14 @@ def _is_kept(event: Event, agent_name: str, branch: str, invocation_id: str | No
         return False
     if event.branch and not is_visible_on_branch(event.branch, branch):
         return False
-    if event.author != "user" and event.author != agent_name:
-        if event.actions.skip_summarization:
-            return False
-        if not _tells_something(content):
-            # Only reasoning, blank text or built-in tool parts: told as context, it
-            # would be a bare "For context:" message (google-adk leaves such out too).
-            return False
+    # ``actions.skip_summarization`` does not leave an event out: it ends the turn of the
+    # agent whose tool set it (no model call to summarize the result); an agent after it
+    # (a pipeline's next step, a transfer target) reads that result as context, as in
+    # google-adk, whose contents building never looks at the flag.
+    if event.author != "user" and event.author != agent_name and not _tells_something(content):
+        # Only reasoning, blank text or built-in tool parts: told as context, it would be
+        # a bare "For context:" message (google-adk leaves such out too).
+        return False
     return True
 
 

@@ -493,7 +493,6 @@ class LlmAgent(BaseAgent):
         response = checked_callback_result(response, LlmResponse, "before_model", self.name)
         # A before-model answer stands as it is (google-adk yields it): no model answered,
         # so the after-model hooks, which rewrite or record the model's answers, see none.
-        answered_by_callback = response is not None
         if response is None:
             ctx.count_llm_call()
             streaming = ctx.run_config.streaming_mode is StreamingMode.SSE
@@ -545,6 +544,11 @@ class LlmAgent(BaseAgent):
                         branch=ctx.branch,
                         llm_response=chunk,
                     )
+                if response is not None:
+                    response = await self._after_model(callback_context, response)
+                    # Before the span ends (unlike google-adk's trace_call_llm): the answer it
+                    # records is the one the hooks left, so a redacting hook covers the trace.
+                    telemetry.record_model_answer(chunks, response)
             finally:
                 # A hook that failed on a chunk (or a reader that stopped) leaves the model's
                 # stream unfinished: closed now, its span ends and its connection is freed.
@@ -553,8 +557,6 @@ class LlmAgent(BaseAgent):
                     await close()
             if response is None:
                 raise AgentError(f"model {self.model.name!r} returned no final response")
-        if not answered_by_callback:
-            response = await self._after_model(callback_context, response)
 
         response = _with_call_ids(response)
         event = Event(

@@ -7,7 +7,9 @@ to, and attaches that context only around one ``__anext__`` of the wrapped gener
 ``aclose``) — a synchronous stretch of one task, so attach and detach always pair up. Every span
 ends in ``finally``: normally, on error (status ERROR, ``error.type``), when cancelled (status
 UNSET, ``adk_mesh.cancelled``) or when its consumer closed the stream early (status UNSET,
-``adk_mesh.closed_early``, e.g. an agent stopped after it transferred control).
+``adk_mesh.closed_early``, e.g. an agent stopped after it transferred control). With content
+capture on, a model call that answered ends once the agent recorded the answer it used, or
+closed the stream (see :func:`trace_model_call`).
 
 When tracing is off (the invocation's :attr:`~adk_mesh.contexts.InvocationContext.tracer` is
 ``None``) each helper hands back the generator it was given, untouched.
@@ -20,7 +22,7 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,6 +52,7 @@ __all__ = [
     "annotate_current_span",
     "capture_content",
     "record_control_transfer",
+    "record_model_answer",
     "record_tool_error",
     "record_tool_result",
     "refresh_capture_content",
@@ -148,10 +151,12 @@ def _end_with_error(span: Span, error: BaseException) -> str:
 class _Outcome:
     """How a traced stream ended; filled in by :func:`_traced`'s exception handlers."""
 
-    __slots__ = ("error_type",)
+    __slots__ = ("completed", "error_type")
 
     def __init__(self) -> None:
         self.error_type: str | None = None
+        #: The stream ran to its end (not failed, cancelled or closed early).
+        self.completed = False
 
 
 async def _traced(
@@ -162,8 +167,10 @@ async def _traced(
     operation: str,
     on_item: Callable[[T], None] | None = None,
     on_end: Callable[[_Outcome], None] | None = None,
+    end_span: bool = True,
 ) -> AsyncGenerator[T, None]:
-    """Yield ``items``, each produced with ``context`` attached; end ``span`` when done."""
+    """Yield ``items``, each produced with ``context`` attached; end ``span`` when done (unless
+    ``end_span`` is false: ``on_end`` then ends it, or leaves it to its owner)."""
     outcome = _Outcome()
     try:
         while True:
@@ -171,6 +178,7 @@ async def _traced(
             try:
                 item = await anext(items)
             except StopAsyncIteration:
+                outcome.completed = True
                 break
             finally:
                 otel_context.detach(token)
@@ -199,7 +207,8 @@ async def _traced(
         finally:
             if on_end is not None:
                 on_end(outcome)
-            span.end()
+            if end_span:
+                span.end()
 
 
 def _server_attributes(target: str) -> dict[str, AttributeValue]:
@@ -420,13 +429,66 @@ def provider_name(model: Llm) -> str:
     return _WELL_KNOWN_PROVIDERS.get(provider, provider)
 
 
+class _ModelCall(AsyncIterator["LlmResponse"]):
+    """A model call's stream traced by :func:`trace_model_call`, and its ``chat`` span.
+
+    With content capture on, a model call that answered keeps its span open past the end of
+    its stream, for :func:`record_model_answer`: the output it records is the answer the agent
+    used, once the after-model hooks ran (a hook that redacts the answer covers the trace too).
+    The span then ends with the time the model's stream ended, so its duration stays the
+    model's; :meth:`aclose` ends it all the same (a hook failed: no output is recorded)."""
+
+    __slots__ = ("_chunks", "_span", "ended_at", "finish_reason", "pending")
+
+    def __init__(self, span: Span, chunks: AsyncGenerator[LlmResponse, None]) -> None:
+        self._span = span
+        self._chunks = chunks
+        #: The span waits for the agent's answer (see :meth:`answered`).
+        self.pending = False
+        self.finish_reason: str | None = None  # the model's, for the output message
+        self.ended_at = 0
+
+    def __aiter__(self) -> _ModelCall:
+        return self
+
+    def __anext__(self) -> Awaitable[LlmResponse]:
+        return self._chunks.__anext__()  # no frame of its own: a streamed token costs no more
+
+    async def aclose(self) -> None:
+        try:
+            await self._chunks.aclose()
+        finally:
+            self._end()
+
+    def answered(self, answer: LlmResponse) -> None:
+        if not self.pending:
+            return
+        if answer.content is not None:
+            finish_reason = self.finish_reason
+            if answer.finish_reason is not None:
+                finish_reason = str(answer.finish_reason).lower()
+            self._span.set_attribute(
+                "gen_ai.output.messages", _messages_json([answer.content], finish_reason)
+            )
+        self._end()
+
+    def _end(self) -> None:
+        if self.pending:
+            self.pending = False
+            self._span.end(end_time=self.ended_at)
+
+
 def trace_model_call(
     model: Llm,
     request: LlmRequest,
     responses: AsyncIterator[LlmResponse],
     ctx: InvocationContext,
 ) -> AsyncIterator[LlmResponse]:
-    """``chat {model}`` around one model call (all its streamed chunks) of ``ctx``."""
+    """``chat {model}`` around one model call (all its streamed chunks) of ``ctx``.
+
+    The request is recorded as it is now, once the before-model hooks ran: the one sent. The
+    answer is recorded by :func:`record_model_answer`, once the after-model hooks ran; the
+    caller closes the returned stream (``aclose``) when done with it."""
     tracer = ctx.tracer
     if tracer is None:
         return responses
@@ -496,10 +558,12 @@ def trace_model_call(
                 span.set_attribute(ERROR_TYPE, response.error_code)
                 error_type = response.error_code
                 _metrics.record_error("chat", error_type)
-            if capture and response.content is not None:
-                span.set_attribute(
-                    "gen_ai.output.messages", _messages_json([response.content], finish_reason)
-                )
+            if capture and outcome.completed:
+                # The output is the answer the agent uses, once its after-model hooks ran
+                # (record_model_answer), not the model's: a redacting hook covers the trace.
+                call.pending = True
+                call.finish_reason = finish_reason
+                call.ended_at = time.time_ns()
         _metrics.record_model_call(
             time.perf_counter() - started,
             provider=provider,
@@ -509,8 +573,30 @@ def trace_model_call(
             output_tokens=output_tokens,
             error_type=error_type,
         )
+        if not call.pending:
+            span.end()
 
-    return _traced(span, context, responses, operation="chat", on_item=on_item, on_end=on_end)
+    call = _ModelCall(
+        span,
+        _traced(
+            span,
+            context,
+            responses,
+            operation="chat",
+            on_item=on_item,
+            on_end=on_end,
+            end_span=False,
+        ),
+    )
+    return call
+
+
+def record_model_answer(chunks: AsyncIterator[LlmResponse], answer: LlmResponse) -> None:
+    """``answer`` is what the agent took from the model call ``chunks`` (a stream
+    :func:`trace_model_call` returned), once the after-model hooks ran: recorded as the call's
+    output with content capture on, and its span ends. Nothing when the call is not traced."""
+    if isinstance(chunks, _ModelCall):
+        chunks.answered(answer)
 
 
 # --- execute_tool ---------------------------------------------------------------------------
@@ -537,7 +623,11 @@ def trace_tool_call(
     ctx: InvocationContext,
 ) -> Iterator[None]:
     """``execute_tool {name}`` around one tool call, current while it runs (a coroutine in one
-    task, so holding it current is safe)."""
+    task, so holding it current is safe).
+
+    With content capture on, ``args`` is recorded when the call ends: the arguments the tool
+    was called with, once the before-tool hooks (which change them in place) ran — a hook that
+    masks an argument covers the trace too."""
     tracer = ctx.tracer
     if tracer is None:
         yield
@@ -551,10 +641,7 @@ def trace_tool_call(
         attributes["gen_ai.tool.description"] = _bounded(tool.description)
     if call_id:
         attributes["gen_ai.tool.call.id"] = call_id
-    if capture_content():
-        attributes["gen_ai.tool.call.arguments"] = _bounded(
-            json.dumps(_redacted(args), default=str, ensure_ascii=False)
-        )
+    capture = capture_content()
     span = tracer.start_span(
         f"execute_tool {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
@@ -575,6 +662,16 @@ def trace_tool_call(
         raise
     finally:
         otel_context.detach(token)
+        if capture:
+            recorded_args: Any = args
+            secrets = ctx.known_secrets
+            if secrets:
+                # A hook may have bound a credential the invocation handed out in them.
+                recorded_args = secrets.redact(recorded_args)
+            span.set_attribute(
+                "gen_ai.tool.call.arguments",
+                _bounded(json.dumps(_redacted(recorded_args), default=str, ensure_ascii=False)),
+            )
         if error_type is None:
             recorded = getattr(span, "attributes", None) or {}
             value = recorded.get(ERROR_TYPE)

@@ -13,7 +13,10 @@ the save, or 0 when the service does not tell it (a service from before
 (the contract has no place for them); a version larger than one message of the mesh (32 MiB;
 a tool may save one in process) does not load (400, naming it and the limit), though its
 metadata is still described. The session list is streamed as ListSessions reads the store
-(same JSON array); a failure after it began is logged and leaves the array unclosed.
+(same JSON array), one call per page of 1,000 sessions, each with its own deadline (60 s):
+no deadline bounds the whole list, as nothing is held open for it while a slow client reads
+(the service answers each call with one page; the gateway holds that page); a failure after
+the list began is logged, recorded on the request's span, and leaves the array unclosed.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time,
@@ -27,6 +30,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from opentelemetry import trace
 from pydantic import ValidationError
 
 from adk_mesh import codec
@@ -34,7 +38,7 @@ from adk_mesh.errors import AdkError, ArtifactTooLargeError, InvalidArgumentErro
 from adk_mesh.types import Event
 from adk_mesh.v1 import session_pb2
 from gateway._json import event_from_json, event_to_json, part_from_json, part_to_json
-from gateway._mesh import MeshClient
+from gateway._mesh import Credentials, MeshClient
 from gateway._models import (
     ArtifactVersionBody,
     CreateSessionRequest,
@@ -56,8 +60,11 @@ logger = logging.getLogger("gateway")
 _SESSIONS = "/apps/{app_name}/users/{user_id}/sessions"
 _SESSION = _SESSIONS + "/{session_id}"
 _ARTIFACTS = _SESSION + "/artifacts"
-#: Seconds a session or artifact call may take.
+#: Seconds a session or artifact call may take (each page of a session list: one call).
 _CALL_SECONDS = 60.0
+#: Sessions asked of each ListSessions call of a listing: one of the contract's full batches
+#: (session.proto), so the service answers each call with one response.
+_SESSIONS_PER_CALL = 1000
 #: The contract's artifact versions are int32.
 _MAX_VERSION = 2**31 - 1
 
@@ -94,6 +101,39 @@ def _json_bytes(value: Any) -> bytes:
     ).encode("utf-8")
 
 
+async def _session_pages(
+    mesh: MeshClient, app: str, user: str, credentials: Credentials
+) -> AsyncGenerator[session_pb2.ListSessionsResponse, None]:
+    """The ListSessions responses of the user's whole listing, a call per page continued by
+    its ``next_page_token``: each call has its own deadline, so one over the whole list does
+    not cut off a client that reads a long list slowly though each page came at once.
+
+    Each call is made when the page before it has been taken, in the caller's trace context:
+    the request's span is every call's parent.
+    """
+    token = ""
+    while True:
+        last: session_pb2.ListSessionsResponse | None = None
+        responses: AsyncGenerator[session_pb2.ListSessionsResponse, None] = mesh.responses(
+            app,
+            mesh.sessions(app).ListSessions,
+            session_pb2.ListSessionsRequest(
+                user_id=user, page_size=_SESSIONS_PER_CALL, page_token=token
+            ),
+            credentials=credentials,
+            seconds=_CALL_SECONDS,
+        )
+        try:
+            async for response in responses:
+                last = response
+                yield response
+        finally:
+            await responses.aclose()
+        token = last.next_page_token if last is not None else ""
+        if not token:
+            return
+
+
 async def _listing(
     app: str,
     user: str,
@@ -127,6 +167,11 @@ async def _listing(
             written,
             error,
         )
+        # The response is sent within the request's span (TracedRoute): the failure, which
+        # no status can tell any more, is recorded there.
+        span = trace.get_current_span()
+        span.record_exception(error)
+        span.set_status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}")
         return
     finally:
         # The client gone (or the failure above): the call is cancelled, not left reading.
@@ -199,13 +244,7 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
 
     @router.get(_SESSIONS, response_model=list[SessionBody], summary="The user's sessions")
     async def list_sessions(app_name: str, user_id: str, who: Who) -> Response:
-        pages: AsyncGenerator[session_pb2.ListSessionsResponse, None] = mesh.responses(
-            app_name,
-            mesh.sessions(app_name).ListSessions,
-            session_pb2.ListSessionsRequest(user_id=user_id),
-            credentials=who.credentials,
-            seconds=_CALL_SECONDS,
-        )
+        pages = _session_pages(mesh, app_name, user_id, who.credentials)
         # The first page is read before answering: a refusal or an unreachable service is
         # still a plain HTTP error (its status, problem+json), as when the list was whole.
         first = await anext(pages, None)

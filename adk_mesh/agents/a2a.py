@@ -27,7 +27,7 @@ from adk_mesh._env_tables import tables_from_env
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import InvocationContext
 from adk_mesh.credentials import KnownSecrets
-from adk_mesh.credentials._redaction import add_header_secrets, shown_url
+from adk_mesh.credentials._redaction import add_header_secrets, redact_http_logs, shown_url
 from adk_mesh.errors import AdkError, ConfigError, InvalidArgumentError
 from adk_mesh.ids import USER_ARTIFACT_PREFIX, check_artifact_name
 from adk_mesh.telemetry._propagation import trace_headers
@@ -225,6 +225,8 @@ class A2aAgent(BaseAgent):
         from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 
         base, request = _card_request(self.url)
+        # httpx and the SDK log the URLs asked for: their secrets show redacted.
+        redact_http_logs()
         async with httpx.AsyncClient(
             verify=self._verify(), timeout=CARD_TIMEOUT, headers=self.headers
         ) as http:

@@ -17,12 +17,19 @@ everywhere — names, logs, errors, spans: :func:`shown_url` hides a URL's passw
 values of its secret-looking query parameters, :func:`shown_arguments` those of a command
 line, :func:`add_header_secrets` notes the values of secret-looking headers; each adds what
 it hid to a :class:`KnownSecrets`, to take out of what the endpoint and the HTTP client say.
+
+The HTTP client libraries log what they send, whatever adk-mesh does: httpx (and httpx2) each
+request's URL at INFO, httpcore (and httpcore2) each response's headers at DEBUG, the MCP and
+A2A SDKs the URL they connect to. :func:`redact_http_logs` (called where adk-mesh makes an
+HTTP client) makes those records show URLs as :func:`shown_url` does and secret-looking
+headers' values as ``[redacted]``, before any handler of the application's sees them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import traceback
 import urllib.parse
@@ -40,6 +47,7 @@ __all__ = [
     "KnownSecrets",
     "RedactedChain",
     "add_header_secrets",
+    "redact_http_logs",
     "shown_arguments",
     "shown_url",
 ]
@@ -201,6 +209,18 @@ def _is_secret_parameter(name: str) -> bool:
     return bool(words) and words[-1] in _URL_SECRET_LAST_WORDS
 
 
+#: A Telegram bot's token as its Bot API takes it, in the path (``/bot<id>:<secret>/getMe``,
+#: ``/file/bot<id>:<secret>/...``): recognised on any host (the Bot API server can be run
+#: locally), the form being one no ordinary path segment has.
+_TELEGRAM_BOT_SEGMENT = re.compile(r"bot(\d+:[A-Za-z0-9_-]{30,})")
+#: The webhook URLs whose last segment is their secret, by host: Slack's
+#: (``/services/T…/B…/<secret>``, ``/triggers/…/<secret>``, ``/workflows/…/<secret>``).
+_SLACK_HOOKS_HOST = "hooks.slack.com"
+_SLACK_HOOK_KINDS = frozenset({"services", "triggers", "workflows"})
+#: Discord's webhooks (``/api[/v10]/webhooks/<id>/<secret>[/slack]``), on its hosts.
+_DISCORD_DOMAINS = ("discord.com", "discordapp.com")
+
+
 def _hide(value: str, secrets: KnownSecrets, *, plus_is_space: bool = False) -> str:
     """Note ``value`` (as written and decoded; the token of ``Bearer <token>`` alone too: a
     server's error may echo it alone) in ``secrets``; ``[redacted]`` to show in its place."""
@@ -212,10 +232,42 @@ def _hide(value: str, secrets: KnownSecrets, *, plus_is_space: bool = False) -> 
     return REDACTED
 
 
+def _shown_path(host: str, path: str, secrets: KnownSecrets) -> str:
+    """``path`` with the tokens it holds replaced by ``[redacted]`` (and added to ``secrets``).
+
+    Only tokens in forms no ordinary path has are recognised (a path names resources, and a
+    model's name, a UUID or a session id there are no secrets): a Telegram bot's token
+    (``bot<id>:<secret>``), and the secret segment of Slack's and Discord's webhook URLs on
+    their own hosts. Any other token in a path is shown; such a key belongs in a header."""
+    segments = path.split("/")
+    for index, segment in enumerate(segments):
+        bot = _TELEGRAM_BOT_SEGMENT.fullmatch(urllib.parse.unquote(segment))
+        if bot is not None:
+            # The whole token as written (``:`` may be encoded), and its secret alone, which
+            # an error may show without the bot's id.
+            _hide(bot.group(1).partition(":")[2], secrets)
+            segments[index] = f"bot{_hide(segment[3:], secrets)}"
+    secret_at: int | None = None
+    if host == _SLACK_HOOKS_HOST:
+        # ``/services/T…/B…/<secret>`` (a trailing ``/`` or not): the last of 3+ segments.
+        named = [index for index, segment in enumerate(segments) if segment]
+        if len(named) >= 4 and named[0] == 1 and segments[1] in _SLACK_HOOK_KINDS:
+            secret_at = named[-1]
+    elif any(host == domain or host.endswith(f".{domain}") for domain in _DISCORD_DOMAINS):
+        if "webhooks" in segments[:4]:
+            webhooks = segments.index("webhooks")
+            if webhooks + 2 < len(segments) and segments[webhooks + 1].isdigit():
+                secret_at = webhooks + 2
+    if secret_at is not None and segments[secret_at]:
+        segments[secret_at] = _hide(segments[secret_at], secrets)
+    return "/".join(segments)
+
+
 def shown_url(url: str, secrets: KnownSecrets) -> str:
-    """``url`` as it may be shown: the password of its user info, and the values of its query
-    (and fragment) parameters that hold credentials, replaced by ``[redacted]``; those values
-    (as written and decoded) are added to ``secrets``, to take out of the text of errors."""
+    """``url`` as it may be shown: the password of its user info, the values of its query
+    (and fragment) parameters that hold credentials, and a token in its path (by the rule of
+    :func:`_shown_path`) replaced by ``[redacted]``; those values (as written and decoded) are
+    added to ``secrets``, to take out of the text of errors."""
 
     def parameters(text: str) -> str:
         shown = []
@@ -238,8 +290,9 @@ def shown_url(url: str, secrets: KnownSecrets) -> str:
     user, colon, password = userinfo.partition(":")
     if at and colon and password:
         netloc = f"{user}:{_hide(password, secrets)}@{host}"
+    path = _shown_path((parts.hostname or "").rstrip("."), parts.path, secrets)
     query, fragment = parameters(parts.query), parameters(parts.fragment)
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, path, query, fragment))
 
 
 def shown_arguments(arguments: Sequence[str], secrets: KnownSecrets) -> list[str]:
@@ -288,3 +341,103 @@ def add_header_secrets(headers: Mapping[str, str], secrets: KnownSecrets) -> Non
     for name, value in headers.items():
         if _is_secret(name) and value:
             _hide(value, secrets)
+
+
+# --- what the HTTP client libraries log -------------------------------------------------------
+
+#: The loggers that show what adk-mesh's HTTP clients send: httpx's and httpx2's (each request's
+#: URL, at INFO), httpcore's and httpcore2's (each response's headers, at DEBUG: a logger's
+#: filters do not see its children's records, so each child is named), and the MCP and A2A
+#: SDKs' that name the URL they connect to.
+_HTTP_LOGGERS = (
+    "httpx",
+    "httpx2",
+    *(
+        f"{core}{child}"
+        for core in ("httpcore", "httpcore2")
+        for child in ("", ".connection", ".http11", ".http2", ".proxy", ".socks")
+    ),
+    "mcp.client.streamable_http",
+    "a2a.client.card_resolver",
+)
+_HTTP_CORE_CHILDREN = ("httpcore.", "httpcore2.")
+
+#: A URL inside a log line (up to a quote, a space or a bracket; not its trailing punctuation).
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>\\]*[^\s'\"<>\\.,;)]")
+#: A header as httpcore logs a response's: ``(b'Set-Cookie', b'session=...')``.
+_HEADER_IN_TEXT = re.compile(
+    r"""\((b'[^'\\]*'|b"[^"\\]*"), (b'(?:[^'\\]|\\.)*'|b"(?:[^"\\]|\\.)*")\)"""
+)
+
+
+def _shown_in_log(text: str) -> str:
+    """``text`` with its URLs shown as :func:`shown_url` shows them, and the values of its
+    secret-looking headers (``Set-Cookie``, ``Authorization``) replaced by ``[redacted]``."""
+    if "://" in text:
+
+        def url(match: re.Match[str]) -> str:
+            shown = shown_url(match.group(), KnownSecrets())
+            # A URL that holds no secret stays as written (parsing may normalise it).
+            return shown if REDACTED in shown else match.group()
+
+        text = _URL_IN_TEXT.sub(url, text)
+    if "(b" in text:
+
+        def header(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if not _is_secret(name[2:-1]):
+                return match.group()
+            return f"({name}, b'{REDACTED}')"
+
+        text = _HEADER_IN_TEXT.sub(header, text)
+    return text
+
+
+class _HttpLogRedaction(logging.Filter):
+    """Rewrites a record of an HTTP client library to show no secret: the arguments of a
+    formatted message (the URL of ``HTTP Request: %s %s ...``; the format stays, for handlers
+    that group by it), or the text of one logged already formatted (httpcore's)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            shown = tuple(_shown_argument_in_log(argument) for argument in record.args)
+            if any(new is not old for new, old in zip(shown, record.args, strict=True)):
+                record.args = shown
+        elif not record.args and isinstance(record.msg, str):
+            # Only without arguments: hiding a value could take a ``%s`` with it.
+            record.msg = _shown_in_log(record.msg)
+        return True
+
+
+def _shown_argument_in_log(argument: object) -> object:
+    """``argument`` (text, an httpx ``URL``, the agent card the A2A SDK logs as a dict) as
+    its text with the secrets hidden, as ``%s`` would show it; the same object when it shows
+    none (a number, for ``%d``, is left alone)."""
+    if argument is None or isinstance(argument, int | float | bytes):
+        return argument
+    text = str(argument)
+    shown = _shown_in_log(text)
+    return argument if shown == text else shown
+
+
+_HTTP_LOG_REDACTION = _HttpLogRedaction()
+
+
+def redact_http_logs() -> None:
+    """Make the HTTP client libraries' log records show no secret of the URLs and headers
+    they name (see :class:`_HttpLogRedaction`), whatever the application's logging setup: a
+    filter on their own loggers, which rewrites a record before any handler sees it.
+
+    Idempotent and cheap; called where adk-mesh makes an HTTP client. A record that is not
+    logged (a level below the logger's) costs nothing."""
+    names = set(_HTTP_LOGGERS)
+    # Children of httpcore named by a version this list does not know, already imported.
+    names.update(
+        name
+        for name in list(logging.root.manager.loggerDict)
+        if name.startswith(_HTTP_CORE_CHILDREN)
+    )
+    for name in names:
+        logger = logging.getLogger(name)
+        if _HTTP_LOG_REDACTION not in logger.filters:
+            logger.addFilter(_HTTP_LOG_REDACTION)

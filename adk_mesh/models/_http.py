@@ -40,6 +40,7 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from adk_mesh.contexts import serving_deadline
+from adk_mesh.credentials._redaction import redact_http_logs
 from adk_mesh.errors import AdkError, ConfigError, ModelError, model_error
 from adk_mesh.models._convert import ToolNames
 from adk_mesh.models.base import Llm, LlmRequest
@@ -426,6 +427,8 @@ class HttpTransport:
             # A pool belongs to the loop that opened its connections; a model reused under a
             # new loop (successive asyncio.run calls) gets a fresh one.
             self._loop = loop
+            # httpx logs each request's URL: a base URL's password or key shows redacted.
+            redact_http_logs()
             self._client = httpx.AsyncClient(
                 base_url=self.base_url,
                 timeout=self._timeout,

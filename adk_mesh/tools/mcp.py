@@ -74,7 +74,12 @@ from adk_mesh._env_tables import tables_from_env
 from adk_mesh._tool_names import PORTABLE_NAME, fitted_name
 from adk_mesh._version import __version__
 from adk_mesh.credentials import KnownSecrets
-from adk_mesh.credentials._redaction import add_header_secrets, shown_arguments, shown_url
+from adk_mesh.credentials._redaction import (
+    add_header_secrets,
+    redact_http_logs,
+    shown_arguments,
+    shown_url,
+)
 from adk_mesh.errors import AdkIOError, ConfigError, ToolError
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.tools.function_tool import _model_friendly
@@ -372,6 +377,8 @@ class McpToolset(Toolset):
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
+        # httpx2 and the SDK log the URL asked for: its secrets show redacted.
+        redact_http_logs()
         client = create_mcp_http_client(headers=self.headers or None)
         if self.ca_file is not None:
             # The SDK's factory sets headers and timeouts; the verification is ours.

@@ -47,6 +47,7 @@ from fastapi import Path as PathParameter
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from adk_mesh.credentials._redaction import redact_http_logs
 from adk_mesh.errors import ConfigError
 from adk_mesh.telemetry import TRACE_DIR_ENV, SpanRecord, records_from_otlp_json
 from adk_mesh.telemetry._records import TraceFile, open_trace_files
@@ -405,6 +406,8 @@ async def _jaeger_spans(sources: TraceSources, invocation_id: str) -> list[SpanR
         "limit": "20",
         "tags": json.dumps({INVOCATION_ATTRIBUTE: invocation_id}, separators=(",", ":")),
     }
+    # httpx logs each request's URL: a key in the query URL shows redacted.
+    redact_http_logs()
     try:
         async with httpx.AsyncClient(
             base_url=sources.query_url, timeout=sources.timeout_seconds

@@ -9,10 +9,13 @@
   id length, tool timeout); a caller may lower them, never raise them.
 * Who may call what: :class:`ServerSecurity` (TLS with :class:`ServerTLS`, the mesh door's
   allow-list, end-user :class:`Authenticator`\\ s); clients connect with :class:`ClientTLS`.
+* :func:`open_channel`: a traced ``grpc.aio`` channel with the mesh's TLS (renewed when its
+  files change), for calling the services with the generated stubs directly.
 """
 
 from __future__ import annotations
 
+from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._limits import ServerLimits
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.auth import (
@@ -41,4 +44,5 @@ __all__ = [
     "ServerTLS",
     "ToolServer",
     "new_api_key",
+    "open_channel",
 ]

@@ -180,11 +180,17 @@ class Delegation:
 @dataclass
 class DelegationOutcome:
     """What a delegation gives back: the text of the child's last answer, the state changes
-    the policy writes back, and the artifacts the child saved (name to version)."""
+    the policy writes back, and the artifacts the child saved (name to version).
+
+    ``ended``: the child ended its run (``end_invocation``). That ends the delegation only —
+    the AgentTool carries on in the parent's invocation — but a caller whose child runs in
+    another service learns it from here, so that its side of the child (the caller's
+    ``after_agent`` hooks for it) ends as in process."""
 
     answer: str = ""
     state_changes: dict[str, Any] = field(default_factory=dict)
     artifact_changes: dict[str, int] = field(default_factory=dict)
+    ended: bool = False
 
 
 def scoped_artifacts(
@@ -332,6 +338,7 @@ async def run_delegation(
     if plugins is not None and plugins.has("after_run"):
         await plugins.run("after_run", invocation_context=child_ctx)
     outcome.state_changes = policy.written_back(state_changes)
+    outcome.ended = child_ctx.ended
     return outcome
 
 

@@ -442,8 +442,12 @@ async def answer_context_request(
 
 
 _END = object()
-#: How many responses the work of a bidirectional call may run ahead of its client.
+#: How many responses the work of a bidirectional call may run ahead of its client...
 MAX_PENDING_RESPONSES = 16
+#: ... and how many bytes of them (as the work measured them), whichever comes first: a
+#: response may be up to a message (32 MiB), so a count alone let one slow client make the
+#: server hold half a GiB. A response larger than this still goes, alone.
+MAX_PENDING_RESPONSE_BYTES = 32 * 1024 * 1024
 
 
 class InteractiveCall:
@@ -455,7 +459,9 @@ class InteractiveCall:
     def __init__(self, wrap: Callable[..., Any]) -> None:
         #: ``wrap(response=...)`` or ``wrap(context_request=...)``: one server message.
         self._wrap = wrap
-        self._outgoing: asyncio.Queue[Any] = asyncio.Queue()
+        #: ``(size, message)``: a response of the work and its bytes (:meth:`stream`), or
+        #: ``(None, ...)``: a context request, the work's failure, or its end.
+        self._outgoing: asyncio.Queue[tuple[int | None, Any]] = asyncio.Queue()
         self.channel = CallerChannel(self._send)
         self._requests: AsyncIterator[Any] | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -463,7 +469,7 @@ class InteractiveCall:
     async def _send(self, request: tool_pb2.ContextRequest) -> None:
         if self._reader is None:
             self._start_reading()
-        self._outgoing.put_nowait((False, self._wrap(context_request=request)))
+        self._outgoing.put_nowait((None, self._wrap(context_request=request)))
 
     def _start_reading(self) -> None:
         """Read the caller's answers from now on. Started with the first context request:
@@ -523,22 +529,36 @@ class InteractiveCall:
             raise cls(detail.message, metadata=dict(detail.metadata))
         return response
 
-    async def stream(self, responses: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def stream(
+        self, responses: AsyncIterator[Any], *, size_of: Callable[[Any], int] | None = None
+    ) -> AsyncIterator[Any]:
         """The server's messages: the work's ``responses``, read in a task of their own, and
         the context requests the work makes meanwhile. The work runs at most
-        MAX_PENDING_RESPONSES responses ahead of the client."""
+        MAX_PENDING_RESPONSES responses ahead of the client and, with ``size_of`` (the bytes
+        of a response just yielded, as the work knows them: measuring here would encode
+        each response once more), MAX_PENDING_RESPONSE_BYTES of them; one larger goes once
+        nothing else waits. ``size_of`` is asked right after each response comes, before
+        anything else runs."""
         room = asyncio.Semaphore(MAX_PENDING_RESPONSES)
+        held = 0  # bytes of the responses waiting for the client
+        drained = asyncio.Event()  # set whenever a response went to the client
 
         async def produce() -> None:
+            nonlocal held
             try:
                 async for response in responses:
+                    size = 0 if size_of is None else size_of(response)
                     await room.acquire()
-                    self._outgoing.put_nowait((True, self._wrap(response=response)))
+                    while held and held + size > MAX_PENDING_RESPONSE_BYTES:
+                        drained.clear()
+                        await drained.wait()
+                    held += size
+                    self._outgoing.put_nowait((size, self._wrap(response=response)))
             except BaseException as error:
-                self._outgoing.put_nowait((False, error))
+                self._outgoing.put_nowait((None, error))
                 raise
             finally:
-                self._outgoing.put_nowait((False, _END))
+                self._outgoing.put_nowait((None, _END))
                 close = getattr(responses, "aclose", None)
                 if close is not None:
                     await close()
@@ -546,13 +566,15 @@ class InteractiveCall:
         producer = asyncio.create_task(produce())
         try:
             while True:
-                counted, item = await self._outgoing.get()
+                size, item = await self._outgoing.get()
                 if item is _END:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                if counted:
+                if size is not None:  # a response of the work (not a context request)
                     room.release()
+                    held -= size
+                    drained.set()
                 yield item
         finally:
             producer.cancel()

@@ -133,7 +133,8 @@ class AgentServer(MeshServer):
         (:func:`~adk_mesh.agents.delegation.run_delegation`): the child's session is seeded
         from the view by the policy, its artifacts and memory are limited by it, its events
         are forwarded (stripped) only if the policy says so, and the last response holds the
-        outcome: the answer, the state changes the policy writes back, the artifacts saved.
+        outcome: the answer, the state changes the policy writes back, the artifacts saved,
+        and (``invocation_ended``) whether the child ended its delegation.
 
     **One turn at a time on a session.** In this process a root turn on a session that is
     busy *waits* (first come, first served) for the turn in flight, then loads the session as
@@ -684,7 +685,10 @@ class AgentServer(MeshServer):
             )
             events = _delegation_events(ctx, agent, delegation, call)
             return call, _ending(
-                _responses(events, session_id="", batches=batches, stored_by_caller=True), call
+                _responses(
+                    events, session_id="", batches=batches, stored_by_caller=True, sized=call
+                ),
+                call,
             )
 
         async def applied() -> AsyncGenerator[Event, None]:
@@ -705,7 +709,12 @@ class AgentServer(MeshServer):
 
         return call, _ending(
             _responses(
-                applied(), session_id="", batches=batches, session=session, stored_by_caller=True
+                applied(),
+                session_id="",
+                batches=batches,
+                session=session,
+                stored_by_caller=True,
+                sized=call,
             ),
             call,
         )
@@ -782,6 +791,14 @@ class _DelegatedCall:
     ctx: InvocationContext
     llm_calls_before: int
     outcome: DelegationOutcome | None = None
+    #: The encoded size of the response the run's stream yielded last, as it was built (the
+    #: sizes its events' encodings measured anyway): what RunDelegated's InteractiveCall
+    #: counts the response at while it waits for the caller, without encoding it again.
+    response_bytes: int = 0
+
+    def response_size(self, response: agent_pb2.RunResponse) -> int:
+        """``response``'s size, asked as soon as the stream yielded it (:attr:`response_bytes`)."""
+        return self.response_bytes
 
     @property
     def invocation_id(self) -> str:
@@ -793,10 +810,14 @@ class _DelegatedCall:
         return self.ctx.llm_calls - self.llm_calls_before
 
     def last_response(self) -> agent_pb2.RunResponse | None:
-        """The outcome of an AgentTool's child; or the end of the invocation, when the run
-        ended it; else nothing more."""
+        """The outcome of an AgentTool's child (with ``invocation_ended`` when the child
+        ended its delegation: the caller's side of the child ends too, as in process); or the
+        end of the invocation, when the run ended it; else nothing more."""
         if self.outcome is not None:
-            return agent_pb2.RunResponse(outcome=codec.delegation_outcome_to_proto(self.outcome))
+            return agent_pb2.RunResponse(
+                outcome=codec.delegation_outcome_to_proto(self.outcome),
+                invocation_ended=self.outcome.ended,
+            )
         if self.ctx.ended:
             return agent_pb2.RunResponse(invocation_ended=True)
         return None
@@ -829,6 +850,8 @@ async def _ending(
     final = call.last_response()
     if final is not None:
         final.llm_calls = min(call.llm_calls, _MAX_INT32)
+        # Measured: once a call, and an outcome's state changes may be large.
+        call.response_bytes = final.ByteSize()
         yield final
 
 
@@ -888,6 +911,7 @@ async def _responses(
     batches: bool,
     session: Session | None = None,
     stored_by_caller: bool = False,
+    sized: _DelegatedCall | None = None,
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """Encode a run's events as RunResponses; the first one names the session.
 
@@ -901,7 +925,9 @@ async def _responses(
     (:mod:`adk_mesh.mesh._relay`).
 
     ``stored_by_caller``: a delegated run's events, which its caller stores as they come;
-    one that cannot go whole fails the run (:func:`_encode_event`).
+    one that cannot go whole fails the run (:func:`_encode_event`). ``sized``: a delegated
+    run's call, told the size of each response before it is yielded
+    (:attr:`_DelegatedCall.response_bytes`).
     """
     async with aclosing(events):
         inline = 0
@@ -916,10 +942,12 @@ async def _responses(
                 return
             response = agent_pb2.RunResponse(session_id=session_id)
             session_id = ""
-            _encode_event(event, response.event, stored_by_caller=stored_by_caller)
+            size = _encode_event(event, response.event, stored_by_caller=stored_by_caller)
+            if sized is not None:
+                sized.response_bytes = size
             yield response
             inline += 1
-        async for response in _batched(events, session_id, session, stored_by_caller):
+        async for response in _batched(events, session_id, session, stored_by_caller, sized):
             yield response
 
 
@@ -928,6 +956,7 @@ async def _batched(
     session_id: str,
     session: Session | None,
     stored_by_caller: bool,
+    sized: _DelegatedCall | None = None,
 ) -> AsyncGenerator[agent_pb2.RunResponse, None]:
     """The rest of a run's events (closed by the caller), batched as :func:`_responses` says."""
     backlog = _Backlog()
@@ -947,7 +976,9 @@ async def _batched(
             session_id = ""
             if len(batch) == 1:
                 event, held = batch[0]
-                _encode_event(event, response.event, stored_by_caller=stored_by_caller)
+                size = _encode_event(event, response.event, stored_by_caller=stored_by_caller)
+                if sized is not None:
+                    sized.response_bytes = size
                 yield response
                 backlog.sent(held)
                 continue
@@ -964,11 +995,15 @@ async def _batched(
                     # the caller stores those, so they must not fall with their batch.
                     del response.events[-1]
                     if response.events:
+                        if sized is not None:
+                            sized.response_bytes = size
                         yield _batch_or_single(response)
                     raise
                 if size and size + added > MAX_BATCH_BYTES:
                     # The batch is full: this event opens the next one.
                     del response.events[-1]
+                    if sized is not None:
+                        sized.response_bytes = size
                     yield _batch_or_single(response)
                     backlog.sent(held)
                     response = agent_pb2.RunResponse()
@@ -976,6 +1011,8 @@ async def _batched(
                     _encode_event(event, response.events.add(), stored_by_caller=stored_by_caller)
                 size += added
                 held += weight
+            if sized is not None:
+                sized.response_bytes = size
             yield _batch_or_single(response)
             backlog.sent(held)
 
@@ -1182,7 +1219,7 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             )
             call.invocation_id = delegated.invocation_id
             try:
-                async for message in interactive.stream(responses):
+                async for message in interactive.stream(responses, size_of=delegated.response_size):
                     yield message
             finally:
                 context.set_trailing_metadata(((LLM_CALLS_TRAILER, str(delegated.llm_calls)),))

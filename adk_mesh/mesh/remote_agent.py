@@ -83,7 +83,9 @@ class RemoteAgent(BaseAgent):
     A transfer the remote service followed inside its own tree reaches the caller without
     ``transfer_to_agent`` (it was already carried out); a transfer to an agent outside that
     tree ends the remote run and is followed by the caller. When the remote agents end the
-    invocation (``end_invocation``), the caller's invocation ends too.
+    invocation (``end_invocation``), the caller's invocation ends too; an AgentTool's remote
+    child that ends it ends its delegation only, as in process: the caller's ``after_agent``
+    hooks for it do not run, and the AgentTool carries on.
 
     The call carries the time that remains of the invocation's deadline (or ``timeout`` when
     that is shorter); once the deadline has passed, no call is made and
@@ -662,6 +664,11 @@ class RemoteAgent(BaseAgent):
             # after_agent sees the child's state as it ended, as far as this side knows it:
             # with the changes the remote run wrote back.
             ctx.session.state.update(outcome[0].state_changes)
+            if outcome[0].ended:
+                # The remote child ended its delegation: so does this side of it (its
+                # after_agent hooks do not run), as for the child in process. ``ctx`` is the
+                # child's own context: the caller's invocation goes on.
+                ctx.end_invocation()
 
         events = trace_agent_run(self, span_ctx, self._run_with_callbacks(child_ctx, delegated))
         if plugins is not None:
@@ -688,7 +695,7 @@ class RemoteAgent(BaseAgent):
         if plugins is not None and plugins.has("after_run"):
             await plugins.run("after_run", invocation_context=hook_ctx)
         if not outcome:
-            # before_run or before_agent answered for the child: nothing was sent.
+            # before_run or before_agent answered for the child (or ended it): nothing was sent.
             result = DelegationOutcome(answer=answer)
         else:
             result = outcome[0]
@@ -705,6 +712,9 @@ class RemoteAgent(BaseAgent):
             **result.artifact_changes,
             **hook_artifacts[1],
         }
+        # Whoever ended the child (the remote run, or a before_agent hook here), a service
+        # serving this delegation in turn reports it to its own caller.
+        result.ended = child_ctx.ended
         return result
 
     def _child_context(
@@ -781,7 +791,11 @@ class RemoteAgent(BaseAgent):
                     if not event.partial:
                         yield event
                 if response.HasField("outcome"):
-                    outcome.append(codec.delegation_outcome_from_proto(response.outcome))
+                    received = codec.delegation_outcome_from_proto(response.outcome)
+                    # On the outcome, invocation_ended says the child ended its delegation
+                    # (not the caller's invocation: see run_delegation).
+                    received.ended = response.invocation_ended
+                    outcome.append(received)
             delivery.delivered()
             _count_llm_calls(parent, counted, llm_calls_in(await call.trailing_metadata()))
         except grpc.RpcError as error:

@@ -79,6 +79,12 @@ def check_num_recent_events(num_recent_events: int | None) -> None:
 PagePart = int | float | str
 
 
+#: The largest LIMIT SQLite and PostgreSQL take (a signed 64-bit integer): a larger page (or
+#: count of recent events) holds every row anyway, so the SQL stores ask for this many rather
+#: than fail.
+MAX_SQL_LIMIT = 2**63 - 1
+
+
 def check_page_size(page_size: int) -> None:
     if page_size < 1:
         raise InvalidArgumentError(f"page_size must be 1 or more, not {page_size}")
@@ -100,7 +106,8 @@ def decode_page_token(token: str, kinds: tuple[type[PagePart], ...]) -> tuple[An
     """
     try:
         parts = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: a forged token of arrays nested past the decoder's depth.
         raise bad_page_token() from None
     if not isinstance(parts, list) or len(parts) != len(kinds):
         raise bad_page_token()
@@ -117,7 +124,10 @@ def decode_page_token(token: str, kinds: tuple[type[PagePart], ...]) -> tuple[An
         elif kind is float:
             if isinstance(part, bool) or not isinstance(part, int | float):
                 raise bad_page_token()
-            part = float(part)
+            try:
+                part = float(part)
+            except OverflowError:  # an integer no float holds: no store wrote it
+                raise bad_page_token() from None
             if not math.isfinite(part):
                 raise bad_page_token()
         elif isinstance(part, bool) or not isinstance(part, int):

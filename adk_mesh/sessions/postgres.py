@@ -358,9 +358,13 @@ class PostgresSessionService(SessionService):
         _common.check_ids(app_name, user_id, session_id)
         _common.check_num_recent_events(num_recent_events)
         after_us = _common.to_micros(after) if after is not None else None
+        # A count past what LIMIT holds keeps every event, as the other stores do.
+        recent = (
+            None if num_recent_events is None else min(num_recent_events, _common.MAX_SQL_LIMIT)
+        )
         async with self._database.connection("reading a session") as connection:
             row = await connection.fetchrow(
-                _GET_SESSION, app_name, user_id, session_id, after_us, num_recent_events
+                _GET_SESSION, app_name, user_id, session_id, after_us, recent
             )
         if row is None:
             return None
@@ -443,7 +447,13 @@ class PostgresSessionService(SessionService):
         if page_token is not None:
             after = _common.decode_page_token(page_token, (float, str))
         async with self._database.connection("listing sessions") as connection:
-            rows = await connection.fetch(_LIST_PAGE, app_name, user_id, *after, page_size + 1)
+            rows = await connection.fetch(
+                _LIST_PAGE,
+                app_name,
+                user_id,
+                *after,
+                min(page_size + 1, _common.MAX_SQL_LIMIT),
+            )
         sessions = [
             Session.model_construct(
                 id=row["id"],

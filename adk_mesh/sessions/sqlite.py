@@ -389,17 +389,14 @@ class SqliteSessionService(SessionService):
     ) -> SessionsPage:
         _common.check_ids(app_name, user_id)
         _common.check_page_size(page_size)
+        # One more row than the page tells whether another follows.
+        limit = min(page_size + 1, _common.MAX_SQL_LIMIT)
         statement, parameters = (
-            (_LIST_PAGE_FIRST, (app_name, user_id, page_size + 1))
+            (_LIST_PAGE_FIRST, (app_name, user_id, limit))
             if page_token is None
             else (
                 _LIST_PAGE_AFTER,
-                (
-                    app_name,
-                    user_id,
-                    *_common.decode_page_token(page_token, (float, str)),
-                    page_size + 1,
-                ),
+                (app_name, user_id, *_common.decode_page_token(page_token, (float, str)), limit),
             )
         )
 
@@ -624,7 +621,8 @@ def _select_event_rows(
         return connection.execute(
             f"SELECT event FROM events WHERE {where} ORDER BY seq", parameters
         ).fetchall()
-    parameters.append(num_recent_events)
+    # A count past what LIMIT holds keeps every event, as the other stores do.
+    parameters.append(min(num_recent_events, _common.MAX_SQL_LIMIT))
     rows = connection.execute(
         f"SELECT event FROM events WHERE {where} ORDER BY seq DESC LIMIT ?", parameters
     ).fetchall()

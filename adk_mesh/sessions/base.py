@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from adk_mesh.errors import AlreadyExistsError, SessionConflictError
 from adk_mesh.ids import check_id
 from adk_mesh.sessions._common import (
-    bad_page_token,
     check_page_size,
     decode_page_token,
     encode_page_token,
@@ -159,23 +158,28 @@ class SessionService(abc.ABC):
 
         The stores of adk-mesh read only the page from their tables (keyset pagination on
         the creation order). This default, for a store written against google-adk's
-        ``list_sessions`` alone, reads the whole listing for each page and cuts it: the
-        pages are right, only their cost is not bounded.
+        ``list_sessions`` alone, reads the whole listing for each page and cuts it, in the
+        order of the session ids (a listing's own order need not be stable, and a position
+        in it is not: a session deleted between two pages moved every later one, and one was
+        never listed): each page continues after the last id the previous one listed, so
+        deletes and creates between pages neither skip nor repeat any other session. The
+        pages are right; only their cost is not bounded.
 
         Raises:
             InvalidArgumentError: ``page_size`` below 1, or a token this store did not issue.
         """
         check_page_size(page_size)
-        start = 0
+        listed = sorted(
+            await self.list_sessions(app_name=app_name, user_id=user_id),
+            key=lambda session: session.id,
+        )
         if page_token is not None:
-            (start,) = decode_page_token(page_token, (int,))
-            if start < 0:
-                raise bad_page_token()
-        listed = await self.list_sessions(app_name=app_name, user_id=user_id)
-        end = start + page_size
+            (after,) = decode_page_token(page_token, (str,))
+            listed = [session for session in listed if session.id > after]
+        page = listed[:page_size]
         return SessionsPage(
-            [session.model_copy(update={"state": {}}) for session in listed[start:end]],
-            encode_page_token(end) if end < len(listed) else None,
+            [session.model_copy(update={"state": {}}) for session in page],
+            encode_page_token(page[-1].id) if len(listed) > page_size else None,
         )
 
     @abc.abstractmethod

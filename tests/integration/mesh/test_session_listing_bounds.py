@@ -42,11 +42,27 @@ if TYPE_CHECKING:
     from adk_mesh.sessions.base import SessionsPage
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+class _ListingOnly(InMemorySessionService):
+    """A store written against google-adk's ``list_sessions`` alone: it pages through
+    :class:`SessionService`'s default."""
+
+    list_sessions_page = SessionService.list_sessions_page
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        "listing-only",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionService]:
     service: SessionService
     if request.param == "memory":
         service = InMemorySessionService()
+    elif request.param == "listing-only":
+        service = _ListingOnly()
     elif request.param == "sqlite":
         service = SqliteSessionService(tmp_path / "sessions.db")
     else:
@@ -123,7 +139,10 @@ async def test_a_store_lists_in_pages_in_creation_order(store: SessionService) -
 
 async def test_a_cursor_survives_deletes_and_creates_between_pages(store: SessionService) -> None:
     """Keyset, not offset: deleting sessions already listed (or the one the cursor names)
-    neither skips nor repeats any other; a session created since comes at the end."""
+    neither skips nor repeats any other; a session created since comes at the end (the
+    listing-only default pages in id order: s-5 sorts last there too). The default paged by
+    offset: with s-0 and s-1 gone, the second page began at s-4 and s-2, s-3 were never
+    listed."""
     await create(store, "s-0", "s-1", "s-2", "s-3", "s-4")
     first = await store.list_sessions_page(app_name=APP, user_id="ada", page_size=2)
     assert [s.id for s in first.sessions] == ["s-0", "s-1"]

@@ -435,16 +435,25 @@ class Runner:
         events = trace_invocation(ctx, turn)
         # Calls stored in this turn and not answered yet, by id.
         open_calls: dict[str, tuple[Event, FunctionCall]] = {}
+        # While an append is under way: how many events the session held before it.
+        appending = -1
         try:
             async with aclosing(events):
                 async for event in events:
                     if event.llm_response.partial:
                         yield event
                         continue
+                    appending = len(session.events)
                     stored = await append(session, event)
+                    appending = -1
                     _note_calls(open_calls, stored)
                     yield stored
         except (Exception, asyncio.CancelledError, GeneratorExit) as error:
+            if 0 <= appending < len(session.events):
+                # Cancelled while the store committed the event (a transaction it cannot
+                # cut, as SQLite's): the event is stored, so its calls are open too (its
+                # responses closed).
+                _note_calls(open_calls, session.events[-1])
             if open_calls:
                 recorded = await self._record_interruption(session, ctx, open_calls.values(), error)
                 if isinstance(error, Exception):

@@ -13,6 +13,9 @@
 * ``append_event`` checks the session's version (``last_update_time``) and the event id in
   the same ``BEGIN IMMEDIATE`` transaction as its write: of two processes appending through
   one version, exactly one wins; the other gets ``SessionConflictError`` and writes nothing.
+  Its transaction cannot be cut short on the worker thread, so a cancelled ``append_event``
+  waits for it: the event is then both stored and in the session object, and the
+  cancellation goes on.
 * ``claim_session`` takes an exclusive lock on a file of its own in ``<path>-claims/``
   (see :mod:`adk_mesh.sessions._claims`): a turn another process holds is refused before it
   writes anything, and a process that dies leaves no claim behind.
@@ -24,10 +27,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -514,12 +518,37 @@ class SqliteSessionService(SessionService):
                 )
             return update_time
 
-        update_time = await self._run(append)
+        # The transaction runs to its end on the worker thread even when this call is
+        # cancelled, so the session object follows it before the cancellation goes on: else
+        # it would miss a stored event (its caller, the Runner, would not answer its calls)
+        # and be stale (the turn's next append, its record of the interruption, refused).
+        update_time, cancelled = await _to_the_end(self._run(append))
         if event.actions.state_delta:
             session.state.update(event.actions.state_delta)
         session.events.append(stored_event)
         session.last_update_time = update_time
+        if cancelled:
+            raise asyncio.CancelledError
         return stored_event
+
+
+async def _to_the_end(work: Coroutine[Any, Any, _T]) -> tuple[_T, bool]:
+    """``work``'s result, waited for through any cancellation of the caller, and whether one
+    came (the caller raises it once it has taken the result in). When ``work`` failed too,
+    the cancellation is raised: a cancelled caller has no reader for the failure, and must
+    not go on as if it were not cancelled."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break
+    if cancelled and (task.cancelled() or task.exception() is not None):
+        raise asyncio.CancelledError
+    return task.result(), cancelled
 
 
 # --- SQL helpers (worker thread only) --------------------------------------------------------

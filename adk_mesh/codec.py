@@ -323,7 +323,11 @@ def _integral(number: float) -> bool:
 def _number_from_text(text: str) -> int | float:
     number = float(text)
     if not math.isfinite(number):
-        raise ValueError(f"{text} is not a finite number")
+        # Cut as _beyond_double cuts: the text may be a client's megabyte of digits, and a
+        # refusal's message travels in the trailers, past whose limit the client reads only
+        # a transport error.
+        shown_text = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+        raise ValueError(f"{shown_text} is not a finite number")
     if _integral(number):
         return int(number)
     return number
@@ -476,7 +480,7 @@ def _fill_value_map(target: Any, json_target: Any, mapping: Mapping[str, Any]) -
             del target[key]
             if json_target is None:
                 raise AdkJSONError(
-                    f"the value of {key!r} nests deeper than {STRUCT_MAX_DEPTH} levels: too "
+                    f"the value of {shown(key)} nests deeper than {STRUCT_MAX_DEPTH} levels: too "
                     "deep for a protobuf Value; send it as JSON text"
                 ) from None
             json_target[key] = json_to_text(value)
@@ -484,7 +488,9 @@ def _fill_value_map(target: Any, json_target: Any, mapping: Mapping[str, Any]) -
 
 def _read_value_map(source: Any, json_source: Any, what: str) -> dict[str, Any]:
     """A ``map<string, Value>`` and its ``map<string, string>`` twin back to one dict; a key
-    is in one of them, never both (InvalidArgumentError). ``what`` names the twin in errors."""
+    is in one of them, never both (InvalidArgumentError). ``what`` names the twin in errors,
+    each key :func:`~adk_mesh.ids.shown` (cut: a client's huge key must not come back whole in
+    the refusal, whose trailers would pass the client's metadata limit)."""
     try:
         values = {key: json_from_value(source[key]) for key in source}
     except InvalidArgumentError as error:
@@ -493,13 +499,15 @@ def _read_value_map(source: Any, json_source: Any, what: str) -> dict[str, Any]:
             try:
                 json_from_value(source[key])
             except InvalidArgumentError:
-                raise _at(f"{what.removesuffix('_json')}[{key!r}]", error) from None
+                raise _at(f"{what.removesuffix('_json')}[{shown(key)}]", error) from None
         raise  # pragma: no cover - the same value fails again
     if json_source:
         for key in json_source:
             if key in values:
-                raise _both_set(f"{what.removesuffix('_json')}[{key!r}]", f"{what}[{key!r}]")
-            values[key] = json_from_text(json_source[key], f"{what}[{key!r}]")
+                raise _both_set(
+                    f"{what.removesuffix('_json')}[{shown(key)}]", f"{what}[{shown(key)}]"
+                )
+            values[key] = json_from_text(json_source[key], f"{what}[{shown(key)}]")
     return values
 
 

@@ -32,6 +32,7 @@ from adk_mesh.errors import AdkIOError, ConfigError
 from adk_mesh.mesh._doors import DoorKeeper
 from adk_mesh.mesh._drain import CallGate
 from adk_mesh.mesh._interceptors import TracedChannel, server_interceptors
+from adk_mesh.mesh._status import add_servicer
 from adk_mesh.mesh._watched import WatchedFiles
 from adk_mesh.mesh.security import (
     ClientTLS,
@@ -396,7 +397,9 @@ class MeshServer:
         )
         self._gate.limit = max_concurrent_calls
         self._register(server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        # As the mesh's services are: request bytes that do not parse are INVALID_ARGUMENT,
+        # not the UNKNOWN gRPC reports when a generated deserializer raises.
+        add_servicer(health_pb2_grpc.add_HealthServicer_to_server, self._health, server)
         reflection.enable_server_reflection(
             (*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )

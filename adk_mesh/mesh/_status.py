@@ -18,7 +18,9 @@ the client as "internal error" only. The detail goes to the service's log, once,
 caused it (:attr:`AdkError.caller_fault`), an error with its traceback otherwise.
 
 Request bytes that do not parse are INVALID_ARGUMENT, not gRPC's UNKNOWN:
-:func:`add_servicer` registers a servicer with deserializers that do not raise.
+:func:`add_servicer` registers a servicer with deserializers that do not raise (and, for a
+bidirectional method, with a request stream that raises InvalidArgumentError for a message
+that does not parse, which the servicer's :func:`error_boundary` refuses).
 """
 
 from __future__ import annotations
@@ -415,7 +417,51 @@ def _guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMetho
             request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
+    if handler.stream_stream is not None:
+        bidirectional = handler.stream_stream
+        message_class = getattr(handler.request_deserializer, "__self__", None)
+
+        def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            return bidirectional(_ParsedRequests(requests, method, message_class), context)
+
+        # The deserializer stays: an interceptor that refuses the call reads the raw
+        # iterator and catches DecodeError itself (refuse_stream).
+        return grpc.stream_stream_rpc_method_handler(
+            bidi,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
     return handler  # pragma: no cover - the contract has no client-streaming methods
+
+
+class _ParsedRequests:
+    """The messages of a bidirectional call; one whose bytes do not parse raises
+    InvalidArgumentError (gRPC's deserializer raises it into the servicer's read, which would
+    report it as INTERNAL), so the servicer refuses the call as a unary one is refused."""
+
+    __slots__ = ("_message_class", "_method", "_requests")
+
+    def __init__(self, requests: AsyncIterator[Any], method: str, message_class: Any) -> None:
+        self._requests = aiter(requests)
+        self._method = method
+        self._message_class = message_class
+
+    def __aiter__(self) -> _ParsedRequests:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await anext(self._requests)
+        except (DecodeError, ValueError, TypeError) as error:
+            name = (
+                self._message_class.DESCRIPTOR.full_name
+                if self._message_class is not None
+                else "request"
+            )
+            raise InvalidArgumentError(
+                f"a message of the call to {self._method} is not a valid {name} message "
+                f"({type(error).__name__}); send the protobuf encoding of the message"
+            ) from None
 
 
 class _Capture:
@@ -439,7 +485,8 @@ def add_servicer(
 ) -> None:
     """Register ``servicer`` as the generated ``add_to_server`` would, with request
     deserializers that turn bytes that do not parse into INVALID_ARGUMENT (gRPC reports a
-    deserializer that raises as UNKNOWN)."""
+    deserializer that raises as UNKNOWN; a bidirectional method's servicer reads the
+    InvalidArgumentError of :class:`_ParsedRequests` and refuses the call with it)."""
     capture = _Capture()
     add_to_server(servicer, capture)
     service = capture.service

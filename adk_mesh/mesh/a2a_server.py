@@ -141,7 +141,7 @@ from adk_mesh.mesh._channel import (
 )
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._drain import HttpGate
-from adk_mesh.mesh._status import abort_with_error
+from adk_mesh.mesh._status import abort_with_error, add_servicer
 from adk_mesh.mesh.agent_server import AgentServer
 from adk_mesh.mesh.auth import (
     ApiKeyAuthenticator,
@@ -257,6 +257,16 @@ class BoundedTaskStore(TaskStore):
     async def list(
         self, params: a2a_pb2.ListTasksRequest, context: ServerCallContext
     ) -> a2a_pb2.ListTasksResponse:
+        if params.HasField("status_timestamp_after"):
+            # A gRPC request is parsed without checking its Timestamp (JSON-RPC's is): the
+            # stores read it with ToNanoseconds/ToDatetime, whose ValueError would reach the
+            # client as UNKNOWN.
+            try:
+                params.status_timestamp_after.ToNanoseconds()
+            except ValueError as error:
+                raise InvalidParamsError(
+                    message=f"ListTasksRequest.status_timestamp_after is not a valid time: {error}"
+                ) from None
         listed: a2a_pb2.ListTasksResponse = await self._inner.list(params, context)
         return listed
 
@@ -1128,8 +1138,12 @@ class A2aAgentServer(AgentServer):
 
     def _register(self, server: grpc.aio.Server) -> None:
         super()._register(server)
-        a2a_pb2_grpc.add_A2AServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _GrpcDoor(self._handler, self._authenticators), server
+        # Through add_servicer, as the mesh's own services: request bytes that do not parse
+        # are INVALID_ARGUMENT, not the UNKNOWN of a generated deserializer that raises.
+        add_servicer(
+            a2a_pb2_grpc.add_A2AServiceServicer_to_server,
+            _GrpcDoor(self._handler, self._authenticators),
+            server,
         )
 
     async def start(

@@ -305,7 +305,9 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
             interactive = InteractiveCall(tool_pb2.CallToolInteractiveResponse)
             request = await interactive.start(requests, "call")
             responses = self._call(request, context, call, interactive.channel)
-            async for message in interactive.stream(responses):
+            # Bounded by bytes too, as RunDelegated's: a progress update's data or the result
+            # may be large. A tool call sends few responses, so measuring each costs little.
+            async for message in interactive.stream(responses, size_of=_response_bytes):
                 yield message
 
     async def _call(
@@ -367,6 +369,10 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
             logger.warning("tool service: listing after a call failed: %s", error.message)
             return before
         return self._versions.version(tools)
+
+
+def _response_bytes(response: tool_pb2.CallToolResponse) -> int:
+    return int(response.ByteSize())
 
 
 def _within_0_and_1(fraction: float | None) -> float | None:

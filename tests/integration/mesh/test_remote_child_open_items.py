@@ -27,18 +27,20 @@ from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.artifacts.memory import InMemoryArtifactService
 from adk_mesh.contexts import CallbackContext, InvocationContext, ToolContext
-from adk_mesh.mesh import AgentServer, RemoteAgent
+from adk_mesh.mesh import AgentServer, RemoteAgent, ToolServer
 from adk_mesh.mesh import _caller_contexts as caller_contexts_module
 from adk_mesh.mesh import agent_server as agent_server_module
+from adk_mesh.mesh import tool_server as tool_server_module
 from adk_mesh.mesh._caller_contexts import InteractiveCall, answer_context_request
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.plugins import Plugin
 from adk_mesh.runner import Runner
 from adk_mesh.sessions.memory import InMemorySessionService
 from adk_mesh.testing import ScriptedModel, call
+from adk_mesh.tools import FunctionTool
 from adk_mesh.tools.agent_tool import AgentTool
 from adk_mesh.types import Content, Event
-from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, tool_pb2, tool_pb2_grpc
 
 APP, USER = "app", "u"
 MIB = 1024 * 1024
@@ -406,3 +408,68 @@ async def test_context_requests_do_not_make_room_for_more_responses(
         events = await read_slowly(target, batches=False)
     assert [event.text for event in events] == [f"event {index}" for index in range(80)]
     assert 0 < peak[1] <= caller_contexts_module.MAX_PENDING_RESPONSES
+
+
+async def _reports_large_progress(ctx: ToolContext) -> dict[str, Any]:
+    """Reports 40 updates of 1 MiB each, then answers."""
+    for index in range(40):
+        await ctx.report_progress(f"step {index}", {"blob": "x" * MIB})
+    return {"done": True}
+
+
+@pytest.mark.timeout(120)
+async def test_a_slow_interactive_tool_caller_holds_the_tool_back_by_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CallToolInteractive shares RunDelegated's InteractiveCall: a tool's progress data (or
+    its result) may be large, so 16 responses held for a slow caller were up to 16 of them
+    whole (the test saw 16 MiB against a 4 MiB bound)."""
+    cap = 4 * MIB
+    monkeypatch.setattr(caller_contexts_module, "MAX_PENDING_RESPONSE_BYTES", cap)
+    peak = [0]
+
+    class Measured(InteractiveCall):
+        def __init__(self, wrap: Any) -> None:
+            self.held = 0
+
+            def measured(**fields: Any) -> Any:
+                if "response" in fields:
+                    self.held += fields["response"].ByteSize()
+                    peak[0] = max(peak[0], self.held)
+                return wrap(**fields)
+
+            super().__init__(measured)
+
+        async def stream(self, responses: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            async for message in super().stream(responses, **kwargs):
+                if message.WhichOneof("message") == "response":
+                    self.held -= message.response.ByteSize()
+                yield message
+
+    monkeypatch.setattr(tool_server_module, "InteractiveCall", Measured)
+    server = ToolServer([FunctionTool(_reports_large_progress)])
+    port = await server.start("127.0.0.1:0")
+    try:
+        request = tool_pb2.CallToolRequest(
+            tool_name="_reports_large_progress",
+            context=tool_pb2.CallerContext(
+                app_name=APP, user_id=USER, session_id="s", agent_name="caller"
+            ),
+        )
+        progress = 0
+        result = None
+        async with open_channel(f"127.0.0.1:{port}", tls=None) as channel:
+            call_ = tool_pb2_grpc.ToolServiceStub(channel).CallToolInteractive(timeout=120)
+            await call_.write(tool_pb2.CallToolInteractiveRequest(call=request))
+            async for message in call_:
+                response = message.response
+                if response.HasField("progress"):
+                    progress += 1
+                elif response.HasField("result"):
+                    result = response.result
+                    await call_.done_writing()
+                await asyncio.sleep(0.01)  # a slow caller: the tool may go on meanwhile
+    finally:
+        await server.stop(None)
+    assert progress == 40 and result is not None
+    assert 0 < peak[0] <= cap + MIB // 8  # a response's framing beside its 1 MiB of data

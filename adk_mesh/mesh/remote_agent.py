@@ -610,7 +610,9 @@ class RemoteAgent(BaseAgent):
         ``on_event`` on each event of the child (the service is asked to send them all, and
         the answer is the last text as ``on_event`` left it), ``after_run``. They see the
         child's events as forwarded (without state, artifact or transfer actions: those
-        come back in the outcome), and a context of the caller's session.
+        come back in the outcome), and the child's context, as in process (its session
+        is what the policy projects of the caller's; its ``end_invocation`` ends the
+        delegation, not the caller's invocation).
 
         Inside them, as for this agent run as a transfer target and for a child in process,
         the plugins' ``before_agent`` / ``after_agent`` hooks see this agent as one agent
@@ -632,20 +634,6 @@ class RemoteAgent(BaseAgent):
         span_ctx.delegation_depth = delegation.depth
         plugins = parent.plugins if delegation.run_hooks else None
         hooked = plugins is not None and plugins.has("on_event")
-        sent = delegation
-        if plugins is not None:
-            hook_ctx = parent.for_agent(self, branch=delegation.branch)
-            hook_ctx.delegation_depth = delegation.depth
-            hook_ctx.user_content = delegation.request
-            if plugins.has("on_user_message"):
-                request = await run_on_user_message(plugins, hook_ctx, delegation.request)
-                sent = dataclasses.replace(sent, request=request)
-            if hooked and not sent.policy.forward_events:
-                # on_event sees every event of the child, as in process: the service sends
-                # them all; only the policy's forwarding shows them in the caller's stream.
-                sent = dataclasses.replace(
-                    sent, policy=dataclasses.replace(sent.policy, forward_events=True)
-                )
         # Only what the policy lets the child see leaves this service (the remote side
         # projects again, which changes nothing).
         view = Session(
@@ -655,7 +643,21 @@ class RemoteAgent(BaseAgent):
             state=policy.child_state(parent.session.state),
             events=policy.child_history(parent.session.events),
         )
-        child_ctx = self._child_context(parent, sent, view)
+        # The child's context, as in process: its hooks' (run and agent hooks alike), with an
+        # invocation end of its own (a hook's end_invocation ends the delegation, never the
+        # caller's invocation) and the request as the caller asked it.
+        child_ctx = self._child_context(parent, delegation, view)
+        sent = delegation
+        if plugins is not None:
+            if plugins.has("on_user_message"):
+                request = await run_on_user_message(plugins, child_ctx, delegation.request)
+                sent = dataclasses.replace(sent, request=request)
+            if hooked and not sent.policy.forward_events:
+                # on_event sees every event of the child, as in process: the service sends
+                # them all; only the policy's forwarding shows them in the caller's stream.
+                sent = dataclasses.replace(
+                    sent, policy=dataclasses.replace(sent.policy, forward_events=True)
+                )
 
         async def delegated(ctx: InvocationContext) -> AsyncGenerator[Event, None]:
             async with aclosing(self._delegate(parent, sent, view, outcome)) as events:
@@ -672,7 +674,7 @@ class RemoteAgent(BaseAgent):
 
         events = trace_agent_run(self, span_ctx, self._run_with_callbacks(child_ctx, delegated))
         if plugins is not None:
-            events = with_run_hooks(plugins, hook_ctx, events)
+            events = with_run_hooks(plugins, child_ctx, events)
         answer = ""
         answered_after = False  # whether an after_agent reply gave the last text
         # What the agent hooks changed, by the actions of their events (the remote child's
@@ -693,7 +695,7 @@ class RemoteAgent(BaseAgent):
                         parent.note_forwarded_hooked(shown)
                     forward(shown)
         if plugins is not None and plugins.has("after_run"):
-            await plugins.run("after_run", invocation_context=hook_ctx)
+            await plugins.run("after_run", invocation_context=child_ctx)
         if not outcome:
             # before_run or before_agent answered for the child (or ended it): nothing was sent.
             result = DelegationOutcome(answer=answer)

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
+
 from adk_mesh import AgentTool, Content, Event, LlmAgent, Runner
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.artifacts.memory import InMemoryArtifactService
@@ -280,3 +282,40 @@ async def test_a_remote_child_answered_by_before_run_skips_its_agent_hooks() -> 
     assert tool_response(events) == tool_response(local_events) == {"result": "from before_run"}
     assert child_run(caller) == child_run(local)
     assert "before_agent:child" not in child_run(caller)
+
+
+class EndsChildRun(Plugin):
+    """Ends the invocation from ``before_run`` of the AgentTool's child (not the root's turn),
+    and records what the child's run hooks see of it."""
+
+    def __init__(self) -> None:
+        super().__init__("ends-child-run")
+        self.seen: list[tuple[str, str]] = []
+
+    async def before_run(self, *, invocation_context: Any) -> None:
+        name = invocation_context.agent.name
+        self.seen.append(("before_run", name))
+        if name == "child":
+            invocation_context.end_invocation()
+
+    async def on_user_message(self, *, invocation_context: Any, user_message: Content) -> None:
+        self.seen.append(("on_user_message", invocation_context.user_content.parts[0].text))
+
+
+@pytest.mark.parametrize("where", ["in process", "remote"])
+async def test_a_run_hook_that_ends_the_childs_run_ends_the_delegation_only(where: str) -> None:
+    """The child's run hooks get the child's own context, as in process: its end_invocation
+    ends the delegation, and the caller's turn goes on to its answer. Remote, the hooks got a
+    copy of the caller's context, so the caller's turn ended after the tool ("done" never
+    came)."""
+    child = LlmAgent(name="child", model=child_model())
+    plugin = EndsChildRun()
+    if where == "in process":
+        events, _ = await play(child, plugin)
+    else:
+        async with remote_child(child) as remote:
+            events, _ = await play(remote, plugin)
+    assert events[-1].text == "done"
+    assert ("before_run", "child") in plugin.seen
+    # The child's context carries the request as the caller asked it.
+    assert ("on_user_message", "go") in plugin.seen

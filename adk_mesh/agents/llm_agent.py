@@ -545,9 +545,10 @@ class LlmAgent(BaseAgent):
                         llm_response=chunk,
                     )
                 if response is not None:
-                    response = await self._after_model(callback_context, response)
                     # Before the span ends (unlike google-adk's trace_call_llm): the answer it
-                    # records is the one the hooks left, so a redacting hook covers the trace.
+                    # records is the one the hooks left, so a redacting hook covers the trace,
+                    # with the call ids the session will hold.
+                    response = _with_call_ids(await self._after_model(callback_context, response))
                     telemetry.record_model_answer(chunks, response)
             finally:
                 # A hook that failed on a chunk (or a reader that stopped) leaves the model's
@@ -558,7 +559,7 @@ class LlmAgent(BaseAgent):
             if response is None:
                 raise AgentError(f"model {self.model.name!r} returned no final response")
 
-        response = _with_call_ids(response)
+        response = _with_call_ids(response)  # a before-model answer's (the model's have them)
         event = Event(
             author=self.name,
             invocation_id=ctx.invocation_id,

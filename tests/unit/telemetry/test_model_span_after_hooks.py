@@ -350,3 +350,24 @@ async def test_a_credential_a_before_tool_hook_puts_in_the_arguments_is_not_reco
     (tool,) = named(finished, "execute_tool connect")
     assert "[redacted]" in attribute(tool, "gen_ai.tool.call.arguments")
     assert value not in all_text(finished)
+
+
+async def test_chat_span_records_the_call_ids_the_session_holds(
+    spans: InMemorySpanExporter,
+) -> None:
+    """A model that calls a tool without an id: the agent gives the call one, and the span's
+    output names it too (it recorded ``null``, an id the session never held)."""
+
+    def lookup(city: str) -> dict[str, Any]:
+        return {"city": city}
+
+    agent = LlmAgent(
+        name="solo",
+        model=ScriptedModel([call("lookup", {"city": "Paris"}), "done"]),
+        tools=[FunctionTool(lookup)],
+    )
+    events = await run_turn(agent)
+    (issued,) = [c for event in events for c in event.function_calls()]
+    assert issued.id
+    first_chat = named(spans.get_finished_spans(), "chat scripted")[0]
+    assert issued.id in attribute(first_chat, "gen_ai.output.messages")

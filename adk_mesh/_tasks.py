@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-__all__ = ["TaskFeed", "run_all"]
+__all__ = ["TaskFeed", "run_all", "to_the_end"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -174,3 +174,23 @@ async def run_all(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
     except BaseExceptionGroup as failures:
         raise failures.exceptions[0] from None
     return [task.result() for task in tasks]
+
+
+async def to_the_end(work: Coroutine[Any, Any, T]) -> tuple[T, bool]:
+    """``work``'s result, waited for through any cancellation of the caller, and whether one
+    came (the caller raises it once it has taken the result in): for work that must not be
+    left half done, or done without the caller knowing, such as a store's transaction. When
+    ``work`` failed too, the cancellation is raised: a cancelled caller has no reader for the
+    failure, and must not go on as if it were not cancelled."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break
+    if cancelled and (task.cancelled() or task.exception() is not None):
+        raise asyncio.CancelledError
+    return task.result(), cancelled

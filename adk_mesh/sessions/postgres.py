@@ -16,6 +16,8 @@
   row lock; the second then sees the new version and gets
   :class:`~adk_mesh.errors.SessionConflictError`, having written nothing. Rows are always
   locked in the order session, app state, user state, so writers never deadlock.
+  A cancelled ``append_event`` waits for its transaction once begun: the event is then
+  both stored and in the session object, or in neither, and the cancellation goes on.
 * **Creating** is ``INSERT ... ON CONFLICT DO NOTHING``: a session id taken by a concurrent
   creator is :class:`~adk_mesh.errors.AlreadyExistsError` without an aborted transaction,
   and :meth:`~adk_mesh.sessions.SessionService.get_or_create_session` then reads theirs.
@@ -44,6 +46,7 @@ from typing import Any
 from adk_mesh import _postgres  # first: a ConfigError when asyncpg is not installed
 from adk_mesh._migrations import Migration
 from adk_mesh._postgres import Connection, DedicatedConnection
+from adk_mesh._tasks import to_the_end
 from adk_mesh.errors import AlreadyExistsError, SessionError, SessionNotFoundError
 from adk_mesh.sessions import _common, _history
 from adk_mesh.sessions.base import Session, SessionService, SessionsPage
@@ -506,10 +509,11 @@ class PostgresSessionService(SessionService):
         timestamp_us = _common.to_micros(event.timestamp)
         app_name, user_id, session_id = session.app_name, session.user_id, session.id
         held_update_time = session.last_update_time
-        async with self._database.connection("appending an event") as connection:
+
+        async def transact(connection: Connection) -> tuple[float, int]:
             try:
                 async with connection.transaction():
-                    update_time, seq = await _append(
+                    return await _append(
                         connection,
                         (app_name, user_id, session_id),
                         held_update_time,
@@ -522,6 +526,16 @@ class PostgresSessionService(SessionService):
             except _postgres.UniqueViolationError:
                 # Only a fresh UUID that collides: a given id was checked in the transaction.
                 raise _common.duplicate_event(session_id, stored_event.id) from None
+
+        async with self._database.connection("appending an event") as connection:
+            # Once begun, the transaction runs to its end even when this call is cancelled:
+            # cancelled, asyncpg asks the server to cancel the statement, and one that lands
+            # while COMMIT runs leaves unknown whether the event is stored. So the session
+            # object follows the database before the cancellation goes on (as on SQLite):
+            # else it would miss a stored event (its caller, the Runner, would not answer its
+            # calls) and be stale (the turn's next append, its record of the interruption,
+            # refused).
+            (update_time, seq), cancelled = await to_the_end(transact(connection))
         # Committed: a history held at the version appended through takes the event.
         self._histories.appended(
             (app_name, user_id, session_id),
@@ -535,6 +549,8 @@ class PostgresSessionService(SessionService):
             session.state.update(event.actions.state_delta)
         session.events.append(stored_event)
         session.last_update_time = update_time
+        if cancelled:
+            raise asyncio.CancelledError
         return stored_event
 
 

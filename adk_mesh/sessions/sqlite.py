@@ -31,12 +31,13 @@ import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 
 from adk_mesh import _sqlite
+from adk_mesh._tasks import to_the_end
 from adk_mesh.errors import (
     AlreadyExistsError,
     SessionError,
@@ -522,7 +523,7 @@ class SqliteSessionService(SessionService):
         # cancelled, so the session object follows it before the cancellation goes on: else
         # it would miss a stored event (its caller, the Runner, would not answer its calls)
         # and be stale (the turn's next append, its record of the interruption, refused).
-        update_time, cancelled = await _to_the_end(self._run(append))
+        update_time, cancelled = await to_the_end(self._run(append))
         if event.actions.state_delta:
             session.state.update(event.actions.state_delta)
         session.events.append(stored_event)
@@ -530,25 +531,6 @@ class SqliteSessionService(SessionService):
         if cancelled:
             raise asyncio.CancelledError
         return stored_event
-
-
-async def _to_the_end(work: Coroutine[Any, Any, _T]) -> tuple[_T, bool]:
-    """``work``'s result, waited for through any cancellation of the caller, and whether one
-    came (the caller raises it once it has taken the result in). When ``work`` failed too,
-    the cancellation is raised: a cancelled caller has no reader for the failure, and must
-    not go on as if it were not cancelled."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-        except Exception:
-            break
-    if cancelled and (task.cancelled() or task.exception() is not None):
-        raise asyncio.CancelledError
-    return task.result(), cancelled
 
 
 # --- SQL helpers (worker thread only) --------------------------------------------------------

@@ -50,6 +50,7 @@ __all__ = [
     "check_confirmation_answers",
     "confirmation_request_event",
     "parse_confirmation",
+    "runtime_claim",
     "without_confirmations",
 ]
 
@@ -57,6 +58,32 @@ __all__ = [
 REQUEST_CONFIRMATION_FUNCTION_CALL_NAME: Final = "adk_request_confirmation"
 
 _ANSWER_KEYS: Final = frozenset({"hint", "confirmed", "payload"})
+#: The calls a runtime writes to ask a person for an answer: a tool call's confirmation (this
+#: one's and google-adk's), a credential and an input (google-adk's).
+_RUNTIME_CALL_NAMES: Final = frozenset(
+    {REQUEST_CONFIRMATION_FUNCTION_CALL_NAME, "adk_request_credential", "adk_request_input"}
+)
+
+
+def runtime_claim(event: Event) -> str | None:
+    """What of ``event`` only a runtime writes — long-running call ids, requested tool
+    confirmations, a call (or its answer) asking a person for one — named for an error; None
+    when it claims none of it.
+
+    A client that seeds a session's history must not claim them (google-adk's api_server
+    refuses them too, google/adk-python#5290): a seeded confirmation request, answered by the
+    same client, would run a tool call no model made, with the client's arguments."""
+    if event.long_running_tool_ids:
+        return "long-running call ids"
+    if event.actions.requested_tool_confirmations:
+        return "requested tool confirmations"
+    for call in event.function_calls():
+        if call.name in _RUNTIME_CALL_NAMES:
+            return f"the runtime's call {call.name!r}"
+    for response in event.function_responses():
+        if response.name in _RUNTIME_CALL_NAMES:
+            return f"an answer to the runtime's call {response.name!r}"
+    return None
 
 
 def confirmation_request_event(

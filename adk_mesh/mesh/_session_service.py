@@ -63,6 +63,7 @@ from google.protobuf import timestamp_pb2
 from opentelemetry import trace
 
 from adk_mesh import codec
+from adk_mesh._confirmation import runtime_claim
 from adk_mesh.artifacts import ArtifactService
 from adk_mesh.artifacts.base import is_user_scoped
 from adk_mesh.errors import (
@@ -738,11 +739,20 @@ def _event_from_proto(message: event_pb2.Event) -> Event:
 
 
 def _check_initial_events(events: list[Event]) -> None:
-    """Refuse, before the session is created, initial events the store would refuse midway:
-    by then the ``app:`` and ``user:`` keys of the state and of the events before would be
-    written, and they outlive the session the failure deletes."""
+    """Refuse, before the session is created, initial events that claim what only the runtime
+    writes (:func:`~adk_mesh._confirmation.runtime_claim`: a forged confirmation request would
+    run a tool call no model made), and those the store would refuse midway: by then the
+    ``app:`` and ``user:`` keys of the state and of the events before would be written, and
+    they outlive the session the failure deletes."""
     seen: set[str] = set()
-    for event in events:
+    for index, event in enumerate(events):
+        claim = runtime_claim(event)
+        if claim is not None:
+            raise InvalidArgumentError(
+                f"CreateSessionRequest.events[{index}] holds {claim}, which only the runtime "
+                "writes: a session's history is restored from its messages, tool calls and "
+                "results"
+            )
         if event.id and event.id in seen:
             raise InvalidArgumentError(
                 f"CreateSessionRequest.events holds the event id {shown(event.id)} twice"

@@ -34,6 +34,8 @@ from opentelemetry import trace
 from pydantic import ValidationError
 
 from adk_mesh import codec
+from adk_mesh._confirmation import runtime_claim
+from adk_mesh.artifacts import is_user_scoped
 from adk_mesh.errors import AdkError, ArtifactTooLargeError, InvalidArgumentError
 from adk_mesh.types import Event
 from adk_mesh.v1 import session_pb2
@@ -67,7 +69,6 @@ _CALL_SECONDS = 60.0
 _SESSIONS_PER_CALL = 1000
 #: The contract's artifact versions are int32.
 _MAX_VERSION = 2**31 - 1
-
 _PROBLEMS: dict[int | str, dict[str, Any]] = {
     status: {"model": ProblemBody, "content": {PROBLEM_JSON: {}}, "description": description}
     for status, description in (
@@ -179,19 +180,47 @@ async def _listing(
     yield b"]" if written else b"[]"
 
 
+def _check_initial_event(event: Event, where: str) -> None:
+    """Refuse an initial event with actions, as google-adk's api_server does
+    (google/adk-python#5290): a conversation is restored from its messages, tool calls and
+    results, never with side effects a client wrote (state, artifact versions, a route for the
+    next turn, as only agents write them); the session's initial state goes in ``state``.
+    What only the runtime writes (a confirmation request, which would run a tool call no model
+    made) the session service refuses for every client."""
+    if not event.actions.is_empty():
+        raise InvalidArgumentError(
+            f"{where} cannot include actions (stateDelta, artifactDelta, transferToAgent, "
+            "escalate, skipSummarization, requestedToolConfirmations): give the session's "
+            "state as `state`"
+        )
+    claim = runtime_claim(event)
+    if claim is not None:
+        raise InvalidArgumentError(f"{where} cannot include {claim}")
+
+
 def _events_to_proto(raw: list[dict[str, Any]]) -> list[Any]:
     events = []
     for index, body in enumerate(raw):
+        where = f"events[{index}]"
         try:
-            events.append(codec.event_to_proto(event_from_json(body, f"events[{index}]")))
+            event = event_from_json(body, where)
+            proto = codec.event_to_proto(event)
         except ValidationError as error:
             raise InvalidArgumentError(
-                f"events[{index}] is not an event: {error.errors()[0]['msg']}"
+                f"{where} is not an event: {error.errors()[0]['msg']}"
             ) from None
+        # After the member checks: a member that does not parse is still named by its path.
+        _check_initial_event(event, where)
+        events.append(proto)
     return events
 
 
 def _canonical_uri(app: str, user: str, session: str, name: str, version: int) -> str:
+    # google-adk's artifact URI (artifact_util.get_artifact_uri): a "user:" artifact is the
+    # user's, shared by their sessions, so its URI names no session (a client that resolves
+    # the URI must not read it as the session's, gone with it).
+    if is_user_scoped(name):
+        return f"artifact://apps/{app}/users/{user}/artifacts/{name}/versions/{version}"
     return (
         f"artifact://apps/{app}/users/{user}/sessions/{session}/artifacts/{name}/versions/{version}"
     )

@@ -24,7 +24,11 @@ from adk_mesh.memory.base import MemoryService
 from adk_mesh.plugins._manager import PluginManager, plugin_manager
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.sessions.base import Session, SessionService
-from adk_mesh.telemetry._spans import trace_invocation, trace_memory_ingestion
+from adk_mesh.telemetry._spans import (
+    invocation_scope,
+    trace_invocation,
+    trace_memory_ingestion,
+)
 from adk_mesh.types import Content, Event, FunctionCall, LlmResponse, Part
 
 __all__ = [
@@ -419,11 +423,14 @@ class Runner:
             credential_service=self.credential_service,
             request_metadata=request_metadata,
         )
-        if plugins is not None and plugins.has("on_user_message"):
-            new_message = await run_on_user_message(plugins, ctx, new_message)
-        check_confirmation_answers(session.events, new_message)
-        _check_call_answers(session.events, new_message)
-        await load_agents_behind(self.agent, session, new_message)
+        # The invocation's ids on the spans of the work before the turn's span (a plugin's
+        # calls, a RemoteAgent asking its service which agents run behind it).
+        with invocation_scope(ctx):
+            if plugins is not None and plugins.has("on_user_message"):
+                new_message = await run_on_user_message(plugins, ctx, new_message)
+            check_confirmation_answers(session.events, new_message)
+            _check_call_answers(session.events, new_message)
+            await load_agents_behind(self.agent, session, new_message)
         agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
         ctx.branch = find_branch_to_run(agent, session, new_message) or ""
         user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)

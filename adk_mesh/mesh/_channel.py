@@ -120,16 +120,18 @@ def open_channel(target: str, *, tls: ClientTLS | None = _FROM_ENV) -> grpc.aio.
     if tls is _FROM_ENV:
         tls = ClientTLS.from_env()
     if tls is None:
-        return TracedChannel(grpc.aio.insecure_channel(target, options=channel_options()))
+        return TracedChannel(grpc.aio.insecure_channel(target, options=channel_options()), target)
     if not tls.files:
         return TracedChannel(
-            grpc.aio.secure_channel(target, tls.credentials(), options=channel_options())
+            grpc.aio.secure_channel(target, tls.credentials(), options=channel_options()), target
         )
     return _RenewingChannel(target, tls)
 
 
 def _secure_channel(target: str, credentials: grpc.ChannelCredentials) -> TracedChannel:
-    return TracedChannel(grpc.aio.secure_channel(target, credentials, options=channel_options()))
+    return TracedChannel(
+        grpc.aio.secure_channel(target, credentials, options=channel_options()), target
+    )
 
 
 class _Generation:

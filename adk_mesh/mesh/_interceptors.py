@@ -39,6 +39,7 @@ import inspect
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 import grpc.aio
@@ -61,6 +62,7 @@ from adk_mesh.telemetry._propagation import (
     without_invocation_baggage,
 )
 from adk_mesh.telemetry._providers import get_tracer, tracing_enabled
+from adk_mesh.telemetry._spans import server_attributes
 
 __all__ = ["TracedChannel", "server_interceptors"]
 
@@ -135,12 +137,13 @@ class _TracedCall:
     call object gRPC returns is handed back unchanged; the span ends in its done-callback.
     """
 
-    __slots__ = ("_inner", "_method", "_name", "_service")
+    __slots__ = ("_inner", "_method", "_name", "_server", "_service")
 
-    def __init__(self, inner: Any, full: str) -> None:
+    def __init__(self, inner: Any, full: str, server: dict[str, AttributeValue]) -> None:
         self._inner = inner
         _, self._service, self._method = _method_parts(full)
         self._name = full.lstrip("/")
+        self._server = server
 
     def __call__(
         self,
@@ -177,6 +180,7 @@ class _TracedCall:
             finally:
                 otel_context.detach(token)
         attributes = _rpc_attributes(self._service, self._method)
+        attributes.update(self._server)
         attributes.update(current_invocation_attributes())
         span = tracer.start_span(self._name, kind=SpanKind.CLIENT, attributes=attributes)
         headers = list(metadata or ())
@@ -194,11 +198,11 @@ class _TracedCall:
         return started
 
 
-def _traced(multi_callable: Any, method: str) -> Any:
+def _traced(multi_callable: Any, method: str, server: dict[str, AttributeValue]) -> Any:
     """``multi_callable`` traced, unless ``method`` is infrastructure (health, reflection)."""
     if method.startswith(_UNTRACED_PREFIXES):
         return multi_callable
-    return _TracedCall(multi_callable, method)
+    return _TracedCall(multi_callable, method, server)
 
 
 class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
@@ -209,10 +213,14 @@ class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
     :class:`_TracedCall` wrappers around the real channel's (health and reflection calls
     excepted). Everything else is the real channel's. Tracing is decided per call, so a
     channel opened before telemetry was configured traces once it is.
+
+    ``target`` (what the channel was opened to) goes on every call's span as
+    ``server.address`` / ``server.port``, which the RPC conventions require of a CLIENT span.
     """
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, target: str = "") -> None:
         self._channel = channel
+        self._server = server_attributes(target) if target else {}
 
     async def __aenter__(self) -> TracedChannel:
         await self._channel.__aenter__()
@@ -245,6 +253,7 @@ class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
                 method, request_serializer, response_deserializer, _registered_method
             ),
             method,
+            self._server,
         )
 
     def unary_stream(
@@ -259,6 +268,7 @@ class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
                 method, request_serializer, response_deserializer, _registered_method
             ),
             method,
+            self._server,
         )
 
     def stream_unary(
@@ -287,6 +297,7 @@ class TracedChannel(grpc.aio.Channel):  # type: ignore[misc]
                 method, request_serializer, response_deserializer, _registered_method
             ),
             method,
+            self._server,
         )
 
 
@@ -308,6 +319,21 @@ def _server_outcome(
             return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded"
         return grpc.StatusCode.CANCELLED, "cancelled by the client"
     return grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}"
+
+
+def peer_attributes(peer: str) -> dict[str, AttributeValue]:
+    """``network.peer.address`` and ``network.peer.port`` of gRPC's peer string
+    (``ipv4:10.1.2.80:50051``, ``ipv6:%5B::1%5D:443``, ``unix:/path``): the conventions want
+    the bare IP address (or socket path) and the port apart, as backends group by them."""
+    scheme, _, address = peer.partition(":")
+    if scheme in ("ipv4", "ipv6"):
+        host, _, port = unquote(address).rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if host and port.isdigit():
+            return {"network.peer.address": host, "network.peer.port": int(port)}
+    elif scheme == "unix" and address:
+        return {"network.peer.address": address}
+    return {"network.peer.address": peer}
 
 
 def _caller_context(
@@ -341,7 +367,7 @@ def _start_server_span(
     attributes.update(attributes_from_baggage(parent))
     peer = context.peer()
     if isinstance(peer, str) and peer:
-        attributes["network.peer.address"] = peer
+        attributes.update(peer_attributes(peer))
     span = tracer.start_span(
         full.lstrip("/"), context=parent, kind=SpanKind.SERVER, attributes=attributes
     )

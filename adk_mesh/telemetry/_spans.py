@@ -51,6 +51,7 @@ __all__ = [
     "CAPTURE_CONTENT_ENV",
     "annotate_current_span",
     "capture_content",
+    "invocation_scope",
     "record_control_transfer",
     "record_model_answer",
     "record_tool_error",
@@ -211,7 +212,9 @@ async def _traced(
                 span.end()
 
 
-def _server_attributes(target: str) -> dict[str, AttributeValue]:
+def server_attributes(target: str) -> dict[str, AttributeValue]:
+    """``server.address`` and ``server.port`` of a mesh target (``host:port``,
+    ``dns:///host:port``)."""
     address = target.removeprefix("dns:///").removeprefix("ipv4:")
     host, _, port = address.rpartition(":")
     if host and port.isdigit():
@@ -254,6 +257,25 @@ def trace_invocation(
     )
     context = with_invocation(ids, trace.set_span_in_context(span))
     return _traced(span, context, events, operation="invoke_workflow")
+
+
+@contextmanager
+def invocation_scope(ctx: InvocationContext) -> Iterator[None]:
+    """The invocation's ids current (no span of its own) for the work a Runner does before
+    its turn's ``invoke_workflow`` span starts: choosing the agent may ask a RemoteAgent's
+    service who runs behind it (``Describe``), and those calls are the invocation's as much as
+    any, so their spans, on both sides, carry its ids. Hold it across awaits only, never
+    across a ``yield``."""
+    if ctx.tracer is None:
+        yield
+        return
+    token = otel_context.attach(
+        with_invocation(invocation_attributes(ctx), otel_context.get_current())
+    )
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 @contextmanager
@@ -316,7 +338,7 @@ def trace_agent_run(
         attributes["gen_ai.provider.name"] = provider_name(model)
         attributes["gen_ai.request.model"] = model.name
     if remote is not None:
-        attributes.update(_server_attributes(remote.target))
+        attributes.update(server_attributes(remote.target))
         attributes["gen_ai.agent.id"] = f"{remote.target}/{remote.agent_name}"
     if ctx.delegation_depth:
         attributes["adk_mesh.delegation_depth"] = ctx.delegation_depth

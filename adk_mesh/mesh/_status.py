@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -412,8 +413,14 @@ def _guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMetho
             async for response in streaming(request, context):
                 yield response
 
+        async def written(request: Any, context: grpc.aio.ServicerContext) -> None:
+            await _refuse_malformed(context, method)
+            await streaming(request, context)
+
+        # A handler may stream by yielding or, as grpcio's health Watch does, by writing
+        # (context.write in a coroutine): wrapped in its own style.
         return grpc.unary_stream_rpc_method_handler(
-            stream,
+            written if inspect.iscoroutinefunction(streaming) else stream,
             request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )

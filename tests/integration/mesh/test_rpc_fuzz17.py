@@ -1004,6 +1004,28 @@ def test_a_health_check_that_does_not_parse_is_invalid_argument(
     )
 
 
+def test_a_health_watch_streams_through_the_guard(mesh: Mesh) -> None:
+    """grpcio's health Watch streams by writing (context.write in a coroutine), not by
+    yielding: the guard that refuses bytes that do not parse wrapped it as a generator, and
+    every Watch failed with UNKNOWN ("'async for' requires an object with __aiter__") — a
+    Kubernetes or Envoy health watcher, and a draining server's NOT_SERVING, went unseen."""
+
+    async def first_status(target: str) -> int:
+        async with grpc.aio.insecure_channel(target) as channel:
+            watch = channel.unary_stream(
+                "/grpc.health.v1.Health/Watch",
+                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
+            )(health_pb2.HealthCheckRequest(), timeout=10)
+            async for response in watch:
+                watch.cancel()
+                return int(response.status)
+        raise AssertionError("the watch ended without a status")
+
+    for target in (mesh.agent_target, mesh.tool_target, mesh.a2a_target):
+        assert mesh.run(first_status(target)) == health_pb2.HealthCheckResponse.SERVING
+
+
 @FUZZ
 @given(data=st.data())
 def test_hostile_answers_to_context_requests_are_handled_cleanly(

@@ -556,6 +556,7 @@ def _client_settings_usable(args: argparse.Namespace) -> bool:
     from adk_mesh.mesh.security import ClientTLS
 
     try:
+        _check_target(args.target)
         _credentials(args)
         tls = ClientTLS.from_env()
         if tls is not None:
@@ -564,6 +565,18 @@ def _client_settings_usable(args: argparse.Namespace) -> bool:
         print(f"error: {error.message}", file=sys.stderr)
         return False
     return True
+
+
+def _check_target(target: str) -> None:
+    """Refuse a target whose port is out of range.
+
+    Raises:
+        ConfigError: ``host:99999``, which gRPC would take modulo 65536 and call another
+            port (34463) in its place.
+    """
+    port = target.rpartition(":")[2]
+    if port.isascii() and port.isdigit() and int(port) > 65535:
+        raise ConfigError(f"the target {target!r} names port {port}; a port is 0 to 65535")
 
 
 def _secret(given: str | None, option: str, variable: str) -> str:
@@ -957,6 +970,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        # Ctrl-C before a command's own handling of it (building the parser imports the mesh;
+        # `up` and `gateway` read their config first): an interrupt, not a traceback.
+        return 130
     return code
 
 

@@ -928,6 +928,16 @@ def load_config(path: str | os.PathLike[str] = DEFAULT_CONFIG) -> MeshConfig:
             data = tomllib.load(handle)
     except FileNotFoundError as error:
         raise ConfigError(f"no mesh config at {file}; pass --config FILE") from error
+    except OSError as error:
+        # A directory (`--config deploy/`), a file this user may not read: named, not a
+        # traceback.
+        raise ConfigError(f"cannot read the mesh config {file}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        # tomllib decodes the bytes itself and lets this through.
+        raise ConfigError(
+            f"{file} is not valid TOML: not UTF-8 (byte {error.start} of the file); save it "
+            "as UTF-8"
+        ) from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{file} is not valid TOML: {error}") from error
     return parse_config(data, root_dir=file.parent, source=str(file))
@@ -1380,6 +1390,13 @@ class Mesh:
         if not env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             env.setdefault("ADK_MESH_TRACE_DIR", str(config.trace_dir))
         env.update(spec.env)
+        # A command's `adk-mesh` is found when this installation's scripts are not on PATH
+        # (`.venv/bin/adk-mesh up`, the virtualenv not activated, as the README runs it): its
+        # directory goes last, so an `adk-mesh` that PATH names still comes first.
+        scripts = str(Path(sys.executable).parent)
+        path = env.get("PATH", os.defpath)
+        if scripts not in path.split(os.pathsep):
+            env["PATH"] = os.pathsep.join(part for part in (path, scripts) if part)
         return env
 
     def check_ports(self) -> None:
@@ -1532,9 +1549,18 @@ class Mesh:
             ) from None
         if not address:
             code = await running.process.wait()
+            output = "\n".join(running.tail).strip()
+            said = f"; its last output:\n{output}" if output else "; it printed nothing"
+            if code == 0 and spec.module:
+                # A module that only defines its agent or tools (`python -m` runs it and it
+                # ends) is no service: the empty output would leave the user guessing.
+                said += (
+                    f" (`module` runs `python -m {spec.module}`, which must serve; for an "
+                    'agent or tools the module defines, write command = "adk-mesh serve agent '
+                    f'{spec.module}:ATTR --host {{host}} --port {{port}}" or `serve tools`)'
+                )
             raise UpError(
-                f"service {spec.name!r} exited with code {code} before it was ready; its last "
-                "output:\n" + "\n".join(running.tail)
+                f"service {spec.name!r} exited with code {code} before it was ready{said}"
             )
         if spec.a2a_port is not None and not running.a2a_card:
             raise UpError(

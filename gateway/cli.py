@@ -31,6 +31,7 @@ from pathlib import Path
 from adk_mesh.errors import ConfigError
 from adk_mesh.mesh.security import (
     ClientTLS,
+    ServerTLS,
     add_authentication_arguments,
     authenticators_from_arguments,
     is_loopback,
@@ -54,12 +55,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 
 
+def _port(text: str) -> int:
+    """A ``--port`` value, as ``adk-mesh serve`` reads it: out of range, ``socket.bind``
+    would raise OverflowError (a traceback) instead."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="adk-mesh gateway",
         description="Serve google-adk's api_server REST and SSE API over an adk-mesh.",
     )
-    parser.add_argument("--port", type=int, help="port (0: any free port; default 8000)")
+    parser.add_argument("--port", type=_port, help="port (0: any free port; default 8000)")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument(
         "--app",
@@ -149,6 +162,10 @@ def settings_from_arguments(args: argparse.Namespace) -> tuple[GatewaySettings, 
             tls = options.tls
     if not apps:
         raise ConfigError("no app to serve: give --app NAME=HOST:PORT (or --config mesh.toml)")
+    if tls is not None:
+        # Read and checked now, naming the file that is wrong: otherwise the gateway serves,
+        # and every call to the agent services fails.
+        tls.credentials()
     settings = GatewaySettings(
         apps=apps,
         tls=tls,
@@ -196,6 +213,9 @@ async def serve(
     from gateway._app import create_app
 
     sock = _bind(host, port)
+    # Read now: uvicorn closes the socket when it stops, which a signal during its start
+    # makes it do right after it started.
+    bound = sock.getsockname()[1]
     gate = HttpGate(create_app(settings), jsonrpc=False)
     config = uvicorn.Config(
         gate,
@@ -224,8 +244,8 @@ async def serve(
     # uvicorn sets `started` and offers nothing to await: poll until it is up (or failed).
     while not server.started and not task.done():  # noqa: ASYNC110
         await asyncio.sleep(0.01)
-    if server.started:
-        bound = sock.getsockname()[1]
+    if server.started and not server.should_exit:
+        # Not when a signal came during the start: it is stopping, not ready.
         print(READY.format(host=host, port=bound), flush=True)
     await task
 
@@ -252,7 +272,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError("--tls-cert and --tls-key go together")
         for path in (args.tls_cert, args.tls_key):
             if path and not Path(path).is_file():
-                raise ConfigError(f"the TLS file {path!r} does not exist")
+                problem = "is a directory" if Path(path).is_dir() else "does not exist"
+                raise ConfigError(f"the TLS file {path!r} {problem}")
+        if args.tls_cert:
+            # Read and checked as `adk-mesh serve` does (whole PEM, a certificate and key that
+            # go together): uvicorn would fail on them later, with an ssl.SSLError traceback.
+            ServerTLS(args.tls_cert, args.tls_key).credentials(require_client_certificate=False)
         if not args.tls_cert and not is_loopback(host):
             if not args.insecure:
                 raise ConfigError(

@@ -134,7 +134,9 @@ class ServerTLS:
             ("client CA", self.client_ca_file),
         ):
             if path is not None and not Path(path).is_file():
-                raise ConfigError(f"the TLS {what} file {str(path)!r} does not exist")
+                # A directory (`--tls-cert certs/`) exists: saying it does not would mislead.
+                problem = "is a directory" if Path(path).is_dir() else "does not exist"
+                raise ConfigError(f"the TLS {what} file {str(path)!r} {problem}")
 
     def credentials(self, *, require_client_certificate: bool) -> grpc.ServerCredentials:
         """Server credentials that follow the files; with ``require_client_certificate``, a

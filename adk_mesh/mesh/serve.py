@@ -174,28 +174,38 @@ async def serve_until_signal(
     loop = asyncio.get_running_loop()
     host, _ = split_address(address)
     mesh_address = f"{host}:{mesh_port}" if mesh_port is not None else None
-    port = await start_server(
-        server,
-        address,
-        security=security,
-        mesh_address=mesh_address,
-        max_concurrent_calls=max_concurrent_calls,
-        max_connection_age=max_connection_age,
-    )
-    mcp = None
-    if mcp_port is not None:
-        mcp = await _start_mcp(server, host, mcp_port, security)
     stopping = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
+    # Before the server starts: a signal while it starts then stops it once started, with a
+    # drain. asyncio.run's own Ctrl-C handling would leave a started server behind, never
+    # stopped (gRPC complains at exit), and SIGTERM would kill the process.
     for number in signals:
         loop.add_signal_handler(number, stopping.set)
     try:
+        port = await start_server(
+            server,
+            address,
+            security=security,
+            mesh_address=mesh_address,
+            max_concurrent_calls=max_concurrent_calls,
+            max_connection_age=max_connection_age,
+        )
+        mcp = None
+        if mcp_port is not None:
+            mcp = await _start_mcp(server, host, mcp_port, security)
+    except BaseException:
+        for number in signals:
+            loop.remove_signal_handler(number)
+        raise
+    try:
         kind, name = describe_server(server)
-        if server.mesh_port is not None:
-            print(f"adk-mesh: mesh door on {host}:{server.mesh_port} (mutual TLS)", flush=True)
-        if mcp is not None:
-            print(f"adk-mesh: MCP on {mcp.scheme}://{host}:{mcp.port}/mcp", flush=True)
-        print(f"adk-mesh: serving {kind} {name} on {host}:{port}", flush=True)
+        if not stopping.is_set():
+            # No ready line when a signal came during the start: it is stopping, not ready.
+            if server.mesh_port is not None:
+                print(f"adk-mesh: mesh door on {host}:{server.mesh_port} (mutual TLS)", flush=True)
+            if mcp is not None:
+                print(f"adk-mesh: MCP on {mcp.scheme}://{host}:{mcp.port}/mcp", flush=True)
+            print(f"adk-mesh: serving {kind} {name} on {host}:{port}", flush=True)
         await stopping.wait()
         print(f"adk-mesh: draining (grace {grace:g}s)", file=sys.stderr, flush=True)
         # The handlers stay for the drain: without them a second SIGTERM would kill the

@@ -72,6 +72,7 @@ from adk_mesh.plugins._manager import plugin_manager
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.runner import (
     Runner,
+    answered_call_event,
     check_new_message,
     find_agent_to_run,
     find_branch_to_run,
@@ -615,10 +616,13 @@ class AgentServer(MeshServer):
             # Resumed where the conversation was left, in this tree as across the two: an
             # answered call goes on where it was made, on its branch.
             message = user_content or Content(role="user", parts=[])
-            # An author behind a RemoteAgent of this tree (a third service's) resumes there.
-            await load_agents_behind(agent, session, message)
-            agent = find_agent_to_run(agent, session, message, foreign_authors_end=True)
-            branch = find_branch_to_run(agent, session, message) or branch
+            # A workflow's step runs from itself, as in process; only a call the message
+            # answers takes it back to where the call was made.
+            if not delegated.workflow_step or answered_call_event(session, message) is not None:
+                # An author behind a RemoteAgent of this tree (a third service's) resumes there.
+                await load_agents_behind(agent, session, message)
+                agent = find_agent_to_run(agent, session, message, foreign_authors_end=True)
+                branch = find_branch_to_run(agent, session, message) or branch
         if delegated.no_caller_stores:
             # The caller has none to offer: as it would answer over the call.
             artifacts, memory = None, None

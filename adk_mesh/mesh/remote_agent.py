@@ -483,6 +483,11 @@ class RemoteAgent(BaseAgent):
         caller_tree = self._caller_tree()
         if caller_tree is not None:
             delegated.caller_tree.CopyFrom(caller_tree)
+        parent = self.parent_agent
+        if parent is not None and parent.owns_child_transfers:
+            # A workflow runs its step from the step itself, never from the agent of the
+            # step's tree that answered last: the service must not resume that one.
+            delegated.workflow_step = True
         self._fit(
             message,
             ctx.session,

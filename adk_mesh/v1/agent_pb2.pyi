@@ -65,7 +65,7 @@ class RootRun(_message.Message):
     def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_message: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., request_metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DelegatedRun(_message.Message):
-    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path", "llm_calls_made", "scope", "agent_tool", "caller_tree", "no_caller_stores", "forwarded_credentials", "request_metadata", "global_instruction")
+    __slots__ = ("invocation_id", "branch", "delegation_depth", "max_delegation_depth", "session", "user_content", "call_path", "llm_calls_made", "scope", "agent_tool", "caller_tree", "no_caller_stores", "forwarded_credentials", "request_metadata", "global_instruction", "workflow_step")
     class RequestMetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class DelegatedRun(_message.Message):
     FORWARDED_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_METADATA_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_STEP_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     branch: str
     delegation_depth: int
@@ -103,7 +104,8 @@ class DelegatedRun(_message.Message):
     forwarded_credentials: _containers.RepeatedCompositeFieldContainer[ForwardedCredential]
     request_metadata: _containers.ScalarMap[str, str]
     global_instruction: str
-    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ..., llm_calls_made: _Optional[int] = ..., scope: _Optional[_Union[DelegationScope, _Mapping]] = ..., agent_tool: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., caller_tree: _Optional[_Union[CallerTree, _Mapping]] = ..., no_caller_stores: _Optional[bool] = ..., forwarded_credentials: _Optional[_Iterable[_Union[ForwardedCredential, _Mapping]]] = ..., request_metadata: _Optional[_Mapping[str, str]] = ..., global_instruction: _Optional[str] = ...) -> None: ...
+    workflow_step: bool
+    def __init__(self, invocation_id: _Optional[str] = ..., branch: _Optional[str] = ..., delegation_depth: _Optional[int] = ..., max_delegation_depth: _Optional[int] = ..., session: _Optional[_Union[SessionView, _Mapping]] = ..., user_content: _Optional[_Union[_content_pb2.Content, _Mapping]] = ..., call_path: _Optional[_Iterable[str]] = ..., llm_calls_made: _Optional[int] = ..., scope: _Optional[_Union[DelegationScope, _Mapping]] = ..., agent_tool: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., caller_tree: _Optional[_Union[CallerTree, _Mapping]] = ..., no_caller_stores: _Optional[bool] = ..., forwarded_credentials: _Optional[_Iterable[_Union[ForwardedCredential, _Mapping]]] = ..., request_metadata: _Optional[_Mapping[str, str]] = ..., global_instruction: _Optional[str] = ..., workflow_step: _Optional[bool] = ...) -> None: ...
 
 class ForwardedCredential(_message.Message):
     __slots__ = ("name", "value")

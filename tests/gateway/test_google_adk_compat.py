@@ -28,9 +28,10 @@ from tests.gateway.test_json import grounded_event
 
 pytestmark = pytest.mark.e2e
 
+# Absolute: `make test` names it relative to the repository, and a test may run it elsewhere.
 ADK_PYTHON = Path(
     os.environ.get("ADK_COMPAT_PYTHON") or REPO_ROOT / ".venv" / "adk-compat" / "bin" / "python"
-)
+).absolute()
 
 # Runs under google-adk's Python: parse what the gateway wrote, dump it again as google-adk's
 # api_server does (by alias, without None), and write request bodies with google-adk's models.

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 
 from adk_mesh.errors import AdkIOError
 from adk_mesh.mesh import _status
-from adk_mesh.mesh._handlers import rewrap
+from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
 from adk_mesh.mesh._status import abort_with_error, refuse_stream
 
 __all__ = ["CallGate", "HttpGate"]
@@ -34,16 +34,21 @@ __all__ = ["CallGate", "HttpGate"]
 _SERVER_ERROR = -32000
 
 
-class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class CallGate(WrappingInterceptor):
     """Counts calls in flight; refuses new ones once closed (except the ``exempt`` services),
     and refuses one beyond ``limit`` calls at once with RESOURCE_EXHAUSTED.
 
     The limit is the gate's, not gRPC's ``maximum_concurrent_rpcs``: that one counts every
     call, health checks and watches included, so a server busy with ``limit`` runs answered
     its probes RESOURCE_EXHAUSTED (a liveness probe then kills a healthy, busy replica, and a
-    drain's NOT_SERVING could not be read)."""
+    drain's NOT_SERVING could not be read).
+
+    Each method's handler is wrapped once and kept (:class:`WrappingInterceptor`): a handler
+    made per call would also be kept anew per call by the tracing interceptor in front of the
+    gate, which keeps one wrapped handler per handler it is given."""
 
     def __init__(self, exempt: Iterable[str] = (), *, limit: int | None = None) -> None:
+        super().__init__()
         self._exempt = tuple(f"/{service}/" for service in exempt)
         #: Calls run at once (``None``: no limit); more are refused with RESOURCE_EXHAUSTED.
         self.limit = limit
@@ -102,23 +107,32 @@ class CallGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        if not self._closed:
+            # Tracked, the handler wrapped once per method and kept (a client-streaming one
+            # passes through untracked, as below).
+            return await super().intercept_service(continuation, handler_call_details)
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if handler is None or method.startswith(self._exempt):
+        if handler is None or not self.applies(method):
             return handler
         if handler.request_streaming and handler.stream_stream is None:
             # The mesh serves no client-streaming method; pass such a method through untracked.
             return handler
-        if self._closed:
-            return _refusing(handler, method)
-        return rewrap(
-            handler,
-            unary_unary=self._track_unary,
-            unary_stream=self._track_stream,
-            # A bidirectional call (``CallToolInteractive``, ``RunDelegated``) is in flight
-            # like a server-streaming one: the behaviour's first argument is its requests.
-            stream_stream=self._track_bidirectional,
-        )
+        return _refusing(handler, method)
+
+    def applies(self, method: str) -> bool:
+        return not method.startswith(self._exempt)
+
+    def wrap_unary_unary(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return self._track_unary(behaviour)
+
+    def wrap_unary_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        return self._track_stream(behaviour)
+
+    def wrap_stream_stream(self, behaviour: Behaviour, method: str) -> Behaviour:
+        # A bidirectional call (``CallToolInteractive``, ``RunDelegated``) is in flight like a
+        # server-streaming one: the behaviour's first argument is its requests.
+        return self._track_bidirectional(behaviour)
 
     def _track_unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def tracked(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -48,6 +49,7 @@ from adk_mesh.plugins.base import Plugin
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry import _spans as telemetry
 from adk_mesh.tools.base import BaseTool, Toolset
+from adk_mesh.tools.function_tool import FunctionTool
 from adk_mesh.types import Content, Event, EventActions
 from adk_mesh.v1 import tool_pb2, tool_pb2_grpc
 
@@ -61,9 +63,9 @@ _SERVICE_NAME = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 class _StaticToolset(Toolset):
     """A fixed list of tools and toolsets; the toolsets are asked per caller."""
 
-    def __init__(self, name: str, tools: Sequence[BaseTool | Toolset]) -> None:
+    def __init__(self, name: str, tools: Sequence[BaseTool | Toolset | Callable[..., Any]]) -> None:
         super().__init__(name)
-        self._tools = list(tools)
+        self._tools = [_servable_item(name, index, item) for index, item in enumerate(tools)]
         for item in self._tools:
             if isinstance(item, BaseTool) and item.is_builtin:
                 raise ConfigError(_NATIVE_REFUSED.format(name=item.name))
@@ -96,6 +98,22 @@ _NATIVE_REFUSED = (
     "{name!r} is a provider-native tool: the model provider runs it as part of the model "
     "request, so a tool service cannot serve it; give it to the agent whose model runs it"
 )
+
+
+def _servable_item(
+    service: str, index: int, item: BaseTool | Toolset | Callable[..., Any]
+) -> BaseTool | Toolset:
+    """A tool or toolset as given; a plain function as its :class:`FunctionTool`, as an
+    ``LlmAgent``'s ``tools`` and ``adk-mesh serve tools`` take one. Anything else is refused
+    now: served, every ``ListTools`` failed with INTERNAL, far from the mistake."""
+    if isinstance(item, BaseTool | Toolset):
+        return item
+    if inspect.isfunction(item) or inspect.ismethod(item) or inspect.isbuiltin(item):
+        return FunctionTool(item)
+    raise ConfigError(
+        f"item {index} of tool service {service!r} is {type(item).__name__}, not a tool; give "
+        "tools (BaseTool), toolsets or functions"
+    )
 
 
 def _servable(tools: list[BaseTool]) -> list[BaseTool]:
@@ -487,8 +505,8 @@ class ToolServer(MeshServer):
 
     Args:
         tools: the tools (and toolsets, asked per caller: an ``McpToolset`` fronts an MCP
-            server this way), or one toolset that chooses them per caller. The toolsets are
-            closed when the server stops.
+            server this way; plain functions, as :class:`FunctionTool`\\ s), or one toolset
+            that chooses them per caller. The toolsets are closed when the server stops.
         name: the toolset name reported to callers (default: the toolset's, or ``"tools"``).
         limits: what this server allows its callers (default: ``ServerLimits()``).
         plugins: :class:`~adk_mesh.plugins.Plugin` s whose tool hooks (``before_tool``,
@@ -512,7 +530,7 @@ class ToolServer(MeshServer):
 
     def __init__(
         self,
-        tools: Sequence[BaseTool | Toolset] | Toolset,
+        tools: Sequence[BaseTool | Toolset | Callable[..., Any]] | Toolset,
         *,
         name: str | None = None,
         limits: ServerLimits | None = None,

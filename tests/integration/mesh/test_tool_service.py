@@ -13,7 +13,7 @@ import pytest
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.artifacts.memory import InMemoryArtifactService
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, ToolContext
-from adk_mesh.errors import AdkIOError, ToolError, ToolNotFoundError
+from adk_mesh.errors import AdkIOError, ConfigError, ToolError, ToolNotFoundError
 from adk_mesh.mesh import RemoteToolset, ToolServer
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._status import error_from_rpc_error
@@ -314,3 +314,42 @@ async def test_the_drain_gate_counts_an_interactive_call_and_refuses_new_ones(
     assert await artifacts.list_artifact_keys(
         app_name="app", user_id="u", session_id=session.id
     ) == ["out.txt"]
+
+
+def _double(value: int) -> dict[str, int]:
+    """Twice the value."""
+    return {"doubled": value * 2}
+
+
+async def test_a_plain_function_is_served_as_a_function_tool() -> None:
+    """As an LlmAgent's tools and `adk-mesh serve tools` take them: ToolServer([fn]) was
+    accepted, then every ListTools failed with INTERNAL ('function' object has no attribute
+    'is_builtin')."""
+    server = ToolServer([_double])
+    port = await server.start("127.0.0.1:0")
+    try:
+        toolset = RemoteToolset(f"127.0.0.1:{port}")
+        agent = LlmAgent(
+            name="doubler",
+            model=ScriptedModel([call("_double", {"value": 21}), "done"]),
+            tools=[toolset],
+        )
+        service = InMemorySessionService()
+        runner = Runner(agent=agent, app_name="app", session_service=service)
+        session = await service.create_session(app_name="app", user_id="u")
+        events = [
+            event
+            async for event in runner.run(
+                user_id="u", session_id=session.id, new_message=Content.from_text("user", "go")
+            )
+        ]
+        await toolset.close()
+    finally:
+        await server.stop(None)
+    (response,) = [r for event in events for r in event.function_responses()]
+    assert response.response == {"doubled": 42}
+
+
+def test_a_tool_service_refuses_what_is_no_tool_when_made() -> None:
+    with pytest.raises(ConfigError, match="item 1 of tool service"):
+        ToolServer([_double, 42])  # type: ignore[list-item]

@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-__all__ = ["TaskFeed", "run_all", "to_the_end"]
+__all__ = ["TaskFeed", "run_all", "to_the_end", "wait_shielded"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -176,13 +176,9 @@ async def run_all(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
     return [task.result() for task in tasks]
 
 
-async def to_the_end(work: Coroutine[Any, Any, T]) -> tuple[T, bool]:
-    """``work``'s result, waited for through any cancellation of the caller, and whether one
-    came (the caller raises it once it has taken the result in): for work that must not be
-    left half done, or done without the caller knowing, such as a store's transaction. When
-    ``work`` failed too, the cancellation is raised: a cancelled caller has no reader for the
-    failure, and must not go on as if it were not cancelled."""
-    task = asyncio.ensure_future(work)
+async def wait_shielded(task: asyncio.Future[Any]) -> bool:
+    """Wait until ``task`` is done, through any cancellation of the waiter; whether one came
+    (the caller raises it once it is done with ``task``, whose own failure it reads)."""
     cancelled = False
     while not task.done():
         try:
@@ -190,7 +186,18 @@ async def to_the_end(work: Coroutine[Any, Any, T]) -> tuple[T, bool]:
         except asyncio.CancelledError:
             cancelled = True
         except Exception:
-            break
+            break  # done: the caller reads its exception
+    return cancelled
+
+
+async def to_the_end(work: Coroutine[Any, Any, T]) -> tuple[T, bool]:
+    """``work``'s result, waited for through any cancellation of the caller, and whether one
+    came (the caller raises it once it has taken the result in): for work that must not be
+    left half done, or done without the caller knowing, such as a store's transaction. When
+    ``work`` failed too, the cancellation is raised: a cancelled caller has no reader for the
+    failure, and must not go on as if it were not cancelled."""
+    task = asyncio.ensure_future(work)
+    cancelled = await wait_shielded(task)
     if cancelled and (task.cancelled() or task.exception() is not None):
         raise asyncio.CancelledError
     return task.result(), cancelled

@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import aclosing
 
 from adk_mesh._confirmation import awaiting_confirmation_ids, check_confirmation_answers
+from adk_mesh._tasks import wait_shielded
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts.base import ArtifactService
@@ -526,7 +527,7 @@ class Runner:
         # In a task of its own, so that cancelling this turn again (it is being cancelled,
         # most likely) does not cut the recording short.
         task = asyncio.ensure_future(record())
-        cancelled_again = await _wait_shielded(task)
+        cancelled_again = await wait_shielded(task)
         failure = None if task.cancelled() else task.exception()
         if failure is not None:
             logger.warning(
@@ -539,20 +540,6 @@ class Runner:
         if cancelled_again:
             raise asyncio.CancelledError
         return stored
-
-
-async def _wait_shielded(task: asyncio.Future[None]) -> bool:
-    """Wait until ``task`` is done, through any cancellation of the waiter; whether one came
-    (the caller raises it once it is done with ``task``)."""
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-        except Exception:
-            break  # done: the caller reads its exception
-    return cancelled
 
 
 async def run_on_user_message(

@@ -689,16 +689,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
-    return port
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="adk-mesh", description="Run ADK agents and tools as a gRPC mesh.")
     parser.add_argument("--version", action="version", version=f"adk-mesh {__version__}")
@@ -714,7 +704,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from adk_mesh.mesh import ServerLimits
     from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_CONNECTION_AGE
-    from adk_mesh.mesh.security import add_server_security_arguments, seconds_argument
+    from adk_mesh.mesh.security import (
+        add_server_security_arguments,
+        port_argument,
+        seconds_argument,
+    )
 
     defaults = ServerLimits()
     for sub in (agent, tools):
@@ -772,7 +766,9 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"a client connection is asked to reconnect after this long, so callers find "
             f"new replicas; running calls go on (default {DEFAULT_MAX_CONNECTION_AGE:g}; 0: never)",
         )
-        sub.add_argument("--port", type=_port, required=True, help="port (0: any free port)")
+        sub.add_argument(
+            "--port", type=port_argument, required=True, help="port (0: any free port)"
+        )
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         sub.add_argument(
             "--grace",
@@ -789,7 +785,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     tools.add_argument(
         "--mcp-port",
-        type=_port,
+        type=port_argument,
         metavar="PORT",
         help="also serve the tools as a streamable-HTTP MCP server on this port of --host, at "
         "/mcp (0: any free port); TLS and authentication as the gRPC port's; beyond loopback "
@@ -798,7 +794,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--app", help="app name of root runs (default: the agent's name)")
     agent.add_argument(
         "--a2a-port",
-        type=_port,
+        type=port_argument,
         metavar="PORT",
         help="also serve the agent as an A2A agent: its card and JSON-RPC on this port of "
         "--host (0: any free port), the A2A gRPC binding on --port; TLS and authentication as "

@@ -35,6 +35,7 @@ from adk_mesh.mesh.security import (
     add_authentication_arguments,
     authenticators_from_arguments,
     is_loopback,
+    port_argument,
 )
 from gateway._settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -55,24 +56,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 
 
-def _port(text: str) -> int:
-    """A ``--port`` value, as ``adk-mesh serve`` reads it: out of range, ``socket.bind``
-    would raise OverflowError (a traceback) instead."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
-    return port
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="adk-mesh gateway",
         description="Serve google-adk's api_server REST and SSE API over an adk-mesh.",
     )
-    parser.add_argument("--port", type=_port, help="port (0: any free port; default 8000)")
+    parser.add_argument("--port", type=port_argument, help="port (0: any free port; default 8000)")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument(
         "--app",

@@ -58,6 +58,7 @@ __all__ = [
     "check_transport",
     "is_local_peer",
     "is_loopback",
+    "port_argument",
     "seconds_argument",
     "server_security_from_arguments",
 ]
@@ -369,6 +370,19 @@ def seconds_argument(text: str) -> float:
     if not (math.isfinite(seconds) and seconds >= 0):
         raise argparse.ArgumentTypeError(f"{text} is not a number of seconds (0 or more)")
     return seconds
+
+
+def port_argument(text: str) -> int:
+    """A port flag's value, 0 to 65535 (argparse ``type``: ``--port`` of ``serve`` and the
+    gateway, ``--mesh-port``, ...): out of range, ``socket.bind`` raises OverflowError (a
+    traceback) and gRPC binds another port."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
+    return port
 
 
 class _JwksTuning(TypedDict, total=False):

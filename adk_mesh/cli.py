@@ -706,6 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
     from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_CONNECTION_AGE
     from adk_mesh.mesh.security import (
         add_server_security_arguments,
+        grace_default,
         port_argument,
         seconds_argument,
     )
@@ -773,8 +774,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--grace",
             type=seconds_argument,
-            default=10.0,
-            help="seconds running calls get on SIGTERM",
+            default=grace_default(10.0),
+            help="seconds running calls get on SIGTERM (default $ADK_MESH_GRACE, which "
+            "`adk-mesh up` sets to the mesh's grace, else 10)",
         )
         sub.add_argument(
             "--log-level",

@@ -184,6 +184,8 @@ A2A_CARD_LINE = re.compile(r"adk-mesh: A2A agent card on (\S+)")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _LOG_TAIL = 20
 
+#: The environment variable that tells a service the mesh's grace (its ``--grace`` default).
+GRACE_ENV = "ADK_MESH_GRACE"
 #: Seconds a service gets after the grace before SIGKILL: a service draining for the grace
 #: (``--grace``) then cancels what still runs, records it, closes its stores and flushes its
 #: spans; killed the moment the grace ends, it lost all of that.
@@ -1359,6 +1361,10 @@ class Mesh:
         env.update(config.env)
         env.update(self._env)
         env["PYTHONUNBUFFERED"] = "1"
+        # The drain up waits for: `adk-mesh serve` and the reference services take it as
+        # their --grace default, so a service is not killed mid-drain by a grace of its own
+        # longer than the mesh's (serve's default is 10 s).
+        env[GRACE_ENV] = f"{config.grace:g}"
         root = str(config.root_dir)
         env["PYTHONPATH"] = os.pathsep.join(
             part for part in (root, env.get("PYTHONPATH", "")) if part

@@ -11,7 +11,12 @@ from typing import Any
 
 from adk_mesh import BaseAgent, BaseTool, ConfigError, ReadonlyContext, Toolset
 from adk_mesh.mesh import AgentServer, RemoteToolset
-from adk_mesh.mesh.security import add_server_security_arguments, server_security_from_arguments
+from adk_mesh.mesh.security import (
+    add_server_security_arguments,
+    grace_default,
+    seconds_argument,
+    server_security_from_arguments,
+)
 from adk_mesh.mesh.serve import BindError, PortTakenError, serve_until_signal
 from adk_mesh.telemetry import configure_telemetry
 
@@ -121,7 +126,12 @@ def run_service(
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}", description=description)
     parser.add_argument("--host", default=os.environ.get("ADK_MESH_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=DEFAULT_PORTS[name], help="0 picks a free port")
-    parser.add_argument("--grace", type=float, default=5.0, help="seconds to drain on stop")
+    parser.add_argument(
+        "--grace",
+        type=seconds_argument,
+        default=grace_default(5.0),
+        help="seconds to drain on stop (default $ADK_MESH_GRACE, else 5)",
+    )
     add_server_security_arguments(parser)
     parser.add_argument(
         "--a2a-port",

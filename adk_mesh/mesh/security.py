@@ -56,6 +56,7 @@ __all__ = [
     "ServerTLS",
     "add_server_security_arguments",
     "check_transport",
+    "grace_default",
     "is_local_peer",
     "is_loopback",
     "port_argument",
@@ -370,6 +371,14 @@ def seconds_argument(text: str) -> float:
     if not (math.isfinite(seconds) and seconds >= 0):
         raise argparse.ArgumentTypeError(f"{text} is not a number of seconds (0 or more)")
     return seconds
+
+
+def grace_default(fallback: float) -> float | str:
+    """A server's ``--grace`` default: ``ADK_MESH_GRACE`` when set (``adk-mesh up`` sets it to
+    the mesh's grace, the drain it waits for before SIGKILL), else ``fallback``. The variable's
+    text is handed to argparse as it is, which reads a text default through the flag's
+    ``type``: a bad value is the flag's usage error (exit 2), not a traceback."""
+    return os.environ.get("ADK_MESH_GRACE", "").strip() or fallback
 
 
 def port_argument(text: str) -> int:

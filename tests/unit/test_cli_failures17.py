@@ -315,3 +315,38 @@ def test_up_says_what_a_module_that_only_defines_an_agent_lacks(tmp_path: Path) 
     assert "'weather'" in result.stderr and "exited with code 0" in result.stderr
     assert "adk-mesh serve agent" in result.stderr, result.stderr
     assert not result.stderr.rstrip().endswith("its last output:"), result.stderr
+
+
+def test_services_drain_for_the_grace_up_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up` waits its grace (default 5 s) plus 5 s before SIGKILL; `adk-mesh serve` drained 10 s
+    by default, so a service of a `command` could be killed mid-drain. `up` now tells every
+    service its grace (ADK_MESH_GRACE), the --grace default of serve and the reference
+    services; a bad value is the flag's usage error."""
+    from adk_mesh.cli import build_parser
+    from adk_mesh.up import Mesh, parse_config
+
+    config = parse_config(
+        {"mesh": {"grace": 3}, "services": {"root": {"module": "m", "port": 0, "root": True}}},
+        root_dir=tmp_path,
+    )
+    (root,) = config.services
+    assert Mesh(config).environment(root)["ADK_MESH_GRACE"] == "3"
+
+    monkeypatch.setenv("ADK_MESH_GRACE", "3")
+    args = build_parser().parse_args(["serve", "agent", "m:a", "--port", "0"])
+    assert args.grace == 3.0
+    monkeypatch.delenv("ADK_MESH_GRACE")
+    assert build_parser().parse_args(["serve", "agent", "m:a", "--port", "0"]).grace == 10.0
+
+    bad = subprocess.run(
+        [sys.executable, "-m", "adk_mesh", "serve", "agent", "m:a", "--port", "0"],
+        env={**os.environ, "ADK_MESH_GRACE": "soon"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2, bad.stderr
+    assert "--grace: 'soon' is not a number of seconds" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -708,6 +708,11 @@ class AgentServer(MeshServer):
             ) as events:
                 async for event in events:
                     if not event.partial:
+                        target = event.actions.transfer_to_agent
+                        if target and self.agent.find_agent(target) is None:
+                            # Not this tree's agent: follow_transfers ends the run here and
+                            # leaves it to the caller (see RunResponse.left_transfer_event_id).
+                            call.left_transfer = event.id
                         await service.append_event(session, event)
                     yield event
 
@@ -799,6 +804,9 @@ class _DelegatedCall:
     #: sizes its events' encodings measured anyway): what RunDelegated's InteractiveCall
     #: counts the response at while it waits for the caller, without encoding it again.
     response_bytes: int = 0
+    #: The id of the event that transferred to an agent outside the served tree, left to the
+    #: caller (``RunResponse.left_transfer_event_id``), until the response carrying it is sent.
+    left_transfer: str = ""
 
     def response_size(self, response: agent_pb2.RunResponse) -> int:
         """``response``'s size, asked as soon as the stream yielded it (:attr:`response_bytes`)."""
@@ -850,6 +858,15 @@ async def _ending(
     async with aclosing(responses):
         async for response in responses:
             response.llm_calls = min(call.llm_calls, _MAX_INT32)
+            if call.left_transfer:
+                carried = (
+                    [response.event.id]
+                    if response.HasField("event")
+                    else [event.id for event in response.events]
+                )
+                if call.left_transfer in carried:
+                    response.left_transfer_event_id = call.left_transfer
+                    call.left_transfer = ""
             yield response
     final = call.last_response()
     if final is not None:

@@ -180,6 +180,10 @@ class RemoteAgent(BaseAgent):
         self._behind: frozenset[str] = frozenset()
         self._behind_described = False
         self._behind_failed_at = -AGENTS_BEHIND_RETRY_AFTER  # time.monotonic() of a failure
+        # By invocation: the events of the remote agents' after-agent hooks that followed a
+        # transfer the service left to this side, for after_agent_events (bounded: a chain
+        # that failed never asks for them).
+        self._handbacks: codec.LruDict[str, list[Event]] = codec.LruDict(256, 4096, len)
 
     @property
     def keeps_conversation(self) -> bool:
@@ -335,6 +339,21 @@ class RemoteAgent(BaseAgent):
             return self.agents_behind()
         self._behind_described = True
         return self.agents_behind()
+
+    async def after_agent_events(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        """After a transfer the remote run left to this side (its agent handed back to an
+        agent here): the events of the remote agents' after-agent hooks that ran at the end of
+        the remote run, now that this side's agents are done, as they come in process; then
+        this agent's own hooks."""
+        handback = self._handbacks.get(ctx.invocation_id)
+        if handback is not None:
+            self._handbacks.drop(ctx.invocation_id)
+            if not ctx.ended:
+                for event in handback:
+                    yield event
+        async with aclosing(super().after_agent_events(ctx)) as events:
+            async for event in events:
+                yield event
 
     def _call_path(self, ctx: InvocationContext) -> tuple[str, ...]:
         if ctx.call_path:
@@ -541,10 +560,16 @@ class RemoteAgent(BaseAgent):
             history=ctx.session.events,
         )
         held: Event | None = None
+        # The held transfer is one the service says it left to this side
+        # (RunResponse.left_transfer_event_id): the events after it are the after-agent hooks
+        # of the remote agents it stopped, which run once this side's agents are done.
+        left = False
+        handback: list[Event] = []
         counted = 0  # the remote run's model calls counted here so far
         try:
             async for response in responses:
                 delivery.delivered()
+                left_id = response.left_transfer_event_id
                 # Counted as they come, before the response's events go up: a caller that
                 # stops here (a parallel sibling escalated) never reads the trailer; and the
                 # events of calls past the invocation's limit never go up, as in process
@@ -555,6 +580,12 @@ class RemoteAgent(BaseAgent):
                 # the server may start relaying while this run goes on.
                 relay = relay_for(ctx)
                 for message in codec.run_response_messages(response):
+                    if held is not None and left:
+                        if not message.llm_response.partial:
+                            event = codec.event_from_proto(message)
+                            self._note_behind(event.author)
+                            handback.append(event)
+                        continue
                     if held is not None:
                         # More events followed the transfer: the remote tree carried it out.
                         yield _without_transfer(held)
@@ -574,8 +605,10 @@ class RemoteAgent(BaseAgent):
                             yield _without_transfer(event)
                             continue
                         # This tree's agent, unless the remote tree has one of that name:
-                        # whether more events follow tells.
+                        # the service says so (an older one does not: then whether more
+                        # events follow tells).
                         held = event
+                        left = bool(left_id) and event.id == left_id
                         continue
                     yield event
                 if response.invocation_ended:
@@ -585,6 +618,8 @@ class RemoteAgent(BaseAgent):
             # closes this generator there, and the next agent's calls count against the limit.
             _count_llm_calls(ctx, counted, llm_calls_in(await call.trailing_metadata()))
             if held is not None:
+                if handback:
+                    self._handbacks.put(ctx.invocation_id, handback)
                 # The last event: a transfer the remote tree left to this one.
                 yield held
         except grpc.RpcError as error:
@@ -596,6 +631,8 @@ class RemoteAgent(BaseAgent):
                 # (with its state and artifact changes) and is the turn's, as in process,
                 # where it is stored before the failure; not followed here, as the run failed.
                 yield _without_transfer(held)
+                for event in handback:
+                    yield event
             raise failure from error
         finally:
             call.cancel()

@@ -216,20 +216,22 @@ class RunConfig(_message.Message):
     def __init__(self, max_llm_calls: _Optional[int] = ..., streaming_mode: _Optional[_Union[StreamingMode, str]] = ...) -> None: ...
 
 class RunResponse(_message.Message):
-    __slots__ = ("event", "session_id", "events", "outcome", "invocation_ended", "llm_calls")
+    __slots__ = ("event", "session_id", "events", "outcome", "invocation_ended", "llm_calls", "left_transfer_event_id")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     INVOCATION_ENDED_FIELD_NUMBER: _ClassVar[int]
     LLM_CALLS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_TRANSFER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     event: _event_pb2.Event
     session_id: str
     events: _containers.RepeatedCompositeFieldContainer[_event_pb2.Event]
     outcome: DelegationOutcome
     invocation_ended: bool
     llm_calls: int
-    def __init__(self, event: _Optional[_Union[_event_pb2.Event, _Mapping]] = ..., session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., outcome: _Optional[_Union[DelegationOutcome, _Mapping]] = ..., invocation_ended: _Optional[bool] = ..., llm_calls: _Optional[int] = ...) -> None: ...
+    left_transfer_event_id: str
+    def __init__(self, event: _Optional[_Union[_event_pb2.Event, _Mapping]] = ..., session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., outcome: _Optional[_Union[DelegationOutcome, _Mapping]] = ..., invocation_ended: _Optional[bool] = ..., llm_calls: _Optional[int] = ..., left_transfer_event_id: _Optional[str] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("agent_name",)

@@ -209,6 +209,7 @@ def _start_cluster() -> Iterator[PostgresCluster]:
         if result.returncode != 0:
             pytest.fail(f"initdb failed:\n{result.stdout}\n{result.stderr}", pytrace=False)
         port = _start_server(owner, pg_ctl, data, log, directory)
+        _watch_for_our_end(owner, pg_ctl, data, directory)
         cluster = PostgresCluster(host="127.0.0.1", port=port, directory=directory)
         try:
             yield cluster
@@ -217,6 +218,40 @@ def _start_cluster() -> Iterator[PostgresCluster]:
             _run_as(owner, [pg_ctl, "stop", "--pgdata", str(data), "--mode", "fast"], check=False)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _watch_for_our_end(
+    owner: pwd.struct_passwd | None, pg_ctl: str, data: Path, directory: Path
+) -> None:
+    """Stop the server (and remove its files) once this process is gone, however it ended:
+    ``pg_ctl start`` detaches the server, so a test run killed before its fixtures' cleanup
+    (SIGKILL, a CI timeout) left a PostgreSQL running with nobody to stop it. A detached
+    shell, as the server's owner, polls this process's ``/proc`` entry (which any user may
+    see, unlike ``kill -0`` of another user's process) once a second."""
+    options: dict[str, Any] = {}
+    if owner is not None:
+        options = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+    # The loop runs in the background of a shell that exits at once: nothing to wait for here.
+    subprocess.run(
+        [
+            "sh",
+            "-c",
+            '(while [ -e "/proc/$1" ]; do sleep 1; done; '
+            '"$2" stop --pgdata "$3" --mode immediate; rm -rf "$4") &',
+            "adk-mesh-pg-watchdog",
+            str(os.getpid()),
+            pg_ctl,
+            str(data),
+            str(directory),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+        check=True,
+        **options,
+    )
 
 
 def _start_server(

@@ -558,8 +558,9 @@ class LlmAgent(BaseAgent):
                     await close()
             if response is None:
                 raise AgentError(f"model {self.model.name!r} returned no final response")
+        else:
+            response = _with_call_ids(response)  # the model's got theirs above
 
-        response = _with_call_ids(response)  # a before-model answer's (the model's have them)
         event = Event(
             author=self.name,
             invocation_id=ctx.invocation_id,

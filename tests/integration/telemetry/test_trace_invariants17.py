@@ -599,9 +599,15 @@ async def test_a_client_cancel_mid_stream(traced: Traced, mesh: Mesh) -> None:
     for span in named(spans, RUN):
         assert attrs(span)["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0], span
     assert attrs(one(spans, "invoke_agent leaf", SpanKind.INTERNAL)).get("adk_mesh.cancelled")
-    # Every span the cancel cut short says so; the others ended before it.
-    for span in named(spans, RUN) + named_like(spans, "invoke_workflow "):
+    # Every span the cancel cut short says so; the others ended before it. A server's
+    # workflow span learns of the cut either as its task's cancellation or as its stream
+    # closed by the cancelled call (closed early), as the race between the two goes on a busy
+    # machine (a CI run saw the second): either way it says it was cut, never ERROR.
+    for span in named(spans, RUN):
         assert attrs(span).get("adk_mesh.cancelled") is True, span.name
+    for span in named_like(spans, "invoke_workflow "):
+        cut = attrs(span).get("adk_mesh.cancelled") or attrs(span).get("adk_mesh.closed_early")
+        assert cut is True, span.name
 
 
 async def test_an_auth_refusal(traced: Traced, mesh: Mesh, tmp_path: Path) -> None:

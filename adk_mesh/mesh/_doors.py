@@ -25,7 +25,7 @@ import grpc
 import grpc.aio
 
 from adk_mesh.errors import AdkError, PermissionDeniedError
-from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
+from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor, closing_inner
 from adk_mesh.mesh._status import abort_with_error, refuse_stream
 from adk_mesh.mesh.auth import authenticate
 from adk_mesh.mesh.security import ServerSecurity, is_local_peer, peer_identities
@@ -144,8 +144,9 @@ def _guard_unary_stream(
         if not hasattr(result, "__aiter__"):
             await result  # a handler that writes through context.write()
             return
-        async for response in result:
-            yield response
+        async with closing_inner(result) as responses:
+            async for response in responses:
+                yield response
 
     return handler
 
@@ -170,8 +171,9 @@ def _guard_stream_stream(
         if not hasattr(result, "__aiter__"):
             await result
             return
-        async for response in result:
-            yield response
+        async with closing_inner(result) as responses:
+            async for response in responses:
+                yield response
 
     return handler
 

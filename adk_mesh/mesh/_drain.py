@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 
 from adk_mesh.errors import AdkIOError
 from adk_mesh.mesh import _status
-from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
+from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor, closing_inner
 from adk_mesh.mesh._status import abort_with_error, refuse_stream
 
 __all__ = ["CallGate", "HttpGate"]
@@ -170,8 +170,9 @@ class CallGate(WrappingInterceptor):
                 await self._refuse_busy(context, request if bidirectional else None)
             self._enter()
             try:
-                async for response in behaviour(request, context):
-                    yield response
+                async with closing_inner(behaviour(request, context)) as responses:
+                    async for response in responses:
+                        yield response
             finally:
                 self._exit()
 

@@ -8,19 +8,32 @@ The mesh's contract has unary, server-streaming and bidirectional methods (the l
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
-__all__ = ["Behaviour", "WrappingInterceptor", "rewrap"]
+__all__ = ["Behaviour", "WrappingInterceptor", "closing_inner", "rewrap"]
+
+T = TypeVar("T")
 
 #: A method's behaviour as a handler holds it: ``(request, context)`` to a result or a stream.
 Behaviour = Callable[[Any, grpc.aio.ServicerContext], Any]
 
 # A server has a handful of methods; the bound only guards against handlers made per call.
 _MAX_KEPT = 1024
+
+
+def closing_inner(stream: AsyncIterator[T]) -> AbstractAsyncContextManager[AsyncIterator[T]]:
+    """``stream``, the wrapped behaviour's responses, closed when a wrapper relaying them is
+    (``aclosing``): gRPC closes only the outermost generator of a cancelled call, and an inner
+    one left open would run its ``finally`` later, from the garbage collector, after the
+    wrappers counted the call done (the drain gate) or ended its span."""
+    if hasattr(stream, "aclose"):
+        return aclosing(stream)  # type: ignore[type-var]
+    return nullcontext(stream)
 
 
 def rewrap(

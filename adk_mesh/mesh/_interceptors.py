@@ -49,7 +49,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor
+from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor, closing_inner
 from adk_mesh.mesh.security import is_local_peer, peer_identities
 from adk_mesh.telemetry import _metrics
 from adk_mesh.telemetry._propagation import (
@@ -426,8 +426,9 @@ def _wrap_unary_stream(
             if inspect.isawaitable(result):
                 await result
                 return
-            async for response in result:
-                yield response
+            async with closing_inner(result) as responses:
+                async for response in responses:
+                    yield response
             return
         span, span_context = started
         code, details = grpc.StatusCode.OK, None

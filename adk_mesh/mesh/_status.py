@@ -59,6 +59,7 @@ from adk_mesh.errors import (
     status_name_for,
     wire_metadata,
 )
+from adk_mesh.mesh._handlers import closing_inner
 from adk_mesh.telemetry._propagation import INVOCATION_ID, current_invocation_attributes
 
 __all__ = [
@@ -410,8 +411,9 @@ def _guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMetho
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             await _refuse_malformed(context, method)
-            async for response in streaming(request, context):
-                yield response
+            async with closing_inner(streaming(request, context)) as responses:
+                async for response in responses:
+                    yield response
 
         async def written(request: Any, context: grpc.aio.ServicerContext) -> None:
             await _refuse_malformed(context, method)

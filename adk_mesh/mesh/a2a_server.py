@@ -1050,8 +1050,9 @@ def _admitting_stream(name: str) -> Callable[..., AsyncIterator[Any]]:
         self: _GrpcDoor, request: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
         await self.admit(context)
-        async for response in inner(self, request, context):
-            yield response
+        async with aclosing(inner(self, request, context)) as responses:
+            async for response in responses:
+                yield response
 
     method.__name__ = name
     return method

@@ -6,7 +6,8 @@ import hashlib
 import inspect
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import grpc
@@ -311,8 +312,9 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[tool_pb2.CallToolResponse]:
         async with error_boundary(context, "CallTool") as call:
-            async for response in self._call(request, context, call, None):
-                yield response
+            async with aclosing(self._call(request, context, call, None)) as responses:
+                async for response in responses:
+                    yield response
 
     async def CallToolInteractive(
         self,
@@ -334,7 +336,7 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         context: grpc.aio.ServicerContext,
         call: ServedCall,
         caller: CallerChannel | None,
-    ) -> AsyncIterator[tool_pb2.CallToolResponse]:
+    ) -> AsyncGenerator[tool_pb2.CallToolResponse, None]:
         """One tool call; with ``caller``, the tool reaches the caller's artifacts and memory."""
         if not request.tool_name:
             raise InvalidArgumentError("CallToolRequest.tool_name is empty; name the tool")
@@ -372,10 +374,11 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         # The result says which listing this caller has now: a client that keeps listings
         # notices a change at the next model request, without asking before each one.
         version = self._versions.version(tools)
-        async for response in _run_tool(tool, invocation, request, args, self._plugins):
-            if response.HasField("result"):
-                response.result.listing_version = await self._version_after(invocation, version)
-            yield response
+        async with aclosing(_run_tool(tool, invocation, request, args, self._plugins)) as run:
+            async for response in run:
+                if response.HasField("result"):
+                    response.result.listing_version = await self._version_after(invocation, version)
+                yield response
 
     async def _version_after(self, invocation: InvocationContext, before: str) -> str:
         """The caller's listing version once the tool has run: the call itself may have
@@ -408,7 +411,7 @@ async def _run_tool(
     request: tool_pb2.CallToolRequest,
     args: dict[str, Any],
     plugins: PluginManager | None = None,
-) -> AsyncIterator[tool_pb2.CallToolResponse]:
+) -> AsyncGenerator[tool_pb2.CallToolResponse, None]:
     """Run the tool in a task (through this server's plugins' tool hooks); stream its progress
     as it comes, then exactly one result.
 

@@ -25,11 +25,7 @@ from adk_mesh.memory.base import MemoryService
 from adk_mesh.plugins._manager import PluginManager, plugin_manager
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.sessions.base import Session, SessionService
-from adk_mesh.telemetry._spans import (
-    invocation_scope,
-    trace_invocation,
-    trace_memory_ingestion,
-)
+from adk_mesh.telemetry._spans import InvocationSpan, trace_memory_ingestion
 from adk_mesh.types import Content, Event, FunctionCall, LlmResponse, Part
 
 __all__ = [
@@ -424,23 +420,27 @@ class Runner:
             credential_service=self.credential_service,
             request_metadata=request_metadata,
         )
-        # The invocation's ids on the spans of the work before the turn's span (a plugin's
-        # calls, a RemoteAgent asking its service which agents run behind it).
-        with invocation_scope(ctx):
+        # The turn's span opens now, and the work before its agents run (a plugin's calls, a
+        # RemoteAgent asking its service which agents run behind it, the user's message
+        # stored) is under it: in the invocation's trace, also with no span above the Runner.
+        workflow = InvocationSpan(ctx)
+        with workflow.scope():
             if plugins is not None and plugins.has("on_user_message"):
                 new_message = await run_on_user_message(plugins, ctx, new_message)
             check_confirmation_answers(session.events, new_message)
             _check_call_answers(session.events, new_message)
             await load_agents_behind(self.agent, session, new_message)
-        agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
-        ctx.branch = find_branch_to_run(agent, session, new_message) or ""
-        user_event = Event.new(author="user", invocation_id=ctx.invocation_id, content=new_message)
-        await self.session_service.append_event(session, user_event)
+            agent = ctx.agent = find_agent_to_run(self.agent, session, new_message)
+            ctx.branch = find_branch_to_run(agent, session, new_message) or ""
+            user_event = Event.new(
+                author="user", invocation_id=ctx.invocation_id, content=new_message
+            )
+            await self.session_service.append_event(session, user_event)
         append = self.session_service.append_event
         turn = follow_transfers(ctx, agent, root=self.agent, max_transfers=self.max_transfers)
         if plugins is not None:
             turn = with_run_hooks(plugins, ctx, turn)
-        events = trace_invocation(ctx, turn)
+        events = workflow.trace(turn)
         # Calls stored in this turn and not answered yet, by id.
         open_calls: dict[str, tuple[Event, FunctionCall]] = {}
         # While an append is under way: how many events the session held before it.
@@ -463,7 +463,10 @@ class Runner:
                 # responses closed).
                 _note_calls(open_calls, session.events[-1])
             if open_calls:
-                recorded = await self._record_interruption(session, ctx, open_calls.values(), error)
+                with workflow.after():
+                    recorded = await self._record_interruption(
+                        session, ctx, open_calls.values(), error
+                    )
                 if isinstance(error, Exception):
                     # The caller still reads the stream: it sees the turn marked before the
                     # error itself. (A cancelled or closed stream has no reader left.)
@@ -471,10 +474,11 @@ class Runner:
                         yield event
             raise
         else:
-            if self.memory_service is not None and self.add_turns_to_memory:
-                await self._add_to_memory(self.memory_service, ctx)
-            if plugins is not None and plugins.has("after_run"):
-                await plugins.run("after_run", invocation_context=ctx)
+            with workflow.after():
+                if self.memory_service is not None and self.add_turns_to_memory:
+                    await self._add_to_memory(self.memory_service, ctx)
+                if plugins is not None and plugins.has("after_run"):
+                    await plugins.run("after_run", invocation_context=ctx)
         finally:
             # A context kept past the turn (a tool's background task) now refuses changes
             # instead of making them where no event records them.

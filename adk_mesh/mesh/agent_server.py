@@ -81,7 +81,7 @@ from adk_mesh.runner import (
 )
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
-from adk_mesh.telemetry._spans import annotate_current_span
+from adk_mesh.telemetry._spans import annotate_current_span, invocation_scope, served_call
 from adk_mesh.types import Content, Event
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, event_pb2, session_pb2_grpc
 
@@ -609,6 +609,9 @@ class AgentServer(MeshServer):
                 named_weights=named_weights,
             )
         )
+        # The caller's (a mesh caller's is the root run's), or a new one for a caller that
+        # sent none.
+        invocation_id = delegated.invocation_id or new_invocation_id()
         agent_tool = delegated.HasField("agent_tool")
         handed_to = agent
         branch = delegated.branch
@@ -620,7 +623,10 @@ class AgentServer(MeshServer):
             # answers takes it back to where the call was made.
             if not delegated.workflow_step or answered_call_event(session, message) is not None:
                 # An author behind a RemoteAgent of this tree (a third service's) resumes there.
-                await load_agents_behind(agent, session, message)
+                # Asking its service who runs there is the invocation's work: its spans carry
+                # the invocation's ids, also when the caller sent none (not of the mesh).
+                with invocation_scope(invocation_id, session, branch):
+                    await load_agents_behind(agent, session, message)
                 agent = find_agent_to_run(agent, session, message, foreign_authors_end=True)
                 branch = find_branch_to_run(agent, session, message) or branch
         if delegated.no_caller_stores:
@@ -631,7 +637,7 @@ class AgentServer(MeshServer):
         else:
             artifacts, memory = CallerArtifacts(caller), CallerMemory(caller)
         ctx = InvocationContext(
-            invocation_id=delegated.invocation_id or new_invocation_id(),
+            invocation_id=invocation_id,
             agent=agent,
             session=session,
             session_service=service,
@@ -968,8 +974,13 @@ async def _responses(
                 sized.response_bytes = size
             yield response
             inline += 1
-        async for response in _batched(events, session_id, session, stored_by_caller, sized):
-            yield response
+        # Closed before ``events``: its task runs them until the batches stop (a stream closed
+        # while it waits to send would otherwise close ``events`` mid-step, from here).
+        async with aclosing(
+            _batched(events, session_id, session, stored_by_caller, sized)
+        ) as batched:
+            async for response in batched:
+                yield response
 
 
 async def _batched(
@@ -1200,6 +1211,9 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                 raise InvalidArgumentError(
                     "RunRequest sets no mode; set root (a user turn) or delegated"
                 )
+            # A run's span still open when the client cancels says cancelled, also when
+            # gRPC closes the stream later, from another task (see served_call).
+            responses = served_call(responses)
             try:
                 async with aclosing(responses):
                     async for response in responses:
@@ -1239,6 +1253,7 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                 checked=True,
             )
             call.invocation_id = delegated.invocation_id
+            responses = served_call(responses)
             try:
                 async for message in interactive.stream(responses, size_of=delegated.response_size):
                     yield message

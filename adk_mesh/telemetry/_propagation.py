@@ -42,6 +42,7 @@ __all__ = [
     "invocation_as_baggage",
     "invocation_attributes",
     "invocation_from_baggage",
+    "session_invocation_attributes",
     "trace_headers",
     "with_invocation",
     "without_invocation_baggage",
@@ -61,16 +62,25 @@ _BAGGAGE_KEY_SET = frozenset(BAGGAGE_KEYS)
 
 def invocation_attributes(ctx: InvocationContext) -> dict[str, AttributeValue]:
     """The attributes that put a span into its invocation."""
-    session_id = ctx.session_id
+    return session_invocation_attributes(
+        ctx.invocation_id, ctx.app_name, ctx.user_id, ctx.session_id, ctx.branch
+    )
+
+
+def session_invocation_attributes(
+    invocation_id: str, app_name: str, user_id: str, session_id: str, branch: str = ""
+) -> dict[str, AttributeValue]:
+    """:func:`invocation_attributes` of the invocation ``invocation_id`` on a session and
+    branch, before its context exists."""
     attributes: dict[str, AttributeValue] = {
-        INVOCATION_ID: ctx.invocation_id,
-        APP_NAME: ctx.app_name,
-        USER_ID: ctx.user_id,
+        INVOCATION_ID: invocation_id,
+        APP_NAME: app_name,
+        USER_ID: user_id,
         SESSION_ID: session_id,
         CONVERSATION_ID: session_id,
     }
-    if ctx.branch:
-        attributes[BRANCH] = ctx.branch
+    if branch:
+        attributes[BRANCH] = branch
     return attributes
 
 

@@ -23,7 +23,7 @@ import os
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -37,18 +37,22 @@ from adk_mesh.telemetry._propagation import (
     INVOCATION_ID,
     current_invocation_attributes,
     invocation_attributes,
+    session_invocation_attributes,
     with_invocation,
 )
+from adk_mesh.telemetry._providers import tracing_enabled
 
 if TYPE_CHECKING:
     from adk_mesh.agents.base import BaseAgent
     from adk_mesh.contexts import InvocationContext
     from adk_mesh.models.base import Llm, LlmRequest
+    from adk_mesh.sessions.base import Session
     from adk_mesh.tools.base import BaseTool
     from adk_mesh.types import Content, Event, LlmResponse
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
+    "InvocationSpan",
     "annotate_current_span",
     "capture_content",
     "invocation_scope",
@@ -57,6 +61,7 @@ __all__ = [
     "record_tool_error",
     "record_tool_result",
     "refresh_capture_content",
+    "served_call",
     "trace_agent_run",
     "trace_invocation",
     "trace_memory_ingestion",
@@ -187,7 +192,9 @@ async def _traced(
                 on_item(item)
             yield item
     except GeneratorExit:
-        span.set_attribute(CLOSED_EARLY, True)
+        # Closed at a ``yield``: by a consumer that stopped reading, or by a cancellation
+        # that found the stream there (see _cut_by_cancel).
+        span.set_attribute(CANCELLED if _cut_by_cancel(context) else CLOSED_EARLY, True)
         raise
     except asyncio.CancelledError:
         span.set_attribute(CANCELLED, True)
@@ -210,6 +217,72 @@ async def _traced(
                 on_end(outcome)
             if end_span:
                 span.end()
+
+
+class _ServedCall:
+    """The call a service serves a stream to (:func:`served_call`), as its stream's spans see
+    it: ``cut`` once the call ended before the stream did (cancelled, past its deadline)."""
+
+    __slots__ = ("cut",)
+
+    def __init__(self) -> None:
+        self.cut = False
+
+
+_SERVED_CALL = otel_context.create_key("adk_mesh.served_call")
+
+
+def _cut_by_cancel(context: Context) -> bool:
+    """Whether a stream traced in ``context``, closed at a ``yield``, was cut by a
+    cancellation rather than closed by a consumer that stopped reading: it is closed by a task
+    being cancelled, or after the call a service serves it to ended (gRPC cancels the
+    handler's task, and when that finds the handler waiting to send, leaves its generators to
+    be closed later, from another task)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # closed outside an event loop (garbage collected at exit)
+        task = None
+    if task is not None and task.cancelling():
+        return True
+    served = otel_context.get_value(_SERVED_CALL, context)
+    return isinstance(served, _ServedCall) and served.cut
+
+
+def served_call(responses: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
+    """``responses``, the stream a service serves to one call, each step taken with the call
+    in the context of the spans it starts: closed before its end (nobody but gRPC stops
+    reading it: the call was cancelled or ran out of time), the spans it still holds say
+    ``adk_mesh.cancelled``, however the cancellation reaches them (see
+    :func:`_cut_by_cancel`). ``responses`` itself when tracing is off."""
+    if not tracing_enabled():
+        return responses
+    return _serving(responses)
+
+
+async def _serving(responses: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
+    call = _ServedCall()
+    context: Context | None = None
+    try:
+        while True:
+            if context is None:  # the handler's, as the server's interceptor attached it
+                context = otel_context.set_value(_SERVED_CALL, call)
+            token = otel_context.attach(context)
+            try:
+                response = await anext(responses)
+            except StopAsyncIteration:
+                return
+            finally:
+                otel_context.detach(token)
+            yield response
+    except (GeneratorExit, asyncio.CancelledError):
+        call.cut = True
+        raise
+    finally:
+        token = otel_context.attach(context or otel_context.get_current())
+        try:
+            await responses.aclose()
+        finally:
+            otel_context.detach(token)
 
 
 def server_attributes(target: str) -> dict[str, AttributeValue]:
@@ -237,41 +310,119 @@ def annotate_current_span(ctx: InvocationContext) -> None:
     span.set_attributes(invocation_attributes(ctx))
 
 
+class InvocationSpan:
+    """``invoke_workflow {app}``: one user turn run by a Runner, the root of the invocation's
+    span tree in its service (a child of the current span, a served call's, when there is one).
+
+    It opens when made, as the turn begins, so the work before the agents run is in the turn's trace
+    (:meth:`scope`: a plugin's ``on_user_message``, a RemoteAgent asking its service which
+    agents run behind it, the user's message stored), also for a Runner with no span above it
+    (a plain Python app): their spans would otherwise start traces of their own. It ends with
+    the turn's events (:meth:`trace`); the work after them (the turn added to memory, the
+    ``after_run`` hooks, an interruption recorded) comes after it, as its children
+    (:meth:`after`). Inert when tracing is off."""
+
+    __slots__ = ("_ctx", "_parent", "_span", "context")
+
+    def __init__(self, ctx: InvocationContext) -> None:
+        self._ctx = ctx
+        self._span: Span | None = None
+        tracer = ctx.tracer
+        if tracer is None:
+            return
+        annotate_current_span(ctx)
+        self._parent = otel_context.get_current()
+        ids = invocation_attributes(ctx)
+        attributes = {
+            **ids,
+            OPERATION_NAME: "invoke_workflow",
+            "gen_ai.workflow.name": ctx.app_name,  # the span is named after it
+            "gen_ai.agent.name": ctx.agent.name,
+        }
+        self._span = tracer.start_span(
+            f"invoke_workflow {ctx.app_name}",
+            context=self._parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        #: The span's context, with the invocation's ids, for the work of the turn.
+        self.context = with_invocation(ids, trace.set_span_in_context(self._span, self._parent))
+
+    def scope(self) -> AbstractContextManager[None]:
+        """The span current for the work before the turn's events (held across awaits only,
+        never across a ``yield``); a failure there ends it (ERROR, or cancelled)."""
+        span = self._span
+        return _NOTHING if span is None else self._scope(span)
+
+    @contextmanager
+    def _scope(self, span: Span) -> Iterator[None]:
+        token = otel_context.attach(self.context)
+        try:
+            yield
+        except asyncio.CancelledError:
+            span.set_attribute(CANCELLED, True)
+            span.end()
+            raise
+        except BaseException as error:
+            _metrics.record_error("invoke_workflow", _end_with_error(span, error))
+            span.end()
+            raise
+        finally:
+            otel_context.detach(token)
+
+    def trace(self, events: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
+        """The turn's ``events``, each produced with the span current; the span ends with
+        them. The agent chosen to answer and its branch (known now) go on it."""
+        span = self._span
+        if span is None:
+            return events
+        ctx = self._ctx
+        ids = invocation_attributes(ctx)
+        span.set_attributes({**ids, "gen_ai.agent.name": ctx.agent.name})
+        self.context = with_invocation(ids, trace.set_span_in_context(span, self._parent))
+        return _traced(span, self.context, events, operation="invoke_workflow")
+
+    def after(self) -> AbstractContextManager[None]:
+        """The span's context current (the span ended with the events) for the work after
+        the turn's events: their spans are its children. Held across awaits only."""
+        return _NOTHING if self._span is None else self._after()
+
+    @contextmanager
+    def _after(self) -> Iterator[None]:
+        token = otel_context.attach(self.context)
+        try:
+            yield
+        finally:
+            otel_context.detach(token)
+
+
+#: What :class:`InvocationSpan`'s scopes are while tracing is off (no generator made per turn).
+_NOTHING: AbstractContextManager[None] = nullcontext()
+
+
 def trace_invocation(
     ctx: InvocationContext, events: AsyncGenerator[Event, None]
 ) -> AsyncGenerator[Event, None]:
-    """One user turn run by a Runner: the root of the invocation's span tree in its service."""
-    tracer = ctx.tracer
-    if tracer is None:
-        return events
-    annotate_current_span(ctx)
-    ids = invocation_attributes(ctx)
-    attributes = {
-        **ids,
-        OPERATION_NAME: "invoke_workflow",
-        "gen_ai.workflow.name": ctx.app_name,  # the span is named after it
-        "gen_ai.agent.name": ctx.agent.name,
-    }
-    span = tracer.start_span(
-        f"invoke_workflow {ctx.app_name}", kind=SpanKind.INTERNAL, attributes=attributes
-    )
-    context = with_invocation(ids, trace.set_span_in_context(span))
-    return _traced(span, context, events, operation="invoke_workflow")
+    """One user turn's events, in an ``invoke_workflow`` span opened now (see
+    :class:`InvocationSpan`, which a Runner opens before the turn's work)."""
+    return InvocationSpan(ctx).trace(events)
 
 
 @contextmanager
-def invocation_scope(ctx: InvocationContext) -> Iterator[None]:
-    """The invocation's ids current (no span of its own) for the work a Runner does before
-    its turn's ``invoke_workflow`` span starts: choosing the agent may ask a RemoteAgent's
-    service who runs behind it (``Describe``), and those calls are the invocation's as much as
-    any, so their spans, on both sides, carry its ids. Hold it across awaits only, never
-    across a ``yield``."""
-    if ctx.tracer is None:
+def invocation_scope(invocation_id: str, session: Session, branch: str = "") -> Iterator[None]:
+    """The ids of the invocation ``invocation_id`` on ``session`` and ``branch`` current (no
+    span of its own) for work done for it before its context exists: a service handed a
+    delegated run may ask a RemoteAgent's service who runs behind it (``Describe``) before it
+    picks the agent, and those calls are the invocation's as much as any, also when the caller
+    sent no ids (a client outside the mesh), so their spans, on both sides, carry them. Hold
+    it across awaits only, never across a ``yield``."""
+    if not tracing_enabled():
         yield
         return
-    token = otel_context.attach(
-        with_invocation(invocation_attributes(ctx), otel_context.get_current())
+    ids = session_invocation_attributes(
+        invocation_id, session.app_name, session.user_id, session.id, branch
     )
+    token = otel_context.attach(with_invocation(ids, otel_context.get_current()))
     try:
         yield
     finally:
@@ -281,7 +432,8 @@ def invocation_scope(ctx: InvocationContext) -> Iterator[None]:
 @contextmanager
 def trace_memory_ingestion(ctx: InvocationContext, service: object) -> Iterator[None]:
     """``add_session_to_memory {app}``: a finished turn's session going into memory (after the
-    turn's ``invoke_workflow`` span), ERROR when the store fails."""
+    turn's ``invoke_workflow`` span, its child: :meth:`InvocationSpan.after`), ERROR when the
+    store fails."""
     tracer = ctx.tracer
     if tracer is None:
         yield

@@ -57,6 +57,7 @@ OTHER_PROGRAMS_FLAGS = {
 NOT_PYTHON_NAMES = {
     "adk_mesh.app_name",
     "adk_mesh.cancelled",
+    "adk_mesh.closed_early",
     "adk_mesh.invocation_id",
     "adk_mesh.part_kind",
     "adk_mesh.plugins.logging",

@@ -194,14 +194,54 @@ async def load_agents_behind(root: BaseAgent, session: Session, new_message: Con
     (:meth:`~adk_mesh.agents.base.BaseAgent.load_agents_behind`: a RemoteAgent asks its
     service once). The events a RemoteAgent relays teach it those it ran; asking covers a
     turn that this process's objects did not run (a restarted service, another replica).
-    Asks nothing when the author is placed."""
+    Asks nothing when the author is placed.
+
+    Then the agents whose :attr:`~adk_mesh.agents.base.BaseAgent.keeps_conversation`
+    :func:`find_agent_to_run` will read learn it
+    (:meth:`~adk_mesh.agents.base.BaseAgent.load_keeps_conversation`: a RemoteAgent asks its
+    service's card once, when the agent it stands for answered last)."""
     answered = answered_call_event(session, new_message)
     author = answered.author if answered is not None else None
     if author is None:
         author = next((e.author for e in reversed(session.events) if e.author != "user"), None)
-    if author is None or _agent_placing(root, author) is not None:
+    if author is None:
         return
-    await asyncio.gather(*(agent.load_agents_behind() for agent in root.walk()))
+    if _agent_placing(root, author) is None:
+        await asyncio.gather(*(agent.load_agents_behind() for agent in root.walk()))
+    await _load_keeps_conversation(root, session, answered)
+
+
+async def _load_keeps_conversation(
+    root: BaseAgent, session: Session, answered: Event | None
+) -> None:
+    """Let each agent :func:`find_agent_to_run` may ask whether it keeps the conversation
+    learn it first (the same walk, newest event first): find_agent_to_run is synchronous, and
+    a RemoteAgent knows only from its service's card whether the agent it stands for (a
+    workflow) keeps it."""
+    if answered is not None and _agent_placing(root, answered.author) is not None:
+        return  # the agent that made the answered call takes the turn, keeping or not
+    loaded: set[int] = set()
+    for event in reversed(session.events):
+        if event.author == "user":
+            continue
+        if event.author == root.name:
+            return
+        agent = _agent_placing(root, event.author)
+        if agent is None:
+            continue
+        if id(agent) not in loaded:
+            loaded.add(id(agent))
+            path: list[BaseAgent] = []
+            current: BaseAgent | None = agent
+            while current is not None:
+                path.append(current)
+                if current is root:
+                    break
+                current = current.parent_agent
+            for step in path:  # one at a time: no task per agent on every turn
+                await step.load_keeps_conversation()
+        if _transferable_across_tree(agent, root):
+            return
 
 
 def find_branch_to_run(agent: BaseAgent, session: Session, new_message: Content) -> str | None:

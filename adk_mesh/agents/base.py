@@ -214,6 +214,13 @@ class BaseAgent(abc.ABC):
         starts over."""
         return False
 
+    async def load_keeps_conversation(self) -> bool:
+        """:attr:`keeps_conversation`, after what learning it takes: an agent that runs in
+        another service asks that service (its card, once it answered). The Runner asks this
+        before it picks who answers a turn. What cannot be learned now (the service is down)
+        leaves the default, with a warning, not raised."""
+        return self.keeps_conversation
+
     async def canonical_tools(
         self, ctx: ReadonlyContext, *, skip_unavailable: bool = False
     ) -> list[BaseTool]:

@@ -747,6 +747,15 @@ class AgentServer(MeshServer):
             card = await _remote_card(agent.name, location.target, location.agent_name, tls)
             card.name = agent.name
             card.description = agent.description or card.description
+            # A RemoteAgent told (or already taught) whether it keeps the conversation says
+            # so; one that does not know yet passes on what the service behind it said.
+            keeps = (
+                agent.declared_keeps_conversation()
+                if isinstance(agent, RemoteAgent)
+                else agent.keeps_conversation
+            )
+            if keeps is not None:
+                card.keeps_conversation = keeps
             return card
         ctx = InvocationContext(
             invocation_id=new_invocation_id(),
@@ -765,6 +774,10 @@ class AgentServer(MeshServer):
             supports_streaming=True,
             agent_type=type(agent).__name__,
             app_name=self.app_name,
+            # Whether it answers the user's next turn after answering last: a caller's
+            # RemoteAgent standing for it does the same (the next turn goes where it would
+            # in one process).
+            keeps_conversation=agent.keeps_conversation,
         )
         # What a caller's AgentTool declares for it (the same parameters as in process).
         schemas = agent.declared_schemas()

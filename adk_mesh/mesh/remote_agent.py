@@ -71,8 +71,10 @@ class RemoteAgent(BaseAgent):
     * as a transfer target (``sub_agents=[RemoteAgent(...)]``) the caller's Runner appends the
       remote events to the caller's session like those of a local sub-agent. The run also
       carries this agent's parent and peers here (as an LlmAgent in its place could transfer
-      to them), so the remote agent's model can hand the conversation back; and, like an
-      LLM agent, it answers the user's next turn (:attr:`keeps_conversation`);
+      to them), so the remote agent's model can hand the conversation back; and it answers
+      the user's next turn as the agent it stands for would in process
+      (:attr:`keeps_conversation`, from its service's card: an LLM agent does, a workflow
+      starts over);
     * inside ``AgentTool(RemoteAgent(...))`` the whole delegation runs there: the call carries
       the AgentTool's policy and what it lets the child see of the caller's session; the
       remote service applies the policy to the child with the same code as in process
@@ -141,8 +143,12 @@ class RemoteAgent(BaseAgent):
         tls: TLS to the service's mesh door (default: ``ADK_MESH_TLS_CA`` / ``_CERT`` /
             ``_KEY`` from the environment; plaintext when they are unset).
         keeps_conversation: whether, when it answered last, it answers the user's next turn
-            (default: yes, as an LLM agent). Say no for a remote agent that would not keep it
-            in process: a workflow agent, or one that may not transfer to its parent.
+            (default: what the agent it stands for says, ``AgentCard.keeps_conversation``,
+            asked when the Runner picks who answers a turn it answered last:
+            :meth:`load_keeps_conversation`; yes, as an LLM agent, while that is unknown — an
+            older service, or one that cannot be reached). Say it to override the card; e.g.
+            no for a served root LlmAgent that may not transfer to its parent (its card says
+            yes: as a root it has none).
     """
 
     def __init__(
@@ -156,7 +162,7 @@ class RemoteAgent(BaseAgent):
         history_max_events: int = codec.DEFAULT_HISTORY_MAX_EVENTS,
         history_max_bytes: int = codec.DEFAULT_HISTORY_MAX_BYTES,
         tls: ClientTLS | None = None,
-        keeps_conversation: bool = True,
+        keeps_conversation: bool | None = None,
     ) -> None:
         super().__init__(name=name, description=description)
         if history_max_events < 0 or history_max_bytes < 0:
@@ -171,7 +177,12 @@ class RemoteAgent(BaseAgent):
         self.tls = tls
         self.agent_name = agent_name
         self.timeout = timeout
-        self._keeps_conversation = keeps_conversation
+        self._keeps_conversation = keeps_conversation  # None: what the card says
+        # What the served agent's card said (None: nothing, an older service), once one was
+        # read; and when asking for it last failed (time.monotonic()).
+        self._card_keeps_conversation: bool | None = None
+        self._card_read = False
+        self._card_failed_at = -AGENTS_BEHIND_RETRY_AFTER
         self._channel: grpc.aio.Channel | None = None
         self._cached_stub: Any = None
         self._schemas: AgentSchemas | None = None
@@ -187,9 +198,54 @@ class RemoteAgent(BaseAgent):
 
     @property
     def keeps_conversation(self) -> bool:
-        """Yes by default, as an LLM agent: its model is offered its parent and peers here, so
-        it can hand the conversation back (see the ``keeps_conversation`` argument)."""
-        return self._keeps_conversation
+        """The ``keeps_conversation`` argument when given; else what its service's card said
+        once one was read (:meth:`load_keeps_conversation`); else yes, as an LLM agent: its
+        model is offered its parent and peers here, so it can hand the conversation back."""
+        declared = self.declared_keeps_conversation()
+        return True if declared is None else declared
+
+    def declared_keeps_conversation(self) -> bool | None:
+        """The ``keeps_conversation`` argument, else what its service's card said; ``None``
+        while neither is known (an AgentServer serving this agent then passes on the card of
+        the service behind it as it is)."""
+        if self._keeps_conversation is not None:
+            return self._keeps_conversation
+        return self._card_keeps_conversation
+
+    def _note_card(self, card: agent_pb2.AgentCard) -> None:
+        """Learn from the served agent's card (any Describe of ``agent_name`` that answered)."""
+        self._card_read = True
+        if card.HasField("keeps_conversation"):
+            self._card_keeps_conversation = card.keeps_conversation
+
+    async def load_keeps_conversation(self) -> bool:
+        """:attr:`keeps_conversation`, once its service's card (``Describe``) said it: asked
+        once, unless the argument was given or a card was read already (an AgentTool's
+        schemas, :meth:`load_agents_behind`). A failure is a warning, the default (yes)
+        stands, and the service is not asked again for :data:`AGENTS_BEHIND_RETRY_AFTER`
+        seconds: a service down would otherwise hold every turn up to DESCRIBE_TIMEOUT."""
+        if (
+            self._keeps_conversation is not None
+            or self._card_read
+            or time.monotonic() - self._card_failed_at < AGENTS_BEHIND_RETRY_AFTER
+        ):
+            return self.keeps_conversation
+        what = f"remote agent {self.name!r}"
+        try:
+            response = await self._stub().Describe(
+                agent_pb2.DescribeRequest(agent_name=self.agent_name), timeout=DESCRIBE_TIMEOUT
+            )
+        except grpc.RpcError as error:
+            self._card_failed_at = time.monotonic()
+            failure = error_from_downstream(error, what, self.target)
+            logger.warning(
+                "whether %s keeps the conversation is unknown for now (taken as yes): %s",
+                what,
+                failure.message,
+            )
+            return self.keeps_conversation
+        self._note_card(response.card)
+        return self.keeps_conversation
 
     def _session_view(
         self,
@@ -253,6 +309,7 @@ class RemoteAgent(BaseAgent):
             response = await self._stub().Describe(
                 agent_pb2.DescribeRequest(agent_name=self.agent_name), timeout=DESCRIBE_TIMEOUT
             )
+            self._note_card(response.card)
             input_schema, output_schema = codec.card_schemas(response.card)
             schemas = AgentSchemas(
                 input=AgentSchema(input_schema, what=f"the input_schema of {what}")
@@ -314,7 +371,7 @@ class RemoteAgent(BaseAgent):
                     return_exceptions=True,
                 )
                 next_level: list[str] = []
-                for answer in answers:
+                for name, answer in zip(level, answers, strict=True):
                     if isinstance(answer, grpc.RpcError) and answer.code() == (
                         grpc.StatusCode.NOT_FOUND
                     ):
@@ -322,6 +379,8 @@ class RemoteAgent(BaseAgent):
                     if isinstance(answer, BaseException):
                         raise answer
                     card = answer.card
+                    if name == self.agent_name:
+                        self._note_card(card)  # the served agent's own card
                     self._note_behind(card.name)
                     for sub_agent in card.sub_agents:
                         self._note_behind(sub_agent.name)

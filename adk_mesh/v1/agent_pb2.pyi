@@ -246,7 +246,7 @@ class DescribeResponse(_message.Message):
     def __init__(self, card: _Optional[_Union[AgentCard, _Mapping]] = ...) -> None: ...
 
 class AgentCard(_message.Message):
-    __slots__ = ("name", "description", "sub_agents", "tools", "supports_streaming", "agent_type", "app_name", "input_schema", "output_schema", "input_schema_json", "output_schema_json")
+    __slots__ = ("name", "description", "sub_agents", "tools", "supports_streaming", "agent_type", "app_name", "input_schema", "output_schema", "input_schema_json", "output_schema_json", "keeps_conversation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SUB_AGENTS_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +258,7 @@ class AgentCard(_message.Message):
     OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    KEEPS_CONVERSATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     sub_agents: _containers.RepeatedCompositeFieldContainer[AgentSummary]
@@ -269,7 +270,8 @@ class AgentCard(_message.Message):
     output_schema: _struct_pb2.Struct
     input_schema_json: str
     output_schema_json: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sub_agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_tool_pb2.ToolDeclaration, _Mapping]]] = ..., supports_streaming: _Optional[bool] = ..., agent_type: _Optional[str] = ..., app_name: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
+    keeps_conversation: bool
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sub_agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_tool_pb2.ToolDeclaration, _Mapping]]] = ..., supports_streaming: _Optional[bool] = ..., agent_type: _Optional[str] = ..., app_name: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., keeps_conversation: _Optional[bool] = ...) -> None: ...
 
 class AgentSummary(_message.Message):
     __slots__ = ("name", "description")

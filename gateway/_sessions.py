@@ -64,8 +64,9 @@ _SESSION = _SESSIONS + "/{session_id}"
 _ARTIFACTS = _SESSION + "/artifacts"
 #: Seconds a session or artifact call may take (each page of a session list: one call).
 _CALL_SECONDS = 60.0
-#: Sessions asked of each ListSessions call of a listing: one of the contract's full batches
-#: (session.proto), so the service answers each call with one response.
+#: Sessions asked of each ListSessions call of a listing: one of the contract's batches
+#: (session.proto), which the service reads from its store at once (and sends in as many
+#: responses as their states need).
 _SESSIONS_PER_CALL = 1000
 #: The contract's artifact versions are int32.
 _MAX_VERSION = 2**31 - 1
@@ -82,14 +83,12 @@ _PROBLEMS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _session_json(
-    app: str, message: session_pb2.Session, events: list[Event], *, with_state: bool = True
-) -> dict[str, Any]:
+def _session_json(app: str, message: session_pb2.Session, events: list[Event]) -> dict[str, Any]:
     return {
         "id": message.id,
         "appName": app,
         "userId": message.user_id,
-        "state": codec.state_from_map(message.state, message.state_json) if with_state else {},
+        "state": codec.state_from_map(message.state, message.state_json),
         "events": [event_to_json(event) for event in events],
         "lastUpdateTime": message.last_update_time,
     }
@@ -151,10 +150,17 @@ async def _listing(
     try:
         response = first
         while response is not None:
-            items = [
-                _json_bytes(_session_json(app, session, [], with_state=False))
-                for session in response.sessions
-            ]
+            if response.stateless_session_ids:
+                # Too large for a message with its state (GetSession cannot read it either):
+                # listed with an empty state rather than failing the whole list.
+                logger.warning(
+                    "sessions %s of user %r of app %r are listed without their state: the "
+                    "agent service cannot send it in one message",
+                    list(response.stateless_session_ids),
+                    user,
+                    app,
+                )
+            items = [_json_bytes(_session_json(app, session, [])) for session in response.sessions]
             if items:
                 yield (b"," if written else b"[") + b",".join(items)
                 written += len(items)

@@ -32,8 +32,11 @@ it is kept here:
   its events in responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` (one larger event
   alone); an event too large for a message whole goes abridged and is named, as ``Run``
   streams it. ``ListSessions`` reads the store a page of :data:`SESSIONS_PER_RESPONSE`
-  sessions at a time (keyset pagination, without state) and sends each page before it
-  reads the next; ``page_size`` stops the call early with a ``next_page_token``.
+  sessions at a time (keyset pagination; each session with its merged state, as google-adk
+  lists them) and sends each page before it reads the next, in responses of at most
+  :data:`EVENTS_BYTES_PER_RESPONSE` (one larger session alone); a session too large for a
+  message with its state goes without it and is named. ``page_size`` stops the call early
+  with a ``next_page_token``.
 * **An update is answered or not written.** ``UpdateSessionState``'s answer holds the whole
   state after it and the event, and is built (and its size checked against
   :data:`MAX_UPDATE_RESPONSE_BYTES`) before the append: an update that could not be
@@ -111,9 +114,12 @@ _ENTRY_FRAMING = 1 + 5
 #: An event whose encoding is larger than this goes abridged: whole, it would not fit a
 #: message next to the response's other fields.
 MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
-#: Sessions in one ListSessions response (a few hundred bytes each without state), and in
-#: one page the servicer reads from the store.
+#: Sessions in one page the ListSessions servicer reads from the store, and at most in one
+#: response (a page goes in more when its sessions' states need more bytes).
 SESSIONS_PER_RESPONSE = 1000
+#: A listed session whose encoding (its state included) is larger than this goes without its
+#: state: whole, it would not fit a message next to the response's other fields.
+MAX_LISTED_SESSION_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 #: The largest UpdateSessionState answer (the state after the update and the event): the
 #: message limit, less room for what may change between the check and the answer.
 MAX_UPDATE_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
@@ -322,25 +328,25 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             remaining: int | None = request.page_size or None
             token = request.page_token or None
             while True:
-                # One store page per response, sent before the next is read: memory does
-                # not grow with the user's sessions, and the first arrive early.
+                # One store page at a time, sent (in responses bounded by bytes) before the
+                # next is read: memory does not grow with the user's sessions, and the
+                # first arrive early.
                 page = await self._sessions.list_sessions_page(
                     app_name=app_name,
                     user_id=user_id,
                     page_size=min(SESSIONS_PER_RESPONSE, remaining or SESSIONS_PER_RESPONSE),
                     page_token=token,
                 )
-                response = session_pb2.ListSessionsResponse()
-                for session in page.sessions:
-                    response.sessions.add(
-                        app_name=session.app_name,
-                        user_id=session.user_id,
-                        id=session.id,
-                        last_update_time=session.last_update_time,
-                    )
                 token = page.next_page_token or None
                 if remaining is not None:
                     remaining -= len(page.sessions)
+                responses = _listed_responses(page.sessions)
+                response = next(responses)
+                # The page's last response is held back until it is known to be the last,
+                # so that it can carry the token.
+                for following in responses:
+                    yield response
+                    response = following
                 if token is None:
                     yield response
                     return
@@ -839,6 +845,36 @@ def _update_answer(
 
 def _lasting(state: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in state.items() if not key.startswith(TEMP_PREFIX)}
+
+
+def _listed_responses(sessions: list[Session]) -> Iterator[session_pb2.ListSessionsResponse]:
+    """One page of a listing as ListSessions responses (at least one): the sessions with
+    their state, in responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` encoded bytes (a
+    larger session alone), each session encoded only once the previous response is out. A
+    session larger than :data:`MAX_LISTED_SESSION_BYTES` goes without its state, named."""
+    response = session_pb2.ListSessionsResponse()
+    size = 0
+    for session in sessions:
+        encoded = _session_to_proto(session)
+        whole = encoded.ByteSize()
+        stateless = whole > MAX_LISTED_SESSION_BYTES
+        if stateless:
+            logger.warning(
+                "session %s is listed without its state: %d bytes encoded", session.id, whole
+            )
+            encoded = _session_to_proto(session.model_copy(update={"state": {}}))
+        added = encoded.ByteSize() + _ENTRY_FRAMING
+        if stateless:
+            added += len(session.id.encode()) + _ENTRY_FRAMING
+        if size and size + added > EVENTS_BYTES_PER_RESPONSE:
+            yield response
+            response = session_pb2.ListSessionsResponse()
+            size = 0
+        response.sessions.append(encoded)
+        if stateless:
+            response.stateless_session_ids.append(session.id)
+        size += added
+    yield response
 
 
 def _session_responses(session: Session) -> Iterator[session_pb2.GetSessionResponse]:

@@ -56,8 +56,10 @@ class Session(BaseModel):
 class SessionsPage:
     """One page of :meth:`SessionService.list_sessions_page`.
 
-    ``sessions`` are in creation order, without events or state (as google-adk's
-    ``ListSessionsResponse`` holds them), each with its ``last_update_time``.
+    ``sessions`` are in creation order, without events, each with its state as
+    :meth:`SessionService.list_sessions` gives it (the session's own keys merged with the
+    app's and the user's, as google-adk's ``list_sessions`` lists them) and its
+    ``last_update_time``.
     ``next_page_token`` continues the listing after the last of them; ``None`` when this page
     ends it.
     """
@@ -112,9 +114,11 @@ class SessionService(abc.ABC):
       sharing the store, where the store can: a claim another process (or another claim)
       holds is refused at once with :class:`~adk_mesh.errors.SessionConflictError`. The
       default claims nothing: the stale-append check above is then the only guard.
-    * ``list_sessions`` returns the user's sessions in the app, without events.
-      ``list_sessions_page`` returns them a page at a time, in creation order, without events
-      or state: at most ``page_size`` (1 or more) after the position ``page_token`` names,
+    * ``list_sessions`` returns the user's sessions in the app, without events, each with
+      its state as a turn sees it (its own keys merged with the app's and the user's), as
+      google-adk's session services list them. ``list_sessions_page`` returns them a page
+      at a time, in creation order, the same way: at most ``page_size`` (1 or more) after
+      the position ``page_token`` names,
       and a token for the next page (``None`` after the last). The token names a position,
       not an offset: sessions deleted or created between pages make no other session listed
       twice or skipped (one created since comes at the end). A token the store did not issue
@@ -178,7 +182,7 @@ class SessionService(abc.ABC):
             listed = [session for session in listed if session.id > after]
         page = listed[:page_size]
         return SessionsPage(
-            [session.model_copy(update={"state": {}}) for session in page],
+            [session.model_copy(update={"events": []}) for session in page],
             encode_page_token(page[-1].id) if len(listed) > page_size else None,
         )
 

@@ -244,7 +244,8 @@ class InMemorySessionService(SessionService):
         self._expire()
         # The token is the creation rank of the last session listed: ranks are never
         # reused, so a session deleted since shifts nothing. Walks the user's sessions (in
-        # creation order) up to the page's end; builds only the page, without state.
+        # creation order) up to the page's end; builds only the page, each session with its
+        # merged state (as list_sessions), not held: listing is not a use.
         page: list[Session] = []
         more = False
         for session_id, created in self._user_sessions.get((app_name, user_id), {}).items():
@@ -254,18 +255,8 @@ class InMemorySessionService(SessionService):
                 more = True
                 break
             after = created
-            page.append(
-                Session.model_construct(
-                    id=session_id,
-                    app_name=app_name,
-                    user_id=user_id,
-                    state={},
-                    events=[],
-                    last_update_time=self._sessions[
-                        (app_name, user_id, session_id)
-                    ].last_update_time,
-                )
-            )
+            key = (app_name, user_id, session_id)
+            page.append(self._build_session(key, self._sessions[key], [], held=False))
         return SessionsPage(page, _common.encode_page_token(after) if more else None)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:

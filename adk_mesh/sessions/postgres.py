@@ -21,6 +21,9 @@
 * **Creating** is ``INSERT ... ON CONFLICT DO NOTHING``: a session id taken by a concurrent
   creator is :class:`~adk_mesh.errors.AlreadyExistsError` without an aborted transaction,
   and :meth:`~adk_mesh.sessions.SessionService.get_or_create_session` then reads theirs.
+  The creation time that orders a listing is the database's clock, read under a
+  transaction-scoped advisory lock on the user (its creations commit in that order), so a
+  replica whose clock is behind never puts a session where a listing has already been.
 * **Reads** take one statement (the session, its scoped state and its events, in one
   snapshot). ``get_session_shared`` keeps the histories it decoded in a bounded cache
   (:mod:`adk_mesh.sessions._history`): its statement reads only the events after the last
@@ -171,15 +174,22 @@ WHERE s.app_name = $1 AND s.user_id = $2
 ORDER BY s.create_time, s.id
 """
 
-# A page of a user's sessions in creation order, without state (a listing reads none), after
-# the position ($3, $4) a page token names (NULL: from the first); $5 rows at most (the
-# caller asks for one more than the page, to tell whether another page follows).
+# A page of a user's sessions in creation order, with their own state, after the position
+# ($3, $4) a page token names (NULL: from the first); $5 rows at most (the caller asks for
+# one more than the page, to tell whether another page follows). The scoped state they are
+# merged with is read once per page (_SCOPED_STATES), in the same snapshot.
 _LIST_PAGE = """
-SELECT id, create_time, update_time FROM adk_sessions
+SELECT id, create_time, update_time, state FROM adk_sessions
 WHERE app_name = $1 AND user_id = $2
     AND ($3::float8 IS NULL OR (create_time, id) > ($3::float8, $4::text))
 ORDER BY create_time, id
 LIMIT $5::bigint
+"""
+
+_SCOPED_STATES = """
+SELECT (SELECT a.state FROM adk_app_states AS a WHERE a.app_name = $1) AS app_state,
+    (SELECT u.state FROM adk_user_states AS u WHERE u.app_name = $1 AND u.user_id = $2)
+        AS user_state
 """
 
 # Locks the session's row for the append's transaction; says whether it holds the event id.
@@ -319,10 +329,19 @@ class PostgresSessionService(SessionService):
             self._database.connection("creating a session") as connection,
             connection.transaction(),
         ):
+            # The listing's order (create_time) comes from one clock, the database's, not
+            # this replica's, which may be behind another's: a session created now must
+            # come after every session a listing may already be past. Creations of one
+            # user are serialised until commit, so that they also commit in that order (a
+            # listing never sees a later one before an earlier one in flight).
+            await connection.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                _postgres.advisory_key("session-creations", app_name, user_id),
+            )
             created = await connection.fetchval(
                 "INSERT INTO adk_sessions (app_name, user_id, id, state, create_time, "
-                "update_time) VALUES ($1, $2, $3, $4, $5, $5) "
-                "ON CONFLICT (app_name, user_id, id) DO NOTHING RETURNING 1",
+                "update_time) VALUES ($1, $2, $3, $4, extract(epoch FROM clock_timestamp()), "
+                "$5) ON CONFLICT (app_name, user_id, id) DO NOTHING RETURNING 1",
                 app_name,
                 user_id,
                 session_id,
@@ -449,7 +468,12 @@ class PostgresSessionService(SessionService):
         after: tuple[Any, ...] = (None, None)
         if page_token is not None:
             after = _common.decode_page_token(page_token, (float, str))
-        async with self._database.connection("listing sessions") as connection:
+        async with (
+            self._database.connection("listing sessions") as connection,
+            # One snapshot for the page and the scoped state it is merged with, as
+            # list_sessions' single statement reads them; the scoped state once, not per row.
+            connection.transaction(isolation="repeatable_read", readonly=True),
+        ):
             rows = await connection.fetch(
                 _LIST_PAGE,
                 app_name,
@@ -457,12 +481,15 @@ class PostgresSessionService(SessionService):
                 *after,
                 min(page_size + 1, _common.MAX_SQL_LIMIT),
             )
+            scoped = await connection.fetchrow(_SCOPED_STATES, app_name, user_id)
+        app_state = _load_state(scoped["app_state"] if scoped is not None else None)
+        user_state = _load_state(scoped["user_state"] if scoped is not None else None)
         sessions = [
             Session.model_construct(
                 id=row["id"],
                 app_name=app_name,
                 user_id=user_id,
-                state={},
+                state=merge_scoped_state(app_state, user_state, json.loads(row["state"])),
                 events=[],
                 last_update_time=row["update_time"],
             )

@@ -130,15 +130,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-# A page of a user's sessions in creation order, without state (a listing reads none): the
-# first, and the one after a position (create_time, id) a page token names. One more row
-# than the page is read, to tell whether another page follows.
+# A page of a user's sessions in creation order, with their own state (merged with the
+# scoped state, read once per page): the first, and the one after a position
+# (create_time, id) a page token names. One more row than the page is read, to tell
+# whether another page follows.
 _LIST_PAGE_FIRST = (
-    "SELECT id, create_time, update_time FROM sessions WHERE app_name = ? AND user_id = ? "
-    "ORDER BY create_time, id LIMIT ?"
+    "SELECT id, create_time, update_time, state FROM sessions "
+    "WHERE app_name = ? AND user_id = ? ORDER BY create_time, id LIMIT ?"
 )
 _LIST_PAGE_AFTER = (
-    "SELECT id, create_time, update_time FROM sessions WHERE app_name = ? AND user_id = ? "
+    "SELECT id, create_time, update_time, state FROM sessions "
+    "WHERE app_name = ? AND user_id = ? "
     "AND (create_time, id) > (?, ?) ORDER BY create_time, id LIMIT ?"
 )
 
@@ -405,28 +407,32 @@ class SqliteSessionService(SessionService):
             )
         )
 
-        def page(connection: sqlite3.Connection) -> list[tuple[str, float, float]]:
+        def page(
+            connection: sqlite3.Connection,
+        ) -> tuple[list[tuple[str, float, float, str]], dict[str, Any], dict[str, Any]]:
+            # The sessions and the scoped state in one snapshot, as list_sessions reads them.
             with _sqlite.read_transaction(connection):
-                rows: list[tuple[str, float, float]] = connection.execute(
+                rows: list[tuple[str, float, float, str]] = connection.execute(
                     statement, parameters
                 ).fetchall()
-            return rows
+                app_state, user_state = _scoped_states(connection, app_name, user_id)
+            return rows, app_state, user_state
 
-        rows = await self._run(page)
+        rows, app_state, user_state = await self._run(page)
         sessions = [
             Session.model_construct(
                 id=session_id,
                 app_name=app_name,
                 user_id=user_id,
-                state={},
+                state=merge_scoped_state(app_state, user_state, json.loads(state)),
                 events=[],
                 last_update_time=update_time,
             )
-            for session_id, _, update_time in rows[:page_size]
+            for session_id, _, update_time, state in rows[:page_size]
         ]
         next_page_token = None
         if len(rows) > page_size:
-            last_id, last_create_time, _ = rows[page_size - 1]
+            last_id, last_create_time, _, _ = rows[page_size - 1]
             next_page_token = _common.encode_page_token(last_create_time, last_id)
         return SessionsPage(sessions, next_page_token)
 

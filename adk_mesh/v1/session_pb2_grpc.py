@@ -177,9 +177,9 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """Lists the user's sessions of the app, without state or events, in creation order, in
-        batches read from the store one at a time; optionally at most `page_size` of them, the
-        listing continued by a later call from `next_page_token`.
+        """Lists the user's sessions of the app, each with its state (as GetSession's) but without
+        events, in creation order, in batches read from the store one at a time; optionally at
+        most `page_size` of them, the listing continued by a later call from `next_page_token`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

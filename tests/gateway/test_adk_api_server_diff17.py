@@ -349,11 +349,6 @@ def test_session_create_get_list_patch_delete(adk: httpx.Client, mesh: httpx.Cli
     assert ours.status_code == theirs.status_code == 404
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ListSessions carries no state (session.proto: 'google-adk lists sessions without "
-    "state'); google-adk 2.13's session services list each session with its merged state",
-)
 def test_the_session_list_has_each_sessions_state(adk: httpx.Client, mesh: httpx.Client) -> None:
     body = {"sessionId": "listed", "state": {"units": "metric"}}
     both(adk, mesh, "POST", "/apps/desk/users/lea/sessions", json=body)

@@ -230,7 +230,12 @@ async def test_create_get_list_and_delete(on_stores: Served) -> None:
         for session in response.sessions
     ]
     assert sorted(s.id for s in listed) == sorted(["s-1", fresh.session.id])
-    assert all(not s.state and not s.state_json and s.last_update_time > 0 for s in listed)
+    # Each with its state, as google-adk lists sessions (the app's and user's keys merged).
+    assert {s.id: state_of(s) for s in listed} == {
+        "s-1": state_of(created.session),
+        fresh.session.id: state_of(fresh.session),
+    }
+    assert all(s.last_update_time > 0 for s in listed)
     # Another user sees none of them.
     (empty,) = [r async for r in stub.ListSessions(session_pb2.ListSessionsRequest(user_id="bob"))]
     assert not empty.sessions

@@ -25,9 +25,10 @@ the list began is logged, recorded on the request's span, and leaves the array u
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Annotated, Any
 
+import grpc
 from fastapi import APIRouter, Body, Depends, Header, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
@@ -36,11 +37,13 @@ from pydantic import ValidationError
 from adk_mesh import codec
 from adk_mesh._confirmation import runtime_claim
 from adk_mesh.artifacts import is_user_scoped
-from adk_mesh.errors import AdkError, ArtifactTooLargeError, InvalidArgumentError
-from adk_mesh.types import Event
-from adk_mesh.v1 import session_pb2
+from adk_mesh.errors import AdkError, ArtifactError, ArtifactTooLargeError, InvalidArgumentError
+from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
+from adk_mesh.mesh._session_service import ARTIFACT_CHUNK_BYTES
+from adk_mesh.types import Event, Part
+from adk_mesh.v1 import content_pb2, session_pb2
 from gateway._json import event_from_json, event_to_json, part_from_json, part_to_json
-from gateway._mesh import Credentials, MeshClient
+from gateway._mesh import Credentials, MeshClient, rpc_failure
 from gateway._models import (
     ArtifactVersionBody,
     CreateSessionRequest,
@@ -62,6 +65,8 @@ logger = logging.getLogger("gateway")
 _SESSIONS = "/apps/{app_name}/users/{user_id}/sessions"
 _SESSION = _SESSIONS + "/{session_id}"
 _ARTIFACTS = _SESSION + "/artifacts"
+#: The largest SaveArtifact request sent in one message; a larger one goes in chunks.
+_MAX_UNARY_SAVE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 #: Seconds a session or artifact call may take (each page of a session list: one call).
 _CALL_SECONDS = 60.0
 #: Sessions asked of each ListSessions call of a listing: one of the contract's batches
@@ -381,14 +386,89 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
                     f"version {version} is out of range; versions are numbered from 1"
                 )
             request.version = version
-        response = await mesh.unary(
+        # In chunks, so no size fails for the mesh's message limit (LoadArtifact refuses an
+        # artifact over 32 MiB); a service from before LoadArtifactStream answers in one.
+        streamed = session_pb2.SessionServiceLoadArtifactStreamRequest(
+            user_id=user, session_id=session, filename=name
+        )
+        if version is not None:
+            streamed.version = version
+        call = mesh.sessions(app).LoadArtifactStream(
+            streamed, metadata=tuple(who.credentials), timeout=_CALL_SECONDS
+        )
+        header: session_pb2.LoadArtifactStreamHeader | None = None
+        chunks: list[bytes] = []
+        try:
+            async for response in call:
+                if header is None:
+                    header = response.header
+                else:
+                    chunks.append(response.data)
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.UNIMPLEMENTED or header is not None:
+                raise rpc_failure(error, app, mesh.target(app)) from None
+            answer = await mesh.unary(
+                app,
+                mesh.sessions(app).LoadArtifact,
+                request,
+                credentials=who.credentials,
+                seconds=_CALL_SECONDS,
+            )
+            return part_to_json(codec.part_from_proto(answer.artifact)), answer.version
+        finally:
+            call.cancel()
+        if header is None:
+            raise ArtifactError(f"the service sent artifact {name!r} without its header")
+        data = b"".join(chunks)
+        del chunks
+        if header.artifact.WhichOneof("data") == "text":
+            part = Part.from_text(data.decode())
+        else:
+            part = Part.from_inline_data(header.artifact.inline_data.mime_type, data)
+        return part_to_json(part), header.version
+
+    async def save_in_chunks(
+        app: str, saved: session_pb2.SessionServiceSaveArtifactRequest, who: Caller
+    ) -> int:
+        """Save ``saved``'s artifact with SaveArtifactStream: its header, then its bytes in
+        chunks of :data:`ARTIFACT_CHUNK_BYTES`; its version."""
+        artifact = saved.artifact
+        if artifact.WhichOneof("data") == "text":
+            data = artifact.text.encode()
+            described = content_pb2.Part(text="")
+        else:
+            data = artifact.inline_data.data
+            described = content_pb2.Part(
+                inline_data=content_pb2.Blob(mime_type=artifact.inline_data.mime_type)
+            )
+
+        def requests() -> Iterator[session_pb2.SessionServiceSaveArtifactStreamRequest]:
+            yield session_pb2.SessionServiceSaveArtifactStreamRequest(
+                header=session_pb2.SaveArtifactStreamHeader(
+                    user_id=saved.user_id,
+                    session_id=saved.session_id,
+                    filename=saved.filename,
+                    artifact=described,
+                    size_bytes=len(data),
+                )
+            )
+            view = memoryview(data)
+            for start in range(0, len(data), ARTIFACT_CHUNK_BYTES):
+                yield session_pb2.SessionServiceSaveArtifactStreamRequest(
+                    data=bytes(view[start : start + ARTIFACT_CHUNK_BYTES])
+                )
+
+        responses = await mesh.streamed(
             app,
-            mesh.sessions(app).LoadArtifact,
-            request,
+            mesh.sessions(app).SaveArtifactStream,
+            requests(),
             credentials=who.credentials,
             seconds=_CALL_SECONDS,
         )
-        return part_to_json(codec.part_from_proto(response.artifact)), response.version
+        if len(responses) != 1:
+            raise ArtifactError(f"the service answered a save with {len(responses)} responses")
+        version: int = responses[0].version
+        return version
 
     def version_number(version_id: str) -> int | None:
         if version_id == "latest":
@@ -426,23 +506,30 @@ def session_router(settings: GatewaySettings, mesh: MeshClient, user_caller: Any
         part = part_from_json(
             body.artifact.model_dump(by_alias=True, exclude_none=True), "artifact"
         )
-        response = await mesh.unary(
-            app_name,
-            mesh.sessions(app_name).SaveArtifact,
-            session_pb2.SessionServiceSaveArtifactRequest(
-                user_id=user_id,
-                session_id=session_id,
-                filename=body.filename,
-                artifact=codec.part_to_proto(part),
-            ),
-            credentials=who.credentials,
-            seconds=_CALL_SECONDS,
+        saved = session_pb2.SessionServiceSaveArtifactRequest(
+            user_id=user_id,
+            session_id=session_id,
+            filename=body.filename,
+            artifact=codec.part_to_proto(part),
         )
+        if saved.ByteSize() <= _MAX_UNARY_SAVE_BYTES:
+            response = await mesh.unary(
+                app_name,
+                mesh.sessions(app_name).SaveArtifact,
+                saved,
+                credentials=who.credentials,
+                seconds=_CALL_SECONDS,
+            )
+            version = response.version
+        else:
+            # Over one message of the mesh (a gateway whose max_body_bytes lets it in): in
+            # chunks, as SaveArtifactStream takes it.
+            version = await save_in_chunks(app_name, saved, who)
         return JSONResponse(
             {
-                "version": response.version,
+                "version": version,
                 "canonicalUri": _canonical_uri(
-                    app_name, user_id, session_id, body.filename, response.version
+                    app_name, user_id, session_id, body.filename, version
                 ),
                 "customMetadata": {},
                 "createTime": time.time(),

@@ -84,22 +84,28 @@ class _Checks:
                 f"peer {', '.join(sorted(identities))} is not in this service's allow-list"
             )
 
-    async def front(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def principal(self, context: grpc.aio.ServicerContext) -> str | None:
+        """The user the call's credentials prove; None without authenticators."""
         if not self.security.authenticators:
-            return
+            return None
         metadata = {
             key.lower(): value
             for key, value in (context.invocation_metadata() or ())
             if isinstance(value, str)
         }
-        principal = await authenticate(self.security.authenticators, metadata)
+        return (await authenticate(self.security.authenticators, metadata)).user_id
+
+    async def front(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        user_id = await self.principal(context)
+        if user_id is None:
+            return
         if method == _RUN:
             # Only a root run: writing to ``request.root`` of a request with no mode would
             # make it one (refused then for its missing message, not for its missing mode).
             if request.WhichOneof("mode") == "root":
-                _bind_user(request.root, principal.user_id, "this run")
+                _bind_user(request.root, user_id, "this run")
         elif method.startswith(_SESSION_API) and "user_id" in request.DESCRIPTOR.fields_by_name:
-            _bind_user(request, principal.user_id, "this request")
+            _bind_user(request, user_id, "this request")
 
     def is_peer(self, method: str, context: grpc.aio.ServicerContext) -> bool:
         try:
@@ -156,13 +162,19 @@ def _guard_stream_stream(
     method: str,
     checks: _Checks,
 ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
-    """A bidirectional method: checked before its first message is read (its requests come
-    from other agents of the mesh, so it is a mesh-door call, whatever it sends)."""
+    """A bidirectional method: checked before its first message is read. A mesh method's
+    requests come from other agents of the mesh, so it is a mesh-door call, whatever it
+    sends; the session API's (``SaveArtifactStream``) is a front-door call, its credentials
+    checked first and its header's ``user_id`` bound to the principal as it arrives."""
 
     async def handler(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             if method in _MESH_METHODS:
                 checks.peer(method, context)
+            elif method.startswith(_SESSION_API):
+                user_id = await checks.principal(context)
+                if user_id is not None:
+                    requests = _bound_headers(requests, user_id)
             else:
                 raise PermissionDeniedError(f"{method} is not a method of the mesh")
         except AdkError as error:
@@ -176,6 +188,15 @@ def _guard_stream_stream(
                 yield response
 
     return handler
+
+
+async def _bound_headers(requests: AsyncIterator[Any], user_id: str) -> AsyncIterator[Any]:
+    """``requests`` with the ``user_id`` of each header bound to the principal (another user:
+    PERMISSION_DENIED, raised to the servicer as it reads the header)."""
+    async for request in requests:
+        if request.WhichOneof("chunk") == "header":
+            _bind_user(request.header, user_id, "this request")
+        yield request
 
 
 class DoorKeeper(WrappingInterceptor):

@@ -89,12 +89,14 @@ from adk_mesh.sessions.base import Session
 from adk_mesh.state import TEMP_PREFIX
 from adk_mesh.telemetry._propagation import CONVERSATION_ID, INVOCATION_ID
 from adk_mesh.types import Event, EventActions, Part
-from adk_mesh.v1 import event_pb2, session_pb2, session_pb2_grpc
+from adk_mesh.v1 import content_pb2, event_pb2, session_pb2, session_pb2_grpc
 
 if TYPE_CHECKING:
     from adk_mesh.mesh.agent_server import AgentServer
 
 __all__ = [
+    "ARTIFACT_CHUNK_BYTES",
+    "DEFAULT_MAX_ARTIFACT_BYTES",
     "EVENTS_BYTES_PER_RESPONSE",
     "SERVICE_NAME",
     "SESSIONS_PER_RESPONSE",
@@ -124,6 +126,19 @@ MAX_LISTED_SESSION_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 #: message limit, less room for what may change between the check and the answer.
 MAX_UPDATE_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
+#: The bytes of an artifact in one data message of LoadArtifactStream (and of the clients'
+#: SaveArtifactStream): far below any message limit, and few enough that a stream holds the
+#: artifact once, not its messages too.
+ARTIFACT_CHUNK_BYTES = 1024 * 1024
+#: The largest artifact SaveArtifactStream stores, unless the servicer is given another.
+#: The store receives the artifact whole (the ArtifactService contract takes a Part), so a
+#: save holds it in memory, twice for a moment (the chunks joined): this bounds what one call
+#: may make the service hold. PostgreSQL refuses a bytea over 1 GB, so no limit can go there.
+DEFAULT_MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
+
+#: A PostgreSQL field holds less than this (1 GB).
+_POSTGRES_MAX_BYTES = 2**30
+
 #: Author and invocation-id prefix of the event that records a state update (google-adk's
 #: PATCH writes the same).
 UPDATE_AUTHOR = "user"
@@ -141,8 +156,16 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
     """Thin adapter from ``SessionService`` to an :class:`AgentServer`'s stores: checks the
     request, calls the stores, maps errors once (:func:`error_boundary`)."""
 
-    def __init__(self, server: AgentServer) -> None:
+    def __init__(
+        self, server: AgentServer, *, max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    ) -> None:
+        if not 0 < max_artifact_bytes < _POSTGRES_MAX_BYTES:
+            raise ConfigError(
+                f"max_artifact_bytes is {max_artifact_bytes}; give 1 to "
+                f"{_POSTGRES_MAX_BYTES - 1} (the most a PostgreSQL artifact store holds)"
+            )
         self._server = server
+        self._max_artifact_bytes = max_artifact_bytes
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -497,46 +520,80 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
         context: grpc.aio.ServicerContext,
     ) -> session_pb2.SessionServiceLoadArtifactResponse:
         async with error_boundary(context, "LoadArtifact"):
-            key = self._key(request)
-            filename = self._filename(request.filename)
-            version: int | None = None
-            if request.HasField("version"):
-                version = request.version
-                if version < 0:
-                    raise InvalidArgumentError(
-                        f"version is {version}; versions are numbered from 1 (leave it unset "
-                        "for the latest)"
-                    )
-            await self._required(key)
-            artifacts = self._artifacts
-            if artifacts is None:
-                raise _artifact_not_found(key, filename, version)
-            if version is None:
-                # Read the version first, so the answer names the one it loaded.
-                versions = await artifacts.list_versions(
-                    app_name=key.app_name,
-                    user_id=key.user_id,
-                    session_id=key.session_id,
-                    filename=filename,
-                )
-                if not versions:
-                    raise _artifact_not_found(key, filename, None)
-                version = versions[-1]
-            part = await artifacts.load_artifact(
-                app_name=key.app_name,
-                user_id=key.user_id,
-                session_id=key.session_id,
-                filename=filename,
-                version=version,
-            )
-            if part is None:
-                raise _artifact_not_found(key, filename, version)
+            key, filename, version, part = await self._loaded(request)
             response = session_pb2.SessionServiceLoadArtifactResponse(
                 artifact=codec.part_to_proto(part), version=version
             )
             _check_sendable(response, key, filename, part)
             return response
         raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def LoadArtifactStream(
+        self,
+        request: session_pb2.SessionServiceLoadArtifactStreamRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[session_pb2.SessionServiceLoadArtifactStreamResponse]:
+        async with error_boundary(context, "LoadArtifactStream"):
+            _, _, version, part = await self._loaded(request)
+            # The header's Part is built without the data, and each chunk is a slice of the
+            # stored bytes: the artifact is held once, whatever its size.
+            if part.inline_data is not None:
+                data = part.inline_data.data
+                described = content_pb2.Part(
+                    inline_data=content_pb2.Blob(mime_type=part.inline_data.mime_type)
+                )
+            else:
+                data = (part.text or "").encode()
+                described = content_pb2.Part(text="")
+            yield session_pb2.SessionServiceLoadArtifactStreamResponse(
+                header=session_pb2.LoadArtifactStreamHeader(
+                    version=version, artifact=described, size_bytes=len(data)
+                )
+            )
+            view = memoryview(data)
+            for start in range(0, len(data), ARTIFACT_CHUNK_BYTES):
+                yield session_pb2.SessionServiceLoadArtifactStreamResponse(
+                    data=bytes(view[start : start + ARTIFACT_CHUNK_BYTES])
+                )
+
+    async def _loaded(self, request: Any) -> tuple[_SessionKey, str, int, Part]:
+        """The artifact a LoadArtifact or LoadArtifactStream request names: its session, its
+        name, the version loaded and the Part (NOT_FOUND for an unknown one)."""
+        key = self._key(request)
+        filename = self._filename(request.filename)
+        version: int | None = None
+        if request.HasField("version"):
+            version = request.version
+            if version < 0:
+                raise InvalidArgumentError(
+                    f"version is {version}; versions are numbered from 1 (leave it unset "
+                    "for the latest)"
+                )
+        await self._required(key)
+        artifacts = self._artifacts
+        if artifacts is None:
+            raise _artifact_not_found(key, filename, version)
+        if version is None:
+            # Read the version first, so the answer names the one it loaded.
+            versions = await artifacts.list_versions(
+                app_name=key.app_name,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                filename=filename,
+            )
+            if not versions:
+                raise _artifact_not_found(key, filename, None)
+            version = versions[-1]
+        part = await artifacts.load_artifact(
+            app_name=key.app_name,
+            user_id=key.user_id,
+            session_id=key.session_id,
+            filename=filename,
+            version=version,
+        )
+        if part is None:
+            raise _artifact_not_found(key, filename, version)
+        return key, filename, version, part
 
     async def SaveArtifact(
         self,
@@ -549,33 +606,114 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             if not request.HasField("artifact") or request.artifact.WhichOneof("data") is None:
                 raise InvalidArgumentError("the artifact is empty; send inline data or text")
             part = codec.part_from_proto(request.artifact)
-            artifacts = self._artifacts
-            if artifacts is None:
-                raise ConfigError(
-                    "this service has no artifact store; start it with one to save artifacts"
-                )
+            artifacts = self._saving_store()
             await self._required(key)
-            version = await artifacts.save_artifact(
+            version = await self._saved(artifacts, key, filename, part)
+            return session_pb2.SessionServiceSaveArtifactResponse(version=version)
+        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+
+    async def SaveArtifactStream(
+        self,
+        requests: AsyncIterator[session_pb2.SessionServiceSaveArtifactStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[session_pb2.SessionServiceSaveArtifactStreamResponse]:
+        async with error_boundary(context, "SaveArtifactStream"):
+            first = await anext(aiter(requests), None)
+            if first is None or first.WhichOneof("chunk") != "header":
+                raise InvalidArgumentError(
+                    "SaveArtifactStream's first message is its header (the ids, the name, the "
+                    "artifact without its data, its size); the data follows it"
+                )
+            header = first.header
+            key = self._key(header)
+            filename = self._filename(header.filename)
+            kind = header.artifact.WhichOneof("data")
+            if kind == "inline_data":
+                mime_type: str | None = header.artifact.inline_data.mime_type
+                carried = bool(header.artifact.inline_data.data)
+            elif kind == "text":
+                mime_type, carried = None, bool(header.artifact.text)
+            else:
+                raise InvalidArgumentError(
+                    "the header's artifact holds no kind; send inline data with its MIME type "
+                    'or text set to "", the data in the messages after it'
+                )
+            if carried:
+                raise InvalidArgumentError(
+                    "the header's artifact holds data; send it in the messages after the header"
+                )
+            size = header.size_bytes
+            if size < 0:
+                raise InvalidArgumentError(f"size_bytes is {size}; send the data's size")
+            if size > self._max_artifact_bytes:
+                # Refused before a byte is read: the client learns at once, and the service
+                # never holds what it will not store.
+                raise InvalidArgumentError(
+                    f"artifact {shown(filename)} is {size} bytes, over the "
+                    f"{self._max_artifact_bytes} bytes this service stores in one artifact; "
+                    "nothing was stored (save it in smaller artifacts)",
+                    metadata={
+                        "session_id": key.session_id,
+                        "filename": filename,
+                        "size_bytes": str(size),
+                        "limit_bytes": str(self._max_artifact_bytes),
+                    },
+                )
+            artifacts = self._saving_store()
+            await self._required(key)
+            # Stored only once every byte is in: a stream cut short (a cancel, a dropped
+            # connection) ends here, in the read, and leaves nothing behind.
+            data = await _received(requests, size)
+            # Again, now the bytes are in: the session may have gone while they came.
+            await self._required(key)
+            if mime_type is not None:
+                part = Part.from_inline_data(mime_type, data)
+            else:
+                try:
+                    text = data.decode()
+                except UnicodeDecodeError as error:
+                    raise InvalidArgumentError(
+                        f"the text artifact's bytes are not UTF-8 (at byte {error.start}); "
+                        "nothing was stored"
+                    ) from None
+                part = Part.from_text(text)
+            del data  # the Part holds the bytes (or the text) now
+            version = await self._saved(artifacts, key, filename, part)
+            yield session_pb2.SessionServiceSaveArtifactStreamResponse(version=version)
+
+    def _saving_store(self) -> ArtifactService:
+        artifacts = self._artifacts
+        if artifacts is None:
+            raise ConfigError(
+                "this service has no artifact store; start it with one to save artifacts"
+            )
+        return artifacts
+
+    async def _saved(
+        self, artifacts: ArtifactService, key: _SessionKey, filename: str, part: Part
+    ) -> int:
+        """Store ``part`` as the name's next version, once the session was found; its
+        number."""
+        version = await artifacts.save_artifact(
+            app_name=key.app_name,
+            user_id=key.user_id,
+            session_id=key.session_id,
+            filename=filename,
+            artifact=part,
+        )
+        if not is_user_scoped(filename) and await self._existing(key) is None:
+            # DeleteSession ran while this save wrote (a save does not wait for the
+            # session as a turn does): what it wrote would be inherited by a later
+            # session of the same id. Every version of the name goes, as the session's
+            # other artifacts went; a user: artifact is the user's and stays.
+            await artifacts.delete_artifact(
                 app_name=key.app_name,
                 user_id=key.user_id,
                 session_id=key.session_id,
                 filename=filename,
-                artifact=part,
             )
-            if not is_user_scoped(filename) and await self._existing(key) is None:
-                # DeleteSession ran while this save wrote (a save does not wait for the
-                # session as a turn does): what it wrote would be inherited by a later
-                # session of the same id. Every version of the name goes, as the session's
-                # other artifacts went; a user: artifact is the user's and stays.
-                await artifacts.delete_artifact(
-                    app_name=key.app_name,
-                    user_id=key.user_id,
-                    session_id=key.session_id,
-                    filename=filename,
-                )
-                raise _session_not_found(key)
-            return session_pb2.SessionServiceSaveArtifactResponse(version=version)
-        raise AssertionError("unreachable: error_boundary aborts")  # pragma: no cover
+            raise _session_not_found(key)
+        return version
 
     async def ListArtifactVersions(
         self,
@@ -713,10 +851,37 @@ def _check_sendable(
     raise ArtifactTooLargeError(
         f"artifact {shown(filename)} version {response.version} of session "
         f"{shown(key.session_id)} is {size} bytes encoded, over the mesh's message limit "
-        f"({MAX_MESSAGE_BYTES} bytes): the session API cannot send it; load it in process "
-        "(a tool's load_artifact), or save it in smaller artifacts",
+        f"({MAX_MESSAGE_BYTES} bytes): LoadArtifact cannot send it; load it with "
+        "LoadArtifactStream, which sends it in chunks",
         metadata=metadata,
     )
+
+
+async def _received(
+    requests: AsyncIterator[session_pb2.SessionServiceSaveArtifactStreamRequest], size: int
+) -> bytes:
+    """The data of a SaveArtifactStream after its header: exactly ``size`` bytes, or
+    INVALID_ARGUMENT (a message that is not data, more bytes, or fewer when the client
+    closed its side)."""
+    received = bytearray()
+    async for request in requests:
+        if request.WhichOneof("chunk") != "data":
+            raise InvalidArgumentError(
+                "SaveArtifactStream holds one header, in its first message; the others carry "
+                "data; nothing was stored"
+            )
+        if len(received) + len(request.data) > size:
+            raise InvalidArgumentError(
+                f"the stream carries more than the {size} bytes its header announced; "
+                "nothing was stored"
+            )
+        received += request.data
+    if len(received) != size:
+        raise InvalidArgumentError(
+            f"the stream ended after {len(received)} of the {size} bytes its header "
+            "announced; nothing was stored"
+        )
+    return bytes(received)
 
 
 def _after(message: timestamp_pb2.Timestamp) -> datetime:

@@ -305,3 +305,65 @@ class SessionServiceDeleteArtifactRequest(_message.Message):
 class SessionServiceDeleteArtifactResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SessionServiceSaveArtifactStreamRequest(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: SaveArtifactStreamHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[SaveArtifactStreamHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SaveArtifactStreamHeader(_message.Message):
+    __slots__ = ("app_name", "user_id", "session_id", "filename", "artifact", "size_bytes")
+    APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    app_name: str
+    user_id: str
+    session_id: str
+    filename: str
+    artifact: _content_pb2.Part
+    size_bytes: int
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., filename: _Optional[str] = ..., artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class SessionServiceSaveArtifactStreamResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class SessionServiceLoadArtifactStreamRequest(_message.Message):
+    __slots__ = ("app_name", "user_id", "session_id", "filename", "version")
+    APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    app_name: str
+    user_id: str
+    session_id: str
+    filename: str
+    version: int
+    def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., filename: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class SessionServiceLoadArtifactStreamResponse(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: LoadArtifactStreamHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[LoadArtifactStreamHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class LoadArtifactStreamHeader(_message.Message):
+    __slots__ = ("version", "artifact", "size_bytes")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    artifact: _content_pb2.Part
+    size_bytes: int
+    def __init__(self, version: _Optional[int] = ..., artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ..., size_bytes: _Optional[int] = ...) -> None: ...

@@ -119,6 +119,16 @@ class SessionServiceStub:
                 request_serializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceDeleteArtifactRequest.SerializeToString,
                 response_deserializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceDeleteArtifactResponse.FromString,
                 _registered_method=True)
+        self.SaveArtifactStream = channel.stream_stream(
+                '/adk_mesh.v1.SessionService/SaveArtifactStream',
+                request_serializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceSaveArtifactStreamRequest.SerializeToString,
+                response_deserializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceSaveArtifactStreamResponse.FromString,
+                _registered_method=True)
+        self.LoadArtifactStream = channel.unary_stream(
+                '/adk_mesh.v1.SessionService/LoadArtifactStream',
+                request_serializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceLoadArtifactStreamRequest.SerializeToString,
+                response_deserializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceLoadArtifactStreamResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -236,6 +246,30 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaveArtifactStream(self, request_iterator, context):
+        """Stores a new version of an artifact of any size (SaveArtifact carries one message, at
+        most 32 MiB): a header first, then the bytes in chunks; the service answers once, with
+        the version, after the client has sent every byte and closed its side. The artifact is
+        stored whole or not at all: a stream cut short (cancelled, a dropped connection, fewer
+        bytes than the header announced) stores nothing. An artifact over the service's limit
+        (default 256 MiB) is refused with INVALID_ARGUMENT, naming it, before its bytes are
+        read. Bidirectional only so that it passes the mesh's interceptors as its other streamed
+        calls do: the service sends exactly one response.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadArtifactStream(self, request, context):
+        """One version of an artifact of any size (LoadArtifact answers in one message, so refuses
+        an artifact larger than that with FAILED_PRECONDITION, reason ARTIFACT_TOO_LARGE): a
+        header first (the version, the Part without its data, the size), then the bytes in
+        chunks of at most 1 MiB.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -293,6 +327,16 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.DeleteArtifact,
                     request_deserializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceDeleteArtifactRequest.FromString,
                     response_serializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceDeleteArtifactResponse.SerializeToString,
+            ),
+            'SaveArtifactStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SaveArtifactStream,
+                    request_deserializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceSaveArtifactStreamRequest.FromString,
+                    response_serializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceSaveArtifactStreamResponse.SerializeToString,
+            ),
+            'LoadArtifactStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.LoadArtifactStream,
+                    request_deserializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceLoadArtifactStreamRequest.FromString,
+                    response_serializer=adk__mesh_dot_v1_dot_session__pb2.SessionServiceLoadArtifactStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -622,6 +666,60 @@ class SessionService:
             '/adk_mesh.v1.SessionService/DeleteArtifact',
             adk__mesh_dot_v1_dot_session__pb2.SessionServiceDeleteArtifactRequest.SerializeToString,
             adk__mesh_dot_v1_dot_session__pb2.SessionServiceDeleteArtifactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveArtifactStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/adk_mesh.v1.SessionService/SaveArtifactStream',
+            adk__mesh_dot_v1_dot_session__pb2.SessionServiceSaveArtifactStreamRequest.SerializeToString,
+            adk__mesh_dot_v1_dot_session__pb2.SessionServiceSaveArtifactStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadArtifactStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/adk_mesh.v1.SessionService/LoadArtifactStream',
+            adk__mesh_dot_v1_dot_session__pb2.SessionServiceLoadArtifactStreamRequest.SerializeToString,
+            adk__mesh_dot_v1_dot_session__pb2.SessionServiceLoadArtifactStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

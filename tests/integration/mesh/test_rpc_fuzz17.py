@@ -601,6 +601,16 @@ def base_requests(path: str) -> list[Message]:
         "ListArtifactVersions": [
             session_pb2.SessionServiceListArtifactVersionsRequest(**ids, filename=ARTIFACT)
         ],
+        "SaveArtifactStream": [
+            session_pb2.SessionServiceSaveArtifactStreamRequest(
+                header=session_pb2.SaveArtifactStreamHeader(
+                    **ids, filename=ARTIFACT, artifact=content_pb2.Part(text=""), size_bytes=0
+                )
+            )
+        ],
+        "LoadArtifactStream": [
+            session_pb2.SessionServiceLoadArtifactStreamRequest(**ids, filename=ARTIFACT)
+        ],
         "DeleteArtifact": [
             session_pb2.SessionServiceDeleteArtifactRequest(
                 **ids, filename="gone.txt", allow_missing=True

@@ -89,6 +89,12 @@ class SqliteFile:
                 raise self._error(
                     f"SQLite {self._kind} store {self.path!r} cannot be opened: {error}"
                 ) from error
+            if os.path.isdir(self.path):
+                # SQLite says only "unable to open database file".
+                raise self._error(
+                    f"SQLite {self._kind} store {self.path!r} cannot be opened: it is a "
+                    "directory, not a database file"
+                )
         # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
         connection = sqlite3.connect(
             self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None

@@ -15,7 +15,8 @@
 
 Exit codes: 0 success; 1 a failed run or call (``error: <class>: <message>``); 2 a usage or
 configuration error (``error: <message>``: a bad MODULE:ATTR, a port out of range or taken, an
-address that is not this machine's); 130 when interrupted; 141 (128 + SIGPIPE, as a Unix tool
+address that is not this machine's, a store ``serve`` cannot open); 130 when interrupted (while
+the command still loads too: see :mod:`adk_mesh.__main__`); 141 (128 + SIGPIPE, as a Unix tool
 killed by SIGPIPE) when the reader of the output went away (``adk-mesh run ... | head -1``).
 Every error is one line on stderr.
 """

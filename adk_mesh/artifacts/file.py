@@ -95,6 +95,36 @@ class FileArtifactService(ArtifactService):
     def root(self) -> Path:
         return self._root
 
+    async def check_root(self) -> None:
+        """Create the root directory now, as the first save would, and check that this
+        process can write in it. A serving process calls this as it starts
+        (:mod:`adk_mesh.mesh.serve`), so an unusable directory stops it there instead of
+        failing the first turn that saves; a library user may too.
+
+        Raises:
+            ArtifactError: the root cannot be created or written in, naming it and why.
+        """
+
+        def check() -> None:
+            try:
+                self._root.mkdir(parents=True, exist_ok=True)
+                # Existing is not enough: a read-only mount or another owner refuses writes.
+                probe = self._root / f".adk-mesh-check-{uuid.uuid4().hex}"
+                probe.touch(exist_ok=False)
+                probe.unlink()
+            except FileExistsError:
+                # mkdir(exist_ok=True) raises it only for something that is not a directory.
+                raise ArtifactError(
+                    f"file artifact store {str(self._root)!r}: it is a file, not a directory"
+                ) from None
+            except OSError as error:
+                raise ArtifactError(
+                    f"file artifact store {str(self._root)!r}: {error.strerror or error}"
+                    + (f": {error.filename!r}" if error.filename else "")
+                ) from error
+
+        await asyncio.to_thread(check)
+
     # --- paths (worker threads) ----------------------------------------------------------
 
     def _scope_directory(self, app_name: str, user_id: str, scope: str) -> Path:

@@ -4,6 +4,10 @@ The ready line, ``adk-mesh: serving <kind> <name> on <host>:<port>``, is printed
 flushed once the server accepts calls: supervisors (``adk-mesh up``, tests) wait for it, and it
 holds the real port when ``--port 0`` was asked for.
 
+Before it binds, an agent server's stores are opened (:func:`open_stores`): one that cannot be
+used (a SQLite path that is a directory, a PostgreSQL server that cannot be reached, ...) stops
+the process at start-up, never reporting healthy, rather than failing its first turn.
+
 On SIGTERM or SIGINT the server drains (see :meth:`MeshServer.drain`): health turns
 NOT_SERVING, new calls are refused with UNAVAILABLE, the runs in flight get ``grace`` seconds to
 finish and are cancelled after that; a second signal changes nothing (the grace bounds the
@@ -19,7 +23,8 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from adk_mesh.errors import AdkIOError, ConfigError
+from adk_mesh.artifacts.file import FileArtifactService
+from adk_mesh.errors import AdkError, AdkIOError, ConfigError
 from adk_mesh.mesh._channel import (
     DEFAULT_MAX_CONCURRENT_CALLS,
     DEFAULT_MAX_CONNECTION_AGE,
@@ -36,6 +41,7 @@ __all__ = [
     "BindError",
     "PortTakenError",
     "describe_server",
+    "open_stores",
     "serve_until_signal",
     "split_address",
 ]
@@ -108,6 +114,49 @@ def _bind_problem(host: str, port: int) -> BindError | None:
     return BindError(f"cannot bind {host}:{port}: {first.strerror}{hint}")
 
 
+#: The user and session a start-up read of the stores names: a valid id no client is given.
+_CHECK_ID = "adk-mesh-start-up-check"
+
+
+async def open_stores(server: MeshServer) -> None:
+    """Open the stores of an :class:`AgentServer` now, as their first call would (SQLite files
+    created and migrated, PostgreSQL pools connected within their connect timeout and migrated
+    or checked, a file artifact store's directory created and written in); other servers
+    have none. The stores themselves stay lazy for library use: serving calls this.
+
+    Each is opened by a read through its contract (a session, artifact keys or memories no one
+    has), so any backend opens as it does for real; nothing is written but what opening writes.
+
+    Raises:
+        ConfigError: a store that cannot be used: which one, and why (its own message names
+            its file or URL). The stores the server opened are closed first.
+    """
+    if not isinstance(server, AgentServer):
+        return
+    app, user = server.app_name, _CHECK_ID
+    sessions, artifacts, memory = (
+        server.session_service,
+        server.artifact_service,
+        server.memory_service,
+    )
+    what = "session store"
+    try:
+        await sessions.get_session(app_name=app, user_id=user, session_id=_CHECK_ID)
+        if artifacts is not None:
+            what = "artifact store"
+            if isinstance(artifacts, FileArtifactService):
+                # Listing a directory that does not exist yet finds nothing and fails nothing.
+                await artifacts.check_root()
+            else:
+                await artifacts.list_artifact_keys(app_name=app, user_id=user, session_id=_CHECK_ID)
+        if memory is not None:
+            what = "memory store"
+            await memory.search_memory(app_name=app, user_id=user, query=_CHECK_ID)
+    except AdkError as error:
+        await server.stop()
+        raise ConfigError(f"the {what} cannot be used: {error.message}") from error
+
+
 async def start_server(
     server: MeshServer,
     address: str,
@@ -168,6 +217,7 @@ async def serve_until_signal(
     <url>``, comes before the ready line. On a signal it stops taking requests first.
 
     Raises:
+        ConfigError: a store of the server cannot be used (see :func:`open_stores`).
         PortTakenError: the port is held by another process.
         BindError: the address cannot be bound for another reason.
     """
@@ -176,12 +226,18 @@ async def serve_until_signal(
     mesh_address = f"{host}:{mesh_port}" if mesh_port is not None else None
     stopping = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
+    # Before the signal handlers: Ctrl-C while a store connects ends the start-up at once.
+    await open_stores(server)
     # Before the server starts: a signal while it starts then stops it once started, with a
     # drain. asyncio.run's own Ctrl-C handling would leave a started server behind, never
     # stopped (gRPC complains at exit), and SIGTERM would kill the process.
     for number in signals:
         loop.add_signal_handler(number, stopping.set)
     try:
+        # A Ctrl-C that came before: asyncio.run's own handler cancelled this task, which
+        # takes effect at its next wait. That is here, before a server starts that nothing
+        # would stop, not inside the start.
+        await asyncio.sleep(0)
         port = await start_server(
             server,
             address,

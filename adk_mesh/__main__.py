@@ -15,9 +15,13 @@ EXIT_INTERRUPTED = 130
 def main() -> int:
     """The ``adk-mesh`` command with ``sys.argv``; the exit code."""
     try:
+        from adk_mesh import _interrupts
+
+        _interrupts.watch()
         from adk_mesh.cli import main as command
 
-        code = command()
+        # A Ctrl-C CPython swallowed while the command loaded (see adk_mesh._interrupts).
+        code = EXIT_INTERRUPTED if _interrupts.swallowed() else command()
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     _forget_handled_interrupt()

@@ -23,6 +23,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
+from adk_mesh import _interrupts
 from adk_mesh.artifacts.file import FileArtifactService
 from adk_mesh.errors import AdkError, AdkIOError, ConfigError
 from adk_mesh.mesh._channel import (
@@ -233,6 +234,10 @@ async def serve_until_signal(
     # stopped (gRPC complains at exit), and SIGTERM would kill the process.
     for number in signals:
         loop.add_signal_handler(number, stopping.set)
+    if _interrupts.swallowed():
+        # A Ctrl-C CPython swallowed as the command started (adk_mesh._interrupts): stop as
+        # for one that comes now.
+        stopping.set()
     try:
         # A Ctrl-C that came before: asyncio.run's own handler cancelled this task, which
         # takes effect at its next wait. That is here, before a server starts that nothing

@@ -376,3 +376,61 @@ def test_the_library_still_opens_stores_at_their_first_call(tmp_path: Path) -> N
     (tmp_path / "stores").mkdir()
     agent = LlmAgent(name="weather", model=ScriptedModel(["12 degrees"]))
     AgentServer(agent, session_service=f"sqlite:///{tmp_path / 'stores'}")
+
+
+# --- Ctrl-C that CPython swallows -------------------------------------------------------------
+
+#: Raises KeyboardInterrupt in a weakref callback, as a SIGINT does that lands while one runs
+#: (importlib's module-lock callbacks run while modules load): CPython cannot propagate it.
+SWALLOWED_INTERRUPT = """
+import weakref
+
+class _Held:
+    pass
+
+def _interrupted(reference):
+    raise KeyboardInterrupt
+
+_held = _Held()
+_reference = weakref.ref(_held, _interrupted)
+del _held
+"""
+
+
+def test_a_swallowed_ctrl_c_while_loading_exits_130_without_a_traceback(app_dir: Path) -> None:
+    (app_dir / "swallowed_interrupt.py").write_text(SWALLOWED_INTERRUPT)
+    program = (
+        "import sys; from adk_mesh import __main__ as entry, _interrupts; "
+        "entry_watch = _interrupts.watch; "
+        "_interrupts.watch = lambda: (entry_watch(), __import__('swallowed_interrupt')); "
+        "sys.argv = ['adk-mesh', 'serve', 'agent', 'app:root_agent', '--port', '0']; "
+        "raise SystemExit(entry.main())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        timeout=EXIT_WITHIN,
+        env={**os.environ, "PYTHONPATH": str(app_dir)},
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "Exception ignored" not in done.stderr, done.stderr
+    assert done.returncode == 130, done.stderr
+
+
+def test_a_ctrl_c_swallowed_as_serve_starts_stops_it(app_dir: Path) -> None:
+    # The agent's module is loaded by the command, after the entry point's own checkpoint.
+    app = app_dir / "app.py"
+    app.write_text(app.read_text() + SWALLOWED_INTERRUPT)
+    done = subprocess.run(
+        [*MODULE, "serve", "agent", "app:root_agent", "--port", "0"],
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        timeout=EXIT_WITHIN,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "Exception ignored" not in done.stderr, done.stderr
+    assert "adk-mesh: serving" not in done.stdout  # never ready: it was stopping
+    assert done.returncode == 0 and "adk-mesh: stopped" in done.stderr, done.stderr

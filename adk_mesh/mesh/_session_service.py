@@ -55,10 +55,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -138,6 +138,9 @@ DEFAULT_MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 
 #: A PostgreSQL field holds less than this (1 GB).
 _POSTGRES_MAX_BYTES = 2**30
+
+#: A streamed read's response message (GetSessionResponse, ListSessionsResponse).
+R = TypeVar("R", session_pb2.GetSessionResponse, session_pb2.ListSessionsResponse)
 
 #: Author and invocation-id prefix of the event that records a state update (google-adk's
 #: PATCH writes the same).
@@ -1014,52 +1017,73 @@ def _lasting(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def _listed_responses(sessions: list[Session]) -> Iterator[session_pb2.ListSessionsResponse]:
     """One page of a listing as ListSessions responses (at least one): the sessions with
-    their state, in responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` encoded bytes (a
-    larger session alone), each session encoded only once the previous response is out. A
-    session larger than :data:`MAX_LISTED_SESSION_BYTES` goes without its state, named."""
-    response = session_pb2.ListSessionsResponse()
-    size = 0
-    for session in sessions:
-        encoded = _session_to_proto(session)
-        whole = encoded.ByteSize()
-        stateless = whole > MAX_LISTED_SESSION_BYTES
-        if stateless:
+    their state, packed by :func:`_packed`. A session larger than
+    :data:`MAX_LISTED_SESSION_BYTES` goes without its state, named."""
+
+    def entries() -> Iterator[tuple[Any, str | None]]:
+        for session in sessions:
+            encoded = _session_to_proto(session)
+            whole = encoded.ByteSize()
+            if whole <= MAX_LISTED_SESSION_BYTES:
+                yield encoded, None
+                continue
             logger.warning(
                 "session %s is listed without its state: %d bytes encoded", session.id, whole
             )
-            encoded = _session_to_proto(session.model_copy(update={"state": {}}))
-        added = encoded.ByteSize() + _ENTRY_FRAMING
-        if stateless:
-            added += len(session.id.encode()) + _ENTRY_FRAMING
-        if size and size + added > EVENTS_BYTES_PER_RESPONSE:
-            yield response
-            response = session_pb2.ListSessionsResponse()
-            size = 0
-        response.sessions.append(encoded)
-        if stateless:
-            response.stateless_session_ids.append(session.id)
-        size += added
-    yield response
+            yield _session_to_proto(session.model_copy(update={"state": {}})), session.id
+
+    return _packed(
+        session_pb2.ListSessionsResponse(),
+        session_pb2.ListSessionsResponse,
+        entries(),
+        entries_field="sessions",
+        named_field="stateless_session_ids",
+    )
 
 
 def _session_responses(session: Session) -> Iterator[session_pb2.GetSessionResponse]:
-    """The GetSession stream of ``session``: the session first, then its events, in
-    responses of at most :data:`EVENTS_BYTES_PER_RESPONSE` encoded bytes (a larger event
-    alone), each event encoded only once the previous response is out."""
-    response = session_pb2.GetSessionResponse(session=_session_to_proto(session))
+    """The GetSession stream of ``session``: the session first, then its events, packed by
+    :func:`_packed` (an event too large whole goes abridged, named)."""
+
+    def entries() -> Iterator[tuple[Any, str | None]]:
+        for event in session.events:
+            encoded, abridged = _encoded_event(event)
+            yield encoded, event.id if abridged else None
+
+    return _packed(
+        session_pb2.GetSessionResponse(session=_session_to_proto(session)),
+        session_pb2.GetSessionResponse,
+        entries(),
+        entries_field="events",
+        named_field="abridged_event_ids",
+    )
+
+
+def _packed(
+    first: R,
+    new: Callable[[], R],
+    entries: Iterator[tuple[Any, str | None]],
+    *,
+    entries_field: str,
+    named_field: str,
+) -> Iterator[R]:
+    """``first`` then as many ``new()`` responses as ``entries`` need, each at most
+    :data:`EVENTS_BYTES_PER_RESPONSE` encoded bytes (a larger entry alone), each entry encoded
+    only once the previous response is out. An entry sent changed (without its state,
+    abridged) comes with its id, which goes in the response's ``named_field``."""
+    response = first
     size = response.ByteSize()
-    for event in session.events:
-        encoded, abridged = _encoded_event(event)
+    for encoded, named in entries:
         added = encoded.ByteSize() + _ENTRY_FRAMING
-        if abridged:
-            added += len(event.id.encode()) + _ENTRY_FRAMING
+        if named is not None:
+            added += len(named.encode()) + _ENTRY_FRAMING
         if size and size + added > EVENTS_BYTES_PER_RESPONSE:
             yield response
-            response = session_pb2.GetSessionResponse()
+            response = new()
             size = 0
-        response.events.append(encoded)
-        if abridged:
-            response.abridged_event_ids.append(event.id)
+        getattr(response, entries_field).append(encoded)
+        if named is not None:
+            getattr(response, named_field).append(named)
         size += added
     yield response
 

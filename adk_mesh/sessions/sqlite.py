@@ -16,6 +16,9 @@
   Its transaction cannot be cut short on the worker thread, so a cancelled ``append_event``
   waits for it: the event is then both stored and in the session object, and the
   cancellation goes on.
+* ``create_session`` reads its create time inside its write transaction, and never below the
+  user's latest one: sessions commit in the order of the time a listing pages by, so a
+  paged listing never skips one that commits after it passed its position.
 * ``claim_session`` takes an exclusive lock on a file of its own in ``<path>-claims/``
   (see :mod:`adk_mesh.sessions._claims`): a turn another process holds is refused before it
   writes anything, and a process that dies leaves no claim behind.
@@ -249,8 +252,12 @@ class SqliteSessionService(SessionService):
         session_state_json = _common.dump_state(scoped.session)
 
         def create(connection: sqlite3.Connection) -> Session:
-            create_time = _common.now()
             with _sqlite.write_transaction(connection):
+                # The listing pages in create_time order, so a session must not commit with a
+                # time before one a listing may already have passed. Under the write lock no
+                # other creation commits between this clock read and this commit, and the time
+                # stays after the user's latest session even when the wall clock went back.
+                create_time = _next_create_time(connection, app_name, user_id)
                 try:
                     connection.execute(
                         "INSERT INTO sessions (app_name, user_id, id, state, create_time, "
@@ -540,6 +547,20 @@ class SqliteSessionService(SessionService):
 
 
 # --- SQL helpers (worker thread only) --------------------------------------------------------
+
+
+def _next_create_time(connection: sqlite3.Connection, app_name: str, user_id: str) -> float:
+    """The create time of the user's next session, inside the caller's write transaction: now,
+    but strictly after the user's latest one (an index lookup on ``sessions_by_creation``)."""
+    (latest,) = connection.execute(
+        "SELECT MAX(create_time) FROM sessions WHERE app_name = ? AND user_id = ?",
+        (app_name, user_id),
+    ).fetchone()
+    if latest is None:
+        return _common.now()
+    # The same rule as an update time, strictly after the previous one: a tie would order the
+    # two by id, which may put the new one before a listing's position too.
+    return _common.next_update_time(float(latest))
 
 
 def _has_event(

@@ -21,6 +21,7 @@ from adk_mesh.agents.delegation import (
     scoped_artifacts,
     scoped_memory,
 )
+from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.agents.transfers import DEFAULT_MAX_TRANSFERS, follow_transfers
 from adk_mesh.artifacts import ArtifactService, artifact_service_from_url
 from adk_mesh.contexts import (
@@ -777,7 +778,7 @@ class AgentServer(MeshServer):
             # Whether it answers the user's next turn after answering last: a caller's
             # RemoteAgent standing for it does the same (the next turn goes where it would
             # in one process).
-            keeps_conversation=agent.keeps_conversation,
+            keeps_conversation=_keeps_as_child(agent),
         )
         # What a caller's AgentTool declares for it (the same parameters as in process).
         schemas = agent.declared_schemas()
@@ -787,6 +788,22 @@ class AgentServer(MeshServer):
             schemas.output.json_schema if schemas.output is not None else None,
         )
         return card
+
+
+def _keeps_as_child(agent: BaseAgent) -> bool:
+    """Whether ``agent`` keeps the conversation as a child of another agent: what its card
+    says.
+
+    A card is read by a caller's RemoteAgent, which puts the agent under the caller's root,
+    so the answer must be the one the agent gives with a parent even when it is served as
+    its service's root. An LlmAgent keeps the conversation at the root of a tree, but under a
+    parent only when it may hand back to it; any other agent answers the same with or
+    without a parent (a workflow never keeps it, a RemoteAgent says what it was told or
+    learned), as far as this module can tell.
+    """
+    if isinstance(agent, LlmAgent):
+        return not agent.disallow_transfer_to_parent
+    return agent.keeps_conversation
 
 
 DESCRIBE_TIMEOUT = 10.0

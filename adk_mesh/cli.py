@@ -321,6 +321,7 @@ def _serve(args: argparse.Namespace) -> int:
                 artifact_service=args.artifacts or None,
                 memory_service=args.memory or None,
                 limits=limits,
+                max_artifact_bytes=args.max_artifact_bytes,
                 **a2a_options,
             )
         else:
@@ -690,6 +691,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 
 
+def _artifact_bytes_argument(text: str) -> int:
+    """``--max-artifact-bytes``' value (argparse ``type``): a bad one is the flag's usage error,
+    naming it, before the agent is loaded; the bounds are the session API's own."""
+    from adk_mesh.mesh._session_service import MAX_ARTIFACT_BYTES_LIMIT
+
+    bounds = (
+        f"must be a whole number of bytes, 1 to {MAX_ARTIFACT_BYTES_LIMIT} (the most a "
+        "PostgreSQL artifact store holds)"
+    )
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{bounds}, not {text!r}") from None
+    if not 1 <= size <= MAX_ARTIFACT_BYTES_LIMIT:
+        raise argparse.ArgumentTypeError(f"{bounds}, not {size}")
+    return size
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="adk-mesh", description="Run ADK agents and tools as a gRPC mesh.")
     parser.add_argument("--version", action="version", version=f"adk-mesh {__version__}")
@@ -705,6 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from adk_mesh.mesh import ServerLimits
     from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_CONNECTION_AGE
+    from adk_mesh.mesh._session_service import DEFAULT_MAX_ARTIFACT_BYTES
     from adk_mesh.mesh.security import (
         add_server_security_arguments,
         grace_default,
@@ -768,6 +788,17 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"a client connection is asked to reconnect after this long, so callers find "
             f"new replicas; running calls go on (default {DEFAULT_MAX_CONNECTION_AGE:g}; 0: never)",
         )
+        if sub is agent:
+            # Only an agent service has the session API that stores artifacts.
+            limits.add_argument(
+                "--max-artifact-bytes",
+                type=_artifact_bytes_argument,
+                default=DEFAULT_MAX_ARTIFACT_BYTES,
+                metavar="N",
+                help="the largest artifact the session API stores from one SaveArtifactStream, "
+                f"in bytes (default {DEFAULT_MAX_ARTIFACT_BYTES}); over it the save is "
+                "INVALID_ARGUMENT",
+            )
         sub.add_argument(
             "--port", type=port_argument, required=True, help="port (0: any free port)"
         )

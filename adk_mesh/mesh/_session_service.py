@@ -98,6 +98,7 @@ __all__ = [
     "ARTIFACT_CHUNK_BYTES",
     "DEFAULT_MAX_ARTIFACT_BYTES",
     "EVENTS_BYTES_PER_RESPONSE",
+    "MAX_ARTIFACT_BYTES_LIMIT",
     "SERVICE_NAME",
     "SESSIONS_PER_RESPONSE",
     "SessionServicer",
@@ -138,6 +139,8 @@ DEFAULT_MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 
 #: A PostgreSQL field holds less than this (1 GB).
 _POSTGRES_MAX_BYTES = 2**30
+#: The largest ``max_artifact_bytes`` the servicer takes (``--max-artifact-bytes`` too).
+MAX_ARTIFACT_BYTES_LIMIT = _POSTGRES_MAX_BYTES - 1
 
 #: A streamed read's response message (GetSessionResponse, ListSessionsResponse).
 R = TypeVar("R", session_pb2.GetSessionResponse, session_pb2.ListSessionsResponse)

@@ -57,8 +57,8 @@ from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._forwarding import forwarded_secrets, is_mutual_tls
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
 from adk_mesh.mesh._relay import PartialRelay
+from adk_mesh.mesh._session_service import DEFAULT_MAX_ARTIFACT_BYTES, SessionServicer
 from adk_mesh.mesh._session_service import SERVICE_NAME as _SESSION_SERVICE_NAME
-from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import (
     SESSION_ID_TRAILER,
@@ -188,6 +188,9 @@ class AgentServer(MeshServer):
             (:mod:`adk_mesh.credentials`; default: none). A delegated run whose caller
             forwarded credentials (an AgentTool's ``forward_credentials``, over mutual TLS
             only: PERMISSION_DENIED otherwise) gets them after this service's own.
+        max_artifact_bytes: the largest artifact the session API's ``SaveArtifactStream``
+            stores, in bytes (default 256 MiB; 1 to 2**30 - 1). A save over it is
+            INVALID_ARGUMENT, naming the limit, before its bytes are read.
 
     The server also serves ``adk_mesh.v1.SessionService`` (the session API: list, read,
     create, update the state of and delete its sessions; list, load, save and delete their
@@ -212,8 +215,12 @@ class AgentServer(MeshServer):
         limits: ServerLimits | None = None,
         plugins: Sequence[Plugin] | None = None,
         credential_service: CredentialService | None = None,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
     ) -> None:
         super().__init__()
+        # Made now rather than at start(): a limit it refuses is a ConfigError of the
+        # constructor, before any store is opened or port bound.
+        self._session_servicer = SessionServicer(self, max_artifact_bytes=max_artifact_bytes)
         self.plugins = plugin_manager(plugins)
         self.credential_service = credential_service
         #: The stores this server opened from URLs: its own to close.
@@ -245,7 +252,7 @@ class AgentServer(MeshServer):
         )
         # The session API over the same stores, doors and limits (see _session_service).
         add_servicer(
-            session_pb2_grpc.add_SessionServiceServicer_to_server, SessionServicer(self), server
+            session_pb2_grpc.add_SessionServiceServicer_to_server, self._session_servicer, server
         )
 
     async def stop(self, grace: float | None = None) -> None:

@@ -322,6 +322,7 @@ def _serve(args: argparse.Namespace) -> int:
                 memory_service=args.memory or None,
                 limits=limits,
                 max_artifact_bytes=args.max_artifact_bytes,
+                max_artifact_bytes_in_flight=args.max_artifact_bytes_in_flight,
                 **a2a_options,
             )
         else:
@@ -724,7 +725,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from adk_mesh.mesh import ServerLimits
     from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_CONNECTION_AGE
-    from adk_mesh.mesh._session_service import DEFAULT_MAX_ARTIFACT_BYTES
+    from adk_mesh.mesh._session_service import DEFAULT_MAX_ARTIFACT_BYTES, IN_FLIGHT_ARTIFACTS
     from adk_mesh.mesh.security import (
         add_server_security_arguments,
         grace_default,
@@ -798,6 +799,15 @@ def build_parser() -> argparse.ArgumentParser:
                 help="the largest artifact the session API stores from one SaveArtifactStream, "
                 f"in bytes (default {DEFAULT_MAX_ARTIFACT_BYTES}); over it the save is "
                 "INVALID_ARGUMENT",
+            )
+            limits.add_argument(
+                "--max-artifact-bytes-in-flight",
+                type=_artifact_bytes_argument,
+                default=None,
+                metavar="N",
+                help="the artifact bytes the session API's streams hold at once, saves and "
+                f"loads together (default {IN_FLIGHT_ARTIFACTS} x --max-artifact-bytes; at "
+                "least that); one that does not fit is RESOURCE_EXHAUSTED (retry later)",
             )
         sub.add_argument(
             "--port", type=port_argument, required=True, help="port (0: any free port)"

@@ -25,7 +25,8 @@
     │   └── StateConflictError      a write rejected by RejectConflicts
     │       └── SessionConflictError    a stale append: the session changed since it was loaded
     ├── ArtifactError               the artifact store failed
-    │   └── ArtifactTooLargeError   an artifact too large for one message of the mesh
+    │   ├── ArtifactTooLargeError   an artifact too large for one message of the mesh
+    │   └── ArtifactsBusyError      the service holds all the artifact bytes it may in transfer
     ├── AdkIOError                  file or network I/O failed
     ├── AdkJSONError                a value is not (or cannot be carried as) JSON
     ├── InvocationCancelledError    the caller cancelled the invocation
@@ -72,6 +73,7 @@ __all__ = [
     "ArtifactError",
     "ArtifactNotFoundError",
     "ArtifactTooLargeError",
+    "ArtifactsBusyError",
     "ConfigError",
     "DeadlineExceededError",
     "DelegationError",
@@ -278,6 +280,16 @@ class ArtifactTooLargeError(ArtifactError):
     reason = "ARTIFACT_TOO_LARGE"
 
 
+class ArtifactsBusyError(ArtifactError):
+    """The service already holds as many artifact bytes in transfer (saves and loads under
+    way) as it allows at once, and this artifact does not fit beside them: its memory is
+    bounded whatever its callers do. RESOURCE_EXHAUSTED: the same request succeeds once
+    others have finished; retry after a while."""
+
+    reason = "ARTIFACTS_BUSY"
+    caller_fault = True  # a limit reached, not a fault of the service: a warning in its log
+
+
 class AdkIOError(AdkError):
     reason = "IO_ERROR"
 
@@ -326,6 +338,7 @@ GRPC_STATUS: dict[type[AdkError], str] = {
     SessionConflictError: "ABORTED",
     ArtifactError: "INTERNAL",
     ArtifactTooLargeError: "FAILED_PRECONDITION",
+    ArtifactsBusyError: "RESOURCE_EXHAUSTED",
     AdkIOError: "UNAVAILABLE",
     AdkJSONError: "INVALID_ARGUMENT",
     InvocationCancelledError: "CANCELLED",

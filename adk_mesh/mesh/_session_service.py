@@ -80,6 +80,7 @@ from adk_mesh.errors import (
     SessionNotFoundError,
 )
 from adk_mesh.ids import check_artifact_name, check_id, random_uuid, shown
+from adk_mesh.mesh._artifact_budget import ArtifactBudget
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import error_boundary
@@ -98,6 +99,7 @@ __all__ = [
     "ARTIFACT_CHUNK_BYTES",
     "DEFAULT_MAX_ARTIFACT_BYTES",
     "EVENTS_BYTES_PER_RESPONSE",
+    "IN_FLIGHT_ARTIFACTS",
     "MAX_ARTIFACT_BYTES_LIMIT",
     "SERVICE_NAME",
     "SESSIONS_PER_RESPONSE",
@@ -137,6 +139,11 @@ ARTIFACT_CHUNK_BYTES = 1024 * 1024
 #: may make the service hold. PostgreSQL refuses a bytea over 1 GB, so no limit can go there.
 DEFAULT_MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 
+#: The artifact streams hold at most this many largest artifacts at once by default
+#: (``max_artifact_bytes_in_flight``): a save holds its bytes twice for a moment (as they
+#: come, then joined), so two of 256 MiB take ~1 GiB at their peak.
+IN_FLIGHT_ARTIFACTS = 2
+
 #: A PostgreSQL field holds less than this (1 GB).
 _POSTGRES_MAX_BYTES = 2**30
 #: The largest ``max_artifact_bytes`` the servicer takes (``--max-artifact-bytes`` too).
@@ -163,7 +170,11 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
     request, calls the stores, maps errors once (:func:`error_boundary`)."""
 
     def __init__(
-        self, server: AgentServer, *, max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+        self,
+        server: AgentServer,
+        *,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        max_artifact_bytes_in_flight: int | None = None,
     ) -> None:
         if not 0 < max_artifact_bytes < _POSTGRES_MAX_BYTES:
             raise ConfigError(
@@ -172,6 +183,13 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             )
         self._server = server
         self._max_artifact_bytes = max_artifact_bytes
+        # What the artifact streams hold at once (see _artifact_budget).
+        self._in_flight = ArtifactBudget(
+            max_artifact_bytes * IN_FLIGHT_ARTIFACTS
+            if max_artifact_bytes_in_flight is None
+            else max_artifact_bytes_in_flight,
+            largest=max_artifact_bytes,
+        )
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -540,7 +558,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[session_pb2.SessionServiceLoadArtifactStreamResponse]:
         async with error_boundary(context, "LoadArtifactStream"):
-            _, _, version, part = await self._loaded(request)
+            key, filename, version, part = await self._loaded(request)
             # The header's Part is built without the data, and each chunk is a slice of the
             # stored bytes: the artifact is held once, whatever its size.
             if part.inline_data is not None:
@@ -551,16 +569,22 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             else:
                 data = (part.text or "").encode()
                 described = content_pb2.Part(text="")
-            yield session_pb2.SessionServiceLoadArtifactStreamResponse(
-                header=session_pb2.LoadArtifactStreamHeader(
-                    version=version, artifact=described, size_bytes=len(data)
-                )
-            )
-            view = memoryview(data)
-            for start in range(0, len(data), ARTIFACT_CHUNK_BYTES):
+            # Held while a client reads (however slowly): counted until the stream ends.
+            with self._in_flight.holding(
+                len(data),
+                f"loading artifact {shown(filename)} version {version}",
+                {"session_id": key.session_id, "filename": filename},
+            ):
                 yield session_pb2.SessionServiceLoadArtifactStreamResponse(
-                    data=bytes(view[start : start + ARTIFACT_CHUNK_BYTES])
+                    header=session_pb2.LoadArtifactStreamHeader(
+                        version=version, artifact=described, size_bytes=len(data)
+                    )
                 )
+                view = memoryview(data)
+                for start in range(0, len(data), ARTIFACT_CHUNK_BYTES):
+                    yield session_pb2.SessionServiceLoadArtifactStreamResponse(
+                        data=bytes(view[start : start + ARTIFACT_CHUNK_BYTES])
+                    )
 
     async def _loaded(self, request: Any) -> tuple[_SessionKey, str, int, Part]:
         """The artifact a LoadArtifact or LoadArtifactStream request names: its session, its
@@ -667,24 +691,32 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                 )
             artifacts = self._saving_store()
             await self._required(key)
-            # Stored only once every byte is in: a stream cut short (a cancel, a dropped
-            # connection) ends here, in the read, and leaves nothing behind.
-            data = await _received(requests, size)
-            # Again, now the bytes are in: the session may have gone while they came.
-            await self._required(key)
-            if mime_type is not None:
-                part = Part.from_inline_data(mime_type, data)
-            else:
-                try:
-                    text = data.decode()
-                except UnicodeDecodeError as error:
-                    raise InvalidArgumentError(
-                        f"the text artifact's bytes are not UTF-8 (at byte {error.start}); "
-                        "nothing was stored"
-                    ) from None
-                part = Part.from_text(text)
-            del data  # the Part holds the bytes (or the text) now
-            version = await self._saved(artifacts, key, filename, part)
+            # The bytes are counted before the first is read: refused, the client has sent
+            # nothing but its header, and the service holds nothing.
+            with self._in_flight.holding(
+                size,
+                f"saving artifact {shown(filename)}",
+                {"session_id": key.session_id, "filename": filename},
+            ):
+                # Stored only once every byte is in: a stream cut short (a cancel, a dropped
+                # connection) ends here, in the read, and leaves nothing behind.
+                data = await _received(requests, size)
+                # Again, now the bytes are in: the session may have gone while they came.
+                await self._required(key)
+                if mime_type is not None:
+                    part = Part.from_inline_data(mime_type, data)
+                else:
+                    try:
+                        text = data.decode()
+                    except UnicodeDecodeError as error:
+                        raise InvalidArgumentError(
+                            f"the text artifact's bytes are not UTF-8 (at byte {error.start}); "
+                            "nothing was stored"
+                        ) from None
+                    part = Part.from_text(text)
+                del data  # the Part holds the bytes (or the text) now
+                version = await self._saved(artifacts, key, filename, part)
+                del part
             yield session_pb2.SessionServiceSaveArtifactStreamResponse(version=version)
 
     def _saving_store(self) -> ArtifactService:

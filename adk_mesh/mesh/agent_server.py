@@ -191,6 +191,10 @@ class AgentServer(MeshServer):
         max_artifact_bytes: the largest artifact the session API's ``SaveArtifactStream``
             stores, in bytes (default 256 MiB; 1 to 2**30 - 1). A save over it is
             INVALID_ARGUMENT, naming the limit, before its bytes are read.
+        max_artifact_bytes_in_flight: the artifact bytes the session API's streams hold at
+            once, saves and loads together (default twice ``max_artifact_bytes``; at least
+            ``max_artifact_bytes``). One that does not fit beside the others is refused at
+            once, RESOURCE_EXHAUSTED (``ArtifactsBusyError``), before its bytes are read.
 
     The server also serves ``adk_mesh.v1.SessionService`` (the session API: list, read,
     create, update the state of and delete its sessions; list, load, save and delete their
@@ -216,11 +220,16 @@ class AgentServer(MeshServer):
         plugins: Sequence[Plugin] | None = None,
         credential_service: CredentialService | None = None,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        max_artifact_bytes_in_flight: int | None = None,
     ) -> None:
         super().__init__()
         # Made now rather than at start(): a limit it refuses is a ConfigError of the
         # constructor, before any store is opened or port bound.
-        self._session_servicer = SessionServicer(self, max_artifact_bytes=max_artifact_bytes)
+        self._session_servicer = SessionServicer(
+            self,
+            max_artifact_bytes=max_artifact_bytes,
+            max_artifact_bytes_in_flight=max_artifact_bytes_in_flight,
+        )
         self.plugins = plugin_manager(plugins)
         self.credential_service = credential_service
         #: The stores this server opened from URLs: its own to close.

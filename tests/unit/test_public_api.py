@@ -24,7 +24,7 @@ EXPECTED = {
     "load_memory", "preload_memory",
     # The whole error tree.
     "AgentNotFoundError", "AlreadyExistsError", "ArtifactNotFoundError", "ArtifactTooLargeError",
-    "DeadlineExceededError", "InvocationCancelledError", "NotFoundError",
+    "ArtifactsBusyError", "DeadlineExceededError", "InvocationCancelledError", "NotFoundError",
     "SessionNotFoundError", "StateConflictError", "SessionConflictError", "ToolNotFoundError",
     "UnauthenticatedError", "PermissionDeniedError", "LlmCallLimitError", "ModelAuthError",
     "ModelRateLimitError", "ModelRequestError",
@@ -56,7 +56,7 @@ def test_the_whole_error_tree_is_exported_and_shadows_nothing() -> None:
 
     tree = {name for name in errors.__all__ if name[0].isupper() and name.endswith("Error")}
     assert tree <= set(adk_mesh.__all__)
-    assert len(tree) == 28
+    assert len(tree) == 29
     standard = set(dir(builtins)) | set(dir(asyncio))
     assert tree.isdisjoint(standard), tree & standard
 

@@ -1,0 +1,78 @@
+"""The artifact bytes a session service holds in transfer at once, bounded.
+
+A save through ``SaveArtifactStream`` holds the whole artifact in memory before the store takes
+it (whole or not at all), and a load holds what the store returned while a slow client reads
+it. One artifact is bounded (``max_artifact_bytes``), but nothing else bounded how many of them
+a service held at once: a few clients saving large artifacts together could take more memory
+than the service's container has, and the orchestrator would kill it with every turn it was
+running. :class:`ArtifactBudget` bounds the sum. A transfer takes its bytes before it holds
+them (a save: the size its header announces, before a byte is read) and gives them back when
+it ends, however it ends; one that does not fit beside the others is refused at once with
+:class:`~adk_mesh.errors.ArtifactsBusyError` (RESOURCE_EXHAUSTED: retry later), never queued,
+so a waiting client holds no memory and no call slot.
+
+One event loop uses it (the server's): no lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from adk_mesh.errors import ArtifactsBusyError, ArtifactTooLargeError, ConfigError
+
+__all__ = ["ArtifactBudget"]
+
+
+class ArtifactBudget:
+    """At most ``limit`` bytes of artifacts in transfer at once.
+
+    Raises:
+        ConfigError: a limit below ``largest`` (the largest artifact the service takes, which
+            could then never be saved).
+    """
+
+    def __init__(self, limit: int, *, largest: int) -> None:
+        if limit < largest:
+            raise ConfigError(
+                f"max_artifact_bytes_in_flight is {limit}, below max_artifact_bytes "
+                f"({largest}): an artifact of the largest size could never be saved; give "
+                f"{largest} or more"
+            )
+        self.limit = limit
+        #: Bytes taken by the transfers under way.
+        self.held = 0
+
+    @contextmanager
+    def holding(self, size: int, what: str, metadata: dict[str, str]) -> Iterator[None]:
+        """Hold ``size`` bytes for the ``with`` block (``what``: the artifact and whether it is
+        saved or loaded, for the refusal's message).
+
+        Raises:
+            ArtifactTooLargeError: more bytes than the whole budget (an artifact a tool saved
+                in process, where nothing bounds it): no wait makes room for it.
+            ArtifactsBusyError: the bytes do not fit beside those already held.
+        """
+        if size > self.limit:
+            raise ArtifactTooLargeError(
+                f"{what} is {size} bytes, more than this service holds in transfer at once "
+                f"({self.limit} bytes): it cannot be sent through the session API",
+                metadata={**metadata, "size_bytes": str(size), "limit_bytes": str(self.limit)},
+            )
+        if self.held + size > self.limit:
+            raise ArtifactsBusyError(
+                f"{what} ({size} bytes) does not fit now: this service holds {self.held} "
+                f"bytes of artifacts in transfer, and at most {self.limit} at once; nothing "
+                "was changed, try again after a while",
+                metadata={
+                    **metadata,
+                    "size_bytes": str(size),
+                    "in_flight_bytes": str(self.held),
+                    "limit_bytes": str(self.limit),
+                },
+            )
+        self.held += size
+        try:
+            yield
+        finally:
+            self.held -= size

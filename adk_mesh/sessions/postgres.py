@@ -338,10 +338,14 @@ class PostgresSessionService(SessionService):
                 "SELECT pg_advisory_xact_lock($1)",
                 _postgres.advisory_key("session-creations", app_name, user_id),
             )
+            # And after the user's latest session even when the database's clock went back
+            # (a time step, a failover to a server whose clock is behind): one index lookup.
             created = await connection.fetchval(
                 "INSERT INTO adk_sessions (app_name, user_id, id, state, create_time, "
-                "update_time) VALUES ($1, $2, $3, $4, extract(epoch FROM clock_timestamp()), "
-                "$5) ON CONFLICT (app_name, user_id, id) DO NOTHING RETURNING 1",
+                "update_time) VALUES ($1, $2, $3, $4, GREATEST("
+                "extract(epoch FROM clock_timestamp()), "
+                "(SELECT MAX(create_time) FROM adk_sessions WHERE app_name = $1 AND user_id = $2)"
+                " + 1e-6), $5) ON CONFLICT (app_name, user_id, id) DO NOTHING RETURNING 1",
                 app_name,
                 user_id,
                 session_id,

@@ -347,3 +347,47 @@ async def test_a_creation_in_flight_is_not_overtaken_by_a_later_one(
     finally:
         await listing.close()
     assert [s.id for s in whole] == ["s-0", "slow", "fast"]
+
+
+@pytest.mark.postgres
+async def test_a_database_clock_that_went_back_does_not_hide_a_new_session(
+    postgres_url: str,
+) -> None:
+    """The database's own clock may step back (a time correction, a failover to a server
+    whose clock is behind): a session created then still comes after the user's latest, so a
+    listing that passed that one sees it (before: it got the earlier time and was skipped)."""
+    import asyncpg
+
+    from adk_mesh.sessions.postgres import PostgresSessionService
+
+    store = PostgresSessionService(postgres_url)
+    try:
+        await store.create_session(app_name=APP, user_id="bea", session_id="early")
+        await store.create_session(app_name=APP, user_id="bea", session_id="ahead")
+        await store.create_session(app_name=APP, user_id="bea", session_id="last")
+        # As if the clock had been an hour ahead when "ahead" and "last" were created, and was
+        # then set right: every creation from now on reads an earlier time than theirs.
+        connection = await asyncpg.connect(postgres_url)
+        try:
+            await connection.execute(
+                "UPDATE adk_sessions SET create_time = create_time + 3600 "
+                "WHERE app_name = $1 AND user_id = 'bea' AND id IN ('ahead', 'last')",
+                APP,
+            )
+        finally:
+            await connection.close()
+        page = await store.list_sessions_page(app_name=APP, user_id="bea", page_size=2)
+        assert [s.id for s in page.sessions] == ["early", "ahead"]
+        token = page.next_page_token
+        assert token is not None
+
+        await store.create_session(app_name=APP, user_id="bea", session_id="after")
+
+        rest = await store.list_sessions_page(
+            app_name=APP, user_id="bea", page_size=10, page_token=token
+        )
+        assert [s.id for s in rest.sessions] == ["last", "after"]
+        whole = await store.list_sessions(app_name=APP, user_id="bea")
+        assert [s.id for s in whole] == ["early", "ahead", "last", "after"]
+    finally:
+        await store.close()

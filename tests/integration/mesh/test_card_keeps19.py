@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.agents.llm_agent import LlmAgent
 from adk_mesh.mesh import AgentServer
@@ -87,3 +89,63 @@ async def test_a_helper_that_may_hand_back_still_keeps_the_next_turn(tmp_path: P
     local, remote = await _same_in_process_and_remote(tmp_path, case)
     assert _second_turn_authors(local) == ["helper"]
     assert _second_turn_authors(remote) == ["helper"]
+
+
+def _coordinated(play: Play, *, specialist_hands_back: bool) -> Callable[[], BaseAgent]:
+    """A served coordinator (which may hand back) over a specialist that answers the first
+    turn; the specialist may not hand back unless ``specialist_hands_back``."""
+    coordinator = play.model("coordinator", [_transfer("specialist"), "Coordinator here."])
+    specialist = play.model("specialist", ["Specialist here.", "Specialist again."])
+
+    def build() -> BaseAgent:
+        return LlmAgent(
+            name="coordinator",
+            description="Routes to its specialist.",
+            model=coordinator,
+            sub_agents=[
+                LlmAgent(
+                    name="specialist",
+                    description="Knows one thing.",
+                    model=specialist,
+                    disallow_transfer_to_parent=not specialist_hands_back,
+                )
+            ],
+        )
+
+    return build
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["same_process", "restarted"])
+async def test_a_served_sub_agent_that_may_not_hand_back_leaves_the_turn_to_the_agent_before_it(
+    tmp_path: Path, restarted: bool
+) -> None:
+    """The specialist answered last, two levels down, and may not hand back: in one process
+    the next turn goes to the newest author before it that keeps the conversation (the
+    coordinator, whose transfer is in the history), as google-adk's Runner walks the history;
+    across services the served service picks the same."""
+
+    async def case(play: Play) -> None:
+        await _two_turns(
+            play,
+            _coordinated(play, specialist_hands_back=False),
+            restarted=restarted,
+            root_answers=[_transfer("coordinator")],
+        )
+
+    local, remote = await _same_in_process_and_remote(tmp_path, case)
+    assert _second_turn_authors(local) == ["coordinator"]
+    assert _second_turn_authors(remote) == ["coordinator"]
+
+
+async def test_a_served_sub_agent_that_may_hand_back_keeps_the_next_turn(tmp_path: Path) -> None:
+    async def case(play: Play) -> None:
+        await _two_turns(
+            play,
+            _coordinated(play, specialist_hands_back=True),
+            restarted=True,
+            root_answers=[_transfer("coordinator")],
+        )
+
+    local, remote = await _same_in_process_and_remote(tmp_path, case)
+    assert _second_turn_authors(local) == ["specialist"]
+    assert _second_turn_authors(remote) == ["specialist"]

@@ -7,6 +7,13 @@ delegated run's window left out, by sending a ``ContextRequest`` on the call and
 the ``ContextResponse`` with the same id. The caller answers with
 :func:`answer_context_request` from its own stores, for its own session only (the ids the
 callee passes are ignored) and as its delegation scope allows: the root stays the only writer.
+A caller takes each request of a call through :class:`ContextAnswers`, which writes the answer.
+
+An artifact larger than one message crosses as a header and chunks ("Artifacts in chunks" in
+``tool.proto``), a load from the caller to the callee (:meth:`ContextAnswers.take` sends,
+:meth:`CallerChannel.resolve` reassembles), a save the other way (:class:`CallerArtifacts`
+sends, :class:`ContextAnswers` reassembles). Each side sends chunks only to a peer that said
+it reassembles them, and bounds what it receives with its own limit.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from adk_mesh import codec
@@ -28,9 +35,11 @@ from adk_mesh.errors import (
     error_class_for_reason,
 )
 from adk_mesh.memory.base import MemoryEntry, MemoryService, check_limit, search_with_limit
+from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
+from adk_mesh.mesh._session_service import ARTIFACT_CHUNK_BYTES, DEFAULT_MAX_ARTIFACT_BYTES
 from adk_mesh.sessions.base import Session
-from adk_mesh.types import Event, Part
-from adk_mesh.v1 import agent_pb2, tool_pb2
+from adk_mesh.types import Blob, Event, Part
+from adk_mesh.v1 import agent_pb2, content_pb2, tool_pb2
 
 __all__ = [
     "CallerArtifacts",
@@ -38,6 +47,7 @@ __all__ = [
     "CallerGone",
     "CallerHistory",
     "CallerMemory",
+    "ContextAnswers",
     "InteractiveCall",
     "NamedHistory",
     "answer_context_request",
@@ -46,48 +56,290 @@ __all__ = [
 # The largest SearchMemoryRequest.limit (an int32).
 _INT32_MAX = 2**31 - 1
 
+#: The most bytes of one context message: the mesh's message limit, less room for the call's
+#: envelope around it. An artifact whose message would be larger goes in chunks.
+MAX_CONTEXT_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+
+
+def _split(part: Part) -> tuple[Part, bytes] | None:
+    """``part`` without its data, and the data, for an artifact that may cross in chunks
+    (inline data, or text as UTF-8); None for another kind of Part, which cannot."""
+    if part.inline_data is not None:
+        empty = Blob(mime_type=part.inline_data.mime_type, data=b"")
+        return part.model_copy(update={"inline_data": empty}), part.inline_data.data
+    if part.text is not None:
+        return part.model_copy(update={"text": ""}), part.text.encode()
+    return None
+
+
+def _chunks(
+    request_id: int, data: bytes, make: Callable[..., Any], stop: Callable[[], bool]
+) -> Iterator[Any]:
+    """The messages carrying ``data`` after its header, made as they are sent (so the artifact
+    is held once, not once more in its messages), until ``stop()`` says the receiver answered
+    already (it refused the artifact: the rest would be dropped)."""
+    view = memoryview(data)
+    for start in range(0, len(data), ARTIFACT_CHUNK_BYTES):
+        if stop():
+            return
+        yield make(
+            request_id=request_id, artifact_chunk=bytes(view[start : start + ARTIFACT_CHUNK_BYTES])
+        )
+
+
+class _Assembly:
+    """An artifact coming in chunks after its header, held until its last byte is in.
+
+    Raises ArtifactError (nothing held) for a header whose size is over ``limit`` (checked
+    before any byte comes), whose Part is of no kind that crosses in chunks or holds data,
+    and for chunks that carry more bytes than the header announced."""
+
+    def __init__(
+        self, request_id: int, header: content_pb2.Part, size: int, limit: int, what: str
+    ) -> None:
+        self.request_id = request_id
+        self.what = what
+        if size < 0 or size > limit:
+            raise ArtifactError(
+                f"{what} is {size} bytes, over the {limit} bytes the receiver takes in one "
+                "artifact; nothing was stored"
+            )
+        kind = header.WhichOneof("data")
+        if kind not in ("inline_data", "text") or header.inline_data.data or header.text:
+            raise ArtifactError(
+                f"the header of {what} must hold inline data without its bytes or empty text; "
+                "nothing was stored"
+            )
+        self._header = header
+        self.size = size
+        self._received = bytearray()
+
+    @property
+    def complete(self) -> bool:
+        return len(self._received) == self.size
+
+    def add(self, chunk: bytes) -> None:
+        if len(self._received) + len(chunk) > self.size:
+            raise ArtifactError(
+                f"the chunks of {self.what} carry more than the {self.size} bytes its header "
+                "announced; nothing was stored"
+            )
+        self._received += chunk
+
+    def cut_short(self) -> ArtifactError:
+        """The error for chunks that ended (another message came) before the last byte."""
+        return ArtifactError(
+            f"the chunks of {self.what} ended after {len(self._received)} of the {self.size} "
+            "bytes its header announced; nothing was stored"
+        )
+
+    def part(self) -> Part:
+        """The artifact whole."""
+        data = bytes(self._received)
+        self._received = bytearray()  # the Part holds the bytes from now on
+        header = codec.part_from_proto(self._header)
+        if header.inline_data is not None:
+            blob = Blob(mime_type=header.inline_data.mime_type, data=data)
+            return header.model_copy(update={"inline_data": blob})
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as error:
+            raise ArtifactError(
+                f"the bytes of text {self.what} are not UTF-8 (at byte {error.start}); "
+                "nothing was stored"
+            ) from None
+        return header.model_copy(update={"text": text})
+
 
 class CallerGone(AdkIOError):
     """The caller ended the call before it answered a context request."""
 
 
+#: An answer to a context request: the response, and the assembly of an artifact that came in
+#: chunks after it.
+_Answer = tuple[tool_pb2.ContextResponse, _Assembly | None]
+
+
 class CallerChannel:
     """The callee's end: sends context requests through ``send`` and matches the answers
-    (:meth:`resolve`) to the requests waiting for them."""
+    (:meth:`resolve`) to the requests waiting for them.
 
-    def __init__(self, send: Callable[[tool_pb2.ContextRequest], Awaitable[None]]) -> None:
+    ``send_all`` sends several requests in order with nothing between them (a save's header
+    and chunks), pulling each from the iterable as it goes; by default each goes through
+    ``send``. ``caller_reassembles``: the caller said (on its call's first message) that it
+    reassembles a save sent in chunks. ``max_artifact_bytes``: the largest artifact this side
+    takes in chunks from the caller."""
+
+    def __init__(
+        self,
+        send: Callable[[tool_pb2.ContextRequest], Awaitable[None]],
+        *,
+        send_all: Callable[[Iterable[tool_pb2.ContextRequest]], Awaitable[None]] | None = None,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ) -> None:
         self._send = send
+        self._send_all = send_all or self._send_each
+        self.caller_reassembles = False
+        self.max_artifact_bytes = max_artifact_bytes
         self._ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[tool_pb2.ContextResponse]] = {}
+        self._waiting: dict[int, asyncio.Future[_Answer]] = {}
+        #: What each artifact request is about, for the errors of its chunks.
+        self._artifact_names: dict[int, str] = {}
+        #: The loaded artifact whose chunks are coming (one at a time: nothing comes between
+        #: a header and its last chunk).
+        self._assembly: _Assembly | None = None
+        #: A load refused on its header: its request id and the bytes of its chunks still to
+        #: come, dropped as they come.
+        self._skipping: tuple[int, int] | None = None
+        #: Set while no chunks are expected (see :meth:`settled`).
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._closed = False
 
+    async def _send_each(self, requests: Iterable[tool_pb2.ContextRequest]) -> None:
+        for request in requests:
+            await self._send(request)
+
     async def ask(self, request: tool_pb2.ContextRequest) -> tool_pb2.ContextResponse:
+        """Send ``request`` and wait for its answer (an error answer is raised again as the
+        error class it names)."""
+        return (await self.ask_artifact(request))[0]
+
+    async def ask_artifact(
+        self, request: tool_pb2.ContextRequest, data: bytes | None = None
+    ) -> _Answer:
+        """Send ``request`` (followed by ``data`` in chunks, when given: a save's header) and
+        wait for the answer: the response, and the assembly of an artifact that came in
+        chunks (the response then holds nothing else)."""
         if self._closed:
             raise CallerGone("the caller ended the call; its artifacts and memory are gone")
-        request.request_id = next(self._ids)
-        future: asyncio.Future[tool_pb2.ContextResponse] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._waiting[request.request_id] = future
+        request_id = request.request_id = next(self._ids)
+        future: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        if request.WhichOneof("request") == "load_artifact":
+            self._artifact_names[request_id] = f"artifact {request.load_artifact.filename!r}"
         try:
-            await self._send(request)
-            response = await future
+            if data is None:
+                await self._send(request)
+            else:
+                chunks = _chunks(request_id, data, tool_pb2.ContextRequest, future.done)
+                await self._send_all(itertools.chain((request,), chunks))
+            response, assembly = await future
         finally:
-            self._waiting.pop(request.request_id, None)
+            self._waiting.pop(request_id, None)
+            self._artifact_names.pop(request_id, None)
         if response.WhichOneof("result") == "error":
             detail = response.error
             cls = error_class_for_reason(detail.reason) or ArtifactError
             raise cls(detail.message, metadata=dict(detail.metadata))
-        return response
+        return response, assembly
+
+    async def settled(self) -> None:
+        """Wait until no chunks of a loaded artifact are still to come (at once, mostly).
+
+        A callee waits for this before it ends its call: a caller still sending the chunks of
+        a load the callee refused (or stopped waiting for) would see its call end under its
+        writes, which gRPC reports as a failure of the whole call."""
+        await self._settled.wait()
 
     def resolve(self, response: tool_pb2.ContextResponse) -> None:
+        """Take one message of the caller: an answer, or a header or chunk of a loaded artifact
+        (a waiting load is answered once its last chunk is in)."""
+        try:
+            self._resolve(response)
+        finally:
+            if self._assembly is None and self._skipping is None:
+                self._settled.set()
+            else:
+                self._settled.clear()
+
+    def _resolve(self, response: tool_pb2.ContextResponse) -> None:
+        kind = response.WhichOneof("result")
+        chunk = kind == "artifact_chunk"
+        skipping = self._skipping
+        if skipping is not None:
+            if chunk and response.request_id == skipping[0]:
+                left = skipping[1] - len(response.artifact_chunk)
+                self._skipping = (skipping[0], left) if left > 0 else None
+                return
+            self._skipping = None
+        assembly = self._assembly
+        if assembly is not None and (not chunk or response.request_id != assembly.request_id):
+            self._assembly = None
+            self._fail(assembly.request_id, assembly.cut_short())
+            assembly = None
+        if chunk:
+            if assembly is not None:
+                self._add(assembly, response.artifact_chunk)
+            else:
+                # A caller's mistake: a request waiting under that id would otherwise wait for
+                # an answer that already came.
+                self._fail(
+                    response.request_id,
+                    ArtifactError(
+                        f"the caller sent a chunk for request {response.request_id} without "
+                        "a header before it"
+                    ),
+                )
+            return
         future = self._waiting.get(response.request_id)
+        loaded = response.loaded_artifact
+        waiting = future is not None and not future.done()
+        # Only a load asked for chunks: a header answering another waiting request is read as
+        # that request's (wrong) answer, as any answer of the wrong kind.
+        if (
+            kind == "loaded_artifact"
+            and loaded.chunks_follow
+            and (not waiting or response.request_id in self._artifact_names)
+        ):
+            try:
+                if not waiting:
+                    # Nobody waits for it any more (the tool was cancelled): its chunks are
+                    # dropped as they come.
+                    raise ArtifactError("no longer waited for")
+                assembly = _Assembly(
+                    response.request_id,
+                    loaded.artifact,
+                    loaded.size_bytes,
+                    self.max_artifact_bytes,
+                    self._artifact_names.get(response.request_id, "the artifact"),
+                )
+            except ArtifactError as error:
+                # Refused on its header: its chunks are dropped, never held.
+                if loaded.size_bytes > 0:
+                    self._skipping = (response.request_id, loaded.size_bytes)
+                self._fail(response.request_id, error)
+                return
+            self._assembly = assembly
+            self._add(assembly, b"")  # an empty artifact is complete at its header
+            return
+        if future is not None and waiting:
+            future.set_result((response, None))
+
+    def _add(self, assembly: _Assembly, chunk: bytes) -> None:
+        try:
+            assembly.add(chunk)
+        except ArtifactError as error:
+            self._assembly = None
+            self._fail(assembly.request_id, error)
+            return
+        if assembly.complete:
+            self._assembly = None
+            future = self._waiting.get(assembly.request_id)
+            if future is not None and not future.done():
+                answer = tool_pb2.ContextResponse(request_id=assembly.request_id)
+                future.set_result((answer, assembly))
+
+    def _fail(self, request_id: int, error: BaseException) -> None:
+        future = self._waiting.get(request_id)
         if future is not None and not future.done():
-            future.set_result(response)
+            future.set_exception(error)
 
     def close(self) -> None:
         """The caller's stream ended: every request still waiting fails."""
         self._closed = True
+        self._assembly = self._skipping = None
+        self._settled.set()
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(CallerGone("the caller ended the call before it answered"))
@@ -103,9 +355,33 @@ class CallerArtifacts(ArtifactService):
         self, *, app_name: str, user_id: str, session_id: str, filename: str, artifact: Part
     ) -> int:
         request = tool_pb2.ContextRequest()
-        request.save_artifact.filename = filename
-        request.save_artifact.artifact.CopyFrom(codec.part_to_proto(artifact))
-        return int((await self._channel.ask(request)).saved_version)
+        save = request.save_artifact
+        save.filename = filename
+        split = _split(artifact)
+        # Measured on the data first: an artifact that goes in chunks is never encoded whole.
+        if split is None or len(split[1]) <= MAX_CONTEXT_MESSAGE_BYTES:
+            save.artifact.CopyFrom(codec.part_to_proto(artifact))
+            size = request.ByteSize()
+            if size <= MAX_CONTEXT_MESSAGE_BYTES:
+                return int((await self._channel.ask(request)).saved_version)
+            save.ClearField("artifact")
+        else:
+            size = len(split[1])
+        if split is None or not self._channel.caller_reassembles:
+            # gRPC would refuse to send it and end the whole call; the tool reads this instead,
+            # as a store's failure.
+            raise ArtifactError(
+                f"artifact {filename!r} is {size} bytes, over the mesh's message limit "
+                f"({MAX_CONTEXT_MESSAGE_BYTES} bytes), and the caller cannot receive it in "
+                "chunks (an older adk-mesh, or a Part that is not data or text); nothing was "
+                "stored",
+                metadata={"filename": filename, "size_bytes": str(size)},
+            )
+        header, data = split
+        save.artifact.CopyFrom(codec.part_to_proto(header))
+        save.size_bytes = len(data)
+        save.chunks_follow = True
+        return int((await self._channel.ask_artifact(request, data))[0].saved_version)
 
     async def load_artifact(
         self,
@@ -116,11 +392,14 @@ class CallerArtifacts(ArtifactService):
         filename: str,
         version: int | None = None,
     ) -> Part | None:
-        request = tool_pb2.ContextRequest()
+        request = tool_pb2.ContextRequest(accepts_artifact_chunks=True)
         request.load_artifact.filename = filename
         if version is not None:
             request.load_artifact.version = version
-        loaded = (await self._channel.ask(request)).loaded_artifact
+        response, assembly = await self._channel.ask_artifact(request)
+        if assembly is not None:
+            return assembly.part()
+        loaded = response.loaded_artifact
         return codec.part_from_proto(loaded.artifact) if loaded.HasField("artifact") else None
 
     async def list_artifact_keys(
@@ -441,7 +720,201 @@ async def answer_context_request(
     return response
 
 
+def _error_answer(request_id: int, error: AdkError) -> tool_pb2.ContextResponse:
+    answer = tool_pb2.ContextResponse(request_id=request_id)
+    answer.error.reason = error.reason
+    answer.error.message = error.message
+    for key, value in error.metadata.items():
+        answer.error.metadata[key] = value
+    return answer
+
+
+def _too_large(
+    request: tool_pb2.ContextRequest, size: int, *, chunkable: bool = False
+) -> tool_pb2.ContextResponse:
+    """The answer to ``request`` when its answer (``size`` bytes) is larger than one message and
+    cannot go in chunks (``chunkable``: only because the callee did not say it reassembles
+    them): an error the callee reads (an ArtifactError for an artifact) and may handle, as a
+    store's failure; gRPC would refuse to send it and end the whole call."""
+    kind = request.WhichOneof("request")
+    what = (
+        f"artifact {request.load_artifact.filename!r}"
+        if kind == "load_artifact"
+        else f"the answer to {kind}"
+    )
+    message = (
+        f"{what} is {size} bytes, over the mesh's message limit ({MAX_CONTEXT_MESSAGE_BYTES} "
+        "bytes): the remote tool or agent cannot receive it"
+    )
+    if chunkable:
+        message += " (its adk-mesh does not take artifacts in chunks)"
+    failure = AdkError(message) if kind == "search_memory" else ArtifactError(message)
+    return _error_answer(request.request_id, failure)
+
+
+class ContextAnswers:
+    """The caller's end of a call's context requests (``CallToolInteractive``,
+    ``RunDelegated``): :meth:`take` each request as it comes; the answers go through ``write``.
+
+    ``answer`` answers one whole request (:func:`answer_context_request` over the caller's
+    stores, or a wrapper of it). Artifacts are loaded and saved here, from ``artifacts`` (the
+    store ``answer`` uses) for the calling session: one larger than a message loads as a
+    header and chunks when the callee said it reassembles them, and a save the callee sends
+    in chunks is reassembled (at most ``max_artifact_bytes``; refused on its header past that)
+    and stored whole or not at all. An answer still too large for one message goes as an
+    error the callee reads, never as a failure of the call."""
+
+    def __init__(
+        self,
+        answer: Callable[[tool_pb2.ContextRequest], Awaitable[tool_pb2.ContextResponse]],
+        write: Callable[[tool_pb2.ContextResponse], Awaitable[None]],
+        *,
+        artifacts: ArtifactService | None,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ) -> None:
+        self._answer = answer
+        self._write = write
+        self._artifacts = artifacts
+        self._ids: dict[str, Any] = {
+            "app_name": app_name,
+            "user_id": user_id,
+            "session_id": session_id,
+        }
+        self.max_artifact_bytes = max_artifact_bytes
+        #: The save whose chunks are coming (nothing comes between a header and its last chunk).
+        self._saving: tuple[_Assembly, str] | None = None
+        #: A save refused before its last chunk: the chunks still coming are dropped.
+        self._refused: int | None = None
+
+    async def take(self, request: tool_pb2.ContextRequest) -> None:
+        """Answer ``request`` (written), or hold it: a chunk of a save whose last byte has not
+        come yet."""
+        kind = request.WhichOneof("request")
+        chunk = kind == "artifact_chunk"
+        saving = self._saving
+        if saving is not None and not (chunk and request.request_id == saving[0].request_id):
+            self._saving = None
+            await self._write(_error_answer(saving[0].request_id, saving[0].cut_short()))
+            saving = None
+        if chunk and request.request_id == self._refused:
+            return
+        self._refused = None
+        if chunk:
+            if saving is None:
+                failure = ArtifactError(
+                    f"no artifact is being sent with request id {request.request_id}: its "
+                    "chunks must follow a save_artifact header at once"
+                )
+                await self._write(_error_answer(request.request_id, failure))
+                return
+            await self._add(saving, request.artifact_chunk)
+        elif kind == "save_artifact" and request.save_artifact.chunks_follow:
+            await self._start_saving(request)
+        elif kind == "load_artifact" and self._artifacts is not None:
+            await self._load(request, self._artifacts)
+        else:
+            answer = await self._answer(request)
+            size = answer.ByteSize()
+            await self._write(
+                answer if size <= MAX_CONTEXT_MESSAGE_BYTES else _too_large(request, size)
+            )
+
+    async def _start_saving(self, request: tool_pb2.ContextRequest) -> None:
+        save = request.save_artifact
+        try:
+            if self._artifacts is None:
+                raise ArtifactError("no artifact service is configured for this runner")
+            assembly = _Assembly(
+                request.request_id,
+                save.artifact,
+                save.size_bytes,
+                self.max_artifact_bytes,
+                f"artifact {save.filename!r}",
+            )
+        except ArtifactError as error:
+            # Refused on its header: its chunks are dropped as they come, never held.
+            self._refused = request.request_id
+            await self._write(_error_answer(request.request_id, error))
+            return
+        await self._add((assembly, save.filename), b"")  # an empty one is complete at once
+
+    async def _add(self, saving: tuple[_Assembly, str], chunk: bytes) -> None:
+        assembly, filename = saving
+        self._saving = saving
+        try:
+            assembly.add(chunk)
+            if not assembly.complete:
+                return
+            self._saving = None
+            assert self._artifacts is not None  # checked on the header
+            version = await self._artifacts.save_artifact(
+                **self._ids, filename=filename, artifact=assembly.part()
+            )
+        except AdkError as error:
+            if self._saving is not None:  # refused before its last chunk: drop the rest
+                self._refused = assembly.request_id
+            self._saving = None
+            await self._write(_error_answer(assembly.request_id, error))
+            return
+        await self._write(
+            tool_pb2.ContextResponse(request_id=assembly.request_id, saved_version=version)
+        )
+
+    async def _load(self, request: tool_pb2.ContextRequest, artifacts: ArtifactService) -> None:
+        load = request.load_artifact
+        response = tool_pb2.ContextResponse(request_id=request.request_id)
+        try:
+            part = await artifacts.load_artifact(
+                **self._ids,
+                filename=load.filename,
+                version=load.version if load.HasField("version") else None,
+            )
+        except AdkError as error:
+            await self._write(_error_answer(request.request_id, error))
+            return
+        loaded = response.loaded_artifact
+        loaded.SetInParent()
+        if part is None:
+            await self._write(response)
+            return
+        split = _split(part)
+        # Measured on the data first: an artifact that goes in chunks is never encoded whole.
+        if split is None or len(split[1]) <= MAX_CONTEXT_MESSAGE_BYTES:
+            loaded.artifact.CopyFrom(codec.part_to_proto(part))
+            size = response.ByteSize()
+            if size <= MAX_CONTEXT_MESSAGE_BYTES:
+                await self._write(response)
+                return
+            loaded.ClearField("artifact")
+        else:
+            size = len(split[1])
+        if split is None or not request.accepts_artifact_chunks:
+            await self._write(_too_large(request, size, chunkable=split is not None))
+            return
+        header, data = split
+        loaded.artifact.CopyFrom(codec.part_to_proto(header))
+        loaded.size_bytes = len(data)
+        loaded.chunks_follow = True
+        await self._write(response)
+        # The callee cannot stop the chunks once the header went (it may refuse them: it
+        # drops them then), so all go, as they are made.
+        for message in _chunks(request.request_id, data, tool_pb2.ContextResponse, lambda: False):
+            await self._write(message)
+
+
 _END = object()
+
+
+class _Together:
+    """Context requests that go one after the other with nothing between them."""
+
+    def __init__(self, requests: Iterable[tool_pb2.ContextRequest]) -> None:
+        self.requests = requests
+
+
 #: How many responses the work of a bidirectional call may run ahead of its client...
 MAX_PENDING_RESPONSES = 16
 #: ... and how many bytes of them (as the work measured them), whichever comes first: a
@@ -462,7 +935,7 @@ class InteractiveCall:
         #: ``(size, message)``: a response of the work and its bytes (:meth:`stream`), or
         #: ``(None, ...)``: a context request, the work's failure, or its end.
         self._outgoing: asyncio.Queue[tuple[int | None, Any]] = asyncio.Queue()
-        self.channel = CallerChannel(self._send)
+        self.channel = CallerChannel(self._send, send_all=self._send_all)
         self._requests: AsyncIterator[Any] | None = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -470,6 +943,13 @@ class InteractiveCall:
         if self._reader is None:
             self._start_reading()
         self._outgoing.put_nowait((None, self._wrap(context_request=request)))
+
+    async def _send_all(self, requests: Iterable[tool_pb2.ContextRequest]) -> None:
+        if self._reader is None:
+            self._start_reading()
+        # One entry, expanded as it is sent (see stream): the requests go together, in order,
+        # and each is made only when the client can take it (a save's chunks).
+        self._outgoing.put_nowait((None, _Together(requests)))
 
     def _start_reading(self) -> None:
         """Read the caller's answers from now on. Started with the first context request:
@@ -499,6 +979,9 @@ class InteractiveCall:
         if message.WhichOneof("message") != first:
             raise InvalidArgumentError(f"the first message of the call must set {first}")
         self._requests = iterator
+        # Read once, here: a caller says on its first message whether it reassembles saves
+        # sent in chunks (an older one does not, and gets none).
+        self.channel.caller_reassembles = bool(getattr(message, "accepts_artifact_chunks", False))
         return getattr(message, first)
 
     def request_before_stream(self, request: tool_pb2.ContextRequest) -> Any:
@@ -568,9 +1051,16 @@ class InteractiveCall:
             while True:
                 size, item = await self._outgoing.get()
                 if item is _END:
+                    # The call ends once the caller is not in the middle of sending a loaded
+                    # artifact's chunks (see CallerChannel.settled).
+                    await self.channel.settled()
                     break
                 if isinstance(item, BaseException):
                     raise item
+                if isinstance(item, _Together):
+                    for request in item.requests:
+                        yield self._wrap(context_request=request)
+                    continue
                 if size is not None:  # a response of the work (not a context request)
                     room.release()
                     held -= size

@@ -190,7 +190,9 @@ class AgentServer(MeshServer):
             only: PERMISSION_DENIED otherwise) gets them after this service's own.
         max_artifact_bytes: the largest artifact the session API's ``SaveArtifactStream``
             stores, in bytes (default 256 MiB; 1 to 2**30 - 1). A save over it is
-            INVALID_ARGUMENT, naming the limit, before its bytes are read.
+            INVALID_ARGUMENT, naming the limit, before its bytes are read. Also the largest
+            artifact a delegated run loads from its caller in chunks (``RunDelegated``; one
+            over it is an ArtifactError the run reads, refused on its announced size).
         max_artifact_bytes_in_flight: the artifact bytes the session API's streams hold at
             once, saves and loads together (default twice ``max_artifact_bytes``; at least
             ``max_artifact_bytes``). One that does not fit beside the others is refused at
@@ -232,6 +234,7 @@ class AgentServer(MeshServer):
         )
         self.plugins = plugin_manager(plugins)
         self.credential_service = credential_service
+        self.max_artifact_bytes = max_artifact_bytes
         #: The stores this server opened from URLs: its own to close.
         self._owned: list[SessionService | ArtifactService | MemoryService] = []
         if isinstance(session_service, str):
@@ -1278,6 +1281,8 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             deadline = deadline_of(context)
             serving_deadline.set(deadline)
             interactive = InteractiveCall(agent_pb2.RunDelegatedResponse)
+            # What this service holds of one artifact, here as in the session API.
+            interactive.channel.max_artifact_bytes = self._server.max_artifact_bytes
             request = await interactive.start(requests, "run")
             if request.WhichOneof("mode") != "delegated":
                 raise InvalidArgumentError(

@@ -27,7 +27,7 @@ from adk_mesh.artifacts.base import ArtifactService
 from adk_mesh.contexts import InvocationContext, ReadonlyContext, TransferTarget
 from adk_mesh.errors import AdkError, AgentError, ConfigError
 from adk_mesh.memory.base import MemoryService
-from adk_mesh.mesh._caller_contexts import answer_context_request
+from adk_mesh.mesh._caller_contexts import ContextAnswers, answer_context_request
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, open_channel
 from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._forwarding import forward
@@ -39,7 +39,7 @@ from adk_mesh.runner import run_on_user_message, with_run_hooks
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import trace_agent_run
 from adk_mesh.types import Event, EventActions
-from adk_mesh.v1 import agent_pb2, agent_pb2_grpc
+from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, tool_pb2
 
 if TYPE_CHECKING:
     from adk_mesh.agents.delegation import Delegation
@@ -975,21 +975,39 @@ async def _answering(
     """Send ``opening`` on a ``RunDelegated`` call and yield its RunResponses; answer each
     context request from ``artifacts``, ``memory`` and ``history`` (the events the remote run
     may see, loaded in pages of at most ``history_max_bytes``, the views' own bound), for
-    ``ctx``'s session only."""
+    ``ctx``'s session only. An artifact larger than one message goes in chunks either way
+    (:class:`ContextAnswers`)."""
+
+    async def answer(request: tool_pb2.ContextRequest) -> tool_pb2.ContextResponse:
+        return await answer_context_request(
+            request,
+            artifacts=artifacts,
+            memory=memory,
+            history=history,
+            history_max_bytes=history_max_bytes,
+            app_name=ctx.app_name,
+            user_id=ctx.user_id,
+            session_id=ctx.session_id,
+        )
+
+    async def write(response: tool_pb2.ContextResponse) -> None:
+        await call.write(agent_pb2.RunDelegatedRequest(context_response=response))
+
+    answers = ContextAnswers(
+        answer,
+        write,
+        artifacts=artifacts,
+        app_name=ctx.app_name,
+        user_id=ctx.user_id,
+        session_id=ctx.session_id,
+    )
+    # This side reassembles a save the run sends in chunks; the service sends one only when
+    # told so.
+    opening.accepts_artifact_chunks = True
     await call.write(opening)
     async for message in call:
         if message.WhichOneof("message") == "context_request":
-            answer = await answer_context_request(
-                message.context_request,
-                artifacts=artifacts,
-                memory=memory,
-                history=history,
-                history_max_bytes=history_max_bytes,
-                app_name=ctx.app_name,
-                user_id=ctx.user_id,
-                session_id=ctx.session_id,
-            )
-            await call.write(agent_pb2.RunDelegatedRequest(context_response=answer))
+            await answers.take(message.context_request)
             continue
         yield message.response
 

@@ -24,7 +24,6 @@ from adk_mesh.errors import (
     AdkError,
     AdkIOError,
     AdkJSONError,
-    ArtifactError,
     ConfigError,
     ToolError,
     ToolNotFoundError,
@@ -32,6 +31,7 @@ from adk_mesh.errors import (
 from adk_mesh.mesh._caller_contexts import (
     DEFAULT_LOAD_EVENTS,
     MAX_LOAD_EVENTS,
+    ContextAnswers,
     answer_context_request,
 )
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, open_channel
@@ -102,8 +102,9 @@ class RemoteToolset(Toolset):
     ``ToolError`` still reaches the model as an error response. The whole state goes with
     each call, less the values the wire cannot carry (an object in a ``temp:`` key, an
     integer beyond +-2**53: logged by key); a call larger than one message of the mesh is a
-    ToolError that says which part is large, and an artifact too large to send back to the
-    tool an ArtifactError it reads.
+    ToolError that says which part is large. An artifact larger than one message loads and
+    saves in chunks (up to 256 MiB); one a tool's server of an older adk-mesh could not take
+    is an ArtifactError that tool reads.
 
     A server that is down fails fast (``UNAVAILABLE`` becomes
     :class:`~adk_mesh.errors.AdkIOError`); while it is unreachable, the model still sees the
@@ -329,19 +330,34 @@ class RemoteTool(BaseTool):
         invocation = ctx.invocation_context
         call = toolset._stub().CallToolInteractive(timeout=timeout)
         outcome: tuple[dict[str, Any] | None, AdkError | None] | None = None
+
+        async def answer(request: tool_pb2.ContextRequest) -> tool_pb2.ContextResponse:
+            return await _answer(request, invocation)
+
+        async def write(response: tool_pb2.ContextResponse) -> None:
+            await call.write(tool_pb2.CallToolInteractiveRequest(context_response=response))
+
+        # The tool asks for this invocation's artifacts, memory or history: answered from what
+        # a local tool would use, for this session only.
+        answers = ContextAnswers(
+            answer,
+            write,
+            artifacts=invocation.artifact_service,
+            app_name=invocation.app_name,
+            user_id=invocation.user_id,
+            session_id=invocation.session_id,
+        )
         try:
-            await call.write(tool_pb2.CallToolInteractiveRequest(call=request))
+            # This side reassembles a save the tool sends in chunks (an artifact larger than
+            # one message): the tool's server sends it so only when told.
+            await call.write(
+                tool_pb2.CallToolInteractiveRequest(call=request, accepts_artifact_chunks=True)
+            )
             # Read to the end of the stream (the result is its last message), so the call
             # finishes with its real status instead of being cancelled after the result.
             async for server_message in call:
                 if server_message.WhichOneof("message") == "context_request":
-                    # The tool asks for this invocation's artifacts, memory or history:
-                    # answered from what a local tool would use, for this session only.
-                    answer = _sendable(
-                        server_message.context_request,
-                        await _answer(server_message.context_request, invocation),
-                    )
-                    await call.write(tool_pb2.CallToolInteractiveRequest(context_response=answer))
+                    await answers.take(server_message.context_request)
                     continue
                 message = server_message.response
                 if message.WhichOneof("message") == "progress":
@@ -472,29 +488,6 @@ def _state_bytes(request: tool_pb2.CallToolRequest | tool_pb2.ListToolsRequest) 
     """About the bytes the state takes in ``request`` (keys and values, both forms)."""
     size = sum(len(key) + value.ByteSize() for key, value in request.state.items())
     return size + sum(len(key) + len(value) for key, value in request.state_json.items())
-
-
-def _sendable(
-    request: tool_pb2.ContextRequest, answer: tool_pb2.ContextResponse
-) -> tool_pb2.ContextResponse:
-    """``answer``, or, when it is larger than one message (an artifact of more than 32 MiB),
-    an error the remote tool reads (an ArtifactError for an artifact) and may handle, as a
-    store's failure: gRPC would refuse to send it and end the whole call as INTERNAL."""
-    size = answer.ByteSize()
-    if size <= MAX_CALL_MESSAGE_BYTES:
-        return answer
-    kind = request.WhichOneof("request")
-    what = (
-        f"artifact {request.load_artifact.filename!r}"
-        if kind == "load_artifact"
-        else f"the answer to {kind}"
-    )
-    message = (
-        f"{what} is {size} bytes, over the mesh's message limit ({MAX_CALL_MESSAGE_BYTES} "
-        "bytes): a remote tool cannot receive it"
-    )
-    failure = AdkError(message) if kind == "search_memory" else ArtifactError(message)
-    return _error_answer(answer.request_id, failure)
 
 
 def _apply_actions(ctx: ToolContext, actions: EventActions) -> None:

@@ -282,12 +282,14 @@ class AgentSummary(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
 
 class RunDelegatedRequest(_message.Message):
-    __slots__ = ("run", "context_response")
+    __slots__ = ("run", "context_response", "accepts_artifact_chunks")
     RUN_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_ARTIFACT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     run: RunRequest
     context_response: _tool_pb2.ContextResponse
-    def __init__(self, run: _Optional[_Union[RunRequest, _Mapping]] = ..., context_response: _Optional[_Union[_tool_pb2.ContextResponse, _Mapping]] = ...) -> None: ...
+    accepts_artifact_chunks: bool
+    def __init__(self, run: _Optional[_Union[RunRequest, _Mapping]] = ..., context_response: _Optional[_Union[_tool_pb2.ContextResponse, _Mapping]] = ..., accepts_artifact_chunks: _Optional[bool] = ...) -> None: ...
 
 class RunDelegatedResponse(_message.Message):
     __slots__ = ("response", "context_request")

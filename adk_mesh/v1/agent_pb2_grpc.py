@@ -76,7 +76,8 @@ class AgentServiceServicer:
     def RunDelegated(self, request_iterator, context):
         """A delegated run with the caller's contexts: the first client message is the request
         (mode delegated); while the run goes on, the server asks for the caller's artifacts and
-        memory (ContextRequest, see tool.proto) and the caller answers each on its stream.
+        memory (ContextRequest, see tool.proto) and the caller answers each on its stream; an
+        artifact larger than one message crosses in chunks ("Artifacts in chunks" in tool.proto).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -47,12 +47,14 @@ class CallerContext(_message.Message):
     def __init__(self, app_name: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., invocation_id: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
 
 class CallToolInteractiveRequest(_message.Message):
-    __slots__ = ("call", "context_response")
+    __slots__ = ("call", "context_response", "accepts_artifact_chunks")
     CALL_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_ARTIFACT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     call: CallToolRequest
     context_response: ContextResponse
-    def __init__(self, call: _Optional[_Union[CallToolRequest, _Mapping]] = ..., context_response: _Optional[_Union[ContextResponse, _Mapping]] = ...) -> None: ...
+    accepts_artifact_chunks: bool
+    def __init__(self, call: _Optional[_Union[CallToolRequest, _Mapping]] = ..., context_response: _Optional[_Union[ContextResponse, _Mapping]] = ..., accepts_artifact_chunks: _Optional[bool] = ...) -> None: ...
 
 class CallToolInteractiveResponse(_message.Message):
     __slots__ = ("response", "context_request")
@@ -63,7 +65,7 @@ class CallToolInteractiveResponse(_message.Message):
     def __init__(self, response: _Optional[_Union[CallToolResponse, _Mapping]] = ..., context_request: _Optional[_Union[ContextRequest, _Mapping]] = ...) -> None: ...
 
 class ContextRequest(_message.Message):
-    __slots__ = ("request_id", "load_artifact", "save_artifact", "list_artifact_keys", "list_artifact_versions", "search_memory", "load_events")
+    __slots__ = ("request_id", "load_artifact", "save_artifact", "list_artifact_keys", "list_artifact_versions", "search_memory", "load_events", "artifact_chunk", "accepts_artifact_chunks")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LOAD_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     SAVE_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +73,8 @@ class ContextRequest(_message.Message):
     LIST_ARTIFACT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     SEARCH_MEMORY_FIELD_NUMBER: _ClassVar[int]
     LOAD_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_ARTIFACT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     load_artifact: LoadArtifactRequest
     save_artifact: SaveArtifactRequest
@@ -78,7 +82,9 @@ class ContextRequest(_message.Message):
     list_artifact_versions: ListArtifactVersionsRequest
     search_memory: SearchMemoryRequest
     load_events: LoadEventsRequest
-    def __init__(self, request_id: _Optional[int] = ..., load_artifact: _Optional[_Union[LoadArtifactRequest, _Mapping]] = ..., save_artifact: _Optional[_Union[SaveArtifactRequest, _Mapping]] = ..., list_artifact_keys: _Optional[_Union[ListArtifactKeysRequest, _Mapping]] = ..., list_artifact_versions: _Optional[_Union[ListArtifactVersionsRequest, _Mapping]] = ..., search_memory: _Optional[_Union[SearchMemoryRequest, _Mapping]] = ..., load_events: _Optional[_Union[LoadEventsRequest, _Mapping]] = ...) -> None: ...
+    artifact_chunk: bytes
+    accepts_artifact_chunks: bool
+    def __init__(self, request_id: _Optional[int] = ..., load_artifact: _Optional[_Union[LoadArtifactRequest, _Mapping]] = ..., save_artifact: _Optional[_Union[SaveArtifactRequest, _Mapping]] = ..., list_artifact_keys: _Optional[_Union[ListArtifactKeysRequest, _Mapping]] = ..., list_artifact_versions: _Optional[_Union[ListArtifactVersionsRequest, _Mapping]] = ..., search_memory: _Optional[_Union[SearchMemoryRequest, _Mapping]] = ..., load_events: _Optional[_Union[LoadEventsRequest, _Mapping]] = ..., artifact_chunk: _Optional[bytes] = ..., accepts_artifact_chunks: _Optional[bool] = ...) -> None: ...
 
 class LoadArtifactRequest(_message.Message):
     __slots__ = ("filename", "version")
@@ -89,12 +95,16 @@ class LoadArtifactRequest(_message.Message):
     def __init__(self, filename: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class SaveArtifactRequest(_message.Message):
-    __slots__ = ("filename", "artifact")
+    __slots__ = ("filename", "artifact", "size_bytes", "chunks_follow")
     FILENAME_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FOLLOW_FIELD_NUMBER: _ClassVar[int]
     filename: str
     artifact: _content_pb2.Part
-    def __init__(self, filename: _Optional[str] = ..., artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ...) -> None: ...
+    size_bytes: int
+    chunks_follow: bool
+    def __init__(self, filename: _Optional[str] = ..., artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ..., size_bytes: _Optional[int] = ..., chunks_follow: _Optional[bool] = ...) -> None: ...
 
 class ListArtifactKeysRequest(_message.Message):
     __slots__ = ()
@@ -125,7 +135,7 @@ class LoadEventsRequest(_message.Message):
     def __init__(self, before_event_id: _Optional[str] = ..., max_events: _Optional[int] = ..., event_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ContextResponse(_message.Message):
-    __slots__ = ("request_id", "error", "loaded_artifact", "saved_version", "artifact_keys", "artifact_versions", "memories", "loaded_events")
+    __slots__ = ("request_id", "error", "loaded_artifact", "saved_version", "artifact_keys", "artifact_versions", "memories", "loaded_events", "artifact_chunk")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LOADED_ARTIFACT_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +144,7 @@ class ContextResponse(_message.Message):
     ARTIFACT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     MEMORIES_FIELD_NUMBER: _ClassVar[int]
     LOADED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_CHUNK_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     error: ErrorDetail
     loaded_artifact: LoadedArtifact
@@ -142,7 +153,8 @@ class ContextResponse(_message.Message):
     artifact_versions: ArtifactVersions
     memories: MemoryResults
     loaded_events: LoadedEvents
-    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., loaded_artifact: _Optional[_Union[LoadedArtifact, _Mapping]] = ..., saved_version: _Optional[int] = ..., artifact_keys: _Optional[_Union[ArtifactKeys, _Mapping]] = ..., artifact_versions: _Optional[_Union[ArtifactVersions, _Mapping]] = ..., memories: _Optional[_Union[MemoryResults, _Mapping]] = ..., loaded_events: _Optional[_Union[LoadedEvents, _Mapping]] = ...) -> None: ...
+    artifact_chunk: bytes
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., loaded_artifact: _Optional[_Union[LoadedArtifact, _Mapping]] = ..., saved_version: _Optional[int] = ..., artifact_keys: _Optional[_Union[ArtifactKeys, _Mapping]] = ..., artifact_versions: _Optional[_Union[ArtifactVersions, _Mapping]] = ..., memories: _Optional[_Union[MemoryResults, _Mapping]] = ..., loaded_events: _Optional[_Union[LoadedEvents, _Mapping]] = ..., artifact_chunk: _Optional[bytes] = ...) -> None: ...
 
 class LoadedEvents(_message.Message):
     __slots__ = ("events", "omitted_events", "abridged_event_ids")
@@ -155,10 +167,14 @@ class LoadedEvents(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[_event_pb2.Event, _Mapping]]] = ..., omitted_events: _Optional[int] = ..., abridged_event_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LoadedArtifact(_message.Message):
-    __slots__ = ("artifact",)
+    __slots__ = ("artifact", "size_bytes", "chunks_follow")
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FOLLOW_FIELD_NUMBER: _ClassVar[int]
     artifact: _content_pb2.Part
-    def __init__(self, artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ...) -> None: ...
+    size_bytes: int
+    chunks_follow: bool
+    def __init__(self, artifact: _Optional[_Union[_content_pb2.Part, _Mapping]] = ..., size_bytes: _Optional[int] = ..., chunks_follow: _Optional[bool] = ...) -> None: ...
 
 class ArtifactKeys(_message.Message):
     __slots__ = ("filenames",)

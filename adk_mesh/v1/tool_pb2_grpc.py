@@ -75,7 +75,8 @@ class ToolServiceServicer:
         the tool runs, the server asks for the caller's artifacts and memory (ContextRequest) and
         the caller answers each on its stream (ContextResponse, same request_id), from its own
         stores, limited to the calling session and the caller's delegation scope. The caller
-        stays the only writer of its stores.
+        stays the only writer of its stores. An artifact larger than one message crosses as a
+        header and chunks (see "Artifacts in chunks" below ContextRequest).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

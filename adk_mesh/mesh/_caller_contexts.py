@@ -51,6 +51,7 @@ __all__ = [
     "InteractiveCall",
     "NamedHistory",
     "answer_context_request",
+    "error_answer",
 ]
 
 # The largest SearchMemoryRequest.limit (an int32).
@@ -713,14 +714,12 @@ async def answer_context_request(
         else:
             raise ArtifactError(f"unknown context request {kind!r}")
     except AdkError as error:
-        response.error.reason = error.reason
-        response.error.message = error.message
-        for key, value in error.metadata.items():
-            response.error.metadata[key] = value
+        return error_answer(request.request_id, error)
     return response
 
 
-def _error_answer(request_id: int, error: AdkError) -> tool_pb2.ContextResponse:
+def error_answer(request_id: int, error: AdkError) -> tool_pb2.ContextResponse:
+    """The answer to context request ``request_id`` that fails it with ``error``."""
     answer = tool_pb2.ContextResponse(request_id=request_id)
     answer.error.reason = error.reason
     answer.error.message = error.message
@@ -749,7 +748,7 @@ def _too_large(
     if chunkable:
         message += " (its adk-mesh does not take artifacts in chunks)"
     failure = AdkError(message) if kind == "search_memory" else ArtifactError(message)
-    return _error_answer(request.request_id, failure)
+    return error_answer(request.request_id, failure)
 
 
 class ContextAnswers:
@@ -797,7 +796,7 @@ class ContextAnswers:
         saving = self._saving
         if saving is not None and not (chunk and request.request_id == saving[0].request_id):
             self._saving = None
-            await self._write(_error_answer(saving[0].request_id, saving[0].cut_short()))
+            await self._write(error_answer(saving[0].request_id, saving[0].cut_short()))
             saving = None
         if chunk and request.request_id == self._refused:
             return
@@ -808,7 +807,7 @@ class ContextAnswers:
                     f"no artifact is being sent with request id {request.request_id}: its "
                     "chunks must follow a save_artifact header at once"
                 )
-                await self._write(_error_answer(request.request_id, failure))
+                await self._write(error_answer(request.request_id, failure))
                 return
             await self._add(saving, request.artifact_chunk)
         elif kind == "save_artifact" and request.save_artifact.chunks_follow:
@@ -837,7 +836,7 @@ class ContextAnswers:
         except ArtifactError as error:
             # Refused on its header: its chunks are dropped as they come, never held.
             self._refused = request.request_id
-            await self._write(_error_answer(request.request_id, error))
+            await self._write(error_answer(request.request_id, error))
             return
         await self._add((assembly, save.filename), b"")  # an empty one is complete at once
 
@@ -857,7 +856,7 @@ class ContextAnswers:
             if self._saving is not None:  # refused before its last chunk: drop the rest
                 self._refused = assembly.request_id
             self._saving = None
-            await self._write(_error_answer(assembly.request_id, error))
+            await self._write(error_answer(assembly.request_id, error))
             return
         await self._write(
             tool_pb2.ContextResponse(request_id=assembly.request_id, saved_version=version)
@@ -873,7 +872,7 @@ class ContextAnswers:
                 version=load.version if load.HasField("version") else None,
             )
         except AdkError as error:
-            await self._write(_error_answer(request.request_id, error))
+            await self._write(error_answer(request.request_id, error))
             return
         loaded = response.loaded_artifact
         loaded.SetInParent()

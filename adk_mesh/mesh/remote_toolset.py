@@ -33,6 +33,7 @@ from adk_mesh.mesh._caller_contexts import (
     MAX_LOAD_EVENTS,
     ContextAnswers,
     answer_context_request,
+    error_answer,
 )
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, open_channel
 from adk_mesh.mesh._deadline import call_timeout
@@ -410,7 +411,7 @@ async def _answer(
                 max_events=min(load.max_events or DEFAULT_LOAD_EVENTS, MAX_LOAD_EVENTS),
             )
         except AdkError as error:
-            return _error_answer(request.request_id, error)
+            return error_answer(request.request_id, error)
         request = tool_pb2.ContextRequest(
             request_id=request.request_id,
             load_events=tool_pb2.LoadEventsRequest(max_events=len(history) or 1),
@@ -424,15 +425,6 @@ async def _answer(
         user_id=invocation.user_id,
         session_id=invocation.session_id,
     )
-
-
-def _error_answer(request_id: int, error: AdkError) -> tool_pb2.ContextResponse:
-    answer = tool_pb2.ContextResponse(request_id=request_id)
-    answer.error.reason = error.reason
-    answer.error.message = error.message
-    for key, value in error.metadata.items():
-        answer.error.metadata[key] = value
-    return answer
 
 
 def _key(ctx: ReadonlyContext) -> tuple[str, str, str]:

@@ -1,13 +1,15 @@
-"""The artifact bytes a session service holds in transfer at once, bounded.
+"""The artifact bytes an agent service holds in transfer at once, bounded.
 
 A save through ``SaveArtifactStream`` holds the whole artifact in memory before the store takes
 it (whole or not at all), and a load holds what the store returned while a slow client reads
 it. One artifact is bounded (``max_artifact_bytes``), but nothing else bounded how many of them
 a service held at once: a few clients saving large artifacts together could take more memory
 than the service's container has, and the orchestrator would kill it with every turn it was
-running. :class:`ArtifactBudget` bounds the sum. A transfer takes its bytes before it holds
-them (a save: the size its header announces, before a byte is read) and gives them back when
-it ends, however it ends; one that does not fit beside the others is refused at once with
+running. The same goes for the artifacts a delegated run loads from its caller in chunks
+(``RunDelegated``), held until the last chunk is in. :class:`ArtifactBudget` bounds the sum.
+A transfer takes its bytes before it holds them (a save: the size its header announces, before
+a byte is read) and gives them back when it ends, however it ends; one that does not fit
+beside the others is refused at once with
 :class:`~adk_mesh.errors.ArtifactsBusyError` (RESOURCE_EXHAUSTED: retry later), never queued,
 so a waiting client holds no memory and no call slot.
 
@@ -43,10 +45,9 @@ class ArtifactBudget:
         #: Bytes taken by the transfers under way.
         self.held = 0
 
-    @contextmanager
-    def holding(self, size: int, what: str, metadata: dict[str, str]) -> Iterator[None]:
-        """Hold ``size`` bytes for the ``with`` block (``what``: the artifact and whether it is
-        saved or loaded, for the refusal's message).
+    def take(self, size: int, what: str, metadata: dict[str, str]) -> None:
+        """Count ``size`` bytes as held until :meth:`give_back` (``what``: the artifact and
+        whether it is saved or loaded, for the refusal's message).
 
         Raises:
             ArtifactTooLargeError: more bytes than the whole budget (an artifact a tool saved
@@ -56,7 +57,7 @@ class ArtifactBudget:
         if size > self.limit:
             raise ArtifactTooLargeError(
                 f"{what} is {size} bytes, more than this service holds in transfer at once "
-                f"({self.limit} bytes): it cannot be sent through the session API",
+                f"({self.limit} bytes)",
                 metadata={**metadata, "size_bytes": str(size), "limit_bytes": str(self.limit)},
             )
         if self.held + size > self.limit:
@@ -72,7 +73,16 @@ class ArtifactBudget:
                 },
             )
         self.held += size
+
+    def give_back(self, size: int) -> None:
+        """The end of a transfer that took ``size`` bytes."""
+        self.held -= size
+
+    @contextmanager
+    def holding(self, size: int, what: str, metadata: dict[str, str]) -> Iterator[None]:
+        """:meth:`take` ``size`` bytes for the ``with`` block, given back however it ends."""
+        self.take(size, what, metadata)
         try:
             yield
         finally:
-            self.held -= size
+            self.give_back(size)

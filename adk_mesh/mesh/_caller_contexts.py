@@ -35,6 +35,7 @@ from adk_mesh.errors import (
     error_class_for_reason,
 )
 from adk_mesh.memory.base import MemoryEntry, MemoryService, check_limit, search_with_limit
+from adk_mesh.mesh._artifact_budget import ArtifactBudget
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
 from adk_mesh.mesh._session_service import ARTIFACT_CHUNK_BYTES, DEFAULT_MAX_ARTIFACT_BYTES
 from adk_mesh.sessions.base import Session
@@ -114,6 +115,8 @@ class _Assembly:
         self._header = header
         self.size = size
         self._received = bytearray()
+        #: Bytes taken from a service's ArtifactBudget for it (given back once).
+        self.taken = 0
 
     @property
     def complete(self) -> bool:
@@ -182,6 +185,9 @@ class CallerChannel:
         self._send_all = send_all or self._send_each
         self.caller_reassembles = False
         self.max_artifact_bytes = max_artifact_bytes
+        #: The service's count of artifact bytes in transfer, if it keeps one: a load in chunks
+        #: takes its announced size from it until its last chunk is in.
+        self.budget: ArtifactBudget | None = None
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[_Answer]] = {}
         #: What each artifact request is about, for the errors of its chunks.
@@ -267,6 +273,7 @@ class CallerChannel:
         assembly = self._assembly
         if assembly is not None and (not chunk or response.request_id != assembly.request_id):
             self._assembly = None
+            self._give_back(assembly)
             self._fail(assembly.request_id, assembly.cut_short())
             assembly = None
         if chunk:
@@ -298,13 +305,17 @@ class CallerChannel:
                     # Nobody waits for it any more (the tool was cancelled): its chunks are
                     # dropped as they come.
                     raise ArtifactError("no longer waited for")
+                what = self._artifact_names.get(response.request_id, "the artifact")
                 assembly = _Assembly(
                     response.request_id,
                     loaded.artifact,
                     loaded.size_bytes,
                     self.max_artifact_bytes,
-                    self._artifact_names.get(response.request_id, "the artifact"),
+                    what,
                 )
+                if self.budget is not None:
+                    self.budget.take(assembly.size, f"loading {what}", {})
+                    assembly.taken = assembly.size
             except ArtifactError as error:
                 # Refused on its header: its chunks are dropped, never held.
                 if loaded.size_bytes > 0:
@@ -322,10 +333,13 @@ class CallerChannel:
             assembly.add(chunk)
         except ArtifactError as error:
             self._assembly = None
+            self._give_back(assembly)
             self._fail(assembly.request_id, error)
             return
         if assembly.complete:
             self._assembly = None
+            # In: the tool holds the artifact from now on, no longer a transfer.
+            self._give_back(assembly)
             future = self._waiting.get(assembly.request_id)
             if future is not None and not future.done():
                 answer = tool_pb2.ContextResponse(request_id=assembly.request_id)
@@ -336,9 +350,16 @@ class CallerChannel:
         if future is not None and not future.done():
             future.set_exception(error)
 
+    def _give_back(self, assembly: _Assembly) -> None:
+        if self.budget is not None and assembly.taken:
+            self.budget.give_back(assembly.taken)
+            assembly.taken = 0
+
     def close(self) -> None:
         """The caller's stream ended: every request still waiting fails."""
         self._closed = True
+        if self._assembly is not None:
+            self._give_back(self._assembly)
         self._assembly = self._skipping = None
         self._settled.set()
         for future in self._waiting.values():

@@ -183,8 +183,9 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             )
         self._server = server
         self._max_artifact_bytes = max_artifact_bytes
-        # What the artifact streams hold at once (see _artifact_budget).
-        self._in_flight = ArtifactBudget(
+        #: What the artifact streams (and the server's delegated runs) hold at once (see
+        #: _artifact_budget).
+        self.artifact_budget = ArtifactBudget(
             max_artifact_bytes * IN_FLIGHT_ARTIFACTS
             if max_artifact_bytes_in_flight is None
             else max_artifact_bytes_in_flight,
@@ -570,7 +571,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
                 data = (part.text or "").encode()
                 described = content_pb2.Part(text="")
             # Held while a client reads (however slowly): counted until the stream ends.
-            with self._in_flight.holding(
+            with self.artifact_budget.holding(
                 len(data),
                 f"loading artifact {shown(filename)} version {version}",
                 {"session_id": key.session_id, "filename": filename},
@@ -693,7 +694,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
             await self._required(key)
             # The bytes are counted before the first is read: refused, the client has sent
             # nothing but its header, and the service holds nothing.
-            with self._in_flight.holding(
+            with self.artifact_budget.holding(
                 size,
                 f"saving artifact {shown(filename)}",
                 {"session_id": key.session_id, "filename": filename},

@@ -196,7 +196,9 @@ class AgentServer(MeshServer):
         max_artifact_bytes_in_flight: the artifact bytes the session API's streams hold at
             once, saves and loads together (default twice ``max_artifact_bytes``; at least
             ``max_artifact_bytes``). One that does not fit beside the others is refused at
-            once, RESOURCE_EXHAUSTED (``ArtifactsBusyError``), before its bytes are read.
+            once, RESOURCE_EXHAUSTED (``ArtifactsBusyError``), before its bytes are read. The
+            artifacts a delegated run loads from its caller in chunks count too, until their
+            last chunk is in (one that does not fit: an ``ArtifactsBusyError`` the run reads).
 
     The server also serves ``adk_mesh.v1.SessionService`` (the session API: list, read,
     create, update the state of and delete its sessions; list, load, save and delete their
@@ -235,6 +237,8 @@ class AgentServer(MeshServer):
         self.plugins = plugin_manager(plugins)
         self.credential_service = credential_service
         self.max_artifact_bytes = max_artifact_bytes
+        #: The artifact bytes in transfer, the session API's and the delegated runs' together.
+        self.artifact_budget = self._session_servicer.artifact_budget
         #: The stores this server opened from URLs: its own to close.
         self._owned: list[SessionService | ArtifactService | MemoryService] = []
         if isinstance(session_service, str):
@@ -1283,6 +1287,7 @@ class _AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             interactive = InteractiveCall(agent_pb2.RunDelegatedResponse)
             # What this service holds of one artifact, here as in the session API.
             interactive.channel.max_artifact_bytes = self._server.max_artifact_bytes
+            interactive.channel.budget = self._server.artifact_budget
             request = await interactive.start(requests, "run")
             if request.WhichOneof("mode") != "delegated":
                 raise InvalidArgumentError(

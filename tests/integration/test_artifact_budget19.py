@@ -112,7 +112,7 @@ class HeldSave:
         await self.call.write(chunk(b"x" * MiB))
         # The server has read the first chunk once its bytes are counted as held.
         for _ in range(500):
-            if self.served.server._session_servicer._in_flight.held >= self.size:
+            if self.served.server.artifact_budget.held >= self.size:
                 return
             await asyncio.sleep(0.01)
         raise AssertionError("the server never counted the held save")
@@ -158,7 +158,7 @@ async def test_a_save_that_does_not_fit_beside_one_under_way_is_refused_at_once(
         assert await save_whole(served, pattern(2 * MiB), "small.bin") == 1
 
         assert await held.finish() == 1
-        assert served.server._session_servicer._in_flight.held == 0
+        assert served.server.artifact_budget.held == 0
         # The room is back: the refused save now goes through.
         assert await save_whole(served, pattern(3 * MiB), "second.bin") == 1
 
@@ -169,10 +169,10 @@ async def test_a_cancelled_or_refused_save_gives_its_bytes_back() -> None:
         await held.begin()
         held.call.cancel()
         for _ in range(500):
-            if served.server._session_servicer._in_flight.held == 0:
+            if served.server.artifact_budget.held == 0:
                 break
             await asyncio.sleep(0.01)
-        assert served.server._session_servicer._in_flight.held == 0
+        assert served.server.artifact_budget.held == 0
         assert await versions(served, "cut.bin") == []
 
         # A stream that carries fewer bytes than its header said is refused, and frees them.
@@ -180,7 +180,7 @@ async def test_a_cancelled_or_refused_save_gives_its_bytes_back() -> None:
             iter([header(4 * MiB, "short.bin"), chunk(b"x" * 10)]), timeout=10
         )
         assert (await refused(short)).code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert served.server._session_servicer._in_flight.held == 0
+        assert served.server.artifact_budget.held == 0
 
         assert await save_whole(served, pattern(4 * MiB), "whole.bin") == 1
 
@@ -199,7 +199,7 @@ async def test_a_load_is_counted_too() -> None:
         await held.finish()
         loaded_header, loaded = await load_streamed(served)  # type: ignore[arg-type]
         assert loaded == pattern(3 * MiB) and loaded_header.size_bytes == 3 * MiB
-        assert served.server._session_servicer._in_flight.held == 0
+        assert served.server.artifact_budget.held == 0
 
 
 async def test_an_artifact_larger_than_the_whole_budget_is_too_large_not_busy() -> None:
@@ -247,3 +247,54 @@ def test_serve_refuses_such_flags_with_one_error_line() -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
     assert "max_artifact_bytes_in_flight is 1000, below max_artifact_bytes (2000)" in lines[0]
+
+
+# --- the delegated runs' loads in chunks count in the same budget ------------------------------
+
+
+async def _delegated_load(
+    hold: int, artifacts: InMemoryArtifactService
+) -> tuple[dict[str, Any], AgentServer]:
+    from adk_mesh import LlmAgent
+    from adk_mesh.mesh import RemoteAgent
+    from adk_mesh.testing import ScriptedModel, call
+    from tests.integration.mesh.test_context_artifacts19 import (
+        BIG,
+        TOOLS,
+        _pdf,
+        _saving,
+        _turn,
+    )
+
+    served = LlmAgent(
+        name="filer",
+        model=ScriptedModel([call("measure", {"filename": "big.pdf"}), "done"]),
+        tools=TOOLS,
+    )
+    server = AgentServer(
+        served, app_name="app", max_artifact_bytes=48 * MiB, max_artifact_bytes_in_flight=64 * MiB
+    )
+    port = await server.start("127.0.0.1:0")
+    agent = RemoteAgent("filer", f"127.0.0.1:{port}")
+    # As if the session API were receiving an artifact of ``hold`` bytes meanwhile.
+    server.artifact_budget.take(hold, "a save under way", {})
+    try:
+        events, _ = await _turn(agent, artifacts, _saving("big.pdf", _pdf(BIG), artifacts))
+    finally:
+        await agent.close()
+        await server.stop(None)
+    (response,) = [
+        r.response for e in events for r in e.function_responses() if r.name == "measure"
+    ]
+    return response, server
+
+
+async def test_a_delegated_runs_load_in_chunks_counts_in_the_services_budget() -> None:
+    response, server = await _delegated_load(0, InMemoryArtifactService())
+    assert response["length"] == 40 * MiB
+    assert server.artifact_budget.held == 0  # given back once the last chunk was in
+
+    response, server = await _delegated_load(30 * MiB, InMemoryArtifactService())
+    assert response["kind"] == "ArtifactsBusyError", response
+    assert "does not fit now" in response["error"] and "'big.pdf'" in response["error"]
+    assert server.artifact_budget.held == 30 * MiB  # the refused load took nothing

@@ -326,7 +326,12 @@ def _serve(args: argparse.Namespace) -> int:
                 **a2a_options,
             )
         else:
-            server = _tool_server(args.reference, limits)
+            server = _tool_server(
+                args.reference,
+                limits,
+                max_artifact_bytes=args.max_artifact_bytes,
+                max_artifact_bytes_in_flight=args.max_artifact_bytes_in_flight,
+            )
         if args.plugin:
             _use_plugins(server, args.plugin)
         if args.credentials:
@@ -368,7 +373,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tool_server(reference: str, limits: Any) -> Any:
+def _tool_server(reference: str, limits: Any, **options: Any) -> Any:
     """The ToolServer of ``serve tools``: the tools ``reference`` names, and beside them the
     MCP toolsets ``ADK_MESH_MCP_TOOLSETS`` names (``adk-mesh up`` sets it from the service's
     ``[services.<name>.mcp.<toolset>]`` tables)."""
@@ -380,10 +385,10 @@ def _tool_server(reference: str, limits: Any) -> Any:
     tools = load_tools(reference)
     fronted = mcp_toolsets_from_env()
     if not fronted:
-        return ToolServer(tools, limits=limits)
+        return ToolServer(tools, limits=limits, **options)
     if isinstance(tools, Toolset):
-        return ToolServer([tools, *fronted], name=tools.name, limits=limits)
-    return ToolServer([*tools, *fronted], limits=limits)
+        return ToolServer([tools, *fronted], name=tools.name, limits=limits, **options)
+    return ToolServer([*tools, *fronted], limits=limits, **options)
 
 
 def _a2a_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -695,7 +700,7 @@ class _Parser(argparse.ArgumentParser):
 def _artifact_bytes_argument(text: str) -> int:
     """``--max-artifact-bytes``' value (argparse ``type``): a bad one is the flag's usage error,
     naming it, before the agent is loaded; the bounds are the session API's own."""
-    from adk_mesh.mesh._session_service import MAX_ARTIFACT_BYTES_LIMIT
+    from adk_mesh.mesh._artifact_budget import MAX_ARTIFACT_BYTES_LIMIT
 
     bounds = (
         f"must be a whole number of bytes, 1 to {MAX_ARTIFACT_BYTES_LIMIT} (the most a "
@@ -724,8 +729,8 @@ def build_parser() -> argparse.ArgumentParser:
         "reference", metavar="MODULE:ATTR", help="tools/functions, a Toolset, or a factory"
     )
     from adk_mesh.mesh import ServerLimits
+    from adk_mesh.mesh._artifact_budget import DEFAULT_MAX_ARTIFACT_BYTES, IN_FLIGHT_ARTIFACTS
     from adk_mesh.mesh._channel import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_CONNECTION_AGE
-    from adk_mesh.mesh._session_service import DEFAULT_MAX_ARTIFACT_BYTES, IN_FLIGHT_ARTIFACTS
     from adk_mesh.mesh.security import (
         add_server_security_arguments,
         grace_default,
@@ -789,26 +794,25 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"a client connection is asked to reconnect after this long, so callers find "
             f"new replicas; running calls go on (default {DEFAULT_MAX_CONNECTION_AGE:g}; 0: never)",
         )
-        if sub is agent:
-            # Only an agent service has the session API that stores artifacts.
-            limits.add_argument(
-                "--max-artifact-bytes",
-                type=_artifact_bytes_argument,
-                default=DEFAULT_MAX_ARTIFACT_BYTES,
-                metavar="N",
-                help="the largest artifact the session API stores from one SaveArtifactStream, "
-                f"in bytes (default {DEFAULT_MAX_ARTIFACT_BYTES}); over it the save is "
-                "INVALID_ARGUMENT",
-            )
-            limits.add_argument(
-                "--max-artifact-bytes-in-flight",
-                type=_artifact_bytes_argument,
-                default=None,
-                metavar="N",
-                help="the artifact bytes the session API's streams hold at once, saves and "
-                f"loads together (default {IN_FLIGHT_ARTIFACTS} x --max-artifact-bytes; at "
-                "least that); one that does not fit is RESOURCE_EXHAUSTED (retry later)",
-            )
+        limits.add_argument(
+            "--max-artifact-bytes",
+            type=_artifact_bytes_argument,
+            default=DEFAULT_MAX_ARTIFACT_BYTES,
+            metavar="N",
+            help="the largest artifact taken in one piece, in bytes: an agent's session API "
+            "stores from one SaveArtifactStream, and its delegated runs or a tool service's "
+            f"tools load from their callers in chunks (default {DEFAULT_MAX_ARTIFACT_BYTES}); "
+            "over it a save is INVALID_ARGUMENT, a load an ArtifactError",
+        )
+        limits.add_argument(
+            "--max-artifact-bytes-in-flight",
+            type=_artifact_bytes_argument,
+            default=None,
+            metavar="N",
+            help="the artifact bytes such transfers hold at once, together (default "
+            f"{IN_FLIGHT_ARTIFACTS} x --max-artifact-bytes; at least that); one that does not "
+            "fit is RESOURCE_EXHAUSTED (ArtifactsBusyError: retry later)",
+        )
         sub.add_argument(
             "--port", type=port_argument, required=True, help="port (0: any free port)"
         )

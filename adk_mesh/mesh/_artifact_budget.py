@@ -23,7 +23,25 @@ from contextlib import contextmanager
 
 from adk_mesh.errors import ArtifactsBusyError, ArtifactTooLargeError, ConfigError
 
-__all__ = ["ArtifactBudget"]
+__all__ = [
+    "DEFAULT_MAX_ARTIFACT_BYTES",
+    "IN_FLIGHT_ARTIFACTS",
+    "MAX_ARTIFACT_BYTES_LIMIT",
+    "ArtifactBudget",
+    "service_budget",
+]
+
+#: The largest artifact a service takes through the session API's streams or a call's chunks
+#: by default (``max_artifact_bytes``). The store receives the artifact whole (the
+#: ArtifactService contract takes a Part), so a save holds it in memory, twice for a moment
+#: (the chunks joined): this bounds what one call may make the service hold.
+DEFAULT_MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
+#: The largest ``max_artifact_bytes``: a PostgreSQL field holds less than 1 GB.
+MAX_ARTIFACT_BYTES_LIMIT = 2**30 - 1
+#: A service holds at most this many largest artifacts in transfer at once by default
+#: (``max_artifact_bytes_in_flight``): a save holds its bytes twice for a moment (as they
+#: come, then joined), so two of 256 MiB take ~1 GiB at their peak.
+IN_FLIGHT_ARTIFACTS = 2
 
 
 class ArtifactBudget:
@@ -86,3 +104,27 @@ class ArtifactBudget:
             yield
         finally:
             self.give_back(size)
+
+
+def service_budget(
+    max_artifact_bytes: int, max_artifact_bytes_in_flight: int | None
+) -> ArtifactBudget:
+    """The budget of a service that takes artifacts of at most ``max_artifact_bytes`` and holds
+    at most ``max_artifact_bytes_in_flight`` of them at once (``None``: the default,
+    :data:`IN_FLIGHT_ARTIFACTS` largest ones).
+
+    Raises:
+        ConfigError: ``max_artifact_bytes`` not 1 to :data:`MAX_ARTIFACT_BYTES_LIMIT`, or
+            the bytes in flight below it.
+    """
+    if not 0 < max_artifact_bytes <= MAX_ARTIFACT_BYTES_LIMIT:
+        raise ConfigError(
+            f"max_artifact_bytes is {max_artifact_bytes}; give 1 to "
+            f"{MAX_ARTIFACT_BYTES_LIMIT} (the most a PostgreSQL artifact store holds)"
+        )
+    return ArtifactBudget(
+        max_artifact_bytes * IN_FLIGHT_ARTIFACTS
+        if max_artifact_bytes_in_flight is None
+        else max_artifact_bytes_in_flight,
+        largest=max_artifact_bytes,
+    )

@@ -80,7 +80,12 @@ from adk_mesh.errors import (
     SessionNotFoundError,
 )
 from adk_mesh.ids import check_artifact_name, check_id, random_uuid, shown
-from adk_mesh.mesh._artifact_budget import ArtifactBudget
+from adk_mesh.mesh._artifact_budget import (
+    DEFAULT_MAX_ARTIFACT_BYTES,
+    IN_FLIGHT_ARTIFACTS,
+    MAX_ARTIFACT_BYTES_LIMIT,
+    service_budget,
+)
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import error_boundary
@@ -133,22 +138,6 @@ MAX_UPDATE_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 #: SaveArtifactStream): far below any message limit, and few enough that a stream holds the
 #: artifact once, not its messages too.
 ARTIFACT_CHUNK_BYTES = 1024 * 1024
-#: The largest artifact SaveArtifactStream stores, unless the servicer is given another.
-#: The store receives the artifact whole (the ArtifactService contract takes a Part), so a
-#: save holds it in memory, twice for a moment (the chunks joined): this bounds what one call
-#: may make the service hold. PostgreSQL refuses a bytea over 1 GB, so no limit can go there.
-DEFAULT_MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
-
-#: The artifact streams hold at most this many largest artifacts at once by default
-#: (``max_artifact_bytes_in_flight``): a save holds its bytes twice for a moment (as they
-#: come, then joined), so two of 256 MiB take ~1 GiB at their peak.
-IN_FLIGHT_ARTIFACTS = 2
-
-#: A PostgreSQL field holds less than this (1 GB).
-_POSTGRES_MAX_BYTES = 2**30
-#: The largest ``max_artifact_bytes`` the servicer takes (``--max-artifact-bytes`` too).
-MAX_ARTIFACT_BYTES_LIMIT = _POSTGRES_MAX_BYTES - 1
-
 #: A streamed read's response message (GetSessionResponse, ListSessionsResponse).
 R = TypeVar("R", session_pb2.GetSessionResponse, session_pb2.ListSessionsResponse)
 
@@ -176,21 +165,11 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):  # type: ignore[
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         max_artifact_bytes_in_flight: int | None = None,
     ) -> None:
-        if not 0 < max_artifact_bytes < _POSTGRES_MAX_BYTES:
-            raise ConfigError(
-                f"max_artifact_bytes is {max_artifact_bytes}; give 1 to "
-                f"{_POSTGRES_MAX_BYTES - 1} (the most a PostgreSQL artifact store holds)"
-            )
+        #: What the artifact streams (and the server's delegated runs) hold at once (see
+        #: _artifact_budget); a limit out of bounds is a ConfigError.
+        self.artifact_budget = service_budget(max_artifact_bytes, max_artifact_bytes_in_flight)
         self._server = server
         self._max_artifact_bytes = max_artifact_bytes
-        #: What the artifact streams (and the server's delegated runs) hold at once (see
-        #: _artifact_budget).
-        self.artifact_budget = ArtifactBudget(
-            max_artifact_bytes * IN_FLIGHT_ARTIFACTS
-            if max_artifact_bytes_in_flight is None
-            else max_artifact_bytes_in_flight,
-            largest=max_artifact_bytes,
-        )
 
     # --- requests ---------------------------------------------------------------------------
 

@@ -34,6 +34,11 @@ from adk_mesh.errors import (
     ToolNotFoundError,
 )
 from adk_mesh.ids import check_id, shown
+from adk_mesh.mesh._artifact_budget import (
+    DEFAULT_MAX_ARTIFACT_BYTES,
+    ArtifactBudget,
+    service_budget,
+)
 from adk_mesh.mesh._caller_contexts import (
     CallerArtifacts,
     CallerChannel,
@@ -271,7 +276,11 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
         limits: ServerLimits,
         plugins: PluginManager | None = None,
         credential_service: CredentialService | None = None,
+        *,
+        artifacts: tuple[int, ArtifactBudget] | None = None,
     ) -> None:
+        #: The largest artifact a call loads from its caller, and the budget of those loads.
+        self._artifacts = artifacts
         self._toolset = toolset
         self._name = name
         self._limits = limits
@@ -323,6 +332,8 @@ class _ToolServicer(tool_pb2_grpc.ToolServiceServicer):  # type: ignore[misc]
     ) -> AsyncIterator[tool_pb2.CallToolInteractiveResponse]:
         async with error_boundary(context, "CallToolInteractive") as call:
             interactive = InteractiveCall(tool_pb2.CallToolInteractiveResponse)
+            if self._artifacts is not None:
+                interactive.channel.max_artifact_bytes, interactive.channel.budget = self._artifacts
             request = await interactive.start(requests, "call")
             responses = self._call(request, context, call, interactive.channel)
             # Bounded by bytes too, as RunDelegated's: a progress update's data or the result
@@ -520,6 +531,12 @@ class ToolServer(MeshServer):
             (``tool_context.get_credential(name)``, :mod:`adk_mesh.credentials`); values they
             were handed are redacted from their results (default: none). A caller's
             credentials are never sent with a tool call.
+        max_artifact_bytes: the largest artifact a tool loads from its caller (one larger
+            than a message comes in chunks; default 256 MiB): past it the tool reads an
+            ArtifactError, refused on the announced size.
+        max_artifact_bytes_in_flight: the bytes of such loads held at once, the calls'
+            together (default twice ``max_artifact_bytes``; at least that); one that does not
+            fit beside the others is an ``ArtifactsBusyError`` the tool reads.
 
     Example::
 
@@ -539,8 +556,13 @@ class ToolServer(MeshServer):
         limits: ServerLimits | None = None,
         plugins: Sequence[Plugin] | None = None,
         credential_service: CredentialService | None = None,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        max_artifact_bytes_in_flight: int | None = None,
     ) -> None:
         super().__init__()
+        #: The artifact bytes the tools' calls take from their callers in chunks at once.
+        self.artifact_budget = service_budget(max_artifact_bytes, max_artifact_bytes_in_flight)
+        self.max_artifact_bytes = max_artifact_bytes
         self.plugins = plugin_manager(plugins)
         self.credential_service = credential_service
         self.toolset: Toolset = (
@@ -561,7 +583,12 @@ class ToolServer(MeshServer):
         add_servicer(
             tool_pb2_grpc.add_ToolServiceServicer_to_server,
             _ToolServicer(
-                self.toolset, self.name, self.limits, self.plugins, self.credential_service
+                self.toolset,
+                self.name,
+                self.limits,
+                self.plugins,
+                self.credential_service,
+                artifacts=(self.max_artifact_bytes, self.artifact_budget),
             ),
             server,
         )

@@ -149,23 +149,22 @@ def _mebibytes(quantity: str) -> float:
     return float(quantity[:-2]) * units[quantity[-2:]]
 
 
-def test_kubernetes_agent_pods_hold_the_artifacts_in_flight_within_their_memory_limit(
+def test_kubernetes_pods_hold_the_artifacts_in_flight_within_their_memory_limit(
     rendered: list[dict[str, Any]],
 ) -> None:
     """A save holds about twice its size at its peak (measured: a 64 MiB save raised a
-    service's peak RSS by 139 MiB): the artifacts an agent service may hold in transfer at
-    once, so counted, plus room for the service itself, fit the pod's memory limit; the
-    defaults (256 MiB, 512 MiB in flight) would not fit 512Mi."""
-    agents = 0
+    service's peak RSS by 139 MiB): the artifacts a service (an agent's session API and
+    delegated runs, a tool service's loads) may hold in transfer at once, so counted, plus room
+    for the service itself, fit the pod's memory limit; the defaults (256 MiB, 512 MiB in
+    flight) would not fit 512Mi."""
+    services = 0
     for name, pod, args in _deployments(rendered):
-        if args.kind != "agent":
-            continue
-        agents += 1
+        services += 1
         limit = _mebibytes(pod["containers"][0]["resources"]["limits"]["memory"])
         in_flight = args.max_artifact_bytes_in_flight / 2**20
         assert args.max_artifact_bytes <= args.max_artifact_bytes_in_flight, name
         assert 2.5 * in_flight + 160 <= limit, (name, in_flight, limit)
-    assert agents == 4
+    assert services == 5  # the four agent services and the tool service
 
 
 def test_kubernetes_mesh_doors_and_network_policies_let_in_exactly_the_callers(

@@ -23,7 +23,7 @@ import pytest
 
 from adk_mesh.artifacts import InMemoryArtifactService
 from adk_mesh.errors import ArtifactsBusyError, ArtifactTooLargeError, ConfigError
-from adk_mesh.mesh import AgentServer
+from adk_mesh.mesh import AgentServer, ToolServer
 from adk_mesh.mesh._channel import open_channel
 from adk_mesh.mesh._session_service import ARTIFACT_CHUNK_BYTES
 from adk_mesh.mesh._status import error_from_rpc_error
@@ -298,3 +298,75 @@ async def test_a_delegated_runs_load_in_chunks_counts_in_the_services_budget() -
     assert response["kind"] == "ArtifactsBusyError", response
     assert "does not fit now" in response["error"] and "'big.pdf'" in response["error"]
     assert server.artifact_budget.held == 30 * MiB  # the refused load took nothing
+
+
+# --- a tool service's loads: the same limits, its own budget ----------------------------------
+
+
+async def _tool_load(hold: int, **server_options: Any) -> tuple[dict[str, Any], ToolServer]:
+    from tests.integration.mesh.test_context_artifacts19 import (
+        BIG,
+        TOOLS,
+        _pdf,
+        _remote_tool,
+        _saving,
+    )
+
+    server = ToolServer(TOOLS, name="files", **server_options)
+    port = await server.start("127.0.0.1:0")
+    server.artifact_budget.take(hold, "another load under way", {})
+    artifacts = InMemoryArtifactService()
+    try:
+        response, _ = await _remote_tool(
+            f"127.0.0.1:{port}",
+            "measure",
+            {"filename": "big.pdf"},
+            artifacts,
+            _saving("big.pdf", _pdf(BIG), artifacts),
+        )
+    finally:
+        await server.stop(None)
+    return response, server
+
+
+async def test_a_tool_services_loads_are_bounded_one_by_one_and_together() -> None:
+    response, server = await _tool_load(
+        0, max_artifact_bytes=48 * MiB, max_artifact_bytes_in_flight=64 * MiB
+    )
+    assert response["length"] == 40 * MiB
+    assert server.artifact_budget.held == 0
+
+    response, _ = await _tool_load(
+        30 * MiB, max_artifact_bytes=48 * MiB, max_artifact_bytes_in_flight=64 * MiB
+    )
+    assert response["kind"] == "ArtifactsBusyError", response
+
+    response, _ = await _tool_load(0, max_artifact_bytes=36 * MiB)
+    assert response["kind"] == "ArtifactError", response
+    assert f"over the {36 * MiB} bytes" in response["error"]
+
+
+def test_serve_tools_takes_the_artifact_flags() -> None:
+    from adk_mesh.cli import build_parser
+
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "tools",
+            "tests.integration.mesh.test_context_artifacts19:TOOLS",
+            "--port",
+            "0",
+            "--max-artifact-bytes",
+            "1000",
+            "--max-artifact-bytes-in-flight",
+            "3000",
+        ]
+    )
+    assert (args.max_artifact_bytes, args.max_artifact_bytes_in_flight) == (1000, 3000)
+    from adk_mesh.cli import _tool_server
+    from adk_mesh.mesh import ServerLimits
+
+    server = _tool_server(
+        args.reference, ServerLimits(), max_artifact_bytes=1000, max_artifact_bytes_in_flight=3000
+    )
+    assert (server.max_artifact_bytes, server.artifact_budget.limit) == (1000, 3000)

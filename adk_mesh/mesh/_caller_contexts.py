@@ -35,9 +35,9 @@ from adk_mesh.errors import (
     error_class_for_reason,
 )
 from adk_mesh.memory.base import MemoryEntry, MemoryService, check_limit, search_with_limit
-from adk_mesh.mesh._artifact_budget import ArtifactBudget
+from adk_mesh.mesh._artifact_budget import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactBudget
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES
-from adk_mesh.mesh._session_service import ARTIFACT_CHUNK_BYTES, DEFAULT_MAX_ARTIFACT_BYTES
+from adk_mesh.mesh._session_service import ARTIFACT_CHUNK_BYTES
 from adk_mesh.sessions.base import Session
 from adk_mesh.types import Blob, Event, Part
 from adk_mesh.v1 import agent_pb2, content_pb2, tool_pb2
@@ -72,6 +72,24 @@ def _split(part: Part) -> tuple[Part, bytes] | None:
     if part.text is not None:
         return part.model_copy(update={"text": ""}), part.text.encode()
     return None
+
+
+def _fit_or_split(
+    message: Any, holder: Any, part: Part
+) -> tuple[int, tuple[Part, bytes] | None] | None:
+    """Put ``part`` in ``holder.artifact`` when ``message`` then fits one context message
+    (``None``: send it so). Else leave it out and return the bytes it would take and ``part``
+    split for chunks (:func:`_split`; ``None``: a kind that cannot go in chunks). Measured on
+    the data first: an artifact that goes in chunks is never encoded whole."""
+    split = _split(part)
+    if split is not None and len(split[1]) > MAX_CONTEXT_MESSAGE_BYTES:
+        return len(split[1]), split
+    holder.artifact.CopyFrom(codec.part_to_proto(part))
+    size: int = message.ByteSize()
+    if size <= MAX_CONTEXT_MESSAGE_BYTES:
+        return None
+    holder.ClearField("artifact")
+    return size, split
 
 
 def _chunks(
@@ -379,16 +397,10 @@ class CallerArtifacts(ArtifactService):
         request = tool_pb2.ContextRequest()
         save = request.save_artifact
         save.filename = filename
-        split = _split(artifact)
-        # Measured on the data first: an artifact that goes in chunks is never encoded whole.
-        if split is None or len(split[1]) <= MAX_CONTEXT_MESSAGE_BYTES:
-            save.artifact.CopyFrom(codec.part_to_proto(artifact))
-            size = request.ByteSize()
-            if size <= MAX_CONTEXT_MESSAGE_BYTES:
-                return int((await self._channel.ask(request)).saved_version)
-            save.ClearField("artifact")
-        else:
-            size = len(split[1])
+        unfit = _fit_or_split(request, save, artifact)
+        if unfit is None:
+            return int((await self._channel.ask(request)).saved_version)
+        size, split = unfit
         if split is None or not self._channel.caller_reassembles:
             # gRPC would refuse to send it and end the whole call; the tool reads this instead,
             # as a store's failure.
@@ -900,17 +912,11 @@ class ContextAnswers:
         if part is None:
             await self._write(response)
             return
-        split = _split(part)
-        # Measured on the data first: an artifact that goes in chunks is never encoded whole.
-        if split is None or len(split[1]) <= MAX_CONTEXT_MESSAGE_BYTES:
-            loaded.artifact.CopyFrom(codec.part_to_proto(part))
-            size = response.ByteSize()
-            if size <= MAX_CONTEXT_MESSAGE_BYTES:
-                await self._write(response)
-                return
-            loaded.ClearField("artifact")
-        else:
-            size = len(split[1])
+        unfit = _fit_or_split(response, loaded, part)
+        if unfit is None:
+            await self._write(response)
+            return
+        size, split = unfit
         if split is None or not request.accepts_artifact_chunks:
             await self._write(_too_large(request, size, chunkable=split is not None))
             return

@@ -44,6 +44,7 @@ from adk_mesh.errors import (
 from adk_mesh.ids import check_id, random_uuid, shown
 from adk_mesh.memory import memory_service_from_url
 from adk_mesh.memory.base import MemoryService
+from adk_mesh.mesh._artifact_budget import DEFAULT_MAX_ARTIFACT_BYTES
 from adk_mesh.mesh._caller_contexts import (
     CallerArtifacts,
     CallerChannel,
@@ -57,8 +58,8 @@ from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._forwarding import forwarded_secrets, is_mutual_tls
 from adk_mesh.mesh._limits import LLM_CALLS_TRAILER, ServerLimits
 from adk_mesh.mesh._relay import PartialRelay
-from adk_mesh.mesh._session_service import DEFAULT_MAX_ARTIFACT_BYTES, SessionServicer
 from adk_mesh.mesh._session_service import SERVICE_NAME as _SESSION_SERVICE_NAME
+from adk_mesh.mesh._session_service import SessionServicer
 from adk_mesh.mesh._session_turns import turns_for
 from adk_mesh.mesh._status import (
     SESSION_ID_TRAILER,

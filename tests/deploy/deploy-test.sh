@@ -92,6 +92,31 @@ if ! podman image exists "$POSTGRES_IMAGE"; then
         -t "$POSTGRES_IMAGE" "$HERE" >/dev/null
 fi
 
+# --- stacks a killed run left behind ------------------------------------------------------
+# test_compose.py names its project after its process (adk-mesh-deploy-test-<pid>) and takes
+# it down when it ends; a run killed outright (SIGKILL, a CI timeout) cannot, and its pod still
+# holds the host ports and starts containers beside the next stack. Remove every such stack
+# whose process is gone before this run starts its own.
+stale_pid() {  # the pid in an object's name, if that process no longer runs
+    local pid
+    pid=$(sed -nE 's/.*adk-mesh-deploy-test-([0-9]+).*/\1/p' <<<"$1")
+    [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null
+}
+remove_stale() {  # remove_stale KIND LIST-ARGS... : each listed name of a dead run, removed
+    local kind=$1 name
+    shift
+    while read -r name; do
+        if [ -n "$name" ] && stale_pid "$name"; then
+            echo "deploy-test: removing $kind $name of a run that is gone"
+            podman $kind rm -f "$name" >/dev/null || true
+        fi
+    done < <("$@" 2>/dev/null || true)
+}
+remove_stale container podman ps -a --format '{{.Names}}' --filter name=adk-mesh-deploy-test-
+remove_stale pod podman pod ps --format '{{.Name}}' --filter name=adk-mesh-deploy-test-
+remove_stale network podman network ls --format '{{.Name}}' --filter name=adk-mesh-deploy-test-
+remove_stale volume podman volume ls --format '{{.Name}}' --filter name=adk-mesh-deploy-test-
+
 # --- the stack ----------------------------------------------------------------------------
 step "running $HERE/test_compose.py"
 status=0

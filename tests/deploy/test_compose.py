@@ -22,6 +22,7 @@ from __future__ import annotations
 import graphlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -163,6 +164,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "JAEGER_UI_PORT": str(_free_port()),
     }
     stack = Stack(project, env)
+    # A CI that stops this run sends SIGTERM, which would end the process without the `finally`
+    # below and leave the stack's pod running on the host's ports (deploy-test.sh removes such
+    # leftovers too, for SIGKILL). As an interrupt, pytest unwinds and the stack comes down.
+    stopped = signal.signal(signal.SIGTERM, _interrupt)
     try:
         stack.up_in_order()
         stack.wait_healthy(*MESH)
@@ -172,6 +177,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         raise
     finally:
         stack.compose("down", "--volumes", "--timeout", "20")
+        signal.signal(signal.SIGTERM, stopped)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _print_logs(stack: Stack) -> None:

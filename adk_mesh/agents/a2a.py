@@ -40,7 +40,14 @@ if TYPE_CHECKING:
 
     from adk_mesh.mesh.security import ClientTLS
 
-__all__ = ["A2A_AGENTS_ENV", "A2aAgent", "a2a_agents_from_env", "context_state_key"]
+__all__ = [
+    "A2A_AGENTS_ENV",
+    "KEEPS_CONVERSATION_EXTENSION",
+    "A2aAgent",
+    "a2a_agents_from_env",
+    "context_state_key",
+    "keeps_conversation_extension",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,9 @@ logger = logging.getLogger(__name__)
 #: before that, to wait for the first event that names the remote task).
 CARD_TIMEOUT = 10.0
 CANCEL_TIMEOUT = 5.0
+#: Seconds after a card could not be read before :meth:`A2aAgent.load_keeps_conversation`
+#: asks again: an agent that is down would otherwise hold every turn up to CARD_TIMEOUT.
+CARD_RETRY_AFTER = 30.0
 #: Responses the reader of a call may hold that the run has not taken yet.
 _READ_AHEAD = 64
 _STATE_PREFIX = "a2a_agent."
@@ -61,6 +71,47 @@ _BINDINGS: dict[str, str] = {"jsonrpc": "JSONRPC", "grpc": "GRPC"}
 #: object of agent name to its settings (see :func:`a2a_agents_from_env`).
 A2A_AGENTS_ENV = "ADK_MESH_A2A_AGENTS"
 _ENV_KEYS = frozenset({"url", "description", "binding", "timeout", "headers"})
+
+
+#: The URI of the A2A extension (in the card's ``capabilities.extensions``) by which an
+#: adk-mesh A2A server says whether its agent keeps the conversation, which A2A's AgentCard
+#: has no field for. A URN: adk-mesh owns no domain to publish a URL under. Its ``params``
+#: are ``{"keeps_conversation": <bool>}``; it is never ``required`` (a client that does not
+#: know it loses nothing but this hint).
+KEEPS_CONVERSATION_EXTENSION = "urn:adk-mesh:a2a:keeps-conversation:v1"
+_KEEPS_PARAM = "keeps_conversation"
+
+
+def keeps_conversation_extension(keeps: bool) -> a2a_pb2.AgentExtension:
+    """The card extension (:data:`KEEPS_CONVERSATION_EXTENSION`) saying whether the served
+    agent, placed under a caller's agent and having answered last, answers the user's next
+    turn itself (``keeps``) or leaves it to the caller's root (a workflow agent)."""
+    from a2a.types import a2a_pb2
+
+    extension = a2a_pb2.AgentExtension(
+        uri=KEEPS_CONVERSATION_EXTENSION,
+        description=(
+            "adk-mesh: whether this agent, under a caller's agent and having answered last, "
+            "answers the user's next turn itself (params.keeps_conversation); when false the "
+            "next turn starts again from the caller's root, as a workflow agent's does"
+        ),
+        required=False,
+    )
+    extension.params[_KEEPS_PARAM] = keeps
+    return extension
+
+
+def _card_keeps_conversation(card: a2a_pb2.AgentCard) -> bool | None:
+    """What ``card``'s :data:`KEEPS_CONVERSATION_EXTENSION` says; ``None`` without it (any
+    other A2A server), or when its parameter is not a boolean."""
+    for extension in card.capabilities.extensions:
+        if extension.uri != KEEPS_CONVERSATION_EXTENSION:
+            continue
+        value = extension.params.fields.get(_KEEPS_PARAM)
+        if value is not None and value.WhichOneof("kind") == "bool_value":
+            return value.bool_value
+        return None
+    return None
 
 
 def context_state_key(agent_name: str) -> str:
@@ -90,8 +141,9 @@ class A2aAgent(BaseAgent):
     server, ...) and streams its answer into this invocation as this agent's events.
 
     Usable wherever an agent is: a sub-agent a model transfers to (the caller's Runner stores
-    its events, and, as an LLM agent, it keeps the conversation for the user's next turn), or
-    inside ``AgentTool(A2aAgent(...))``, whose answer is the remote agent's.
+    its events, and it keeps the conversation for the user's next turn as the remote agent
+    would as a child: see ``keeps_conversation``), or inside ``AgentTool(A2aAgent(...))``,
+    whose answer is the remote agent's.
 
     **One message per run.** The run sends the user's message of this turn (``user_content``:
     the user's words, or the AgentTool's request) as an A2A message, streamed
@@ -154,7 +206,13 @@ class A2aAgent(BaseAgent):
         tls: for the gRPC binding, the CA (and client certificate) to use; plaintext without
             it (loopback). For HTTPS, ``tls.ca_file`` is the CA to trust instead of the
             system's.
-        keeps_conversation: whether, when it answered last, it answers the user's next turn.
+        keeps_conversation: whether, when it answered last, it answers the user's next turn
+            (default: what the card's :data:`KEEPS_CONVERSATION_EXTENSION` says, as an
+            adk-mesh A2A server declares it: no for a workflow agent, or an LLM agent that
+            may not transfer to its parent; read when the Runner picks who answers a turn it
+            answered last, :meth:`load_keeps_conversation`, or with the card its first run
+            fetches; yes, as an LLM agent, for a card without the extension — any other A2A
+            server — and while the card is unknown). Say it to override the card.
     """
 
     def __init__(
@@ -167,7 +225,7 @@ class A2aAgent(BaseAgent):
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
         tls: ClientTLS | None = None,
-        keeps_conversation: bool = True,
+        keeps_conversation: bool | None = None,
     ) -> None:
         super().__init__(name=name, description=description)
         # The URL as the span, logs and errors show it; its secrets and the headers', to
@@ -190,7 +248,12 @@ class A2aAgent(BaseAgent):
         self.timeout = timeout
         self.headers = {key.lower(): value for key, value in (headers or {}).items()}
         self.tls = tls
-        self._keeps_conversation = keeps_conversation
+        self._keeps_conversation = keeps_conversation  # None: what the card says
+        # What the card's extension said (None: nothing, or no card read yet), whether a card
+        # was read, and when reading one last failed (time.monotonic()).
+        self._card_keeps_conversation: bool | None = None
+        self._card_read = False
+        self._card_failed_at = -CARD_RETRY_AFTER
         self._card: a2a_pb2.AgentCard | None = None
         self._client: Client | None = None
         self._connecting = asyncio.Lock()
@@ -198,7 +261,43 @@ class A2aAgent(BaseAgent):
 
     @property
     def keeps_conversation(self) -> bool:
-        return self._keeps_conversation
+        """The ``keeps_conversation`` argument when given; else what the card's extension said
+        once a card was read; else yes, as an LLM agent: a model placed it here among its
+        parent's peers, so it can hand the conversation back."""
+        declared = self.declared_keeps_conversation()
+        return True if declared is None else declared
+
+    def declared_keeps_conversation(self) -> bool | None:
+        """The ``keeps_conversation`` argument, else what the card's extension said; ``None``
+        while neither is known (no card read yet, or a card without the extension)."""
+        if self._keeps_conversation is not None:
+            return self._keeps_conversation
+        return self._card_keeps_conversation
+
+    async def load_keeps_conversation(self) -> bool:
+        """:attr:`keeps_conversation`, once the card said it: the card is fetched (with the
+        client, kept for the runs) unless the argument was given or a card was read already
+        (the first run reads it). A failure is a warning, the default (yes) stands, and the
+        card is not asked for again for :data:`CARD_RETRY_AFTER` seconds."""
+        if (
+            self._keeps_conversation is not None
+            or self._card_read
+            or time.monotonic() - self._card_failed_at < CARD_RETRY_AFTER
+        ):
+            return self.keeps_conversation
+        try:
+            await self._connect()
+        except Exception as error:
+            if not self._card_read:  # a card read but unfit (no usable interface) still said
+                self._card_failed_at = time.monotonic()
+                logger.warning(
+                    "whether A2A agent %r keeps the conversation is unknown for now (taken as "
+                    "yes): its card at %s cannot be read: %s",
+                    self.name,
+                    self._shown_url,
+                    self._secrets.redact_text(_message_of(error)),
+                )
+        return self.keeps_conversation
 
     # --- the client ----------------------------------------------------------------------------
 
@@ -231,6 +330,10 @@ class A2aAgent(BaseAgent):
             verify=self._verify(), timeout=CARD_TIMEOUT, headers=self.headers
         ) as http:
             card = await A2ACardResolver(http, base).get_agent_card(http_kwargs=request)
+        # Learned before the interfaces are checked: what the card says of the conversation
+        # holds even when none of its interfaces can be used.
+        self._card_read = True
+        self._card_keeps_conversation = _card_keeps_conversation(card)
         offered = [interface.protocol_binding for interface in card.supported_interfaces]
         if self.binding is not None:
             wanted = _BINDINGS[self.binding]

@@ -4,8 +4,10 @@
 1.0):
 
 * **the agent card** at ``/.well-known/agent-card.json`` of its HTTP port (``a2a_address``):
-  one skill per agent of the served tree, both interfaces (JSON-RPC and gRPC), streaming, and
-  the security schemes its authenticators accept. The card is public, as A2A clients expect.
+  one skill per agent of the served tree, both interfaces (JSON-RPC and gRPC), streaming, the
+  security schemes its authenticators accept, and an extension saying whether the agent keeps
+  the conversation as a child (:data:`~adk_mesh.agents.a2a.KEEPS_CONVERSATION_EXTENSION`, as
+  the mesh's own card's ``keeps_conversation``). The card is public, as A2A clients expect.
 * **the JSON-RPC binding** on the same HTTP port (``POST /``; ``SendStreamingMessage`` answers
   with server-sent events).
 * **the gRPC binding** (``lf.a2a.v1.A2AService``) on the agent service's own gRPC port, next to
@@ -123,6 +125,7 @@ from adk_mesh.agents._a2a_parts import (
     metadata_of,
     struct_of,
 )
+from adk_mesh.agents.a2a import keeps_conversation_extension
 from adk_mesh.agents.base import BaseAgent
 from adk_mesh.contexts import serving_deadline
 from adk_mesh.errors import (
@@ -142,7 +145,7 @@ from adk_mesh.mesh._channel import (
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._status import abort_with_error, add_servicer
-from adk_mesh.mesh.agent_server import AgentServer
+from adk_mesh.mesh.agent_server import AgentServer, _keeps_as_child
 from adk_mesh.mesh.auth import (
     ApiKeyAuthenticator,
     Authenticator,
@@ -1108,7 +1111,12 @@ class A2aAgentServer(AgentServer):
             name=agent.name,
             description=agent.description or f"the {agent.name} agent, served by adk-mesh",
             version=__version__,
-            capabilities=a2a_pb2.AgentCapabilities(streaming=True),
+            # A2A's card has no field for whether the agent keeps the conversation: our
+            # extension says it, as the mesh's own card does, so a caller's A2aAgent hands the
+            # next turn to whom one process would.
+            capabilities=a2a_pb2.AgentCapabilities(
+                streaming=True, extensions=[keeps_conversation_extension(_keeps_as_child(agent))]
+            ),
             default_input_modes=["text/plain", "application/json"],
             default_output_modes=["text/plain", "application/json"],
             skills=_skills(agent),

@@ -145,7 +145,7 @@ from adk_mesh.mesh._channel import (
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._drain import HttpGate
 from adk_mesh.mesh._status import abort_with_error, add_servicer
-from adk_mesh.mesh.agent_server import AgentServer, _keeps_as_child
+from adk_mesh.mesh.agent_server import AgentServer, keeps_as_child
 from adk_mesh.mesh.auth import (
     ApiKeyAuthenticator,
     Authenticator,
@@ -1115,7 +1115,7 @@ class A2aAgentServer(AgentServer):
             # extension says it, as the mesh's own card does, so a caller's A2aAgent hands the
             # next turn to whom one process would.
             capabilities=a2a_pb2.AgentCapabilities(
-                streaming=True, extensions=[keeps_conversation_extension(_keeps_as_child(agent))]
+                streaming=True, extensions=[keeps_conversation_extension(keeps_as_child(agent))]
             ),
             default_input_modes=["text/plain", "application/json"],
             default_output_modes=["text/plain", "application/json"],

@@ -782,6 +782,9 @@ class AgentServer(MeshServer):
             if keeps is not None:
                 card.keeps_conversation = keeps
             return card
+        # An agent standing for one elsewhere (an A2aAgent) learns from there whether it keeps
+        # the conversation before its card says it; any other answers at once.
+        await agent.load_keeps_conversation()
         ctx = InvocationContext(
             invocation_id=new_invocation_id(),
             agent=agent,
@@ -802,7 +805,7 @@ class AgentServer(MeshServer):
             # Whether it answers the user's next turn after answering last: a caller's
             # RemoteAgent standing for it does the same (the next turn goes where it would
             # in one process).
-            keeps_conversation=_keeps_as_child(agent),
+            keeps_conversation=keeps_as_child(agent),
         )
         # What a caller's AgentTool declares for it (the same parameters as in process).
         schemas = agent.declared_schemas()
@@ -814,7 +817,7 @@ class AgentServer(MeshServer):
         return card
 
 
-def _keeps_as_child(agent: BaseAgent) -> bool:
+def keeps_as_child(agent: BaseAgent) -> bool:
     """Whether ``agent`` keeps the conversation as a child of another agent: what its card
     says.
 
@@ -822,8 +825,8 @@ def _keeps_as_child(agent: BaseAgent) -> bool:
     so the answer must be the one the agent gives with a parent even when it is served as
     its service's root. An LlmAgent keeps the conversation at the root of a tree, but under a
     parent only when it may hand back to it; any other agent answers the same with or
-    without a parent (a workflow never keeps it, a RemoteAgent says what it was told or
-    learned), as far as this module can tell.
+    without a parent (a workflow never keeps it; an agent standing for one in another service
+    says what it was told or learned: see :meth:`AgentServer.card`, which has it learn first).
     """
     if isinstance(agent, LlmAgent):
         return not agent.disallow_transfer_to_parent

@@ -258,3 +258,24 @@ async def test_a_card_that_cannot_be_read_leaves_the_default_with_a_warning(
         assert any("keeps the conversation" in r.getMessage() for r in caplog.records)
     finally:
         await agent.close()
+
+
+async def test_a_grpc_card_of_a_served_a2a_agent_says_what_the_a2a_card_says() -> None:
+    # An AgentServer whose root is an A2aAgent standing for a served workflow: its own card
+    # (what a caller's RemoteAgent reads) must pass on what the A2A card says before any run,
+    # not the default an A2aAgent has while it knows nothing.
+    from adk_mesh.mesh import AgentServer
+    from tests.integration.mesh.test_remote_card18 import _describe
+
+    pipeline, _ = _pipeline()
+    a2a = A2aAgentServer(pipeline)
+    await a2a.start("127.0.0.1:0")
+    front = AgentServer(A2aAgent("pipeline", f"http://127.0.0.1:{a2a.a2a_port}"), app_name="app")
+    port = await front.start("127.0.0.1:0")
+    try:
+        card = await _describe(port)
+        assert card.HasField("keeps_conversation")
+        assert card.keeps_conversation is False
+    finally:
+        await front.stop(None)
+        await a2a.stop(1)

@@ -23,7 +23,11 @@
   and :meth:`~adk_mesh.sessions.SessionService.get_or_create_session` then reads theirs.
   The creation time that orders a listing is the database's clock, read under a
   transaction-scoped advisory lock on the user (its creations commit in that order), so a
-  replica whose clock is behind never puts a session where a listing has already been.
+  replica whose clock is behind never puts a session where a listing has already been; and
+  it is later than every create time the user's sessions ever had, deleted ones included
+  (``adk_session_creation_marks``, raised by a trigger on every insert, never lowered), so
+  neither does a database clock that stepped back after the user's latest sessions were
+  deleted.
 * **Reads** take one statement (the session, its scoped state and its events, in one
   snapshot). ``get_session_shared`` keeps the histories it decoded in a bounded cache
   (:mod:`adk_mesh.sessions._history`): its statement reads only the events after the last
@@ -107,6 +111,45 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             """CREATE INDEX adk_sessions_by_creation
                 ON adk_sessions (app_name, user_id, create_time, id)""",
+        ),
+    ),
+    Migration(
+        # A new session must come after every position a listing may have passed, also that
+        # of a session deleted since: per app and user, the latest create time ever stored,
+        # which deletions do not lower. A trigger keeps it on every insert (and any change of
+        # a create time), so a replica of the previous version, whose pool was opened before
+        # this step and which never reads the table, keeps it too.
+        "the latest create time of each user's sessions, which deletions do not lower",
+        (
+            """CREATE TABLE adk_session_creation_marks (
+                app_name text NOT NULL,
+                user_id text NOT NULL,
+                latest_create_time float8 NOT NULL,
+                PRIMARY KEY (app_name, user_id)
+            )""",
+            # Raises the mark, never lowers it. The search path is the migration's, so the
+            # trigger finds the table the migration made whatever a writer's search path is.
+            """CREATE FUNCTION adk_sessions_mark_creation() RETURNS trigger
+                LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            BEGIN
+                INSERT INTO adk_session_creation_marks AS mark
+                    (app_name, user_id, latest_create_time)
+                VALUES (NEW.app_name, NEW.user_id, NEW.create_time)
+                ON CONFLICT (app_name, user_id) DO UPDATE SET
+                    latest_create_time = GREATEST(mark.latest_create_time,
+                        EXCLUDED.latest_create_time);
+                RETURN NULL;
+            END
+            $$""",
+            # Before the marks are filled: CREATE TRIGGER waits for the inserts in flight and
+            # holds off new ones until the migration commits, so the statement below sees
+            # every session, and every later one goes through the trigger.
+            """CREATE TRIGGER adk_sessions_mark_creation
+                AFTER INSERT OR UPDATE OF create_time ON adk_sessions
+                FOR EACH ROW EXECUTE FUNCTION adk_sessions_mark_creation()""",
+            """INSERT INTO adk_session_creation_marks (app_name, user_id, latest_create_time)
+                SELECT app_name, user_id, MAX(create_time) FROM adk_sessions
+                GROUP BY app_name, user_id""",
         ),
     ),
 )
@@ -338,14 +381,17 @@ class PostgresSessionService(SessionService):
                 "SELECT pg_advisory_xact_lock($1)",
                 _postgres.advisory_key("session-creations", app_name, user_id),
             )
-            # And after the user's latest session even when the database's clock went back
-            # (a time step, a failover to a server whose clock is behind): one index lookup.
+            # And after every create time the user's sessions ever had, deleted ones too (a
+            # listing may have passed a deleted one), even when the database's clock went
+            # back (a time step, a failover to a server whose clock is behind): the user's
+            # mark, one primary-key lookup; the insert's trigger raises it.
             created = await connection.fetchval(
                 "INSERT INTO adk_sessions (app_name, user_id, id, state, create_time, "
                 "update_time) VALUES ($1, $2, $3, $4, GREATEST("
                 "extract(epoch FROM clock_timestamp()), "
-                "(SELECT MAX(create_time) FROM adk_sessions WHERE app_name = $1 AND user_id = $2)"
-                " + 1e-6), $5) ON CONFLICT (app_name, user_id, id) DO NOTHING RETURNING 1",
+                "(SELECT latest_create_time FROM adk_session_creation_marks "
+                "WHERE app_name = $1 AND user_id = $2) + 1e-6), $5) "
+                "ON CONFLICT (app_name, user_id, id) DO NOTHING RETURNING 1",
                 app_name,
                 user_id,
                 session_id,

@@ -16,9 +16,12 @@
   Its transaction cannot be cut short on the worker thread, so a cancelled ``append_event``
   waits for it: the event is then both stored and in the session object, and the
   cancellation goes on.
-* ``create_session`` reads its create time inside its write transaction, and never below the
-  user's latest one: sessions commit in the order of the time a listing pages by, so a
-  paged listing never skips one that commits after it passed its position.
+* ``create_session`` reads its create time inside its write transaction, and makes it later
+  than every create time the user's sessions ever had, deleted ones included (a mark per app
+  and user, ``session_creation_marks``, that triggers raise on every insert and nothing
+  lowers): sessions commit in the order of the time a listing pages by, so a paged listing
+  never skips one that commits after it passed its position, even one the clock (stepped
+  back) would put behind a session the listing saw and that was deleted since.
 * ``claim_session`` takes an exclusive lock on a file of its own in ``<path>-claims/``
   (see :mod:`adk_mesh.sessions._claims`): a turn another process holds is refused before it
   writes anything, and a process that dies leaves no claim behind.
@@ -127,6 +130,38 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # pagination), rather than sorting every session of the user for each page. The key
     # never changes after the insert, so appends do not rewrite the index.
     ("CREATE INDEX sessions_by_creation ON sessions (app_name, user_id, create_time, id)",),
+    # 5: per app and user, the latest create time ever stored, which deleting sessions does
+    # not lower: a new session must come after every position a listing may have passed,
+    # also that of a deleted session. Triggers keep it on every insert (and any change of a
+    # create time), so a process of the previous version that opened the file before this
+    # step keeps it too; it starts at each user's latest existing session.
+    (
+        """CREATE TABLE session_creation_marks (
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            latest_create_time REAL NOT NULL,
+            PRIMARY KEY (app_name, user_id)
+        ) WITHOUT ROWID""",
+        """INSERT INTO session_creation_marks (app_name, user_id, latest_create_time)
+            SELECT app_name, user_id, MAX(create_time) FROM sessions
+            GROUP BY app_name, user_id""",
+        # The mark is raised to the new row's create time, never lowered.
+        """CREATE TRIGGER sessions_mark_creation AFTER INSERT ON sessions
+        BEGIN
+            INSERT INTO session_creation_marks (app_name, user_id, latest_create_time)
+            VALUES (new.app_name, new.user_id, new.create_time)
+            ON CONFLICT (app_name, user_id) DO UPDATE SET
+                latest_create_time = max(latest_create_time, excluded.latest_create_time);
+        END""",
+        """CREATE TRIGGER sessions_mark_create_time_change
+            AFTER UPDATE OF create_time ON sessions
+        BEGIN
+            INSERT INTO session_creation_marks (app_name, user_id, latest_create_time)
+            VALUES (new.app_name, new.user_id, new.create_time)
+            ON CONFLICT (app_name, user_id) DO UPDATE SET
+                latest_create_time = max(latest_create_time, excluded.latest_create_time);
+        END""",
+    ),
 )
 
 #: The schema version this code writes.
@@ -256,7 +291,8 @@ class SqliteSessionService(SessionService):
                 # The listing pages in create_time order, so a session must not commit with a
                 # time before one a listing may already have passed. Under the write lock no
                 # other creation commits between this clock read and this commit, and the time
-                # stays after the user's latest session even when the wall clock went back.
+                # stays after every session the user ever had, deleted ones too, even when the
+                # wall clock went back (a listing may have passed a deleted one).
                 create_time = _next_create_time(connection, app_name, user_id)
                 try:
                     connection.execute(
@@ -551,13 +587,15 @@ class SqliteSessionService(SessionService):
 
 def _next_create_time(connection: sqlite3.Connection, app_name: str, user_id: str) -> float:
     """The create time of the user's next session, inside the caller's write transaction: now,
-    but strictly after the user's latest one (an index lookup on ``sessions_by_creation``)."""
-    (latest,) = connection.execute(
-        "SELECT MAX(create_time) FROM sessions WHERE app_name = ? AND user_id = ?",
+    but strictly after every create time the user's sessions ever had, deleted ones included
+    (the user's mark: one primary-key lookup)."""
+    row = connection.execute(
+        "SELECT latest_create_time FROM session_creation_marks WHERE app_name = ? AND user_id = ?",
         (app_name, user_id),
     ).fetchone()
-    if latest is None:
+    if row is None:
         return _common.now()
+    (latest,) = row
     # The same rule as an update time, strictly after the previous one: a tie would order the
     # two by id, which may put the new one before a listing's position too.
     return _common.next_update_time(float(latest))

@@ -13,7 +13,9 @@ An artifact larger than one message crosses as a header and chunks ("Artifacts i
 ``tool.proto``), a load from the caller to the callee (:meth:`ContextAnswers.take` sends,
 :meth:`CallerChannel.resolve` reassembles), a save the other way (:class:`CallerArtifacts`
 sends, :class:`ContextAnswers` reassembles). Each side sends chunks only to a peer that said
-it reassembles them, and bounds what it receives with its own limit.
+it reassembles them, and bounds what it receives with its own limit, and the wait between two
+chunks (:data:`CHUNK_STALL_SECONDS`): a sender gone silent in the middle of an artifact fails
+it, the bytes held for it are let go, and its chunks that still come are dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -61,6 +64,12 @@ _INT32_MAX = 2**31 - 1
 #: The most bytes of one context message: the mesh's message limit, less room for the call's
 #: envelope around it. An artifact whose message would be larger goes in chunks.
 MAX_CONTEXT_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+
+#: The longest wait for the next chunk of an artifact whose header came: past it, the sender
+#: is taken to have stopped in the middle (it hangs, or it stopped waiting and sends nothing
+#: more), and the artifact fails. Its chunks follow each other at once, so a sender that is
+#: alive sends the next well within this; a transfer as a whole may take much longer.
+CHUNK_STALL_SECONDS = 30.0
 
 
 def _split(part: Part) -> tuple[Part, bytes] | None:
@@ -148,11 +157,26 @@ class _Assembly:
             )
         self._received += chunk
 
+    @property
+    def left(self) -> int:
+        """Bytes still to come."""
+        return self.size - len(self._received)
+
     def cut_short(self) -> ArtifactError:
         """The error for chunks that ended (another message came) before the last byte."""
         return ArtifactError(
             f"the chunks of {self.what} ended after {len(self._received)} of the {self.size} "
             "bytes its header announced; nothing was stored"
+        )
+
+    def stalled(self, sender: str, seconds: float) -> ArtifactError:
+        """The error for chunks that stopped coming (``sender``: who stopped) for ``seconds``
+        before the last byte."""
+        received = len(self._received)
+        return ArtifactError(
+            f"the {sender} stopped sending {self.what} after {received} of {self.size} bytes "
+            f"(nothing came for {seconds:g} s); nothing was stored",
+            metadata={"received_bytes": str(received), "size_bytes": str(self.size)},
         )
 
     def part(self) -> Part:
@@ -173,6 +197,34 @@ class _Assembly:
         return header.model_copy(update={"text": text})
 
 
+class _StallWatch:
+    """Calls ``on_stall`` once :meth:`arm`'s seconds pass without another :meth:`arm` or
+    :meth:`disarm`: the wait between two chunks of an artifact, on either side of a call.
+
+    Holds its owner weakly: a pending timer does not keep a finished call's receiver (and the
+    bytes it held) alive until it fires."""
+
+    def __init__(self, on_stall: Callable[[], None]) -> None:
+        self._on_stall = weakref.WeakMethod(on_stall)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self, seconds: float) -> None:
+        """(Re)start the wait: ``on_stall`` runs after ``seconds`` unless armed again first."""
+        self.disarm()
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._fire)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self) -> None:
+        self._timer = None
+        on_stall = self._on_stall()
+        if on_stall is not None:
+            on_stall()
+
+
 class CallerGone(AdkIOError):
     """The caller ended the call before it answered a context request."""
 
@@ -190,7 +242,10 @@ class CallerChannel:
     and chunks), pulling each from the iterable as it goes; by default each goes through
     ``send``. ``caller_reassembles``: the caller said (on its call's first message) that it
     reassembles a save sent in chunks. ``max_artifact_bytes``: the largest artifact this side
-    takes in chunks from the caller."""
+    takes in chunks from the caller. ``chunk_stall_seconds``: the longest wait for the next
+    chunk of a load (:data:`CHUNK_STALL_SECONDS`; a class attribute, lowered by tests)."""
+
+    chunk_stall_seconds: float = CHUNK_STALL_SECONDS
 
     def __init__(
         self,
@@ -216,9 +271,12 @@ class CallerChannel:
         #: A load refused on its header: its request id and the bytes of its chunks still to
         #: come, dropped as they come.
         self._skipping: tuple[int, int] | None = None
-        #: Set while no chunks are expected (see :meth:`settled`).
+        #: Set while no chunks are expected, or the caller stopped sending them (see
+        #: :meth:`settled`).
         self._settled = asyncio.Event()
         self._settled.set()
+        #: Bounds the wait for the next chunk while chunks are expected.
+        self._stall = _StallWatch(self._stalled)
         self._closed = False
 
     async def _send_each(self, requests: Iterable[tool_pb2.ContextRequest]) -> None:
@@ -253,6 +311,11 @@ class CallerChannel:
         finally:
             self._waiting.pop(request_id, None)
             self._artifact_names.pop(request_id, None)
+            if self._assembly is not None and self._assembly.request_id == request_id:
+                # Nobody waits for this load any more (the tool was cancelled, by its timeout
+                # or its caller): its bytes are let go now and the chunks still to come are
+                # dropped as they come; the call still waits for them before it ends.
+                self._drop(self._assembly)
         if response.WhichOneof("result") == "error":
             detail = response.error
             cls = error_class_for_reason(detail.reason) or ArtifactError
@@ -260,11 +323,13 @@ class CallerChannel:
         return response, assembly
 
     async def settled(self) -> None:
-        """Wait until no chunks of a loaded artifact are still to come (at once, mostly).
+        """Wait until no chunks of a loaded artifact are still to come (at once, mostly), or
+        the caller stopped sending them (``chunk_stall_seconds`` without one).
 
-        A callee waits for this before it ends its call: a caller still sending the chunks of
-        a load the callee refused (or stopped waiting for) would see its call end under its
-        writes, which gRPC reports as a failure of the whole call."""
+        A callee waits for this before it ends its call, whatever ends it (the work's result
+        or its error): a caller still sending the chunks of a load the callee refused (or
+        stopped waiting for) would see its call end under its writes, which gRPC reports as
+        a failure of the whole call (INTERNAL on the caller's side) instead of its status."""
         await self._settled.wait()
 
     def resolve(self, response: tool_pb2.ContextResponse) -> None:
@@ -274,9 +339,29 @@ class CallerChannel:
             self._resolve(response)
         finally:
             if self._assembly is None and self._skipping is None:
+                self._stall.disarm()
                 self._settled.set()
             else:
+                self._stall.arm(self.chunk_stall_seconds)
                 self._settled.clear()
+
+    def _stalled(self) -> None:
+        """No chunk came for ``chunk_stall_seconds`` while some were expected: a load being
+        reassembled fails (its waiter reads why), and the call no longer waits for its
+        chunks to end; those that still come are dropped."""
+        assembly = self._assembly
+        if assembly is not None:
+            self._drop(assembly)
+            self._fail(assembly.request_id, assembly.stalled("caller", self.chunk_stall_seconds))
+        self._settled.set()
+
+    def _drop(self, assembly: _Assembly) -> None:
+        """Stop reassembling ``assembly``: its bytes are given back, the rest of its chunks
+        dropped as they come."""
+        self._assembly = None
+        self._give_back(assembly)
+        if assembly.left > 0:
+            self._skipping = (assembly.request_id, assembly.left)
 
     def _resolve(self, response: tool_pb2.ContextResponse) -> None:
         kind = response.WhichOneof("result")
@@ -376,6 +461,7 @@ class CallerChannel:
     def close(self) -> None:
         """The caller's stream ended: every request still waiting fails."""
         self._closed = True
+        self._stall.disarm()
         if self._assembly is not None:
             self._give_back(self._assembly)
         self._assembly = self._skipping = None
@@ -794,7 +880,16 @@ class ContextAnswers:
     header and chunks when the callee said it reassembles them, and a save the callee sends
     in chunks is reassembled (at most ``max_artifact_bytes``; refused on its header past that)
     and stored whole or not at all. An answer still too large for one message goes as an
-    error the callee reads, never as a failure of the call."""
+    error the callee reads, never as a failure of the call.
+
+    A save whose next chunk does not come within ``chunk_stall_seconds``
+    (:data:`CHUNK_STALL_SECONDS`; a class attribute, lowered by tests) is let go and answered
+    with an ArtifactError then, not when the callee next sends something (it may send nothing
+    more: it was cancelled in the middle, or it hangs); its chunks that still come are
+    dropped. That answer is written from a task of its own, never between the messages of
+    another answer (a load's header and chunks)."""
+
+    chunk_stall_seconds: float = CHUNK_STALL_SECONDS
 
     def __init__(
         self,
@@ -820,10 +915,50 @@ class ContextAnswers:
         self._saving: tuple[_Assembly, str] | None = None
         #: A save refused before its last chunk: the chunks still coming are dropped.
         self._refused: int | None = None
+        #: Bounds the wait for the next chunk of a save.
+        self._stall = _StallWatch(self._stalled)
+        #: Held while an answer is written (a load's header and chunks together), so that
+        #: the answer to a stalled save, written from a task, never comes between them.
+        self._writing = asyncio.Lock()
+        #: The tasks writing those answers (kept until done: the loop holds tasks weakly).
+        self._stall_answers: set[asyncio.Task[None]] = set()
 
     async def take(self, request: tool_pb2.ContextRequest) -> None:
         """Answer ``request`` (written), or hold it: a chunk of a save whose last byte has not
         come yet."""
+        self._stall.disarm()
+        try:
+            async with self._writing:
+                await self._take(request)
+        finally:
+            if self._saving is not None:
+                self._stall.arm(self.chunk_stall_seconds)
+
+    def _stalled(self) -> None:
+        """No chunk of the save being reassembled came for ``chunk_stall_seconds``: its bytes
+        are let go at once, the callee is answered, and the rest of its chunks dropped."""
+        saving = self._saving
+        if saving is None:
+            return
+        assembly = saving[0]
+        self._saving = None
+        self._refused = assembly.request_id
+        answer = error_answer(
+            assembly.request_id, assembly.stalled("callee", self.chunk_stall_seconds)
+        )
+        task = asyncio.get_running_loop().create_task(self._write_alone(answer))
+        self._stall_answers.add(task)
+        task.add_done_callback(self._stall_answers.discard)
+
+    async def _write_alone(self, answer: tool_pb2.ContextResponse) -> None:
+        async with self._writing:
+            # The call may have ended meanwhile (the callee gave up, its deadline passed):
+            # then nobody reads this answer, and the caller's reading of the call reports why
+            # it ended; this write has nothing to add.
+            with contextlib.suppress(Exception):
+                await self._write(answer)
+
+    async def _take(self, request: tool_pb2.ContextRequest) -> None:
         kind = request.WhichOneof("request")
         chunk = kind == "artifact_chunk"
         saving = self._saving
@@ -1076,13 +1211,15 @@ class InteractiveCall:
         try:
             while True:
                 size, item = await self._outgoing.get()
-                if item is _END:
-                    # The call ends once the caller is not in the middle of sending a loaded
-                    # artifact's chunks (see CallerChannel.settled).
+                if item is _END or isinstance(item, BaseException):
+                    # The call ends, with the work's result or its error, once the caller is
+                    # not in the middle of sending a loaded artifact's chunks (see
+                    # CallerChannel.settled): ended under the caller's writes, it would fail
+                    # as INTERNAL on the caller's side, whatever its status.
                     await self.channel.settled()
+                    if isinstance(item, BaseException):
+                        raise item
                     break
-                if isinstance(item, BaseException):
-                    raise item
                 if isinstance(item, _Together):
                     for request in item.requests:
                         yield self._wrap(context_request=request)

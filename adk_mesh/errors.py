@@ -28,6 +28,7 @@
     │   ├── ArtifactTooLargeError   an artifact too large for one message of the mesh
     │   └── ArtifactsBusyError      the service holds all the artifact bytes it may in transfer
     ├── AdkIOError                  file or network I/O failed
+    │   └── ServerBusyError         a server at its limit of calls refused one before running it
     ├── AdkJSONError                a value is not (or cannot be carried as) JSON
     ├── InvocationCancelledError    the caller cancelled the invocation
     └── DeadlineExceededError       the invocation ran out of time
@@ -49,6 +50,11 @@ wrong or lacks access; an operator must fix it, retrying cannot) and INTERNAL
 (``ModelRequestError``: the provider refused the request as built). :func:`model_error` picks
 the class from the provider's HTTP status.
 
+Some refusals say when to try again: an error's ``retry_delay`` (seconds, or ``None``) crosses
+the mesh as ``google.rpc.RetryInfo`` and becomes the gateway's ``Retry-After``. The delays the
+mesh chooses itself are :data:`RETRY_DELAYS` (a busy server, the artifact budget); a model
+provider's rate limit passes on the provider's own ``Retry-After`` when it sent one.
+
 ``caller_fault`` tells a service's log apart: a failure the caller caused (a bad request, a
 limit it reached, its own cancellation or deadline) is logged as a warning, any other as an
 error.
@@ -64,6 +70,7 @@ __all__ = [
     "ERROR_DOMAIN",
     "GRPC_STATUS",
     "HTTP_STATUS_BY_GRPC",
+    "RETRY_DELAYS",
     "AdkError",
     "AdkIOError",
     "AdkJSONError",
@@ -86,6 +93,7 @@ __all__ = [
     "ModelRequestError",
     "NotFoundError",
     "PermissionDeniedError",
+    "ServerBusyError",
     "SessionConflictError",
     "SessionError",
     "SessionNotFoundError",
@@ -93,6 +101,7 @@ __all__ = [
     "ToolError",
     "ToolNotFoundError",
     "UnauthenticatedError",
+    "default_retry_delay",
     "error_class_for_reason",
     "error_from_wire",
     "http_status_for",
@@ -110,6 +119,11 @@ class AdkError(Exception):
     Args:
         message: what went wrong, written for the person (or model) who reads it.
         metadata: machine-readable details; travels in ``ErrorInfo.metadata``.
+
+    Attributes:
+        retry_delay: seconds to wait before sending the refused request again, when known
+            (``None``: no hint). It starts as the class's :data:`RETRY_DELAYS` entry; a
+            provider's ``Retry-After`` or a peer's ``google.rpc.RetryInfo`` replaces it.
     """
 
     reason: ClassVar[str] = "ADK_ERROR"
@@ -123,6 +137,7 @@ class AdkError(Exception):
         self.metadata: dict[str, str] = dict(metadata or {})
         #: Raised from a tool: end the invocation instead of reporting the error to the model.
         self.propagate = False
+        self.retry_delay: float | None = default_retry_delay(type(self))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
@@ -294,6 +309,15 @@ class AdkIOError(AdkError):
     reason = "IO_ERROR"
 
 
+class ServerBusyError(AdkIOError):
+    """A server at its limit of calls at once refused this call before running any of it
+    (RESOURCE_EXHAUSTED, with a ``retry_delay``): nothing happened, so sending the same call
+    again, to this replica or another, is safe. Set apart from the other RESOURCE_EXHAUSTED
+    refusals (a limit the invocation reached, a message too large), which are not."""
+
+    reason = "SERVER_BUSY"
+
+
 class AdkJSONError(AdkError):
     reason = "JSON_ERROR"
 
@@ -340,12 +364,31 @@ GRPC_STATUS: dict[type[AdkError], str] = {
     ArtifactTooLargeError: "FAILED_PRECONDITION",
     ArtifactsBusyError: "RESOURCE_EXHAUSTED",
     AdkIOError: "UNAVAILABLE",
+    ServerBusyError: "RESOURCE_EXHAUSTED",
     AdkJSONError: "INVALID_ARGUMENT",
     InvocationCancelledError: "CANCELLED",
     DeadlineExceededError: "DEADLINE_EXCEEDED",
 }
 
 _BY_REASON: dict[str, type[AdkError]] = {cls.reason: cls for cls in GRPC_STATUS}
+
+#: The one place for the delays the mesh itself tells a refused client to wait (seconds),
+#: by error class (subclasses included). A busy server frees a call slot as soon as any of its
+#: calls ends, so a short wait; the artifact budget frees bytes only when a whole transfer of
+#: up to hundreds of MiB has ended, so a few seconds.
+RETRY_DELAYS: dict[type[AdkError], float] = {
+    ServerBusyError: 1.0,
+    ArtifactsBusyError: 3.0,
+}
+
+
+def default_retry_delay(cls: type[AdkError]) -> float | None:
+    """The :data:`RETRY_DELAYS` entry of ``cls`` or its nearest base that has one."""
+    for base in cls.__mro__:
+        delay = RETRY_DELAYS.get(base)
+        if delay is not None:
+            return delay
+    return None
 
 
 def status_name_for(error: AdkError) -> str:

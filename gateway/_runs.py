@@ -34,27 +34,25 @@ from adk_mesh.runner import check_new_message
 from adk_mesh.types import Content, Event
 from gateway._json import content_from_json, event_to_json
 from gateway._mesh import MeshClient, RunStream
-from gateway._models import ErrorFrame, EventBody, ProblemBody, RunAgentRequest
-from gateway._problems import PROBLEM_JSON, Problem
+from gateway._models import ErrorFrame, EventBody, RunAgentRequest
+from gateway._problems import Problem, documented_problems
 from gateway._security import Caller, StrictJsonRoute
 from gateway._settings import GatewaySettings
 from gateway._tracing import server_span
 
 __all__ = ["error_frame", "event_frames", "run_router"]
 
-_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ProblemBody, "content": {PROBLEM_JSON: {}}, "description": description}
-    for status, description in (
-        (400, "A request the gateway or the agent service refuses"),
-        (401, "No credentials, or invalid ones"),
-        (403, "The credentials are another user's"),
-        (404, "Unknown app (or session, for /run)"),
-        (413, "Request body too large"),
-        (422, "A body that does not validate"),
-        (503, "The agent service is unavailable"),
-        (504, "The run's deadline passed"),
-    )
-}
+_PROBLEMS = documented_problems(
+    (400, "A request the gateway or the agent service refuses"),
+    (401, "No credentials, or invalid ones"),
+    (403, "The credentials are another user's"),
+    (404, "Unknown app (or session, for /run)"),
+    (413, "Request body too large"),
+    (422, "A body that does not validate"),
+    (429, "The agent service is at its limit of calls at once, or a limit of the run was reached"),
+    (503, "The agent service is unavailable"),
+    (504, "The run's deadline passed"),
+)
 
 
 def event_frames(event: Event) -> list[bytes]:

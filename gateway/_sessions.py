@@ -48,12 +48,11 @@ from gateway._models import (
     ArtifactVersionBody,
     CreateSessionRequest,
     PartBody,
-    ProblemBody,
     SaveArtifactRequest,
     SessionBody,
     UpdateSessionRequest,
 )
-from gateway._problems import PROBLEM_JSON
+from gateway._problems import documented_problems
 from gateway._security import Caller
 from gateway._settings import GatewaySettings
 from gateway._tracing import TracedRoute
@@ -75,17 +74,15 @@ _CALL_SECONDS = 60.0
 _SESSIONS_PER_CALL = 1000
 #: The contract's artifact versions are int32.
 _MAX_VERSION = 2**31 - 1
-_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ProblemBody, "content": {PROBLEM_JSON: {}}, "description": description}
-    for status, description in (
-        (400, "A request the agent service refuses"),
-        (401, "No credentials, or invalid ones"),
-        (403, "The path names another user than the credentials"),
-        (404, "Unknown app, session or artifact"),
-        (409, "The session exists, or a turn is running on it (retry)"),
-        (503, "The agent service is unavailable"),
-    )
-}
+_PROBLEMS = documented_problems(
+    (400, "A request the agent service refuses"),
+    (401, "No credentials, or invalid ones"),
+    (403, "The path names another user than the credentials"),
+    (404, "Unknown app, session or artifact"),
+    (409, "The session exists, or a turn is running on it (retry)"),
+    (429, "The agent service is at its limit of calls at once, or of artifact bytes in transfer"),
+    (503, "The agent service is unavailable"),
+)
 
 
 def _session_json(app: str, message: session_pb2.Session, events: list[Event]) -> dict[str, Any]:

@@ -4,7 +4,10 @@ Clients get :func:`open_channel`: message-size limits set on purpose (agents car
 session views and artifacts inline), keepalive so a dead peer is noticed on an idle channel,
 round-robin balancing over every address a ``dns:///`` target resolves to, and a retry policy
 for the idempotent reads (``Describe``, ``ListTools``) only: ``Run`` and ``CallTool`` have
-effects and are never retried by the transport.
+effects and are never retried by the transport. (A server's refusal at its limit of calls at
+once, ``SERVER_BUSY``, ran nothing: RemoteAgent and RemoteToolset send such a call again
+themselves, by that reason, which a ``retryPolicy`` cannot tell from RESOURCE_EXHAUSTED after
+effects; see :mod:`adk_mesh.mesh._status`.)
 
 Servers derive from :class:`MeshServer`, which registers gRPC health (``SERVING`` once started,
 ``NOT_SERVING`` as soon as stopping begins) and reflection for the services it serves, keeps

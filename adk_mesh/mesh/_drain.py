@@ -21,10 +21,8 @@ from typing import Any, NoReturn
 
 import grpc
 import grpc.aio
-from google.protobuf.message import DecodeError
 
-from adk_mesh.errors import AdkIOError
-from adk_mesh.mesh import _status
+from adk_mesh.errors import AdkIOError, ServerBusyError
 from adk_mesh.mesh._handlers import Behaviour, WrappingInterceptor, closing_inner
 from adk_mesh.mesh._status import abort_with_error, refuse_stream
 
@@ -36,7 +34,8 @@ _SERVER_ERROR = -32000
 
 class CallGate(WrappingInterceptor):
     """Counts calls in flight; refuses new ones once closed (except the ``exempt`` services),
-    and refuses one beyond ``limit`` calls at once with RESOURCE_EXHAUSTED.
+    and refuses one beyond ``limit`` calls at once with RESOURCE_EXHAUSTED
+    (:class:`~adk_mesh.errors.ServerBusyError`: nothing of it ran, send it again later).
 
     The limit is the gate's, not gRPC's ``maximum_concurrent_rpcs``: that one counts every
     call, health checks and watches included, so a server busy with ``limit`` runs answered
@@ -83,19 +82,17 @@ class CallGate(WrappingInterceptor):
     async def _refuse_busy(
         self, context: grpc.aio.ServicerContext, requests: AsyncIterator[Any] | None = None
     ) -> NoReturn:
+        # Refused before any of the call ran: ServerBusyError (SERVER_BUSY, with its retry
+        # delay and gRPC's pushback) tells a client that sending it again is safe, which no
+        # other RESOURCE_EXHAUSTED does. A calling service still reads "overloaded"
+        # (error_from_downstream), as when this refusal had no ErrorInfo.
+        error = ServerBusyError(
+            f"busy: this server runs {self.limit} calls at once; send it again later"
+        )
         if requests is not None:
             # A bidirectional call: refused once its first message came (see refuse_stream).
-            try:
-                async with asyncio.timeout(_status.FIRST_MESSAGE_WAIT):
-                    await anext(aiter(requests), None)
-            except (TimeoutError, grpc.RpcError, DecodeError):
-                pass
-        # As gRPC's own limit answered: no ErrorInfo, so a calling service reads "overloaded".
-        await context.abort(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"busy: this server runs {self.limit} calls at once; send it again later",
-        )
-        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+            await refuse_stream(requests, context, error)
+        await abort_with_error(context, error)
 
     def _exit(self) -> None:
         self._in_flight -= 1

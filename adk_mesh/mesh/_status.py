@@ -5,10 +5,23 @@ and a rich status (``grpc-status-details-bin``) holding ``ErrorInfo(reason, doma
 metadata)``. The client side reads that detail back and raises the same class with the same
 message (for an application's own subclass, a class of its name under the same adk-mesh base:
 :func:`~adk_mesh.errors.wire_metadata`); a status without our ErrorInfo maps by its code
-alone. A status the served call's own work raised (through :func:`error_boundary`, past
-the doors) also carries the trailer ``adk-mesh-error-origin: served``: a calling service
-tells by it a policy's refusal of the work (which comes back as it is) from the other
-service refusing *it* (an INTERNAL fault of the mesh, :func:`error_from_downstream`).
+alone. An error with a ``retry_delay`` also carries ``google.rpc.RetryInfo`` in that rich
+status (and the error read back has it). A status the served call's own work raised (through
+:func:`error_boundary`, past the doors) also carries the trailer
+``adk-mesh-error-origin: served``: a calling service tells by it a policy's refusal of the
+work (which comes back as it is) from the other service refusing *it* (an INTERNAL fault of
+the mesh, :func:`error_from_downstream`).
+
+A server at its limit of calls at once refuses a call before running any of it with
+:class:`~adk_mesh.errors.ServerBusyError` (reason ``SERVER_BUSY``, no ``served`` trailer):
+:func:`busy_refusal_delay` tells such a refusal apart from every other RESOURCE_EXHAUSTED,
+which may follow effects, and :func:`wait_to_resend` is how a mesh client sends such a call
+again, once. That refusal also carries gRPC's ``grpc-retry-pushback-ms`` trailer: grpc-core
+honours it only for a method whose service config has a ``retryPolicy`` retrying
+RESOURCE_EXHAUSTED, where it replaces the policy's own backoff. The mesh's channels give
+``Run`` and ``CallTool`` no such policy (a code cannot tell a busy refusal from a limit reached
+after effects), so for them it is a hint to clients in other languages that retry idempotent
+calls by policy; no other refusal sends it, as none is known to have had no effect.
 
 What a client is sent never holds internal addresses, host names or stack traces: our errors'
 messages are written without them (the remote hops put the address they called in their own
@@ -30,13 +43,15 @@ import contextvars
 import dataclasses
 import inspect
 import logging
+import math
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 import grpc
 import grpc.aio
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry import trace
@@ -53,8 +68,10 @@ from adk_mesh.errors import (
     InvocationCancelledError,
     NotFoundError,
     PermissionDeniedError,
+    ServerBusyError,
     StateConflictError,
     UnauthenticatedError,
+    default_retry_delay,
     error_from_wire,
     status_name_for,
     wire_metadata,
@@ -67,6 +84,7 @@ __all__ = [
     "ServedCall",
     "abort_with_error",
     "add_servicer",
+    "busy_refusal_delay",
     "error_boundary",
     "error_from_downstream",
     "error_from_rpc_error",
@@ -74,11 +92,20 @@ __all__ = [
     "refuse_stream",
     "session_id_in",
     "status_code_for",
+    "wait_to_resend",
 ]
 
 logger = logging.getLogger("adk_mesh.mesh")
 
 _DETAILS_KEY = "grpc-status-details-bin"
+
+#: gRPC's retry pushback trailer (the gRPC retry design, A6): milliseconds to wait before the
+#: next attempt, honoured by a client whose retry policy retries the status.
+PUSHBACK_KEY = "grpc-retry-pushback-ms"
+#: The longest delay a retry pushback can say: a signed 32-bit count of milliseconds.
+_MAX_PUSHBACK_MS = 2**31 - 1
+#: The longest ``google.protobuf.Duration`` (its documented range).
+_MAX_DURATION_SECONDS = 315_576_000_000.0
 
 # A status from a peer that is not adk-mesh (or a transport failure) maps by code alone.
 # (A proxy's auth filter answers UNAUTHENTICATED or PERMISSION_DENIED so: the classes of
@@ -111,7 +138,17 @@ def error_to_status(error: AdkError) -> tuple[grpc.StatusCode, status_pb2.Status
     )
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=code.value[0], message=error.message, details=[detail])
+    details = [detail]
+    if error.retry_delay is not None and not math.isnan(error.retry_delay):
+        # The standard detail for "retry after": read by any gRPC client's rich-status API.
+        delay = duration_pb2.Duration()
+        # Within what a Duration may hold (about 10,000 years), whatever the error was given.
+        seconds = min(max(error.retry_delay, 0.0), _MAX_DURATION_SECONDS)
+        delay.FromNanoseconds(round(seconds * 1e9))
+        retry = any_pb2.Any()
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(retry)
+    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
     return code, status
 
 
@@ -148,10 +185,25 @@ async def abort_with_error(
     code, status = error_to_status(error)
     earlier = tuple(context.trailing_metadata() or ())
     origin = ((_ORIGIN_KEY, _SERVED),) if served else ()
+    pushback: tuple[tuple[str, str], ...] = ()
+    if (
+        isinstance(error, ServerBusyError)
+        and not served
+        and error.retry_delay is not None
+        and math.isfinite(error.retry_delay)
+    ):
+        # Only a call refused before it ran is safe to send again at the transport level.
+        milliseconds = min(math.ceil(error.retry_delay * 1000), _MAX_PUSHBACK_MS)
+        pushback = ((PUSHBACK_KEY, str(max(milliseconds, 0))),)
     await context.abort(
         code,
         error.message,
-        trailing_metadata=(*earlier, *origin, (_DETAILS_KEY, status.SerializeToString())),
+        trailing_metadata=(
+            *earlier,
+            *origin,
+            *pushback,
+            (_DETAILS_KEY, status.SerializeToString()),
+        ),
     )
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
@@ -191,6 +243,25 @@ def _error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     return None
 
 
+def _retry_delay(error: grpc.RpcError) -> float | None:
+    """The seconds of the status's ``google.rpc.RetryInfo`` (any peer's), or ``None``."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key != _DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            status = status_pb2.Status.FromString(value)
+        except DecodeError:
+            return None
+        for detail in status.details:
+            info = error_details_pb2.RetryInfo()
+            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info):
+                seconds = info.retry_delay.ToNanoseconds() / 1e9
+                # A peer's nonsense (a negative wait) is no hint at all.
+                return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    return None
+
+
 def _raised_by_served_call(error: grpc.RpcError) -> bool:
     """Whether the status came from the served call's work (see :data:`_ORIGIN_KEY`)."""
     trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
@@ -204,9 +275,56 @@ def error_from_rpc_error(error: grpc.RpcError) -> AdkError:
     message: str = details if details is not None else code.name
     default = _CLASS_FOR_CODE.get(code, AgentError)
     info = _error_info(error)
-    if info is None:
-        return default(message)
-    return error_from_wire(info.reason, message, info.metadata, default=default)
+    mapped = (
+        default(message)
+        if info is None
+        else error_from_wire(info.reason, message, info.metadata, default=default)
+    )
+    delay = _retry_delay(error)
+    if delay is not None:
+        mapped.retry_delay = delay
+    return mapped
+
+
+def busy_refusal_delay(error: grpc.RpcError) -> float | None:
+    """The delay to wait before sending a call again that a server refused, at its limit of
+    calls at once, before running any of it (:class:`~adk_mesh.errors.ServerBusyError`
+    without the ``served`` trailer), or ``None`` for any other failure: a SERVER_BUSY the
+    served work raised itself came after the call ran."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or _raised_by_served_call(error):
+        return None
+    info = _error_info(error)
+    if info is None or info.reason != ServerBusyError.reason:
+        return None
+    delay = _retry_delay(error)
+    return delay if delay is not None else default_retry_delay(ServerBusyError)
+
+
+#: The longest hinted delay a mesh client waits before sending a refused call again; a peer
+#: that asks for more is not waited for (the refusal stands), so no peer stalls a run.
+MAX_RESEND_WAIT = 10.0
+
+
+async def wait_to_resend(error: grpc.RpcError, deadline: float | None) -> bool:
+    """For a call that failed with ``error`` before any response: wait the hinted delay and
+    return True when the call should be sent again (a busy refusal, see
+    :func:`busy_refusal_delay`, whose delay ends before ``deadline``, the invocation's
+    ``time.monotonic()`` deadline, with time to spare); False at once otherwise. A caller
+    sends a call again at most once: a second refusal is its failure."""
+    delay = busy_refusal_delay(error)
+    if delay is None or delay > MAX_RESEND_WAIT:
+        return False
+    if deadline is not None and time.monotonic() + delay >= deadline:
+        # Waiting would use up the time the call itself needs: the refusal is the answer.
+        return False
+    await _pause(delay)
+    return True
+
+
+async def _pause(seconds: float) -> None:
+    """The wait before a call is sent again (its own function: a test stands in for the
+    time, freeing the server's slot while the client waits)."""
+    await asyncio.sleep(seconds)
 
 
 @dataclasses.dataclass
@@ -330,8 +448,11 @@ def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkEr
             error.details() or "",
         )
         return AdkError(f"{what}: {_PLAIN_MESSAGES[code]}")
-    if info is not None:
+    gate_refusal = busy_refusal_delay(error) is not None
+    if info is not None and not gate_refusal:
         return mapped
+    # A busy peer's own refusal (SERVER_BUSY, before its call ran) reads for our caller as it
+    # did before it had an ErrorInfo: this call's failure, not a refusal of our caller's.
     logger.warning(
         "call to %s at %s failed: %s: %s", what, target, code.name, error.details() or ""
     )
@@ -344,7 +465,10 @@ def error_from_downstream(error: grpc.RpcError, what: str, target: str) -> AdkEr
     # A peer at its limit of concurrent calls: for our caller, a dependency that is
     # unavailable for now (retry later), not an error of the run.
     cls = AdkIOError if code == grpc.StatusCode.RESOURCE_EXHAUSTED else type(mapped)
-    return cls(f"{what}: {plain}", metadata=mapped.metadata)
+    failure = cls(f"{what}: {plain}", metadata=mapped.metadata)
+    # The peer's hint stays: our caller may wait as long before trying again.
+    failure.retry_delay = mapped.retry_delay
+    return failure
 
 
 # --- registration: request bytes that do not parse are INVALID_ARGUMENT -------------------

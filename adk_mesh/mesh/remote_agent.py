@@ -33,7 +33,7 @@ from adk_mesh.mesh._deadline import call_timeout
 from adk_mesh.mesh._forwarding import forward
 from adk_mesh.mesh._limits import llm_calls_in
 from adk_mesh.mesh._relay import relay_for
-from adk_mesh.mesh._status import error_from_downstream
+from adk_mesh.mesh._status import error_from_downstream, wait_to_resend
 from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.runner import run_on_user_message, with_run_hooks
 from adk_mesh.sessions.base import Session
@@ -88,6 +88,11 @@ class RemoteAgent(BaseAgent):
     invocation (``end_invocation``), the caller's invocation ends too; an AgentTool's remote
     child that ends it ends its delegation only, as in process: the caller's ``after_agent``
     hooks for it do not run, and the AgentTool carries on.
+
+    A run the service refused before running any of it, at its limit of calls at once
+    (``SERVER_BUSY``), is sent again once, after the delay the refusal hints, when that delay
+    ends before the invocation's deadline: nothing of it ran, and the channel's round-robin
+    may pick another replica. A second refusal, and any other failure, is the run's failure.
 
     The call carries the time that remains of the invocation's deadline (or ``timeout`` when
     that is shorter); once the deadline has passed, no call is made and
@@ -606,18 +611,25 @@ class RemoteAgent(BaseAgent):
         return call, answering
 
     async def _run_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
-        timeout = call_timeout(ctx.deadline, self.timeout, f"remote agent {self.name!r}")
+        what = f"remote agent {self.name!r}"
+        timeout = call_timeout(ctx.deadline, self.timeout, what)
         # The service took the view once it answers: only then do the events it was sent
         # count as its own (codec.ViewDelivery).
         delivery = codec.ViewDelivery()
-        call, responses = self._call(
-            self._request(ctx, await self._global_instruction(ctx), delivery),
-            timeout,
-            ctx,
-            artifacts=ctx.artifact_service,
-            memory=ctx.memory_service,
-            history=ctx.session.events,
-        )
+        request = self._request(ctx, await self._global_instruction(ctx), delivery)
+
+        def start(again: bool) -> tuple[Any, AsyncIterator[agent_pb2.RunResponse]]:
+            return self._call(
+                request,
+                call_timeout(ctx.deadline, self.timeout, what) if again else timeout,
+                ctx,
+                artifacts=ctx.artifact_service,
+                memory=ctx.memory_service,
+                history=ctx.session.events,
+            )
+
+        run = _SentAgainWhenBusy(start, ctx.deadline)
+        responses = run.responses()
         held: Event | None = None
         # The held transfer is one the service says it left to this side
         # (RunResponse.left_transfer_event_id): the events after it are the after-agent hooks
@@ -675,7 +687,7 @@ class RemoteAgent(BaseAgent):
             delivery.delivered()
             # Counted before the last event goes up: a caller that follows a transfer in it
             # closes this generator there, and the next agent's calls count against the limit.
-            _count_llm_calls(ctx, counted, llm_calls_in(await call.trailing_metadata()))
+            _count_llm_calls(ctx, counted, llm_calls_in(await run.call.trailing_metadata()))
             if held is not None:
                 if handback:
                     self._handbacks.put(ctx.invocation_id, handback)
@@ -694,7 +706,8 @@ class RemoteAgent(BaseAgent):
                     yield event
             raise failure from error
         finally:
-            call.cancel()
+            run.call.cancel()
+            await responses.aclose()
 
     async def run_delegation(
         self,
@@ -879,10 +892,21 @@ class RemoteAgent(BaseAgent):
             tls=self.tls if self.tls is not None else ClientTLS.from_env(),
         )
         self._fit(message, view, artifacts, memory, whole_history=False, delivery=delivery)
-        timeout = call_timeout(parent.deadline, self.timeout, f"remote agent {self.name!r}")
-        call, responses = self._call(
-            message, timeout, parent, artifacts=artifacts, memory=memory, history=view.events
-        )
+        what = f"remote agent {self.name!r}"
+        timeout = call_timeout(parent.deadline, self.timeout, what)
+
+        def start(again: bool) -> tuple[Any, AsyncIterator[agent_pb2.RunResponse]]:
+            return self._call(
+                message,
+                call_timeout(parent.deadline, self.timeout, what) if again else timeout,
+                parent,
+                artifacts=artifacts,
+                memory=memory,
+                history=view.events,
+            )
+
+        run = _SentAgainWhenBusy(start, parent.deadline)
+        responses = run.responses()
         counted = 0  # the remote run's model calls counted here so far
         try:
             async for response in responses:
@@ -900,20 +924,53 @@ class RemoteAgent(BaseAgent):
                     received.ended = response.invocation_ended
                     outcome.append(received)
             delivery.delivered()
-            _count_llm_calls(parent, counted, llm_calls_in(await call.trailing_metadata()))
+            _count_llm_calls(parent, counted, llm_calls_in(await run.call.trailing_metadata()))
         except grpc.RpcError as error:
             # The remote run's own failure is what ended it, even past the limit.
             _count_llm_calls(parent, counted, llm_calls_in(error.trailing_metadata()), check=False)
-            raise error_from_downstream(
-                error, f"remote agent {self.name!r}", self.target
-            ) from error
+            raise error_from_downstream(error, what, self.target) from error
         finally:
-            call.cancel()
+            run.call.cancel()
+            await responses.aclose()
         if not outcome:
             raise AgentError(
                 f"remote agent {self.name!r} ended its delegation without an outcome (its "
                 "service does not run AgentTool delegations: an older adk-mesh?)"
             )
+
+
+class _SentAgainWhenBusy:
+    """A remote run's call (:attr:`call`, the one being read) and its responses; the call is
+    sent again, once, when the service refused it at its limit of calls at once before running
+    any of it (:func:`~adk_mesh.mesh._status.wait_to_resend`). Any other failure, or one after
+    a response came, is raised as it is: that run may have had effects, and is never re-sent.
+
+    ``start(again)`` starts the call (``again``: the second time, whose timeout is what is left
+    then); the first starts here."""
+
+    def __init__(
+        self,
+        start: Callable[[bool], tuple[Any, AsyncIterator[agent_pb2.RunResponse]]],
+        deadline: float | None,
+    ) -> None:
+        self._start = start
+        self._deadline = deadline
+        self.call, self._responses = start(False)
+
+    async def responses(self) -> AsyncGenerator[agent_pb2.RunResponse, None]:
+        answered = False
+        try:
+            async for response in self._responses:
+                answered = True
+                yield response
+            return
+        except grpc.RpcError as error:
+            if answered or not await wait_to_resend(error, self._deadline):
+                raise
+        self.call.cancel()
+        self.call, self._responses = self._start(True)
+        async for response in self._responses:
+            yield response
 
 
 def _count_llm_calls(

@@ -37,7 +37,7 @@ from adk_mesh.mesh._caller_contexts import (
 )
 from adk_mesh.mesh._channel import MAX_MESSAGE_BYTES, open_channel
 from adk_mesh.mesh._deadline import call_timeout
-from adk_mesh.mesh._status import error_from_downstream
+from adk_mesh.mesh._status import error_from_downstream, wait_to_resend
 from adk_mesh.mesh.security import ClientTLS
 from adk_mesh.tools.base import BaseTool, Toolset
 from adk_mesh.types import Event, EventActions, ToolDeclaration
@@ -116,6 +116,11 @@ class RemoteToolset(Toolset):
     with :class:`~adk_mesh.errors.DeadlineExceededError`). Such failures name the tool, never
     the server's address: that goes to this service's log, where it helps and where clients
     and models do not read it.
+
+    A call the server refused at its limit of calls at once before running any of it
+    (``SERVER_BUSY``) is sent again once, after the delay the refusal hints, when that delay
+    ends before the invocation's deadline; a second refusal, or any failure of a call that may
+    have run, is the call's failure (a tool has effects: it is never run twice by this side).
 
     Args:
         target: ``host:port`` or ``dns:///host:port`` of the ToolServer.
@@ -329,7 +334,6 @@ class RemoteTool(BaseTool):
             )
         _check_size(request, self.name)
         invocation = ctx.invocation_context
-        call = toolset._stub().CallToolInteractive(timeout=timeout)
         outcome: tuple[dict[str, Any] | None, AdkError | None] | None = None
 
         async def answer(request: tool_pb2.ContextRequest) -> tool_pb2.ContextResponse:
@@ -348,35 +352,47 @@ class RemoteTool(BaseTool):
             user_id=invocation.user_id,
             session_id=invocation.session_id,
         )
-        try:
-            # This side reassembles a save the tool sends in chunks (an artifact larger than
-            # one message): the tool's server sends it so only when told.
-            await call.write(
-                tool_pb2.CallToolInteractiveRequest(call=request, accepts_artifact_chunks=True)
-            )
-            # Read to the end of the stream (the result is its last message), so the call
-            # finishes with its real status instead of being cancelled after the result.
-            async for server_message in call:
-                if server_message.WhichOneof("message") == "context_request":
-                    await answers.take(server_message.context_request)
+        resent = False
+        while True:
+            call = toolset._stub().CallToolInteractive(timeout=timeout)
+            answered = False  # the server sent something: the call ran
+            try:
+                # This side reassembles a save the tool sends in chunks (an artifact larger
+                # than one message): the tool's server sends it so only when told.
+                await call.write(
+                    tool_pb2.CallToolInteractiveRequest(call=request, accepts_artifact_chunks=True)
+                )
+                # Read to the end of the stream (the result is its last message), so the call
+                # finishes with its real status instead of being cancelled after the result.
+                async for server_message in call:
+                    answered = True
+                    if server_message.WhichOneof("message") == "context_request":
+                        await answers.take(server_message.context_request)
+                        continue
+                    message = server_message.response
+                    if message.WhichOneof("message") == "progress":
+                        await ctx.report_progress(*codec.tool_progress_from_proto(message.progress))
+                        continue
+                    response, error, actions = codec.tool_result_from_proto(message.result)
+                    _apply_actions(ctx, actions)
+                    outcome = (response, error)
+                    toolset._confirm(_key(ctx), message.result.listing_version)
+            except grpc.RpcError as error:
+                # Refused at the server's limit of calls before any of it ran: sent again,
+                # once (the hinted delay permitting). A call that may have run never is.
+                if not (resent or answered) and await wait_to_resend(error, invocation.deadline):
+                    resent = True
+                    timeout = call_timeout(invocation.deadline, toolset.call_timeout, what)
                     continue
-                message = server_message.response
-                if message.WhichOneof("message") == "progress":
-                    await ctx.report_progress(*codec.tool_progress_from_proto(message.progress))
-                    continue
-                response, error, actions = codec.tool_result_from_proto(message.result)
-                _apply_actions(ctx, actions)
-                outcome = (response, error)
-                toolset._confirm(_key(ctx), message.result.listing_version)
-        except grpc.RpcError as error:
-            downstream = error_from_downstream(error, what, toolset.target)
-            if isinstance(downstream, ToolNotFoundError):
-                # The kept listing offered a tool the server no longer has: ask again.
-                toolset._confirm(_key(ctx), "")
-            raise downstream from error
-        finally:
-            if not call.done():
-                call.cancel()
+                downstream = error_from_downstream(error, what, toolset.target)
+                if isinstance(downstream, ToolNotFoundError):
+                    # The kept listing offered a tool the server no longer has: ask again.
+                    toolset._confirm(_key(ctx), "")
+                raise downstream from error
+            finally:
+                if not call.done():
+                    call.cancel()
+            break
         if outcome is None:
             logger.warning(
                 "tool service at %s ended the call to %r without a result",

@@ -540,6 +540,10 @@ class HttpTransport:
                 await response.aclose()
             delay = policy.delay(retry, retry_after, time_left=_time_left()) if retryable else None
             if delay is None:
+                if retry_after is not None:
+                    # The provider's own wait goes on with the error (to a caller's RetryInfo
+                    # and the gateway's Retry-After), not this service's capped one.
+                    error.retry_delay = retry_after
                 logger.warning(
                     "%s call failed after %d attempt(s): %s", self.provider, retry + 1, error
                 )

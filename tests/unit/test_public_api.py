@@ -28,6 +28,8 @@ EXPECTED = {
     "SessionNotFoundError", "StateConflictError", "SessionConflictError", "ToolNotFoundError",
     "UnauthenticatedError", "PermissionDeniedError", "LlmCallLimitError", "ModelAuthError",
     "ModelRateLimitError", "ModelRequestError",
+    # Overload refusals a client can act on (issue 20): refused before it ran.
+    "ServerBusyError",
     # Interoperation (issue 17): any A2A agent as an agent of the tree.
     "A2aAgent",
     # Plugins and tool confirmation (issue 18 items 5-6).
@@ -56,7 +58,7 @@ def test_the_whole_error_tree_is_exported_and_shadows_nothing() -> None:
 
     tree = {name for name in errors.__all__ if name[0].isupper() and name.endswith("Error")}
     assert tree <= set(adk_mesh.__all__)
-    assert len(tree) == 29
+    assert len(tree) == 30
     standard = set(dir(builtins)) | set(dir(asyncio))
     assert tree.isdisjoint(standard), tree & standard
 

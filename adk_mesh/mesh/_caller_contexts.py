@@ -275,6 +275,12 @@ class CallerChannel:
         #: :meth:`settled`).
         self._settled = asyncio.Event()
         self._settled.set()
+        #: The requests sent whose answer (or an answer's header) has not come: also those
+        #: nobody waits for any more, whose answer the caller still writes.
+        self._unanswered: set[int] = set()
+        #: Set while ``_unanswered`` is empty.
+        self._answered = asyncio.Event()
+        self._answered.set()
         #: Bounds the wait for the next chunk while chunks are expected.
         self._stall = _StallWatch(self._stalled)
         self._closed = False
@@ -299,6 +305,8 @@ class CallerChannel:
         request_id = request.request_id = next(self._ids)
         future: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
+        self._unanswered.add(request_id)
+        self._answered.clear()
         if request.WhichOneof("request") == "load_artifact":
             self._artifact_names[request_id] = f"artifact {request.load_artifact.filename!r}"
         try:
@@ -323,13 +331,26 @@ class CallerChannel:
         return response, assembly
 
     async def settled(self) -> None:
-        """Wait until no chunks of a loaded artifact are still to come (at once, mostly), or
-        the caller stopped sending them (``chunk_stall_seconds`` without one).
+        """Wait until every request sent has its answer, also one nobody waits for any more
+        (at most ``chunk_stall_seconds``), and no chunks of a loaded artifact are still to
+        come (at once, mostly), or the caller stopped sending them (``chunk_stall_seconds``
+        without one).
+
+        A caller writes each answer once it has it, whether the callee still waits or not (it
+        cannot know): a call that ended before a request the work gave up on was answered
+        would end under that write, as under chunks.
 
         A callee waits for this before it ends its call, whatever ends it (the work's result
         or its error): a caller still sending the chunks of a load the callee refused (or
         stopped waiting for) would see its call end under its writes, which gRPC reports as
         a failure of the whole call (INTERNAL on the caller's side) instead of its status."""
+        if self._unanswered:
+            # A caller slower than that (or hung) gets its call ended under its answer: the
+            # work's result must not wait for it without end.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.chunk_stall_seconds):
+                    await self._answered.wait()
+        # An answer that came may be a header, its chunks still to come.
         await self._settled.wait()
 
     def resolve(self, response: tool_pb2.ContextResponse) -> None:
@@ -366,6 +387,10 @@ class CallerChannel:
     def _resolve(self, response: tool_pb2.ContextResponse) -> None:
         kind = response.WhichOneof("result")
         chunk = kind == "artifact_chunk"
+        if not chunk and response.request_id in self._unanswered:
+            self._unanswered.discard(response.request_id)
+            if not self._unanswered:
+                self._answered.set()
         skipping = self._skipping
         if skipping is not None:
             if chunk and response.request_id == skipping[0]:
@@ -466,6 +491,8 @@ class CallerChannel:
             self._give_back(self._assembly)
         self._assembly = self._skipping = None
         self._settled.set()
+        self._unanswered.clear()
+        self._answered.set()
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(CallerGone("the caller ended the call before it answered"))

@@ -342,6 +342,17 @@ class MeshServer:
     def _register(self, server: grpc.aio.Server) -> None:
         raise NotImplementedError
 
+    async def warm_up(self) -> None:
+        """Connect what the first calls would otherwise wait for (MCP servers the served
+        toolsets front), before :meth:`start`; the default has nothing to connect.
+
+        ``adk-mesh serve`` (:func:`~adk_mesh.mesh.serve.serve_until_signal`) calls it before
+        the server starts, so health reports SERVING only once it is done; code that starts
+        a server itself calls ``await server.warm_up()`` first (:meth:`start` does not). It
+        never raises for what fails to connect: that is logged, and the first call tries
+        again.
+        """
+
     async def start(
         self,
         address: str = "127.0.0.1:0",

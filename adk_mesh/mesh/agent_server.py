@@ -70,6 +70,7 @@ from adk_mesh.mesh._status import (
 from adk_mesh.mesh._view_sessions import ViewSessions
 from adk_mesh.mesh.remote_agent import RemoteAgent
 from adk_mesh.mesh.security import ClientTLS
+from adk_mesh.mesh.tool_server import warm_up_toolsets
 from adk_mesh.plugins._manager import plugin_manager
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.runner import (
@@ -84,6 +85,8 @@ from adk_mesh.runner import (
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import annotate_current_span, invocation_scope, served_call
+from adk_mesh.tools.agent_tool import AgentTool
+from adk_mesh.tools.base import Toolset
 from adk_mesh.types import Content, Event
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, event_pb2, session_pb2_grpc
 
@@ -262,6 +265,39 @@ class AgentServer(MeshServer):
         self.memory_service = memory_service
         self.max_transfers = max_transfers
         self.limits = limits or ServerLimits()
+
+    async def warm_up(self) -> None:
+        """Warm up the toolsets the served agents hold before serving (see
+        :meth:`MeshServer.warm_up`): those of every ``LlmAgent`` of the tree, its sub-agents
+        and the agents its ``AgentTool`` tools run in this process included. An
+        ``McpToolset`` starts its MCP server, opens its session and lists once; all warm up
+        at once, each within its own timeouts. A toolset that fails is one warning in the
+        log, never an error: its first listing tries again. Remote agents and remote
+        toolsets (:class:`RemoteToolset`) are left to their own services. Idempotent.
+
+        ``adk-mesh serve agent`` (:func:`~adk_mesh.mesh.serve.serve_until_signal`) calls it
+        before the server starts; code that starts an AgentServer itself calls
+        ``await server.warm_up()`` before :meth:`start` (``start`` does not warm up).
+        """
+        toolsets: list[Toolset] = []
+        seen: set[int] = set()
+        pending: list[BaseAgent] = [self.agent]
+        while pending:
+            agent = pending.pop()
+            if id(agent) in seen:
+                continue
+            seen.add(id(agent))
+            # A RemoteAgent (or an A2A agent) has no tools here: its service warms its own.
+            pending.extend(agent.sub_agents)
+            if not isinstance(agent, LlmAgent):
+                continue
+            for tool in agent.tools:
+                if isinstance(tool, Toolset):
+                    toolsets.append(tool)
+                elif isinstance(tool, AgentTool):
+                    # Its agent runs in this process (a remote one is skipped as above).
+                    pending.append(tool.agent)
+        await warm_up_toolsets(toolsets, f"agent service {self.agent.name!r}")
 
     def _register(self, server: grpc.aio.Server) -> None:
         add_servicer(

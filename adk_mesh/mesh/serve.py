@@ -6,7 +6,12 @@ holds the real port when ``--port 0`` was asked for.
 
 Before it binds, an agent server's stores are opened (:func:`open_stores`): one that cannot be
 used (a SQLite path that is a directory, a PostgreSQL server that cannot be reached, ...) stops
-the process at start-up, never reporting healthy, rather than failing its first turn.
+the process at start-up, never reporting healthy, rather than failing its first turn. Then the
+server warms up (:meth:`MeshServer.warm_up`): the MCP servers its toolsets front are started
+and their sessions opened, so the ready line and gRPC health SERVING (a readiness probe) come
+once they are up and the first turn does not wait for them. One that cannot start is a
+warning, not a stop: its first listing tries again. A signal during either stops the
+start-up at once.
 
 On SIGTERM or SIGINT the server drains (see :meth:`MeshServer.drain`): health turns
 NOT_SERVING, new calls are refused with UNAVAILABLE, the runs in flight get ``grace`` seconds to
@@ -195,6 +200,25 @@ async def start_server(
         raise BindError(error.message) from error
 
 
+#: The longest a start-up waits for its server's warm-up: within what `adk-mesh up` (30 s)
+#: and the Kubernetes startup probes (60 s) give a service to become ready. An MCP server
+#: slower than that is left to connect on its first listing, as without a warm-up.
+WARM_UP_SECONDS = 20.0
+
+
+async def _warm_up(server: MeshServer) -> None:
+    try:
+        async with asyncio.timeout(WARM_UP_SECONDS):
+            await server.warm_up()
+    except TimeoutError:
+        print(
+            f"adk-mesh: the warm-up did not end within {WARM_UP_SECONDS:g}s; serving now (what "
+            "it did not connect connects on its first listing)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 async def serve_until_signal(
     server: MeshServer,
     address: str,
@@ -217,6 +241,11 @@ async def serve_until_signal(
     authenticators (see :mod:`adk_mesh.mesh.mcp_server`); its line, ``adk-mesh: MCP on
     <url>``, comes before the ready line. On a signal it stops taking requests first.
 
+    Before the server starts, its stores are opened (:func:`open_stores`) and it warms up
+    (:meth:`MeshServer.warm_up`: the MCP servers of its toolsets started, their sessions
+    opened), so it reports SERVING and prints its ready line only once they are. Code that
+    serves a server itself calls ``await server.warm_up()`` before ``start``.
+
     Raises:
         ConfigError: a store of the server cannot be used (see :func:`open_stores`).
         PortTakenError: the port is held by another process.
@@ -229,6 +258,17 @@ async def serve_until_signal(
     signals = (signal.SIGTERM, signal.SIGINT)
     # Before the signal handlers: Ctrl-C while a store connects ends the start-up at once.
     await open_stores(server)
+    # Before the server starts, so that health is not SERVING (and no ready line comes)
+    # while an MCP server still starts; before the signal handlers too, so that a signal
+    # while it does ends the start-up at once, as during open_stores. A Ctrl-C CPython
+    # swallowed while the command loaded skips it: the server only starts to stop.
+    if not _interrupts.swallowed():
+        try:
+            await _warm_up(server)
+        except BaseException:
+            # Ctrl-C: the MCP servers already started (and the stores) are closed on the way.
+            await server.stop()
+            raise
     # Before the server starts: a signal while it starts then stops it once started, with a
     # drain. asyncio.run's own Ctrl-C handling would leave a started server behind, never
     # stopped (gRPC complains at exit), and SIGTERM would kill the process.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -50,6 +51,7 @@ from adk_mesh.mesh._channel import MeshServer
 from adk_mesh.mesh._deadline import deadline_of
 from adk_mesh.mesh._limits import ServerLimits
 from adk_mesh.mesh._status import ServedCall, add_servicer, error_boundary
+from adk_mesh.mesh.remote_toolset import RemoteToolset
 from adk_mesh.plugins._manager import PluginManager, execute_with_plugins, plugin_manager
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.sessions.base import Session
@@ -98,12 +100,47 @@ class _StaticToolset(Toolset):
             if isinstance(item, Toolset):
                 await item.close()
 
+    @property
+    def toolsets(self) -> list[Toolset]:
+        """The toolsets among the served items."""
+        return [item for item in self._tools if isinstance(item, Toolset)]
+
 
 #: Why a ToolServer does not serve a provider-native tool (web search, code execution, ...).
 _NATIVE_REFUSED = (
     "{name!r} is a provider-native tool: the model provider runs it as part of the model "
     "request, so a tool service cannot serve it; give it to the agent whose model runs it"
 )
+
+
+async def warm_up_toolsets(toolsets: Iterable[Toolset], service: str) -> None:
+    """Warm up ``toolsets`` (:meth:`Toolset.warm_up`) concurrently, each once however often
+    it is given, each within its own timeouts; never raises but a cancellation.
+
+    A :class:`RemoteToolset` is skipped: its listing is per caller, and the tool service
+    behind it warms itself up. A toolset that fails is one warning naming it and why; its
+    first listing connects again, as without a warm-up, so a service whose MCP server is
+    down still starts, and its listings fail (or recover) as they would have.
+    """
+    unique = {
+        id(toolset): toolset for toolset in toolsets if not isinstance(toolset, RemoteToolset)
+    }
+    await asyncio.gather(*(_warm_up(toolset, service) for toolset in unique.values()))
+
+
+async def _warm_up(toolset: Toolset, service: str) -> None:
+    try:
+        await toolset.warm_up()
+    except Exception as error:
+        reason = (
+            error.message if isinstance(error, AdkError) else f"{type(error).__name__}: {error}"
+        )
+        logger.warning(
+            "%s: toolset %r did not warm up: %s; its first listing tries again",
+            service,
+            toolset.name,
+            reason,
+        )
 
 
 def _servable_item(
@@ -538,9 +575,13 @@ class ToolServer(MeshServer):
             together (default twice ``max_artifact_bytes``; at least that); one that does not
             fit beside the others is an ``ArtifactsBusyError`` the tool reads.
 
+    Before it serves, :meth:`warm_up` connects the toolsets (an ``McpToolset`` starts its
+    MCP server), so the first caller does not wait for that.
+
     Example::
 
         server = ToolServer([FunctionTool(get_weather)])
+        await server.warm_up()
         port = await server.start("127.0.0.1:0")
         ...
         await server.stop(grace=5)
@@ -570,6 +611,22 @@ class ToolServer(MeshServer):
         )
         self.name = name or self.toolset.name
         self.limits = limits or ServerLimits()
+
+    async def warm_up(self) -> None:
+        """Warm up the served toolsets before serving (see :meth:`MeshServer.warm_up`): each
+        ``McpToolset`` starts or reaches its MCP server, opens its session and lists once,
+        all at once, each within its ``connect_timeout`` and ``list_timeout``. A toolset
+        that fails is one warning in the log, never an error: its first listing tries
+        again (and fails per call as it would have). A :class:`RemoteToolset` is left to
+        its own service. Idempotent.
+
+        ``adk-mesh serve tools`` (:func:`~adk_mesh.mesh.serve.serve_until_signal`) calls it
+        before the server starts; code that starts a ToolServer itself calls
+        ``await server.warm_up()`` before :meth:`start` (``start`` does not warm up).
+        """
+        toolset = self.toolset
+        toolsets = toolset.toolsets if isinstance(toolset, _StaticToolset) else [toolset]
+        await warm_up_toolsets(toolsets, f"tool service {self.name!r}")
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving (see :meth:`MeshServer.stop`), then close the toolset: its

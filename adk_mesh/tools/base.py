@@ -142,6 +142,18 @@ class Toolset(abc.ABC):
     async def tools(self, ctx: ReadonlyContext) -> list[BaseTool]:
         """The tools available in this context."""
 
+    async def warm_up(self) -> None:  # noqa: B027 - optional hook
+        """Connect now what the first listing would need, so the first caller does not wait
+        for it (an MCP server started and its session opened, a connection pool filled).
+
+        A service calls it once before it starts serving (``ToolServer.warm_up``,
+        ``AgentServer.warm_up``); it may be called again and does nothing while the toolset
+        is warm. The default does nothing: a toolset that connects nothing, or whose listing
+        depends on its caller, has nothing to prepare. Bound the wait by the toolset's own
+        timeouts, and raise the error the first listing would raise when the connection
+        fails (an :class:`~adk_mesh.errors.AdkIOError`); a later listing tries again.
+        """
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Idempotent."""
 

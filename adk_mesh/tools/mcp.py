@@ -12,7 +12,10 @@ whole mesh.
 
 **One session, kept open.** The first listing or call connects (the SDK negotiates the
 protocol era: ``server/discover`` of 2026-07-28, else the ``initialize`` handshake) and the
-session stays open for every later call, from any task, until :meth:`McpToolset.close`. It is
+session stays open for every later call, from any task, until :meth:`McpToolset.close`.
+:meth:`McpToolset.warm_up` connects and lists ahead of the first caller: a ToolServer or an
+AgentServer calls it before it serves (``adk-mesh serve`` does), so no user's turn waits for
+a server to start (an ``npx`` server may take ten seconds and more). It is
 owned by a task of its own, because the SDK's transports are anyio task groups that one task
 must enter and leave. A session is bound to the event loop that opened it: used from another
 loop, the toolset opens a new one there.
@@ -244,7 +247,27 @@ class McpToolset(Toolset):
         """The server's tools (those of ``tool_filter``); the kept listing while the server
         announced no change. A server that cannot be reached: the last listing when there is
         one (its calls then fail as ToolErrors the model reads), else
-        :class:`~adk_mesh.errors.AdkIOError`."""
+        :class:`~adk_mesh.errors.AdkIOError`. The listing is the same for every caller:
+        ``ctx`` is not read."""
+        return await self._current_listing(offer_kept=True)
+
+    async def warm_up(self) -> None:
+        """Start or reach the server, open the session and list its tools now, as the first
+        listing would (bounded by ``connect_timeout`` and ``list_timeout``): the first
+        caller then gets the kept listing at once. Nothing to do while the session is open
+        and the listing current.
+
+        Raises:
+            AdkIOError: the server cannot be started or reached, or its listing failed (as
+                the first listing would raise it; also when an older listing is kept). A
+                later listing tries again.
+        """
+        await self._current_listing(offer_kept=False, quiet=True)
+
+    async def _current_listing(self, *, offer_kept: bool, quiet: bool = False) -> list[BaseTool]:
+        """The listing, asked again when it is not current. ``offer_kept``: the last listing
+        when the server cannot be reached. ``quiet``: a session that cannot be opened is not
+        logged here; the caller reports the error it gets (a warm-up logs one line)."""
         session = self._session
         kept = self._listing
         if (
@@ -255,11 +278,11 @@ class McpToolset(Toolset):
         ):
             return kept
         try:
-            session = await self._open()
+            session = await self._open(quiet=quiet)
             changes = self._changes
             declared = await self._list(session)
         except AdkIOError as error:
-            if kept is not None:
+            if kept is not None and offer_kept:
                 logger.warning("MCP server %s: %s; offering its last listing", self._where, error)
                 return kept
             raise
@@ -325,8 +348,9 @@ class McpToolset(Toolset):
             self._connecting, self._lock_loop = asyncio.Lock(), loop
         return self._connecting
 
-    async def _open(self) -> _Session:
-        """The open session, connecting first when there is none (or it died)."""
+    async def _open(self, *, quiet: bool = False) -> _Session:
+        """The open session, connecting first when there is none (or it died); ``quiet``: a
+        failure to open it is the caller's to log."""
         session = self._session
         if session is not None and session.usable():
             return session
@@ -336,7 +360,7 @@ class McpToolset(Toolset):
                 return session
             if session is not None:
                 await session.close(same_loop_only=True)
-            session = _Session(self)
+            session = _Session(self, quiet=quiet)
             self._session = session
             try:
                 await session.start(self.connect_timeout)
@@ -439,8 +463,11 @@ class _Session:
     through the client from any task of the same loop.
     """
 
-    def __init__(self, toolset: McpToolset) -> None:
+    def __init__(self, toolset: McpToolset, *, quiet: bool = False) -> None:
         self._toolset = toolset
+        #: A failure to open is reported by whoever opened (a warm-up's one log line), not
+        #: logged here as well.
+        self._quiet = quiet
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._closing = asyncio.Event()
@@ -473,11 +500,12 @@ class _Session:
             async with asyncio.timeout(seconds):
                 await asyncio.shield(self._ready)
         except TimeoutError:
-            logger.warning(
-                "MCP server %s did not open a session within %g s; stopping it",
-                self._toolset._where,
-                seconds,
-            )
+            if not self._quiet:
+                logger.warning(
+                    "MCP server %s did not open a session within %g s; stopping it",
+                    self._toolset._where,
+                    seconds,
+                )
             await self._abandon()
             raise AdkIOError(
                 f"{self._toolset.name}: the MCP server did not open a session within {seconds:g} s"
@@ -513,7 +541,8 @@ class _Session:
                 self._ready.set_exception(
                     AdkIOError(f"{toolset.name}: cannot open the MCP session: {reason}")
                 )
-                logger.warning("cannot open an MCP session with %s: %s", toolset._where, reason)
+                if not self._quiet:
+                    logger.warning("cannot open an MCP session with %s: %s", toolset._where, reason)
             elif not self._closing.is_set():
                 self.failure = error
                 logger.warning(

@@ -60,6 +60,14 @@ _T = TypeVar("_T")
 
 #: The schema, as ordered steps: step ``i`` takes a file from version ``i`` to ``i + 1``.
 #: Append new steps; never edit a released one.
+# The body of the triggers of migration 5: a session's create time raises its user's mark.
+_RAISE_MARK = """BEGIN
+            INSERT INTO session_creation_marks (app_name, user_id, latest_create_time)
+            VALUES (new.app_name, new.user_id, new.create_time)
+            ON CONFLICT (app_name, user_id) DO UPDATE SET
+                latest_create_time = max(latest_create_time, excluded.latest_create_time);
+        END"""
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: sessions, scoped state and the event log.
     (
@@ -145,22 +153,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """INSERT INTO session_creation_marks (app_name, user_id, latest_create_time)
             SELECT app_name, user_id, MAX(create_time) FROM sessions
             GROUP BY app_name, user_id""",
-        # The mark is raised to the new row's create time, never lowered.
-        """CREATE TRIGGER sessions_mark_creation AFTER INSERT ON sessions
-        BEGIN
-            INSERT INTO session_creation_marks (app_name, user_id, latest_create_time)
-            VALUES (new.app_name, new.user_id, new.create_time)
-            ON CONFLICT (app_name, user_id) DO UPDATE SET
-                latest_create_time = max(latest_create_time, excluded.latest_create_time);
-        END""",
-        """CREATE TRIGGER sessions_mark_create_time_change
-            AFTER UPDATE OF create_time ON sessions
-        BEGIN
-            INSERT INTO session_creation_marks (app_name, user_id, latest_create_time)
-            VALUES (new.app_name, new.user_id, new.create_time)
-            ON CONFLICT (app_name, user_id) DO UPDATE SET
-                latest_create_time = max(latest_create_time, excluded.latest_create_time);
-        END""",
+        # The mark is raised to the new row's create time, never lowered (SQLite takes one
+        # event per trigger: the same body for both).
+        f"CREATE TRIGGER sessions_mark_creation AFTER INSERT ON sessions {_RAISE_MARK}",
+        "CREATE TRIGGER sessions_mark_create_time_change AFTER UPDATE OF create_time ON "
+        f"sessions {_RAISE_MARK}",
     ),
 )
 

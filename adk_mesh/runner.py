@@ -26,6 +26,7 @@ from adk_mesh.plugins._manager import PluginManager, plugin_manager
 from adk_mesh.plugins.base import Plugin
 from adk_mesh.sessions.base import Session, SessionService
 from adk_mesh.telemetry._spans import InvocationSpan, trace_memory_ingestion
+from adk_mesh.tools.base import close_toolsets, held_toolsets
 from adk_mesh.types import Content, Event, FunctionCall, LlmResponse, Part
 
 __all__ = [
@@ -401,10 +402,15 @@ class Runner:
         self.credential_service = credential_service
 
     async def close(self) -> None:
-        """Close the plugins (:meth:`~adk_mesh.plugins.Plugin.close`); the stores are the
-        caller's."""
-        if self.plugins is not None:
-            await self.plugins.close()
+        """Close the toolsets the agents of the tree hold (an ``McpToolset``'s MCP server is
+        stopped, a ``RemoteToolset``'s channel closed; a later listing connects again), as
+        google-adk's ``Runner.close`` does, then the plugins
+        (:meth:`~adk_mesh.plugins.Plugin.close`); the stores are the caller's."""
+        try:
+            await close_toolsets(held_toolsets(self.agent), f"runner of {self.app_name!r}")
+        finally:
+            if self.plugins is not None:
+                await self.plugins.close()
 
     async def run(
         self,

@@ -85,8 +85,7 @@ from adk_mesh.runner import (
 from adk_mesh.sessions import InMemorySessionService, SessionService, session_service_from_url
 from adk_mesh.sessions.base import Session
 from adk_mesh.telemetry._spans import annotate_current_span, invocation_scope, served_call
-from adk_mesh.tools.agent_tool import AgentTool
-from adk_mesh.tools.base import Toolset
+from adk_mesh.tools.base import close_toolsets, held_toolsets
 from adk_mesh.types import Content, Event
 from adk_mesh.v1 import agent_pb2, agent_pb2_grpc, content_pb2, event_pb2, session_pb2_grpc
 
@@ -279,25 +278,7 @@ class AgentServer(MeshServer):
         before the server starts; code that starts an AgentServer itself calls
         ``await server.warm_up()`` before :meth:`start` (``start`` does not warm up).
         """
-        toolsets: list[Toolset] = []
-        seen: set[int] = set()
-        pending: list[BaseAgent] = [self.agent]
-        while pending:
-            agent = pending.pop()
-            if id(agent) in seen:
-                continue
-            seen.add(id(agent))
-            # A RemoteAgent (or an A2A agent) has no tools here: its service warms its own.
-            pending.extend(agent.sub_agents)
-            if not isinstance(agent, LlmAgent):
-                continue
-            for tool in agent.tools:
-                if isinstance(tool, Toolset):
-                    toolsets.append(tool)
-                elif isinstance(tool, AgentTool):
-                    # Its agent runs in this process (a remote one is skipped as above).
-                    pending.append(tool.agent)
-        await warm_up_toolsets(toolsets, f"agent service {self.agent.name!r}")
+        await warm_up_toolsets(held_toolsets(self.agent), f"agent service {self.agent.name!r}")
 
     def _register(self, server: grpc.aio.Server) -> None:
         add_servicer(
@@ -309,17 +290,21 @@ class AgentServer(MeshServer):
         )
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop serving (see :meth:`MeshServer.stop`), then close the stores this server
-        opened from URLs, once the cancelled calls have recorded how their turns ended
-        (bounded by :data:`CLOSE_STORES_AFTER`; a failure to close is logged)."""
+        """Stop serving (see :meth:`MeshServer.stop`), then close the toolsets the served
+        agents hold (an ``McpToolset``'s MCP server is stopped, a ``RemoteToolset``'s channel
+        closed; as google-adk's ``Runner.close``; a later listing connects again) and the
+        stores this server opened from URLs, once the cancelled calls have recorded how their
+        turns ended (bounded by :data:`CLOSE_STORES_AFTER`; a failure to close is logged)."""
         await super().stop(grace)
         if self.plugins is not None:
             await self.plugins.close()
         owned, self._owned = self._owned, []
-        if not owned:
+        toolsets = held_toolsets(self.agent)
+        if not owned and not toolsets:
             return
         if not await self._gate.wait_idle(CLOSE_STORES_AFTER):
             logger.warning("closing the stores with %d calls still ending", self._gate.in_flight)
+        await close_toolsets(toolsets, f"agent service {self.agent.name!r}")
         for store in owned:
             try:
                 await store.close()

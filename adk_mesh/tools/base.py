@@ -6,17 +6,27 @@ import abc
 import asyncio
 import logging
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from adk_mesh._tasks import wait_shielded
 from adk_mesh.errors import AdkError, ToolError
 from adk_mesh.types import ToolDeclaration
 
 if TYPE_CHECKING:
+    from adk_mesh.agents.base import BaseAgent
     from adk_mesh.contexts import ReadonlyContext, ToolContext
     from adk_mesh.models.base import LlmRequest
 
-__all__ = ["LONG_RUNNING_NOTE", "BaseTool", "Toolset", "as_tool_response", "execute_tool"]
+__all__ = [
+    "LONG_RUNNING_NOTE",
+    "BaseTool",
+    "Toolset",
+    "as_tool_response",
+    "close_toolsets",
+    "execute_tool",
+    "held_toolsets",
+]
 
 logger = logging.getLogger("adk_mesh.tools")
 
@@ -155,7 +165,52 @@ class Toolset(abc.ABC):
         """
 
     async def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections. Idempotent."""
+        """Release connections. Idempotent; a later listing may connect again."""
+
+
+#: Seconds one toolset may take to close (:func:`close_toolsets`) before it is left as it is.
+CLOSE_TOOLSET_SECONDS = 10.0
+
+
+def held_toolsets(agent: BaseAgent) -> list[Toolset]:
+    """The toolsets the agents of ``agent``'s tree hold in this process, each once: those
+    among the tools of every agent that has tools (an LlmAgent), of its sub-agents, and of
+    the agents its ``AgentTool`` tools run here. A remote agent holds none here (its service
+    holds its own)."""
+    from adk_mesh.agents.base import BaseAgent
+
+    toolsets: dict[int, Toolset] = {}
+    seen: set[int] = set()
+    pending = [agent]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        pending.extend(current.sub_agents)
+        for tool in getattr(current, "tools", None) or ():
+            if isinstance(tool, Toolset):
+                toolsets.setdefault(id(tool), tool)
+            elif isinstance(inner := getattr(tool, "agent", None), BaseAgent):
+                pending.append(inner)  # an AgentTool: its agent runs in this process
+    return list(toolsets.values())
+
+
+async def close_toolsets(toolsets: Sequence[Toolset], owner: str) -> None:
+    """Close ``toolsets`` (:meth:`Toolset.close`) concurrently, each within
+    :data:`CLOSE_TOOLSET_SECONDS`; one that fails or takes longer is a warning naming it, never
+    an error, so the others still close. A cancellation still closes the rest first."""
+
+    async def close(toolset: Toolset) -> None:
+        try:
+            async with asyncio.timeout(CLOSE_TOOLSET_SECONDS):
+                await toolset.close()
+        except Exception as error:
+            reason = "it took too long" if isinstance(error, TimeoutError) else repr(error)
+            logger.warning("%s: closing toolset %r failed: %s", owner, toolset.name, reason)
+
+    if await wait_shielded(asyncio.gather(*(close(toolset) for toolset in toolsets))):
+        raise asyncio.CancelledError
 
 
 def as_tool_response(value: object) -> dict[str, Any] | None:

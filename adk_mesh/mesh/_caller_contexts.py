@@ -387,7 +387,9 @@ class CallerChannel:
     def _resolve(self, response: tool_pb2.ContextResponse) -> None:
         kind = response.WhichOneof("result")
         chunk = kind == "artifact_chunk"
-        if not chunk and response.request_id in self._unanswered:
+        # Whatever comes first for a request answers it, well or not (a chunk without its
+        # header is the caller's mistake, failed below): the call no longer waits for it.
+        if response.request_id in self._unanswered:
             self._unanswered.discard(response.request_id)
             if not self._unanswered:
                 self._answered.set()

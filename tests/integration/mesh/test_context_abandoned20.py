@@ -71,3 +71,34 @@ async def test_an_answer_the_tool_stopped_waiting_for_does_not_fail_the_call() -
     finally:
         await server.stop(None)
     assert response == {"looked": False}
+
+
+async def test_a_chunk_without_its_header_answers_the_request_and_the_call_ends_at_once() -> None:
+    # A caller's mistake (a hostile or broken client): the first thing it sends for a load is
+    # a chunk. The tool reads an ArtifactError, returns, and the call ends with its result at
+    # once: the request got its answer (a wrong one), so the callee does not wait 30 s for
+    # another before it ends the call.
+    from adk_mesh.mesh import _caller_contexts
+    from tests.integration.mesh.test_context_artifacts20 import RawCaller, _load_chunk
+
+    async def peek(tool_context: ToolContext) -> dict[str, Any]:
+        """Loads the report."""
+        try:
+            await tool_context.load_artifact("report.pdf")
+        except Exception as error:
+            return {"error": str(error)}
+        return {"loaded": True}
+
+    server = ToolServer([FunctionTool(peek)], name="files")
+    port = await server.start("127.0.0.1:0")
+    caller = RawCaller(f"127.0.0.1:{port}", "peek", {})
+    try:
+        await caller.open()
+        request = await caller.next_request()
+        await caller.call.write(_load_chunk(request.request_id, b""))
+        async with asyncio.timeout(_caller_contexts.CHUNK_STALL_SECONDS / 3):
+            result = await caller.result()
+    finally:
+        await caller.close()
+        await server.stop(None)
+    assert "without a header" in str(result)

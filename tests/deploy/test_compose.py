@@ -203,6 +203,10 @@ def _run(stack: Stack, ca_file: Path, message: str, *extra: str) -> str:
         env={**stack.env, "ADK_MESH_TLS_CA": str(ca_file)},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+    if result.returncode != 0:
+        # The services' side of the failure (which service refused what, and why) is in
+        # their logs, not in the client's one line.
+        _print_logs(stack)
     assert result.returncode == 0, f"adk-mesh run failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
 

@@ -45,7 +45,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
@@ -54,6 +54,7 @@ import grpc.aio
 from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 from opentelemetry import trace
 
 from adk_mesh.errors import (
@@ -230,35 +231,35 @@ async def refuse_stream(
     await abort_with_error(context, error)
 
 
+def _details(error: grpc.RpcError) -> Sequence[any_pb2.Any]:
+    """The details of the status's ``google.rpc.Status`` (``grpc-status-details-bin``), as
+    grpcio-status reads them; none without one, or when it does not parse or contradicts the
+    call's own code and message (a peer's or a proxy's mistake: nothing in it can be trusted)."""
+    if not hasattr(error, "trailing_metadata"):
+        return ()
+    try:
+        status = rpc_status.from_call(error)
+    except (ValueError, DecodeError):
+        return ()
+    return () if status is None else status.details
+
+
 def _error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
-    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key != _DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == ERROR_DOMAIN:
-                return info
+    for detail in _details(error):
+        info = error_details_pb2.ErrorInfo()
+        if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == ERROR_DOMAIN:
+            return info
     return None
 
 
 def _retry_delay(error: grpc.RpcError) -> float | None:
     """The seconds of the status's ``google.rpc.RetryInfo`` (any peer's), or ``None``."""
-    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key != _DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        try:
-            status = status_pb2.Status.FromString(value)
-        except DecodeError:
-            return None
-        for detail in status.details:
-            info = error_details_pb2.RetryInfo()
-            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info):
-                seconds = info.retry_delay.ToNanoseconds() / 1e9
-                # A peer's nonsense (a negative wait) is no hint at all.
-                return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    for detail in _details(error):
+        info = error_details_pb2.RetryInfo()
+        if detail.Is(info.DESCRIPTOR) and detail.Unpack(info):
+            seconds = info.retry_delay.ToNanoseconds() / 1e9
+            # A peer's nonsense (a negative wait) is no hint at all.
+            return seconds if math.isfinite(seconds) and seconds >= 0 else None
     return None
 
 
